@@ -1,0 +1,1 @@
+"""The ClientApp and one handler module per method family."""

@@ -1,0 +1,37 @@
+"""The ClientApp (one per node): dispatch on run config `method` to that method's handler.
+
+A node learns who it is from its node config: `partition-id` and `num-partitions` (set by the
+simulation engine, or by `--node-config` on a deployed SuperNode), and optionally `data-dir`.
+"""
+from __future__ import annotations
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from server import methods
+from server.config import merged
+
+app = ClientApp()
+
+
+def _handler(context: Context):
+    return methods.client_handler(str(merged(dict(context.run_config))["method"]))
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    return _handler(context).train(msg, context)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return _handler(context).evaluate(msg, context)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """Who am I: the server asks once per run to map node ids to partitions."""
+    nc = context.node_config
+    identity = ConfigRecord({"partition-id": int(nc["partition-id"]),
+                             "num-partitions": int(nc["num-partitions"])})
+    return Message(RecordDict({"identity": identity}), reply_to=msg)

@@ -1,0 +1,82 @@
+"""Client side of the driving methods (fedavg, fedprox): local SGD on this silo's data.
+
+The silo's data is built on the node from its identity (embedded procedural silos) or read from
+its data folder; it never travels in a message. A small per-process cache avoids re-rendering
+the same silo every round; it is keyed by everything that determines the data, so it cannot mix
+up nodes that share a process.
+"""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from clients.steering_training import evaluate_steering, train_steering
+from envs.driving_logs import load_silo
+from envs.driving_silos import SiloData, make_silo
+from models.resnet8 import ResNet8
+from models.state import load_shared_state, shared_state
+from server.config import merged
+
+
+@lru_cache(maxsize=4)
+def _silo_data(data_dir: str, silo: int, num_silos: int, seed: int, n_train: int, n_test: int,
+               image_size: int, channels: int) -> SiloData:
+    if data_dir:
+        return load_silo(data_dir, silo, num_silos, image_size, channels)
+    return make_silo(silo, seed, n_train, n_test, image_size, channels)
+
+
+def silo_data(context: Context) -> SiloData:
+    cfg = merged(dict(context.run_config))
+    nc = context.node_config
+    silo, num = int(nc["partition-id"]), int(nc["num-partitions"])
+    data_dir = str(cfg["driving.data-dir"])
+    if nc.get("data-dir"):  # a deployed silo with its own data folder is the only silo in it
+        data_dir, silo, num = str(nc["data-dir"]), 0, 1
+    return _silo_data(data_dir, silo, num, int(cfg["seed"]), int(cfg["driving.train-per-silo"]),
+                      int(cfg["driving.test-per-silo"]), int(cfg["driving.image-size"]),
+                      int(cfg["driving.channels"]))
+
+
+def _model(msg: Message, cfg: dict) -> ResNet8:
+    model = ResNet8(int(cfg["driving.image-size"]), int(cfg["driving.channels"]))
+    load_shared_state(model, msg.content["arrays"].to_torch_state_dict())
+    return model
+
+
+def train(msg: Message, context: Context) -> Message:
+    cfg = merged(dict(context.run_config))
+    pid = int(context.node_config["partition-id"])
+    rnd = int(msg.content["config"]["server-round"])
+    torch.set_num_threads(max(1, int(cfg["client-threads"])))
+    torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)  # actors are shared by nodes
+    data = silo_data(context)
+    model = _model(msg, cfg)
+    t0 = time.perf_counter()
+    loss = train_steering(model, data.x_train, data.y_train,
+                          epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
+                          batch_size=int(cfg["driving.batch-size"]),
+                          seed=int(cfg["seed"]) + 1000 * rnd + pid,
+                          proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
+    fit_s = time.perf_counter() - t0
+    state = shared_state(model)
+    if pid == int(cfg["faults.nan-partition"]):  # fault injection for robustness studies
+        first = next(iter(state))
+        state[first] = torch.full_like(state[first], float("nan"))
+    return Message(RecordDict({
+        "arrays": ArrayRecord(state),
+        "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": loss,
+                                 "fit-s": fit_s})}), reply_to=msg)
+
+
+def evaluate(msg: Message, context: Context) -> Message:
+    cfg = merged(dict(context.run_config))
+    torch.set_num_threads(max(1, int(cfg["client-threads"])))
+    data = silo_data(context)
+    mse, mae = evaluate_steering(_model(msg, cfg), data.x_test, data.y_test)
+    return Message(RecordDict({"metrics": MetricRecord(
+        {"num-examples": len(data.y_test), "mse": mse, "mae": mae})}), reply_to=msg)

@@ -1,0 +1,50 @@
+"""Local training and evaluation of a steering regressor, in plain PyTorch (no flwr).
+
+FedProx's proximal term (mu/2)*||w - w_global||^2 is added to the loss when mu > 0; with mu = 0
+this is exactly FedAvg's local SGD.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float,
+                   batch_size: int, seed: int, proximal_mu: float = 0.0,
+                   momentum: float = 0.9) -> float:
+    """Run `epochs` of minibatch SGD on MSE; returns the mean training MSE of the last epoch."""
+    g = torch.Generator().manual_seed(seed)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    model.train()
+    last = float("nan")
+    for _ in range(epochs):
+        perm = torch.randperm(len(xt), generator=g)
+        total, count = 0.0, 0
+        for i in range(0, len(xt), batch_size):
+            idx = perm[i:i + batch_size]
+            if len(idx) < 2:  # BatchNorm needs two samples
+                continue
+            loss = nn.functional.mse_loss(model(xt[idx]), yt[idx])
+            total += float(loss) * len(idx)
+            count += len(idx)
+            if anchor is not None:
+                prox = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
+                loss = loss + 0.5 * proximal_mu * prox
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        last = total / max(count, 1)
+    return last
+
+
+@torch.no_grad()
+def evaluate_steering(model: nn.Module, x: np.ndarray, y: np.ndarray,
+                      batch_size: int = 256) -> tuple[float, float]:
+    """(MSE, MAE) of the model's steering on (x, y)."""
+    model.eval()
+    preds = [model(torch.from_numpy(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
+    err = torch.cat(preds).numpy() - y if preds else np.zeros(0)
+    return float(np.mean(err**2)), float(np.mean(np.abs(err)))

@@ -1,0 +1,213 @@
+"""Loaders for real driving data in our users' layouts.
+
+* Udacity simulator `driving_log.csv`: no header, columns center, left, right, steering,
+  throttle, brake, speed. Image paths are often absolute paths from the recording machine
+  (Windows ones included), so an image is found by its basename next to the CSV or in `IMG/`.
+  Only the centre camera is used, as in DroNet/FADNet.
+* The CDL/FADNet reference's per-silo `.npz`: `ground_truths` (N steering values) with either
+  `imgs` (N x H x W [x C] images) or `file_names` (N image paths, resolved like the CSV's).
+
+`load_silo` maps a silo id onto a data folder (see its docstring for the layouts it accepts).
+Every failure raises DataError naming the file, the line or the field.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path, PureWindowsPath
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from envs.driving_silos import SiloData
+from envs.errors import DataError
+
+UDACITY_COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "speed")
+
+
+def _resolve_image(raw: str, base: Path) -> Path:
+    name = PureWindowsPath(raw.strip()).name if "\\" in raw else Path(raw.strip()).name
+    for candidate in (Path(raw.strip()), base / name, base / "IMG" / name):
+        if candidate.is_file():
+            return candidate
+    raise DataError(f"{base}: image '{raw.strip()}' not found (looked for {name} next to the "
+                    f"log and in IMG/)")
+
+
+def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
+    """Read, resize to image_size x image_size and scale to [0, 1]; returns C x H x W float32."""
+    try:
+        with Image.open(path) as im:
+            im = im.convert("L" if channels == 1 else "RGB").resize((image_size, image_size))
+            a = np.asarray(im, dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError) as e:
+        raise DataError(f"{path}: not a readable image ({e})") from None
+    return a[None] if channels == 1 else np.transpose(a, (2, 0, 1))
+
+
+def read_udacity_log(csv_path: Path) -> list[tuple[str, float]]:
+    """(centre image path as written, steering) per row, validated."""
+    csv_path = Path(csv_path)
+    if not csv_path.is_file():
+        raise DataError(f"{csv_path}: driving log not found")
+    rows = []
+    with open(csv_path, newline="") as f:
+        for lineno, row in enumerate(csv.reader(f), start=1):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if lineno == 1 and row[0].strip().lower() == "center":
+                continue  # a header line, as in Udacity's sample data
+            if len(row) != len(UDACITY_COLUMNS):
+                raise DataError(f"{csv_path}:{lineno}: expected {len(UDACITY_COLUMNS)} columns "
+                                f"({', '.join(UDACITY_COLUMNS)}), got {len(row)}")
+            try:
+                steering = float(row[3])
+            except ValueError:
+                raise DataError(f"{csv_path}:{lineno}: field 'steering' is not a number: "
+                                f"{row[3].strip()!r}") from None
+            if not np.isfinite(steering):
+                raise DataError(f"{csv_path}:{lineno}: field 'steering' is not finite")
+            rows.append((row[0], steering))
+    if not rows:
+        raise DataError(f"{csv_path}: no rows")
+    return rows
+
+
+def load_udacity_log(csv_path: Path, image_size: int, channels: int = 1,
+                     rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+    """Centre-camera images and steering of (a slice of) a driving log."""
+    csv_path = Path(csv_path)
+    entries = read_udacity_log(csv_path)[rows]
+    x = np.stack([load_image(_resolve_image(p, csv_path.parent), image_size, channels)
+                  for p, _ in entries]) if entries else np.zeros((0, channels, image_size, image_size), np.float32)
+    y = np.array([s for _, s in entries], dtype=np.float32)
+    return x, y
+
+
+def load_npz(path: Path, image_size: int, channels: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A CDL-reference silo file: `ground_truths` plus `imgs` or `file_names`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        data = np.load(path, allow_pickle=False)
+        keys = set(data.files)
+    except Exception as e:  # zip/format errors come in many types
+        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    if "ground_truths" not in keys:
+        raise DataError(f"{path}: missing field 'ground_truths' (has: {sorted(keys)})")
+    y = np.asarray(data["ground_truths"], dtype=np.float32).reshape(-1)
+    if "imgs" in keys:
+        imgs = np.asarray(data["imgs"], dtype=np.float32)
+        if imgs.ndim == 3:
+            imgs = imgs[..., None]
+        if imgs.ndim != 4 or len(imgs) != len(y):
+            raise DataError(f"{path}: field 'imgs' has shape {imgs.shape}, expected N x H x W [x C] "
+                            f"with N = {len(y)}")
+        if imgs.max(initial=0) > 1.0:
+            imgs = imgs / 255.0
+        x = np.stack([_resize(im, image_size, channels) for im in imgs])
+    elif "file_names" in keys:
+        names = [str(n) for n in data["file_names"]]
+        if len(names) != len(y):
+            raise DataError(f"{path}: 'file_names' has {len(names)} entries, "
+                            f"'ground_truths' {len(y)}")
+        x = np.stack([load_image(_resolve_image(n, path.parent), image_size, channels)
+                      for n in names])
+    else:
+        raise DataError(f"{path}: needs field 'imgs' or 'file_names' (has: {sorted(keys)})")
+    if not np.all(np.isfinite(y)):
+        raise DataError(f"{path}: field 'ground_truths' has non-finite values")
+    return x.astype(np.float32), y
+
+
+def _resize(im: np.ndarray, size: int, channels: int) -> np.ndarray:
+    """H x W x C float image -> C x size x size."""
+    mode_in = im[..., 0] if im.shape[-1] == 1 else im
+    pil = Image.fromarray(np.uint8(np.clip(mode_in, 0, 1) * 255))
+    pil = pil.convert("L" if channels == 1 else "RGB").resize((size, size))
+    a = np.asarray(pil, dtype=np.float32) / 255.0
+    return a[None] if channels == 1 else np.transpose(a, (2, 0, 1))
+
+
+def load_silo(data_dir: Path, silo_id: int, num_silos: int, image_size: int, channels: int = 1,
+              test_fraction: float = 0.2) -> SiloData:
+    """The real data of one silo. Accepted layouts of `data_dir`:
+
+    * `driving_log.csv` (one recording shared by all silos): its rows are cut into `num_silos`
+      contiguous chunks in recording order (contiguous stretches of road are non-IID, as the
+      reference splits sequences between silos); each chunk's last `test_fraction` is its test set.
+    * `<silo_id>/train.npz` and `<silo_id>/test.npz` (the reference's per-silo files).
+    * `<silo_id>/driving_log.csv` (one recording per silo), split in time like the first case.
+    A deployed SuperNode can instead be given its own folder by node config (`data-dir`), in
+    which case it is the only silo of that folder: call with silo_id=0, num_silos=1.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(f"{data_dir}: data folder not found")
+    per_silo = data_dir / str(silo_id)
+    if (per_silo / "train.npz").is_file():
+        xtr, ytr = load_npz(per_silo / "train.npz", image_size, channels)
+        xte, yte = load_npz(per_silo / "test.npz", image_size, channels)
+        return SiloData(xtr, ytr, xte, yte)
+    if (per_silo / "driving_log.csv").is_file():
+        return _time_split(per_silo / "driving_log.csv", 0, 1, image_size, channels, test_fraction)
+    if (data_dir / "driving_log.csv").is_file():
+        return _time_split(data_dir / "driving_log.csv", silo_id, num_silos, image_size, channels,
+                           test_fraction)
+    raise DataError(f"{data_dir}: no driving_log.csv, {silo_id}/train.npz or "
+                    f"{silo_id}/driving_log.csv for silo {silo_id}")
+
+
+def _time_split(csv_path: Path, silo_id: int, num_silos: int, image_size: int, channels: int,
+                test_fraction: float) -> SiloData:
+    n = len(read_udacity_log(csv_path))
+    bounds = np.linspace(0, n, num_silos + 1).astype(int)
+    lo, hi = bounds[silo_id], bounds[silo_id + 1]
+    if hi - lo < 2:
+        raise DataError(f"{csv_path}: {n} rows are too few for {num_silos} silos")
+    cut = hi - max(1, int(round((hi - lo) * test_fraction)))
+    xtr, ytr = load_udacity_log(csv_path, image_size, channels, slice(lo, cut))
+    xte, yte = load_udacity_log(csv_path, image_size, channels, slice(cut, hi))
+    return SiloData(xtr, ytr, xte, yte)
+
+
+def validate_data_dir(data_dir: Path, num_silos: int) -> None:
+    """Check, without decoding images, that every silo finds its data (DataError if not)."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(f"{data_dir}: data folder not found")
+    for silo in range(num_silos):
+        per_silo = data_dir / str(silo)
+        if (per_silo / "train.npz").is_file():
+            for split in ("train", "test"):
+                _check_npz(per_silo / f"{split}.npz")
+        elif (per_silo / "driving_log.csv").is_file():
+            _check_log(per_silo / "driving_log.csv")
+        elif (data_dir / "driving_log.csv").is_file():
+            n = _check_log(data_dir / "driving_log.csv")
+            if n < 2 * num_silos:
+                raise DataError(f"{data_dir / 'driving_log.csv'}: {n} rows are too few for "
+                                f"{num_silos} silos")
+            return
+        else:
+            raise DataError(f"{data_dir}: no driving_log.csv, {silo}/train.npz or "
+                            f"{silo}/driving_log.csv for silo {silo}")
+
+
+def _check_log(csv_path: Path) -> int:
+    rows = read_udacity_log(csv_path)
+    for raw, _ in rows:
+        _resolve_image(raw, csv_path.parent)
+    return len(rows)
+
+
+def _check_npz(path: Path) -> None:
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        keys = set(np.load(path, allow_pickle=False).files)
+    except Exception as e:
+        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    if "ground_truths" not in keys or not keys & {"imgs", "file_names"}:
+        raise DataError(f"{path}: needs 'ground_truths' and 'imgs' or 'file_names' "
+                        f"(has: {sorted(keys)})")

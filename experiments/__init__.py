@@ -1,0 +1,1 @@
+"""Experiment scripts (one per paper table/figure) and plotting."""

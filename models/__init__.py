@@ -1,0 +1,1 @@
+"""Torch modules. Nothing here imports flwr: models are plain PyTorch."""

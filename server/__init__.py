@@ -1,0 +1,1 @@
+"""The ServerApp: reads the run config, runs the method, records results."""

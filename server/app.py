@@ -1,0 +1,21 @@
+"""The ServerApp (`flwr run .` and simulation.py both run this): dispatch on run config `method`."""
+from __future__ import annotations
+
+from logging import INFO
+
+from flwr.app import Context
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+
+from server import methods
+from server.config import merged
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = merged(dict(context.run_config))
+    name = str(cfg["method"])
+    log(INFO, "[fedembodied] method %s, %s rounds", name, cfg["num-server-rounds"])
+    methods.server_runner(name)(grid, cfg, name)

@@ -1,0 +1,63 @@
+"""The run config: defaults from pyproject.toml's [tool.flwr.app.config], overridden per run.
+
+`flwr run` already merges defaults and overrides into context.run_config; `merged` does the same
+for callers that do not go through it (Flower's deprecated run_simulation leaves run_config
+empty, tests call the apps directly). `check_overrides` is what the launcher uses to reject an
+unknown key or a value of the wrong type before anything starts.
+"""
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from flwr.common.config import flatten_dict, parse_config_args
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+class ConfigError(ValueError):
+    """A run-config key or value is wrong; the message names it."""
+
+
+@lru_cache(maxsize=1)
+def defaults() -> dict:
+    with open(PYPROJECT, "rb") as f:
+        return flatten_dict(tomllib.load(f)["tool"]["flwr"]["app"]["config"])
+
+
+def merged(run_config: dict | None) -> dict:
+    return {**defaults(), **(run_config or {})}
+
+
+def parse_overrides(text: str) -> dict:
+    """'k=v k2="s"' -> {k: v, k2: "s"} (Flower's own parser, so values mean what `flwr run`
+    makes of them)."""
+    if not text.strip():
+        return {}
+    try:
+        return parse_config_args([text])
+    except Exception as e:  # click.ClickException or TOML errors
+        raise ConfigError(f"--run-config: cannot parse {text!r} ({getattr(e, 'message', e)})") from None
+
+
+def check_overrides(overrides: dict) -> None:
+    known = defaults()
+    for key, value in overrides.items():
+        if key not in known:
+            close = [k for k in known if k.split(".")[-1] == key.split(".")[-1]]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"--run-config: unknown key {key!r}{hint}")
+        want = type(known[key])
+        ok = isinstance(value, want) or (want is float and isinstance(value, int)
+                                         and not isinstance(value, bool))
+        if not ok:
+            raise ConfigError(f"--run-config: {key!r} must be {want.__name__}, got {value!r}")
+
+
+def positive(cfg: dict, key: str, kind=int):
+    """cfg[key] as `kind`, > 0, or ConfigError naming the key."""
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise ConfigError(f"run config {key!r} must be a positive number, got {v!r}")
+    return kind(v)

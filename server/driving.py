@@ -1,0 +1,59 @@
+"""Server side of the driving methods (fedavg, fedprox): one global ResNet-8, screened FedAvg."""
+from __future__ import annotations
+
+import time
+from logging import INFO
+from pathlib import Path
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.common import log
+
+from models.resnet8 import ResNet8, count_parameters
+from models.state import shared_state
+from server.config import ConfigError, positive
+from server.recorder import Recorder
+from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
+
+
+def out_dir(cfg: dict, name: str) -> Path:
+    """cfg['out-dir'] or runs/<method>-<time> under the server's working directory."""
+    out = str(cfg.get("out-dir", "")) or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(out).resolve()
+
+
+def run(grid, cfg: dict, name: str) -> None:
+    rounds = positive(cfg, "num-server-rounds")
+    num_clients = positive(cfg, "num-clients")
+    fraction = float(cfg["fraction-train"])
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"run config 'fraction-train' must be in (0, 1], got {fraction}")
+    torch.manual_seed(int(cfg["seed"]))  # the initial global model is part of the experiment
+    model = ResNet8(positive(cfg, "driving.image-size"), positive(cfg, "driving.channels"))
+    recorder = Recorder(out_dir(cfg, name), cfg)
+    recorder.write_config(num_parameters=count_parameters(model))
+    common = dict(recorder=recorder, num_clients=num_clients, seed=int(cfg["seed"]),
+                  node_wait_s=float(cfg["node-wait-timeout"]), fraction_train=fraction,
+                  fraction_evaluate=1.0, min_train_nodes=1, min_evaluate_nodes=1)
+    if name == "fedprox":
+        strategy = ScreenedFedProx(proximal_mu=float(cfg["fedprox.proximal-mu"]), **common)
+    else:
+        strategy = ScreenedFedAvg(**common)
+
+    def end_of_round(server_round: int, arrays: ArrayRecord):
+        if server_round == 0:
+            return None
+        row = recorder.end_round(arrays)
+        log(INFO, "[fedembodied] round %d/%d  rmse=%.4f  mae=%.4f  silo_rmse_mean=%.4f  "
+            "train_loss=%.4f  clients=%d  wall=%.2fs", server_round, rounds,
+            row.get("rmse", float("nan")), row.get("mae", float("nan")),
+            row.get("silo_rmse_mean", float("nan")), row.get("train_loss", float("nan")),
+            row["n_clients"], row["wall_s"])
+        return None
+
+    log(INFO, "[fedembodied] %s: %d silos, ResNet-8 with %d parameters, results in %s",
+        name, num_clients, count_parameters(model), recorder.out)
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(shared_state(model)), num_rounds=rounds,
+                   timeout=float(cfg["round-timeout"]), train_config=ConfigRecord(),
+                   evaluate_fn=end_of_round)
+    log(INFO, "[fedembodied] done: %s", recorder.out)

@@ -1,0 +1,79 @@
+"""The results contract of every run (see DESIGN.md):
+
+DIR/config.json    the full run config, plus what the run adds (parameter count, ...)
+DIR/rounds.csv     one row per server round: round, stage, wall_s, n_clients, bytes_up,
+                   bytes_down, then the method's metrics
+DIR/clients.csv    one row per client per round: round, stage, node, partition, num_examples,
+                   train_loss, fit_s, status (ok | rejected: why | failed: why)
+DIR/checkpoints/   the global model after every round (torch state dict)
+
+Files are rewritten after every round, so an interrupted run keeps what it finished.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from flwr.app import ArrayRecord
+
+ROUND_COLUMNS = ["round", "stage", "wall_s", "n_clients", "bytes_up", "bytes_down"]
+CLIENT_COLUMNS = ["round", "stage", "node", "partition", "num_examples", "train_loss", "fit_s",
+                  "status"]
+
+
+class Recorder:
+    def __init__(self, out_dir: str | Path, config: dict, stage: str = "train"):
+        self.out = Path(out_dir)
+        (self.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        self.config = dict(config)
+        self.stage = stage
+        self.rounds: list[dict] = []
+        self.clients: list[dict] = []
+        self._round = 0
+        self._t0 = time.perf_counter()
+        self._up = self._down = 0
+        self._n_clients = 0
+        self._metrics: dict = {}
+        self.write_config()
+
+    def write_config(self, **extra) -> None:
+        self.config.update(extra)
+        (self.out / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True))
+
+    # ---- called by strategies during a round ------------------------------------------
+    def start_round(self, server_round: int) -> None:
+        self._round = server_round
+        self._t0 = time.perf_counter()
+        self._up = self._down = 0
+        self._n_clients = 0
+        self._metrics = {}
+
+    def add_metrics(self, metrics: dict) -> None:
+        self._metrics.update(metrics)
+
+    def add_bytes(self, up: int = 0, down: int = 0) -> None:
+        self._up += int(up)
+        self._down += int(down)
+
+    def add_client(self, **row) -> None:
+        self._n_clients += 1
+        self.clients.append({"round": self._round, "stage": self.stage, **row})
+
+    # ---- called by the server at the end of a round -----------------------------------
+    def end_round(self, arrays: ArrayRecord | None = None) -> dict:
+        """Write the round's row (metrics added by the strategy) and checkpoint the model."""
+        row = {"round": self._round, "stage": self.stage,
+               "wall_s": round(time.perf_counter() - self._t0, 4),
+               "n_clients": self._n_clients, "bytes_up": self._up, "bytes_down": self._down,
+               **self._metrics}
+        self.rounds.append(row)
+        pd.DataFrame(self.rounds).to_csv(self.out / "rounds.csv", index=False)
+        pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(self.out / "clients.csv",
+                                                                  index=False)
+        if arrays is not None:
+            torch.save(arrays.to_torch_state_dict(),
+                       self.out / "checkpoints" / f"round_{self._round:04d}.pt")
+        return row

@@ -1,0 +1,302 @@
+"""Run any method in Flower's simulation engine (Ray backend) on this machine.
+
+    python simulation.py <method> --rounds N --num-clients N --fraction F --seed S --out DIR
+                         [--num-cpus X --num-gpus Y] [--run-config "k=v ..."]
+
+This runs the same ServerApp and ClientApp as `flwr run .`, through Flower's supported path: it
+starts its own `flower-superlink --simulation` (no per-run dependency installation) on a free
+loopback port with a private FLWR_HOME, submits the app with `flwr run`, streams the progress,
+checks the run's final status with `flwr ls` (`flwr run` exits 0 even when the run failed),
+writes plots, and stops every process it started, Ray's included. Exit codes: 0 the run
+completed, 1 it failed, 2 bad input (one line naming the culprit).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+
+class BadInput(Exception):
+    """Reported as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        raise BadInput(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from server.methods import METHODS
+
+    lines = "\n".join(f"  {m.name:<10} {m.description}" for m in METHODS.values())
+    p = Parser(prog="simulation.py", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog=f"methods:\n{lines}")
+    p.add_argument("method", help="one of: " + ", ".join(METHODS))
+    p.add_argument("--rounds", type=int, default=None, help="server rounds (default: pyproject)")
+    p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")
+    p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--out", default=None, help="results folder (default runs/<method>-<time>)")
+    p.add_argument("--num-cpus", type=int, default=1, help="CPUs per ClientApp (default 1)")
+    p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per ClientApp (default 0)")
+    p.add_argument("--run-config", default="", help='extra run config, e.g. "driving.lr=0.05"')
+    p.add_argument("--timeout", type=float, default=6 * 3600, help="give up after (s)")
+    p.add_argument("--no-plots", action="store_true", help="do not write plots at the end")
+    p.add_argument("--verbose", action="store_true", help="show Flower's and Ray's full log")
+    return p
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)
+
+
+def resolve(args) -> tuple[dict, Path]:
+    """Validate flags and run config; returns (run-config overrides, out dir)."""
+    from server import methods
+    from server.config import ConfigError, check_overrides, defaults, parse_overrides
+
+    if args.method not in methods.METHODS:
+        raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
+    for flag, value, ok in [("--rounds", args.rounds, lambda v: v >= 1),
+                            ("--num-clients", args.num_clients, lambda v: v >= 1),
+                            ("--fraction", args.fraction, lambda v: 0 < v <= 1),
+                            ("--num-cpus", args.num_cpus, lambda v: v >= 1),
+                            ("--num-gpus", args.num_gpus, lambda v: v >= 0),
+                            ("--timeout", args.timeout, lambda v: v > 0)]:
+        if value is not None and not ok(value):
+            raise BadInput(f"bad value for {flag}: {value}")
+    try:
+        overrides = parse_overrides(args.run_config)
+        check_overrides(overrides)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
+    cfg = {**defaults(), **overrides}
+    flags = {"num-server-rounds": args.rounds, "num-clients": args.num_clients,
+             "fraction-train": args.fraction, "seed": args.seed}
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    cfg.update(overrides)
+    overrides["method"] = args.method
+    out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if (out / "rounds.csv").exists():
+        raise BadInput(f"--out {out} already holds a run (rounds.csv); choose another folder")
+    overrides["out-dir"] = str(out)
+    check_data(methods.get(args.method).domain, cfg)
+    return overrides, out
+
+
+def check_data(domain: str, cfg: dict) -> None:
+    """Fail before starting anything if the run's data folder is missing or malformed."""
+    from envs.errors import DataError
+
+    if domain == "driving" and cfg["driving.data-dir"]:
+        from envs.driving_logs import validate_data_dir
+        try:
+            validate_data_dir(Path(str(cfg["driving.data-dir"])), int(cfg["num-clients"]))
+        except DataError as e:
+            raise BadInput(f"driving.data-dir: {e}") from None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalSuperLink:
+    """A private simulation SuperLink, and the clean-up of everything it spawns."""
+
+    def __init__(self, verbose: bool):
+        self.home = Path(tempfile.mkdtemp(prefix="fedembodied-flwr-"))
+        self.port = free_port()
+        self.token = uuid.uuid4().hex
+        self.env = {**os.environ, "FLWR_HOME": str(self.home),
+                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "FLWR_TELEMETRY_ENABLED": "0",
+                    "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0",
+                    "FEDEMBODIED_RUN_TOKEN": self.token, "PYTHONWARNINGS": "ignore"}
+        (self.home / "config.toml").write_text(
+            '[superlink]\ndefault = "fedsim"\n\n[superlink.fedsim]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        self.log = open(self.home / "superlink.log", "w")
+        self.proc = subprocess.Popen(
+            [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--host", "127.0.0.1",
+             "--port", str(self.port), "--disable-runtime-dependency-installation"],
+            env=self.env, cwd=str(ROOT), stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"flower-superlink exited ({self.proc.returncode}); see "
+                                   f"{self.home / 'superlink.log'}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError("flower-superlink did not start within 60 s")
+
+    def flwr(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "flwr"), *args], env=self.env, cwd=str(ROOT),
+                              capture_output=True, text=True, **kw)
+
+    def stop(self) -> None:
+        """Stop the SuperLink's process group, then any process that carries our token."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        for _ in range(3):
+            left = processes_with_token(self.token)
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.5)
+        self.log.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Pids whose environment carries our run token (Ray's daemons leave our process group)."""
+    needle = f"FEDEMBODIED_RUN_TOKEN={token}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if needle in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:
+    res = link.flwr("ls", "fedsim", "--run-id", str(run_id), "--format", "json", timeout=60)
+    try:
+        runs = json.loads(res.stdout).get("runs", [])
+        return runs[0].get("status", "unknown"), runs[0].get("status-details", "")
+    except (json.JSONDecodeError, IndexError, AttributeError):
+        return "unknown", res.stdout + res.stderr
+
+
+def launch(args, overrides: dict, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    link = LocalSuperLink(args.verbose)
+    run_id = None
+    try:
+        level = "INFO" if args.verbose else "ERROR"
+        fed = " ".join([
+            f"num-supernodes={int(overrides.get('num-clients') or default('num-clients'))}",
+            f"client-resources-num-cpus={args.num_cpus}",
+            f"client-resources-num-gpus={args.num_gpus}",
+            f'init-args-logging-level="{level}"',
+            f"init-args-log-to-driver={toml_value(args.verbose)}"])
+        rc = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
+        started = link.flwr("run", str(ROOT), "fedsim", "--run-config", rc,
+                            "--federation-config", fed, "--format", "json", timeout=300)
+        try:
+            run_id = int(json.loads(started.stdout)["run-id"])
+        except (json.JSONDecodeError, KeyError, ValueError):
+            print(f"simulation.py: flwr run did not start the run:\n{started.stdout}{started.stderr}",
+                  file=sys.stderr)
+            return 1
+        print(f"run {run_id}: {overrides['method']}, results in {out}", flush=True)
+        follow(link, run_id, args)
+        status, details = wait_finished(link, run_id, args.timeout)
+        if status != "finished:completed":
+            print(f"simulation.py: run {run_id} ended with status {status}: {details}",
+                  file=sys.stderr)
+            return 1
+        run_id = None
+        return 0
+    except KeyboardInterrupt:
+        print("simulation.py: interrupted; stopping the run", file=sys.stderr)
+        return 130
+    finally:
+        if run_id is not None:
+            link.flwr("stop", str(run_id), "fedsim", timeout=60)
+        link.stop()
+
+
+def default(key: str):
+    from server.config import defaults
+    return defaults()[key]
+
+
+def follow(link: LocalSuperLink, run_id: int, args) -> None:
+    """Stream the run's log; show our per-round lines (everything with --verbose)."""
+    proc = subprocess.Popen([str(BIN / "flwr"), "log", str(run_id), "fedsim", "--stream"],
+                            env=link.env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + args.timeout
+    try:
+        for line in proc.stdout:
+            if args.verbose:
+                print(line, end="", flush=True)
+            elif "[fedembodied]" in line:
+                print(line.split("[fedembodied]", 1)[1].strip(), flush=True)
+            elif "ERROR" in line or "Exception" in line:
+                print(line.rstrip(), flush=True)
+            if time.monotonic() > deadline:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def wait_finished(link: LocalSuperLink, run_id: int, timeout: float) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, details = run_status(link, run_id)
+        if status.startswith("finished") or time.monotonic() > deadline:
+            return status, details
+        time.sleep(1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        overrides, out = resolve(args)
+    except BadInput as e:
+        print(f"simulation.py: error: {e}", file=sys.stderr)
+        return 2
+    code = launch(args, overrides, out)
+    if code == 0 and not args.no_plots:
+        from experiments.plot import plot_runs
+        plots = plot_runs([out], out / "plots")
+        print(f"results: {out}/rounds.csv, {out}/clients.csv, {out}/config.json")
+        print(f"plots:   {out / 'plots'} ({len(plots)} PNGs)")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Flower strategies (server-side aggregation). Built on flwr.serverapp.strategy."""

@@ -1,0 +1,48 @@
+"""Finding the federation's nodes and who they are.
+
+The server cannot read a node's node_config, so it asks each node once with a `query` message
+for its partition id. Waiting is bounded: with fewer nodes than expected the run fails with a
+clear message instead of waiting forever (FedAvg's own sampler would loop endlessly).
+"""
+from __future__ import annotations
+
+import time
+
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+
+class FederationError(RuntimeError):
+    """The federation does not have the nodes the run needs."""
+
+
+def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
+    """Node ids once `expected` nodes are connected; FederationError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ids = sorted(grid.get_node_ids())
+        if len(ids) >= expected:
+            return ids
+        if time.monotonic() > deadline:
+            raise FederationError(f"only {len(ids)} of the {expected} expected nodes connected "
+                                  f"within {timeout_s:.0f} s (run config 'num-clients')")
+        time.sleep(0.5)
+
+
+def query_partitions(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, int]:
+    """node id -> partition id, asked of every node once."""
+    msgs = [Message(RecordDict({"config": ConfigRecord({"ask": "identity"})}),
+                    dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids]
+    out: dict[int, int] = {}
+    for rep in grid.send_and_receive(msgs, timeout=timeout_s):
+        if rep.has_error():
+            raise FederationError(f"node {rep.metadata.src_node_id} failed the identity query: "
+                                  f"{rep.error.reason}")
+        out[rep.metadata.src_node_id] = int(rep.content["identity"]["partition-id"])
+    if len(out) != len(node_ids):
+        raise FederationError(f"{len(node_ids) - len(out)} nodes did not answer the identity query")
+    dup = len(set(out.values())) != len(out)
+    if dup:
+        raise FederationError(f"two nodes claim the same partition-id: {sorted(out.values())}; "
+                              "give each SuperNode its own --node-config partition-id")
+    return out

@@ -1,0 +1,143 @@
+"""FedAvg and FedProx (from flwr.serverapp.strategy) with what a study needs around them:
+
+* clients are sampled by partition id with a seeded RNG (node ids are random per run, so
+  Flower's own sampler cannot be made reproducible), and replies are aggregated in partition
+  order (float sums depend on order);
+* every update is screened (strategies.screening) and a bad one is left out of the round
+  instead of failing it;
+* the bytes of every array sent and received, and one row per client per round, go to the
+  recorder (server.recorder.Recorder);
+* evaluation runs on every silo's own test split; the pooled metrics are the example-weighted
+  ones, which equal RMSE/MAE on the union of the test splits, so no test data leaves a silo.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, FedProx
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from strategies.nodes import query_partitions, wait_for_nodes
+from strategies.screening import message_bytes, screen_update
+
+
+class ScreenedFedAvg(FedAvg):
+    def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
+                 **kwargs):
+        kwargs.setdefault("min_available_nodes", num_clients)
+        super().__init__(**kwargs)
+        self.recorder = recorder
+        self.num_clients = num_clients
+        self.seed = seed
+        self.node_wait_s = node_wait_s
+        self.partitions: dict[int, int] | None = None  # node id -> partition id
+        self.current: ArrayRecord | None = None
+
+    # ---- who is who -------------------------------------------------------------------
+    def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
+        if self.partitions is None:
+            ids = wait_for_nodes(grid, self.num_clients, self.node_wait_s)
+            self.partitions = query_partitions(grid, ids, self.node_wait_s)
+        return self.partitions
+
+    def sample(self, grid: Grid, server_round: int, fraction: float) -> list[int]:
+        """Node ids of a seeded sample of partitions, in partition order."""
+        parts = self._ensure_partitions(grid)
+        by_part = {p: n for n, p in parts.items()}
+        k = min(len(by_part), max(1, math.floor(len(by_part) * fraction + 1e-9)))
+        chosen = random.Random(self.seed * 100_003 + server_round).sample(sorted(by_part), k)
+        return [by_part[p] for p in sorted(chosen)]
+
+    def _extra_train_config(self) -> dict:
+        return {}
+
+    def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],
+                  message_type: str) -> list[Message]:
+        msgs = list(self._construct_messages(
+            RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config}),
+            node_ids, message_type))
+        self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
+        return msgs
+
+    # ---- training ---------------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self.recorder.start_round(server_round)
+        self.current = arrays
+        config = ConfigRecord({**dict(config), **self._extra_train_config(),
+                               "server-round": server_round})
+        node_ids = self.sample(grid, server_round, self.fraction_train)
+        return self._messages(arrays, config, node_ids, MessageType.TRAIN)
+
+    def _sorted(self, replies: Iterable[Message]) -> list[Message]:
+        parts = self.partitions or {}
+        return sorted(replies, key=lambda m: parts.get(m.metadata.src_node_id, -1))
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        accepted = []
+        for rep in self._sorted(replies):
+            problem = screen_update(rep, self.current, array_key=self.arrayrecord_key,
+                                    weight_key=self.weighted_by_key)
+            m = {} if rep.has_error() else dict(next(iter(rep.content.metric_records.values()),
+                                                     MetricRecord()))
+            if not rep.has_error():
+                self.recorder.add_bytes(up=message_bytes(rep))
+            self.recorder.add_client(
+                node=rep.metadata.src_node_id,
+                partition=(self.partitions or {}).get(rep.metadata.src_node_id, -1),
+                num_examples=m.get(self.weighted_by_key, 0), train_loss=m.get("train-loss"),
+                fit_s=m.get("fit-s"), status=problem or "ok")
+            if problem is None:
+                accepted.append(rep.content)
+        if not accepted:
+            return None, None  # the global model stays as it was
+        arrays = aggregate_arrayrecords(accepted, self.weighted_by_key)
+        n = [float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
+             for c in accepted]
+        loss = [float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
+                for c in accepted]
+        metrics = MetricRecord({"train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
+                                "n_accepted": len(accepted)})
+        self.recorder.add_metrics(dict(metrics))
+        return arrays, metrics
+
+    # ---- evaluation on every silo -----------------------------------------------------
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        config = ConfigRecord({**dict(config), "server-round": server_round})
+        node_ids = self.sample(grid, server_round, self.fraction_evaluate)
+        return self._messages(arrays, config, node_ids, MessageType.EVALUATE)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        rows = []
+        for rep in self._sorted(replies):
+            if rep.has_error():
+                continue
+            m = next(iter(rep.content.metric_records.values()))
+            rows.append((float(m["num-examples"]), float(m["mse"]), float(m["mae"])))
+        rows = [r for r in rows if r[0] > 0 and math.isfinite(r[1]) and math.isfinite(r[2])]
+        if not rows:
+            return None
+        n_total = sum(r[0] for r in rows)
+        metrics = MetricRecord({
+            "rmse": math.sqrt(sum(n * mse for n, mse, _ in rows) / n_total),
+            "mae": sum(n * mae for n, _, mae in rows) / n_total,
+            "silo_rmse_mean": sum(math.sqrt(mse) for _, mse, _ in rows) / len(rows),
+            "silo_mae_mean": sum(mae for _, _, mae in rows) / len(rows),
+            "n_eval_silos": len(rows),
+        })
+        self.recorder.add_metrics(dict(metrics))
+        return metrics
+
+
+class ScreenedFedProx(ScreenedFedAvg, FedProx):
+    """FedProx: FedAvg aggregation, clients add (mu/2)||w - w_global||^2 to their loss."""
+
+    def _extra_train_config(self) -> dict:
+        return {"proximal-mu": float(self.proximal_mu)}

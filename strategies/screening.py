@@ -1,0 +1,46 @@
+"""Screening of client updates before aggregation.
+
+An update is aggregated only if it carries exactly the arrays of the global model (same names,
+shapes and dtypes), every value is finite, and its example count is a positive finite number.
+Anything else is rejected with a reason, so one broken or malicious client cannot poison the
+global model or abort the round.
+"""
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import ArrayRecord, Message
+
+
+def message_bytes(msg: Message) -> int:
+    """Bytes of the arrays a message carries (counted from the serialized arrays themselves)."""
+    return sum(rec.count_bytes() for rec in msg.content.array_records.values())
+
+
+def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "arrays",
+                  weight_key: str = "num-examples") -> str | None:
+    """None if the reply is fit to aggregate, else why it is not."""
+    if reply.has_error():
+        return f"failed: {reply.error.reason}"
+    content = reply.content
+    if array_key not in content.array_records:
+        return f"rejected: no ArrayRecord '{array_key}'"
+    metrics = list(content.metric_records.values())
+    if len(metrics) != 1 or weight_key not in metrics[0]:
+        return f"rejected: no metric '{weight_key}'"
+    n = metrics[0][weight_key]
+    if not isinstance(n, (int, float)) or not np.isfinite(n) or n <= 0:
+        return f"rejected: bad '{weight_key}' {n!r}"
+    arrays = content.array_records[array_key]
+    if set(arrays.keys()) != set(reference.keys()):
+        missing = sorted(set(reference.keys()) - set(arrays.keys()))[:3]
+        extra = sorted(set(arrays.keys()) - set(reference.keys()))[:3]
+        return f"rejected: array names differ (missing {missing}, unexpected {extra})"
+    for name, ref in reference.items():
+        a = arrays[name]
+        if tuple(a.shape) != tuple(ref.shape) or a.dtype != ref.dtype:
+            return (f"rejected: '{name}' is {a.dtype}{list(a.shape)}, "
+                    f"expected {ref.dtype}{list(ref.shape)}")
+        values = a.numpy()
+        if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+            return f"rejected: '{name}' has NaN/Inf"
+    return None
