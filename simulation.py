@@ -98,6 +98,10 @@ def resolve(args) -> tuple[dict, Path]:
     if (out / "rounds.csv").exists():
         raise BadInput(f"--out {out} already holds a run (rounds.csv); choose another folder")
     overrides["out-dir"] = str(out)
+    try:
+        methods.server_module(args.method).check_config(cfg)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
     return overrides, out
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from functools import lru_cache
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 

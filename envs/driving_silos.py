@@ -68,6 +68,8 @@ def render_samples(profile: SiloProfile, n: int, image_size: int, channels: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """n images of this silo and their noisy steering labels."""
     c = np.clip(rng.normal(profile.curve_mean, profile.curve_sd, n), -MAX_CURVATURE, MAX_CURVATURE)
+    if n == 0:
+        return np.zeros((0, channels, image_size, image_size), np.float32), np.zeros(0, np.float32)
     x = np.stack([to_channels(render_road(ci, image_size, profile.style, rng,
                                           phase=rng.uniform(0, 6)), channels) for ci in c])
     y = steering_from_curvature(c) + rng.normal(0.0, profile.label_noise, n)

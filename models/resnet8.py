@@ -23,7 +23,7 @@ def feature_map_size(image_size: int) -> int:
     for _ in range(3):  # three stride-2 residual blocks
         s = _conv_out(s, 3, 2, 1)
     if s < 1:
-        raise ValueError(f"image size {image_size} is too small for ResNet-8 (need >= 24)")
+        raise ValueError(f"image size {image_size} is too small for ResNet-8 (need >= 5)")
     return s
 
 

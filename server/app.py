@@ -18,4 +18,4 @@ def main(grid: Grid, context: Context) -> None:
     cfg = merged(dict(context.run_config))
     name = str(cfg["method"])
     log(INFO, "[fedembodied] method %s, %s rounds", name, cfg["num-server-rounds"])
-    methods.server_runner(name)(grid, cfg, name)
+    methods.server_module(name).run(grid, cfg, name)

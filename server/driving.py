@@ -9,7 +9,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
-from models.resnet8 import ResNet8, count_parameters
+from models.resnet8 import ResNet8, count_parameters, feature_map_size
 from models.state import shared_state
 from server.config import ConfigError, positive
 from server.recorder import Recorder
@@ -22,14 +22,31 @@ def out_dir(cfg: dict, name: str) -> Path:
     return Path(out).resolve()
 
 
+def check_config(cfg: dict) -> None:
+    """ConfigError naming the key if a driving run cannot start with this config."""
+    for key in ("num-server-rounds", "num-clients", "driving.train-per-silo",
+                "driving.test-per-silo", "driving.local-epochs", "driving.batch-size"):
+        positive(cfg, key)
+    positive(cfg, "driving.lr", float)
+    if not 0 < float(cfg["fraction-train"]) <= 1:
+        raise ConfigError(f"run config 'fraction-train' must be in (0, 1], got {cfg['fraction-train']}")
+    if int(cfg["driving.channels"]) not in (1, 3):
+        raise ConfigError(f"run config 'driving.channels' must be 1 or 3, got {cfg['driving.channels']}")
+    try:
+        feature_map_size(int(cfg["driving.image-size"]))
+    except ValueError as e:
+        raise ConfigError(f"run config 'driving.image-size': {e}") from None
+    if float(cfg["fedprox.proximal-mu"]) < 0:
+        raise ConfigError("run config 'fedprox.proximal-mu' must be >= 0")
+
+
 def run(grid, cfg: dict, name: str) -> None:
-    rounds = positive(cfg, "num-server-rounds")
-    num_clients = positive(cfg, "num-clients")
+    check_config(cfg)
+    rounds = int(cfg["num-server-rounds"])
+    num_clients = int(cfg["num-clients"])
     fraction = float(cfg["fraction-train"])
-    if not 0 < fraction <= 1:
-        raise ConfigError(f"run config 'fraction-train' must be in (0, 1], got {fraction}")
     torch.manual_seed(int(cfg["seed"]))  # the initial global model is part of the experiment
-    model = ResNet8(positive(cfg, "driving.image-size"), positive(cfg, "driving.channels"))
+    model = ResNet8(int(cfg["driving.image-size"]), int(cfg["driving.channels"]))
     recorder = Recorder(out_dir(cfg, name), cfg)
     recorder.write_config(num_parameters=count_parameters(model))
     common = dict(recorder=recorder, num_clients=num_clients, seed=int(cfg["seed"]),

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 class Method:
     name: str
     description: str
-    server: str  # "module:function(grid, cfg, method_name)"
+    server: str  # module with run(grid, cfg, method_name) and check_config(cfg)
     client: str  # module with train(msg, ctx), evaluate(msg, ctx), query(msg, ctx)
     domain: str  # which data the method runs on ("driving", ...)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("fedavg", "FedAvg of a ResNet-8 steering regressor over non-IID driving silos",
-           "server.driving:run", "clients.driving", "driving"),
+           "server.driving", "clients.driving", "driving"),
     Method("fedprox", "FedProx (proximal term mu on the client) on the same driving silos",
-           "server.driving:run", "clients.driving", "driving"),
+           "server.driving", "clients.driving", "driving"),
 ]}
 
 
@@ -32,9 +32,9 @@ def get(name: str) -> Method:
     return METHODS[name]
 
 
-def server_runner(name: str):
-    module, fn = get(name).server.split(":")
-    return getattr(importlib.import_module(module), fn)
+def server_module(name: str):
+    """The module with `run(grid, cfg, name)` and `check_config(cfg)` for this method."""
+    return importlib.import_module(get(name).server)
 
 
 def client_handler(name: str):

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Start one SuperNode (one silo / house / party) of a deployed federation. Foreground.
+#   deploy/supernode.sh --superlink HOST:PORT --partition-id I --num-partitions N
+#       [--data-dir DIR] [--role alpha|beta] [--port 9094]
+#       [--tls CA_CERT --key PRIVATE_KEY]
+# The node's identity goes in its node config; the app reads partition-id / num-partitions, and
+# data-dir (this silo's own data folder) or role when given. --port is this node's local
+# Runtime API port and must differ between SuperNodes on one host.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${VENV:-$here/.venv}
+export PATH="$VENV/bin:$PATH" FLWR_TELEMETRY_ENABLED=0
+superlink=""; pid=""; num=""; data=""; role=""; port=9094; ca=""; key=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --superlink) superlink=$2; shift 2;;
+    --partition-id) pid=$2; shift 2;;
+    --num-partitions) num=$2; shift 2;;
+    --data-dir) data=$2; shift 2;;
+    --role) role=$2; shift 2;;
+    --port) port=$2; shift 2;;
+    --tls) ca=$2; shift 2;;
+    --key) key=$2; shift 2;;
+    *) echo "supernode.sh: unknown option $1" >&2; exit 2;;
+  esac
+done
+[ -n "$superlink" ] || { echo "supernode.sh: --superlink HOST:PORT is required" >&2; exit 2; }
+[[ "$pid" =~ ^[0-9]+$ ]] || { echo "supernode.sh: --partition-id must be an integer" >&2; exit 2; }
+[[ "$num" =~ ^[0-9]+$ ]] || { echo "supernode.sh: --num-partitions must be an integer" >&2; exit 2; }
+cfg="partition-id=$pid num-partitions=$num"
+[ -z "$data" ] || cfg="$cfg data-dir=\"$(cd "$data" && pwd)\""
+[ -z "$role" ] || cfg="$cfg role=\"$role\""
+if [ -n "$ca" ]; then
+  [ -n "$key" ] || { echo "supernode.sh: --tls needs --key (the node's registered EC key)" >&2; exit 2; }
+  exec flower-supernode --root-certificates "$ca" --auth-supernode-private-key "$key" \
+    --superlink "$superlink" --port "$port" --node-config "$cfg"
+fi
+exec flower-supernode --insecure --superlink "$superlink" --port "$port" --node-config "$cfg"

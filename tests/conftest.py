@@ -1,0 +1,42 @@
+"""Shared fixtures. Real data lives in ../shared/data beside the project (CI has it too)."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+UDACITY = SHARED_DATA / "driving" / "udacity_simulator_wyckliffe"
+PYTHON = sys.executable
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Flower refuses to build a Message outside a run (pitfall 6 in shared/docs/flower.md); unit
+# tests of handlers and strategies build messages directly, so give them a task identity.
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = 1
+
+
+@pytest.fixture
+def udacity_dir() -> Path:
+    if not (UDACITY / "driving_log.csv").is_file():
+        pytest.skip(f"real data not found at {UDACITY}")
+    return UDACITY
+
+
+def run_tokens_alive() -> list[int]:
+    """Pids of any process started by simulation.py (they carry its run token)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if b"FEDEMBODIED_RUN_TOKEN=" in (d / "environ").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out

@@ -1,0 +1,112 @@
+"""End to end on Flower's real engines: few and small, each costs tens of seconds."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pandas as pd
+
+from tests.conftest import PYTHON, ROOT, run_tokens_alive
+
+SMALL = ("driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
+         "driving.local-epochs=1")
+
+
+def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
+    out = tmp_path / "run"
+    res = subprocess.run(
+        [PYTHON, str(ROOT / "simulation.py"), "fedprox", "--rounds", "2", "--num-clients", "3",
+         "--seed", "1", "--out", str(out), "--run-config", SMALL + " faults.nan-partition=2"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "round 1/2" in res.stdout and "round 2/2" in res.stdout  # progress per round
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert list(rounds["round"]) == [1, 2]
+    assert (rounds["n_clients"] == 3).all() and (rounds["n_accepted"] == 2).all()
+    assert rounds["rmse"].notna().all() and (rounds["bytes_up"] > 0).all()
+    clients = pd.read_csv(out / "clients.csv")
+    assert len(clients) == 6
+    assert clients[clients.partition == 2].status.str.startswith("rejected").all()
+    assert (clients[clients.partition != 2].status == "ok").all()
+    # bytes up = what the three clients sent (two good, one poisoned, same size)
+    per_client = rounds.bytes_up.iloc[0] / 3
+    assert rounds.bytes_down.iloc[0] == 2 * rounds.bytes_up.iloc[0]  # train + evaluate down
+    assert per_client > 4 * 300_000  # float32 ResNet-8 arrays
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["method"] == "fedprox" and cfg["fedprox.proximal-mu"] == 0.01
+    assert len(list((out / "checkpoints").glob("round_*.pt"))) == 2
+    assert (out / "plots" / "rmse.png").is_file()
+    assert run_tokens_alive() == []  # no Flower or Ray process outlives the launcher
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_deployment_engine_superlink_and_two_supernodes(tmp_path):
+    env = {**os.environ, "VENV": str(ROOT / ".venv") if (ROOT / ".venv").is_dir()
+           else os.path.dirname(os.path.dirname(PYTHON))}
+    link_port = _free_port()
+    procs = []
+
+    def start(args, home, log):
+        procs.append(subprocess.Popen(
+            args, env={**env, "FLWR_HOME": str(tmp_path / home)}, cwd=ROOT,
+            stdout=open(tmp_path / log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
+
+    try:
+        start([str(ROOT / "deploy/superlink.sh"), "--host", "127.0.0.1", "--port",
+               str(link_port)], "link", "link.log")
+        for pid in (0, 1):
+            start([str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{link_port}",
+                   "--partition-id", str(pid), "--num-partitions", "2",
+                   "--port", str(_free_port())], f"sn{pid}", f"sn{pid}.log")
+        cli = {**env, "FLWR_HOME": str(tmp_path / "cli")}
+        subprocess.run([str(ROOT / "deploy/connection.sh"), "loop", f"127.0.0.1:{link_port}"],
+                       env=cli, check=True, capture_output=True)
+        flwr = os.path.join(os.path.dirname(PYTHON), "flwr")
+        out = tmp_path / "out"
+        for _ in range(60):  # the SuperLink needs a moment to listen
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", link_port)) == 0:
+                    break
+            time.sleep(0.5)
+        started = subprocess.run(
+            [flwr, "run", str(ROOT), "loop", "--format", "json", "--run-config",
+             f'num-server-rounds=2 num-clients=2 out-dir="{out}" {SMALL}'],
+            env=cli, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        run_id = json.loads(started.stdout)["run-id"]
+        status = "?"
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            ls = subprocess.run([flwr, "ls", "loop", "--run-id", str(run_id), "--format", "json"],
+                                env=cli, capture_output=True, text=True, timeout=60)
+            status = json.loads(ls.stdout)["runs"][0]["status"]
+            if status.startswith("finished"):
+                break
+            time.sleep(2)
+        assert status == "finished:completed", (tmp_path / "link.log").read_text()[-3000:]
+        rounds = pd.read_csv(out / "rounds.csv")
+        assert list(rounds["round"]) == [1, 2] and (rounds["n_clients"] == 2).all()
+        assert rounds["rmse"].notna().all()
+        clients = pd.read_csv(out / "clients.csv")
+        assert sorted(clients.partition.unique()) == [0, 1] and (clients.status == "ok").all()
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    leftover = subprocess.run(["pgrep", "-f", f"127.0.0.1:{link_port}"], capture_output=True,
+                              text=True).stdout.split()
+    assert leftover == [], f"processes still running: {leftover}"

@@ -1,0 +1,55 @@
+"""simulation.py rejects bad input with one line and exit code 2, before starting anything."""
+import subprocess
+
+import pytest
+
+from tests.conftest import PYTHON, ROOT
+
+
+def _run(*args, timeout=60):
+    return subprocess.run([PYTHON, str(ROOT / "simulation.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_help_lists_every_method_with_one_line():
+    from server.methods import METHODS
+
+    res = _run("--help")
+    assert res.returncode == 0
+    for name, m in METHODS.items():
+        assert f"{name}" in res.stdout and m.description[:30] in res.stdout
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["fedsgd"], "unknown method 'fedsgd'"),
+    (["fedavg", "--fraction", "1.5"], "--fraction"),
+    (["fedavg", "--rounds", "0"], "--rounds"),
+    (["fedavg", "--num-clients", "two"], "--num-clients"),
+    (["fedavg", "--run-config", "driving.lr=-1"], "'driving.lr'"),
+    (["fedavg", "--run-config", "lr=0.1"], "unknown key 'lr'"),
+    (["fedavg", "--run-config", 'driving.image-size="big"'], "'driving.image-size' must be int"),
+    (["fedavg", "--run-config", "driving.channels=2"], "'driving.channels'"),
+    (["fedavg", "--run-config", 'driving.data-dir="/no/such/dir"'], "/no/such/dir"),
+])
+def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
+    res = _run(*args, "--out", str(tmp_path / "out"))
+    assert res.returncode == 2, res.stderr
+    assert culprit in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # nothing was started or written
+
+
+def test_corrupt_data_file_is_named(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "driving_log.csv").write_text("a.jpg, b.jpg, c.jpg, not-a-number, 0, 0, 1\n")
+    res = _run("fedavg", "--run-config", f'driving.data-dir="{data}"')
+    assert res.returncode == 2
+    assert "driving_log.csv:1: field 'steering'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_existing_results_are_not_overwritten(tmp_path):
+    (tmp_path / "rounds.csv").write_text("round\n1\n")
+    res = _run("fedavg", "--out", str(tmp_path))
+    assert res.returncode == 2 and "already holds a run" in res.stderr
+    assert (tmp_path / "rounds.csv").read_text() == "round\n1\n"

@@ -1,0 +1,129 @@
+"""Screened FedAvg/FedProx without Ray: messages are built and answered by hand."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from server.recorder import Recorder
+from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
+from strategies.screening import message_bytes
+
+
+def _global():
+    return ArrayRecord({"w": Array(np.zeros((2, 3), np.float32)),
+                        "b": Array(np.zeros(3, np.float32))})
+
+
+def _strategy(tmp_path, cls=ScreenedFedAvg, n=4, fraction=1.0, **kw):
+    rec = Recorder(tmp_path, {"method": "test"})
+    s = cls(recorder=rec, num_clients=n, seed=0, fraction_train=fraction, **kw)
+    s.partitions = {1000 + p: p for p in range(n)}  # node id -> partition, as the query gives
+    return s, rec
+
+
+def _reply(msg, arrays, n=10, loss=0.5):
+    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(
+        {"num-examples": n, "train-loss": loss, "fit-s": 0.1})}), reply_to=msg)
+
+
+def test_bad_updates_are_rejected_and_the_round_completes(tmp_path):
+    s, rec = _strategy(tmp_path)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    assert [m.metadata.dst_node_id for m in msgs] == [1000, 1001, 1002, 1003]
+    good = ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
+                        "b": Array(np.full(3, 2, np.float32))})
+    nan = ArrayRecord({"w": Array(np.full((2, 3), np.nan, np.float32)),
+                       "b": Array(np.zeros(3, np.float32))})
+    shape = ArrayRecord({"w": Array(np.ones((3, 2), np.float32)),
+                         "b": Array(np.zeros(3, np.float32))})
+    inf = ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
+                       "b": Array(np.array([1, np.inf, 0], np.float32))})
+    replies = [_reply(msgs[3], inf), _reply(msgs[0], good, n=30), _reply(msgs[2], shape),
+               _reply(msgs[1], nan)]
+    arrays, metrics = s.aggregate_train(1, replies)
+    assert np.array_equal(arrays["w"].numpy(), np.ones((2, 3)))  # only the good one counted
+    assert metrics["n_accepted"] == 1
+    rec.end_round(arrays)
+    clients = pd.read_csv(tmp_path / "clients.csv")
+    status = dict(zip(clients.partition, clients.status))
+    assert status[0] == "ok"
+    assert status[1].startswith("rejected") and "NaN" in status[1]
+    assert status[2].startswith("rejected") and "[3, 2]" in status[2]
+    assert status[3].startswith("rejected") and "NaN/Inf" in status[3]
+    assert list(clients.partition) == [0, 1, 2, 3]  # replies sorted by partition
+
+
+def test_all_rejected_keeps_global_model(tmp_path):
+    s, _ = _strategy(tmp_path, n=1)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    bad = ArrayRecord({"w": Array(np.ones((2, 3), np.float32))})  # missing "b"
+    arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], bad)])
+    assert arrays is None and metrics is None
+
+
+def test_weighted_average_and_bytes_counted_from_sent_arrays(tmp_path):
+    s, rec = _strategy(tmp_path, n=2)
+    glob = _global()
+    msgs = list(s.configure_train(1, glob, ConfigRecord(), grid=None))
+    ups = [ArrayRecord({"w": Array(np.full((2, 3), v, np.float32)),
+                        "b": Array(np.full(3, v, np.float32))}) for v in (1.0, 4.0)]
+    replies = [_reply(msgs[0], ups[0], n=20, loss=1.0), _reply(msgs[1], ups[1], n=10, loss=4.0)]
+    arrays, metrics = s.aggregate_train(1, replies)
+    assert np.allclose(arrays["w"].numpy(), 2.0)  # (20*1 + 10*4) / 30
+    assert math.isclose(metrics["train_loss"], 2.0)
+    row = rec.end_round(arrays)
+    assert row["bytes_down"] == 2 * glob.count_bytes() == sum(message_bytes(m) for m in msgs)
+    assert row["bytes_up"] == sum(u.count_bytes() for u in ups)
+    assert row["n_clients"] == 2
+
+
+def test_sampling_is_seeded_by_partition(tmp_path):
+    s, _ = _strategy(tmp_path, n=10, fraction=0.3)
+    parts = [[s.partitions[n] for n in s.sample(None, r, 0.3)] for r in (1, 2, 1)]
+    assert len(parts[0]) == 3 and parts[0] == parts[2] and parts[0] != parts[1]
+    assert parts[0] == sorted(parts[0])
+
+
+def test_fedprox_sends_mu_and_evaluation_pools_by_examples(tmp_path):
+    s, rec = _strategy(tmp_path, cls=ScreenedFedProx, n=2, proximal_mu=0.25)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    assert msgs[0].content["config"]["proximal-mu"] == 0.25
+    evals = list(s.configure_evaluate(1, _global(), ConfigRecord(), grid=None))
+    replies = [Message(RecordDict({"metrics": MetricRecord(
+        {"num-examples": n, "mse": mse, "mae": mae})}), reply_to=m)
+        for m, n, mse, mae in zip(evals, (10, 30), (0.04, 0.16), (0.1, 0.3))]
+    m = s.aggregate_evaluate(1, replies)
+    assert math.isclose(m["rmse"], math.sqrt((10 * 0.04 + 30 * 0.16) / 40))
+    assert math.isclose(m["mae"], (10 * 0.1 + 30 * 0.3) / 40)
+    assert math.isclose(m["silo_rmse_mean"], (0.2 + 0.4) / 2)
+    assert math.isclose(m["silo_mae_mean"], 0.2)
+
+
+def test_recorder_writes_contract_and_checkpoint(tmp_path):
+    import torch
+
+    s, rec = _strategy(tmp_path, n=1)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    arrays, _ = s.aggregate_train(1, [_reply(msgs[0], _global())])
+    rec.end_round(arrays)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert list(rounds.columns[:6]) == ["round", "stage", "wall_s", "n_clients", "bytes_up",
+                                        "bytes_down"]
+    assert list(pd.read_csv(tmp_path / "clients.csv").columns) == [
+        "round", "stage", "node", "partition", "num_examples", "train_loss", "fit_s", "status"]
+    state = torch.load(tmp_path / "checkpoints" / "round_0001.pt")
+    assert set(state) == {"w", "b"}
+    assert (tmp_path / "config.json").read_text().startswith("{")
+
+
+def test_missing_nodes_fail_instead_of_hanging():
+    from strategies.nodes import FederationError, wait_for_nodes
+
+    class Grid:
+        def get_node_ids(self):
+            return [1, 2]
+
+    with pytest.raises(FederationError, match="only 2 of the 4"):
+        wait_for_nodes(Grid(), 4, timeout_s=0.1)
