@@ -21,7 +21,7 @@ from models.state import load_shared_state, shared_state
 from server.config import merged
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=32)
 def _silo_data(data_dir: str, silo: int, num_silos: int, seed: int, n_train: int, n_test: int,
                image_size: int, channels: int) -> SiloData:
     if data_dir:

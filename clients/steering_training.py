@@ -28,7 +28,7 @@ def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: in
             if len(idx) < 2:  # BatchNorm needs two samples
                 continue
             loss = nn.functional.mse_loss(model(xt[idx]), yt[idx])
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
             count += len(idx)
             if anchor is not None:
                 prox = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
