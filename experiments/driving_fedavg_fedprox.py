@@ -7,6 +7,8 @@ reports per method: the RMSE/MAE reached, and the overhead ratio = median over r
 round's wall time divided by the sum of its clients' local training time (fit_s), both measured
 in the same run. With 2 ClientApps in parallel on 2 cores a ratio below 1 is possible; above 1
 it is what orchestration, evaluation and data loading cost on top of training.
+For scale it also trains one model centrally on the pooled data (as many epochs as a client
+trains in the whole run) and scores the constant predictor.
 Writes experiments/results/driving_fedavg_fedprox.csv (summary), _rounds.csv (per round) and
 .png (RMSE per round).
 """
@@ -39,6 +41,40 @@ def run_one(method: str, seed: int, args, out: Path) -> Path:
     return run_dir
 
 
+def centralized_reference(args, seed: int) -> dict:
+    """The yardsticks, on the same silos: one model trained on the pooled training data of all
+    silos for as many epochs as a client trains in the whole federated run (no privacy), and
+    the constant predictor (the pooled training mean)."""
+    import numpy as np
+    import torch
+
+    from clients.steering_training import evaluate_steering, train_steering
+    from envs.driving_silos import make_silo
+    from models.resnet8 import ResNet8
+    from server.config import defaults, parse_overrides
+
+    cfg = {**defaults(), **parse_overrides(args.run_config)}
+    size, ch = int(cfg["driving.image-size"]), int(cfg["driving.channels"])
+    silos = [make_silo(i, seed, int(cfg["driving.train-per-silo"]),
+                       int(cfg["driving.test-per-silo"]), size, ch)
+             for i in range(args.num_clients)]
+    x = np.concatenate([s.x_train for s in silos])
+    y = np.concatenate([s.y_train for s in silos])
+    xt = np.concatenate([s.x_test for s in silos])
+    yt = np.concatenate([s.y_test for s in silos])
+    torch.manual_seed(seed)
+    torch.set_num_threads(2)
+    model = ResNet8(size, ch)
+    epochs = args.rounds * int(cfg["driving.local-epochs"])
+    train_steering(model, x, y, epochs=epochs, lr=float(cfg["driving.lr"]),
+                   batch_size=int(cfg["driving.batch-size"]), seed=seed)
+    mse, mae = evaluate_steering(model, xt, yt)
+    const = float(y.mean())
+    return {"seed": seed, "centralized_rmse": float(np.sqrt(mse)), "centralized_mae": mae,
+            "constant_rmse": float(np.sqrt(np.mean((yt - const) ** 2))),
+            "constant_mae": float(np.mean(np.abs(yt - const))), "centralized_epochs": epochs}
+
+
 def per_round(run_dir: Path, method: str, seed: int) -> pd.DataFrame:
     rounds = pd.read_csv(run_dir / "rounds.csv")
     clients = pd.read_csv(run_dir / "clients.csv")
@@ -68,6 +104,8 @@ def main(argv=None) -> int:
                 run_one(method, seed, args, args.work)
             frames.append(per_round(run_dir, method, seed))
     rounds = pd.concat(frames, ignore_index=True)
+    refs = pd.DataFrame([centralized_reference(args, seed) for seed in args.seeds])
+    print(refs.to_string(index=False), flush=True)
     last = rounds[rounds["round"] == rounds["round"].max()]
     summary = last.groupby("method").agg(
         rmse=("rmse", "mean"), rmse_sd=("rmse", "std"), mae=("mae", "mean"),
@@ -79,6 +117,13 @@ def main(argv=None) -> int:
     summary["overhead_ratio"] = summary["median_wall_s"] / summary["median_sum_fit_s"]
     first = rounds[rounds["round"] == 1].groupby("method")["wall_s"].median()
     summary = summary.merge(first.rename("round1_wall_s"), on="method")
+    ref_rows = pd.DataFrame([
+        {"method": f"centralized ({int(refs.centralized_epochs.iloc[0])} epochs, pooled data)",
+         "rmse": refs.centralized_rmse.mean(), "rmse_sd": refs.centralized_rmse.std(),
+         "mae": refs.centralized_mae.mean()},
+        {"method": "constant (pooled train mean)", "rmse": refs.constant_rmse.mean(),
+         "rmse_sd": refs.constant_rmse.std(), "mae": refs.constant_mae.mean()}])
+    summary = pd.concat([summary, ref_rows], ignore_index=True)
     summary.insert(1, "rounds", args.rounds)
     summary.insert(2, "silos", args.num_clients)
     summary.insert(3, "seeds", len(args.seeds))
@@ -89,6 +134,9 @@ def main(argv=None) -> int:
     for method, part in rounds.groupby("method"):
         m = part.groupby("round")["rmse"].agg(["mean", "std"]).fillna(0)
         ax.errorbar(m.index, m["mean"], yerr=m["std"], marker="o", capsize=3, label=method)
+    for label, value, style in [("centralized", refs.centralized_rmse.mean(), "--"),
+                                ("constant", refs.constant_rmse.mean(), ":")]:
+        ax.axhline(value, color="grey", linestyle=style, label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("RMSE, pooled test set of all silos")
     ax.set_title(f"{args.num_clients} non-IID driving silos")

@@ -25,6 +25,10 @@ from strategies.nodes import query_partitions, wait_for_nodes
 from strategies.screening import message_bytes, screen_update
 
 
+class ClientsFailed(RuntimeError):
+    """No client of a round could train (e.g. all lack their data): the run cannot go on."""
+
+
 class ScreenedFedAvg(FedAvg):
     def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
                  **kwargs):
@@ -80,7 +84,11 @@ class ScreenedFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         accepted = []
-        for rep in self._sorted(replies):
+        replies = self._sorted(replies)
+        if replies and all(rep.has_error() for rep in replies):
+            raise ClientsFailed(f"every client failed in round {server_round}; first: "
+                                f"{replies[0].error.reason}")
+        for rep in replies:
             problem = screen_update(rep, self.current, array_key=self.arrayrecord_key,
                                     weight_key=self.weighted_by_key)
             m = {} if rep.has_error() else dict(next(iter(rep.content.metric_records.values()),

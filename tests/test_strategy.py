@@ -63,6 +63,23 @@ def test_all_rejected_keeps_global_model(tmp_path):
     assert arrays is None and metrics is None
 
 
+def test_a_round_where_every_client_failed_stops_the_run(tmp_path):
+    from flwr.app import Error
+
+    from strategies.screened_fedavg import ClientsFailed
+
+    s, _ = _strategy(tmp_path, n=2)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    errors = [Message(Error(code=0, reason="DataError: x.jpg not readable"), reply_to=m)
+              for m in msgs]
+    with pytest.raises(ClientsFailed, match="x.jpg not readable"):
+        s.aggregate_train(1, errors)
+    # one failure among good replies is only recorded
+    good = _reply(msgs[0], _global())
+    arrays, _ = s.aggregate_train(1, [good, errors[1]])
+    assert arrays is not None
+
+
 def test_weighted_average_and_bytes_counted_from_sent_arrays(tmp_path):
     s, rec = _strategy(tmp_path, n=2)
     glob = _global()
