@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", default=None, help="results folder (default runs/<method>-<time>)")
+    p.add_argument("--topology", default=None,
+                   help="peer topology: ring, complete, <graph>-ring, <graph>-mst (e.g. gaia-ring); "
+                        "a graph's topology fixes the number of silos")
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs per ClientApp (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per ClientApp (default 0)")
     p.add_argument("--run-config", default="", help='extra run config, e.g. "driving.lr=0.05"')
@@ -90,9 +93,10 @@ def resolve(args) -> tuple[dict, Path]:
         raise BadInput(str(e)) from None
     cfg = {**defaults(), **overrides}
     flags = {"num-server-rounds": args.rounds, "num-clients": args.num_clients,
-             "fraction-train": args.fraction, "seed": args.seed}
+             "fraction-train": args.fraction, "seed": args.seed, "topology": args.topology}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     cfg.update(overrides)
+    silos_from_graph(args, cfg, overrides)
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (out / "rounds.csv").exists():
@@ -104,6 +108,22 @@ def resolve(args) -> tuple[dict, Path]:
         raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
     return overrides, out
+
+
+def silos_from_graph(args, cfg: dict, overrides: dict) -> None:
+    """A GML topology fixes the number of silos; --num-clients may only agree with it."""
+    from strategies.topology import TopologyError, num_silos_of
+
+    try:
+        n = num_silos_of(str(cfg["topology"]), str(cfg["topology-dir"]) or None)
+    except TopologyError as e:
+        raise BadInput(f"--topology: {e}") from None
+    if n is None:
+        return
+    if args.num_clients is not None and args.num_clients != n:
+        raise BadInput(f"--num-clients {args.num_clients} contradicts --topology "
+                       f"{cfg['topology']} ({n} silos)")
+    overrides["num-clients"] = cfg["num-clients"] = n
 
 
 def check_data(domain: str, cfg: dict) -> None:
@@ -127,7 +147,7 @@ def free_port() -> int:
 class LocalSuperLink:
     """A private simulation SuperLink, and the clean-up of everything it spawns."""
 
-    def __init__(self, verbose: bool):
+    def __init__(self):
         self.home = Path(tempfile.mkdtemp(prefix="fedembodied-flwr-"))
         self.port = free_port()
         self.token = uuid.uuid4().hex
@@ -214,7 +234,7 @@ def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:
 
 def launch(args, overrides: dict, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    link = LocalSuperLink(args.verbose)
+    link = LocalSuperLink()
     run_id = None
     try:
         level = "INFO" if args.verbose else "ERROR"

@@ -41,10 +41,33 @@ def silo_data(context: Context) -> SiloData:
                       int(cfg["driving.channels"]))
 
 
-def _model(msg: Message, cfg: dict) -> ResNet8:
+def build_model(cfg: dict, state: dict | None = None) -> ResNet8:
+    """A ResNet-8 for this run's input size, loaded with `state` (keys of other networks, such
+    as a CDL sub-network's `sub.*`, are ignored)."""
     model = ResNet8(int(cfg["driving.image-size"]), int(cfg["driving.channels"]))
-    load_shared_state(model, msg.content["arrays"].to_torch_state_dict())
+    if state is not None:
+        load_shared_state(model, {k: v for k, v in state.items() if not k.startswith("sub.")})
     return model
+
+
+def models_in(arrays: ArrayRecord) -> list[dict]:
+    """The state dicts a message carries: one, or several named `m<k>/<array>` in k order."""
+    state = arrays.to_torch_state_dict()
+    if not any("/" in k for k in state):
+        return [state]
+    groups: dict[int, dict] = {}
+    for key, value in state.items():
+        prefix, name = key.split("/", 1)
+        groups.setdefault(int(prefix[1:]), {})[name] = value
+    return [groups[k] for k in sorted(groups)]
+
+
+def inject_fault(state: dict, pid: int, cfg: dict) -> dict:
+    """Robustness studies: the partition named by `faults.nan-partition` sends NaN weights."""
+    if pid == int(cfg["faults.nan-partition"]):
+        first = next(iter(state))
+        state[first] = torch.full_like(state[first], float("nan"))
+    return state
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -54,7 +77,7 @@ def train(msg: Message, context: Context) -> Message:
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
     torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)  # actors are shared by nodes
     data = silo_data(context)
-    model = _model(msg, cfg)
+    model = build_model(cfg, msg.content["arrays"].to_torch_state_dict())
     t0 = time.perf_counter()
     loss = train_steering(model, data.x_train, data.y_train,
                           epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
@@ -62,10 +85,7 @@ def train(msg: Message, context: Context) -> Message:
                           seed=int(cfg["seed"]) + 1000 * rnd + pid,
                           proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
     fit_s = time.perf_counter() - t0
-    state = shared_state(model)
-    if pid == int(cfg["faults.nan-partition"]):  # fault injection for robustness studies
-        first = next(iter(state))
-        state[first] = torch.full_like(state[first], float("nan"))
+    state = inject_fault(shared_state(model), pid, cfg)
     return Message(RecordDict({
         "arrays": ArrayRecord(state),
         "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": loss,
@@ -73,9 +93,15 @@ def train(msg: Message, context: Context) -> Message:
 
 
 def evaluate(msg: Message, context: Context) -> Message:
+    """Errors of the model (or of each of several models) on this silo's test split."""
     cfg = merged(dict(context.run_config))
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
     data = silo_data(context)
-    mse, mae = evaluate_steering(_model(msg, cfg), data.x_test, data.y_test)
+    states = models_in(msg.content["arrays"])
+    errors = [evaluate_steering(build_model(cfg, s), data.x_test, data.y_test) for s in states]
+    if len(states) == 1:
+        metrics = {"mse": errors[0][0], "mae": errors[0][1]}
+    else:
+        metrics = {"mse": [e[0] for e in errors], "mae": [e[1] for e in errors]}
     return Message(RecordDict({"metrics": MetricRecord(
-        {"num-examples": len(data.y_test), "mse": mse, "mae": mae})}), reply_to=msg)
+        {"num-examples": len(data.y_test), **metrics})}), reply_to=msg)

@@ -10,18 +10,26 @@ import torch
 from torch import nn
 
 
+def device() -> torch.device:
+    """The GPU when this process was given one (Ray hides GPUs from ClientApps given none)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float,
                    batch_size: int, seed: int, proximal_mu: float = 0.0,
                    momentum: float = 0.9) -> float:
-    """Run `epochs` of minibatch SGD on MSE; returns the mean training MSE of the last epoch."""
+    """Run `epochs` of minibatch SGD on MSE; returns the mean training MSE of the last epoch.
+    The model is trained on device() and left there."""
     g = torch.Generator().manual_seed(seed)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    dev = device()
+    model.to(dev)
+    xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     model.train()
     last = float("nan")
     for _ in range(epochs):
-        perm = torch.randperm(len(xt), generator=g)
+        perm = torch.randperm(len(xt), generator=g).to(dev)
         total, count = 0.0, 0
         for i in range(0, len(xt), batch_size):
             idx = perm[i:i + batch_size]
@@ -44,7 +52,9 @@ def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: in
 def evaluate_steering(model: nn.Module, x: np.ndarray, y: np.ndarray,
                       batch_size: int = 256) -> tuple[float, float]:
     """(MSE, MAE) of the model's steering on (x, y)."""
-    model.eval()
-    preds = [model(torch.from_numpy(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
+    dev = device()
+    model.to(dev).eval()
+    preds = [model(torch.from_numpy(x[i:i + batch_size]).to(dev)).cpu()
+             for i in range(0, len(x), batch_size)]
     err = torch.cat(preds).numpy() - y if preds else np.zeros(0)
     return float(np.mean(err**2)), float(np.mean(np.abs(err)))

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+
 import torch
 from torch import nn
 
 
 def shared_state(model: nn.Module) -> OrderedDict[str, torch.Tensor]:
-    return OrderedDict((k, v.detach().clone()) for k, v in model.state_dict().items()
+    """The arrays to send, on the CPU."""
+    return OrderedDict((k, v.detach().cpu().clone()) for k, v in model.state_dict().items()
                        if not k.endswith("num_batches_tracked"))
 
 
@@ -25,3 +27,16 @@ def load_shared_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     if missing or unexpected:
         raise KeyError(f"model arrays do not match: missing {missing[:3]}, unexpected "
                        f"{unexpected[:3]}")
+
+
+def initial_state(image_size: int, channels: int, seed: int, with_sub: bool = False
+                  ) -> OrderedDict[str, torch.Tensor]:
+    """The common starting model of every driving method (seeded, so runs compare), plus a copy
+    under `sub.` when a method also mixes a CDL sub-network (its reference variant)."""
+    from models.resnet8 import ResNet8
+
+    torch.manual_seed(seed)
+    state = shared_state(ResNet8(image_size, channels))
+    if with_sub:
+        state.update({f"sub.{k}": v.clone() for k, v in list(state.items())})
+    return state

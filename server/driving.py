@@ -1,4 +1,5 @@
-"""Server side of the driving methods (fedavg, fedprox): one global ResNet-8, screened FedAvg."""
+"""Server side of the server-based driving methods: one global model aggregated by screened
+FedAvg: `fedavg`, `fedprox`, and `cdl-sfl` (CDL clients under a FedAvg server)."""
 from __future__ import annotations
 
 import time
@@ -10,7 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
 from models.resnet8 import ResNet8, count_parameters, feature_map_size
-from models.state import shared_state
+from models.state import initial_state
 from server.config import ConfigError, positive
 from server.recorder import Recorder
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
@@ -38,6 +39,11 @@ def check_config(cfg: dict) -> None:
         raise ConfigError(f"run config 'driving.image-size': {e}") from None
     if float(cfg["fedprox.proximal-mu"]) < 0:
         raise ConfigError("run config 'fedprox.proximal-mu' must be >= 0")
+    if str(cfg["cdl.variant"]) not in ("paper", "reference"):
+        raise ConfigError(f"run config 'cdl.variant' must be paper or reference, "
+                          f"got {cfg['cdl.variant']!r}")
+    if not 0 <= float(cfg["cdl.beta"]) <= 1:
+        raise ConfigError(f"run config 'cdl.beta' must be in [0, 1], got {cfg['cdl.beta']}")
 
 
 def run(grid, cfg: dict, name: str) -> None:
@@ -45,7 +51,6 @@ def run(grid, cfg: dict, name: str) -> None:
     rounds = int(cfg["num-server-rounds"])
     num_clients = int(cfg["num-clients"])
     fraction = float(cfg["fraction-train"])
-    torch.manual_seed(int(cfg["seed"]))  # the initial global model is part of the experiment
     model = ResNet8(int(cfg["driving.image-size"]), int(cfg["driving.channels"]))
     recorder = Recorder(out_dir(cfg, name), cfg)
     recorder.write_config(num_parameters=count_parameters(model))
@@ -70,7 +75,10 @@ def run(grid, cfg: dict, name: str) -> None:
 
     log(INFO, "[fedembodied] %s: %d silos, ResNet-8 with %d parameters, results in %s",
         name, num_clients, count_parameters(model), recorder.out)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(shared_state(model)), num_rounds=rounds,
+    initial = ArrayRecord(initial_state(
+        int(cfg["driving.image-size"]), int(cfg["driving.channels"]), int(cfg["seed"]),
+        with_sub=name == "cdl-sfl" and cfg["cdl.variant"] == "reference"))
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds,
                    timeout=float(cfg["round-timeout"]), train_config=ConfigRecord(),
                    evaluate_fn=end_of_round)
     log(INFO, "[fedembodied] done: %s", recorder.out)

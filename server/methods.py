@@ -23,6 +23,12 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "server.driving", "clients.driving", "driving"),
     Method("fedprox", "FedProx (proximal term mu on the client) on the same driving silos",
            "server.driving", "clients.driving", "driving"),
+    Method("gossip", "decentralized ResNet-8 on a peer topology, server as relay (DroNet DFL)",
+           "server.decentralized", "clients.driving", "driving"),
+    Method("cdl", "CDL: Siamese backbone/sub-network, contrastive-divergence loss, peer topology",
+           "server.decentralized", "clients.cdl", "driving"),
+    Method("cdl-sfl", "CDL clients under a FedAvg server (CDL SFL)",
+           "server.driving", "clients.cdl", "driving"),
 ]}
 
 

@@ -5,7 +5,9 @@ DIR/rounds.csv     one row per server round: round, stage, wall_s, n_clients, by
                    bytes_down, then the method's metrics
 DIR/clients.csv    one row per client per round: round, stage, node, partition, num_examples,
                    train_loss, fit_s, status (ok | rejected: why | failed: why)
-DIR/checkpoints/   the global model after every round (torch state dict)
+DIR/silos.csv      decentralized methods: per silo per round, its model's RMSE/MAE on its own
+                   test split and on the pooled test set
+DIR/checkpoints/   the global model (decentralized: the silos' average) after every round
 
 Files are rewritten after every round, so an interrupted run keeps what it finished.
 """
@@ -37,6 +39,7 @@ class Recorder:
         self._up = self._down = 0
         self._n_clients = 0
         self._metrics: dict = {}
+        self.silos: list[dict] = []
         self.write_config()
 
     def write_config(self, **extra) -> None:
@@ -62,6 +65,10 @@ class Recorder:
         self._n_clients += 1
         self.clients.append({"round": self._round, "stage": self.stage, **row})
 
+    def add_silo_rows(self, rows: list[dict]) -> None:
+        """Per-silo evaluation rows (decentralized methods): written to silos.csv."""
+        self.silos.extend({"stage": self.stage, **r} for r in rows)
+
     # ---- called by the server at the end of a round -----------------------------------
     def end_round(self, arrays: ArrayRecord | None = None) -> dict:
         """Write the round's row (metrics added by the strategy) and checkpoint the model."""
@@ -73,6 +80,8 @@ class Recorder:
         pd.DataFrame(self.rounds).to_csv(self.out / "rounds.csv", index=False)
         pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(self.out / "clients.csv",
                                                                   index=False)
+        if self.silos:
+            pd.DataFrame(self.silos).to_csv(self.out / "silos.csv", index=False)
         if arrays is not None:
             torch.save(arrays.to_torch_state_dict(),
                        self.out / "checkpoints" / f"round_{self._round:04d}.pt")

@@ -40,3 +40,32 @@ def run_tokens_alive() -> list[int]:
             except OSError:
                 pass
     return out
+
+
+class InProcessGrid:
+    """A Grid that delivers each message to the ClientApp of its node in this process, so
+    whole strategies run without Ray; it keeps every message sent and every reply."""
+
+    def __init__(self, app, run_config: dict, num_nodes: int, node_config_extra=None):
+        from flwr.app import Context, RecordDict
+
+        self.app = app
+        self.contexts = {
+            5000 + p: Context(run_id=1, node_id=5000 + p,
+                              node_config={"partition-id": p, "num-partitions": num_nodes,
+                                           **(node_config_extra or {})},
+                              state=RecordDict(), run_config=run_config)
+            for p in range(num_nodes)}
+        self.sent, self.replies = [], []
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def send_and_receive(self, messages, timeout=None):
+        out = []
+        for msg in messages:
+            self.sent.append(msg)
+            reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
+            out.append(reply)
+        self.replies.extend(out)
+        return out

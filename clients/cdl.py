@@ -1,0 +1,64 @@
+"""Client side of CDL: the silo trains its Siamese pair with the contrastive-divergence loss.
+
+The backbone arrives in the message (the silo's mix of its neighbours' backbones, or the global
+model under a server) and goes back after training; the sub-network lives only in this node's
+`context.state` and never leaves it (variant "paper"). In the "reference" variant the
+sub-network travels and is mixed too, as in the official code: its arrays are sent under `sub.`.
+
+The sub-network starts as a copy of the backbone after the silo's first round (the article:
+"the sub-network initially adopts the same weights as the backbone during the initial
+communication round"): the first round trains the backbone on L_lr alone, then copies it.
+BatchNorm: the backbone's running statistics are part of the backbone and are accumulated with
+its weights (a silo's backbone is evaluated on other silos' data, so it must carry them); the
+sub-network's statistics stay local like the rest of it.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from clients.cdl_training import train_cdl
+from clients.driving import build_model, evaluate, inject_fault, silo_data  # noqa: F401
+from models.state import load_shared_state, shared_state
+from server.config import merged
+
+SUB_STATE = "cdl-sub-network"
+
+
+def train(msg: Message, context: Context) -> Message:
+    cfg = merged(dict(context.run_config))
+    pid = int(context.node_config["partition-id"])
+    rnd = int(msg.content["config"]["server-round"])
+    variant = str(cfg["cdl.variant"])
+    torch.set_num_threads(max(1, int(cfg["client-threads"])))
+    torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)
+    data = silo_data(context)
+    received = msg.content["arrays"].to_torch_state_dict()
+    backbone = build_model(cfg, received)
+    sub = None
+    if variant == "reference" and any(k.startswith("sub.") for k in received) and rnd > 1:
+        sub = build_model(cfg)
+        load_shared_state(sub, {k[4:]: v for k, v in received.items() if k.startswith("sub.")})
+    elif variant == "paper" and SUB_STATE in context.state:
+        sub = build_model(cfg, context.state[SUB_STATE].to_torch_state_dict())
+    t0 = time.perf_counter()
+    stats = train_cdl(backbone, sub, data.x_train, data.y_train,
+                      epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
+                      batch_size=int(cfg["driving.batch-size"]), beta=float(cfg["cdl.beta"]),
+                      seed=int(cfg["seed"]) + 1000 * rnd + pid, variant=variant)
+    fit_s = time.perf_counter() - t0
+    if sub is None:
+        sub = copy.deepcopy(backbone)
+    out = shared_state(backbone)
+    if variant == "paper":
+        context.state[SUB_STATE] = ArrayRecord(shared_state(sub))
+    else:
+        out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
+    out = inject_fault(out, pid, cfg)
+    return Message(RecordDict({
+        "arrays": ArrayRecord(out),
+        "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": stats["mse"],
+                                 "cd-loss": stats["cd"], "fit-s": fit_s})}), reply_to=msg)

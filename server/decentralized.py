@@ -1,0 +1,73 @@
+"""Server side of the decentralized driving methods: `gossip` (DroNet DFL: plain ResNet-8 local
+training) and `cdl` (CDL DFL: contrastive-divergence clients). The server only relays."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from logging import INFO
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord
+from flwr.common import log
+
+from models.resnet8 import ResNet8, count_parameters
+from models.state import initial_state
+from server.config import ConfigError
+from server.driving import check_config as check_driving_config
+from server.driving import out_dir
+from server.recorder import Recorder
+from strategies.decentralized import TopologyRelay
+from strategies.topology import TopologyError, build
+
+
+def topology_of(cfg: dict):
+    try:
+        return build(str(cfg["topology"]), int(cfg["num-clients"]),
+                     str(cfg["topology-dir"]) or None)
+    except TopologyError as e:
+        raise ConfigError(f"run config 'topology': {e}") from None
+
+
+def check_config(cfg: dict) -> None:
+    check_driving_config(cfg)
+    topology_of(cfg)
+
+
+def initial_arrays(cfg: dict, name: str) -> OrderedDict:
+    return initial_state(int(cfg["driving.image-size"]), int(cfg["driving.channels"]),
+                         int(cfg["seed"]),
+                         with_sub=name.startswith("cdl") and cfg["cdl.variant"] == "reference")
+
+
+def run(grid, cfg: dict, name: str) -> None:
+    check_config(cfg)
+    topology = topology_of(cfg)
+    rounds = int(cfg["num-server-rounds"])
+    recorder = Recorder(out_dir(cfg, name), cfg)
+    n_params = count_parameters(ResNet8(int(cfg["driving.image-size"]),
+                                        int(cfg["driving.channels"])))
+    recorder.write_config(num_parameters=n_params, topology_labels=list(topology.labels),
+                          mixing_matrix=topology.mixing.round(6).tolist())
+    cross = topology.num_silos <= int(cfg["cross-eval-max-silos"])
+    relay = TopologyRelay(topology, recorder, node_wait_s=float(cfg["node-wait-timeout"]),
+                          timeout_s=float(cfg["round-timeout"]), cross_eval=cross)
+    log(INFO, "[fedembodied] %s on topology %s: %d silos, ResNet-8 with %d parameters, "
+        "results in %s", name, topology.name, topology.num_silos, n_params, recorder.out)
+    relay.connect(grid)
+    models = [{k: v.numpy() for k, v in initial_arrays(cfg, name).items()}] * topology.num_silos
+    for rnd in range(1, rounds + 1):
+        recorder.start_round(rnd)
+        models = relay.train_round(grid, rnd, models)
+        recorder.add_silo_rows(relay.evaluate_round(grid, rnd, models))
+        average = {k: np.mean([m[k] for m in models], axis=0).astype(models[0][k].dtype)
+                   for k in models[0]}
+        row = recorder.end_round(ArrayRecord(OrderedDict(
+            (k, torch.from_numpy(v)) for k, v in average.items())))
+        log(INFO, "[fedembodied] round %d/%d  rmse=%.4f  avg_rmse=%.4f  consensus=%.3g  "
+            "train_loss=%.4f  silos=%d  wall=%.2fs", rnd, rounds, row.get("rmse", np.nan),
+            row.get("avg_rmse", np.nan), row.get("consensus_distance", np.nan),
+            row.get("train_loss", np.nan), row["n_clients"], row["wall_s"])
+    for i, m in enumerate(models):
+        torch.save({k: torch.from_numpy(v) for k, v in m.items()},
+                   recorder.out / "checkpoints" / f"final_silo_{i:03d}.pt")
+    log(INFO, "[fedembodied] done: %s", recorder.out)

@@ -1,0 +1,145 @@
+"""CDL without Ray: the loss, the Siamese training, and whole decentralized runs through an
+in-process grid that records every message."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from clients.app import app
+from clients.cdl_training import kl_softmax, train_cdl
+from clients.steering_training import train_steering
+from envs.driving_silos import make_silo
+from models.resnet8 import ResNet8
+from models.state import shared_state
+from server.config import merged
+from tests.conftest import InProcessGrid
+
+SMALL = {"driving.image-size": 24, "driving.train-per-silo": 16, "driving.test-per-silo": 8,
+         "driving.local-epochs": 1, "driving.batch-size": 8, "num-server-rounds": 2}
+
+
+def test_kl_is_zero_only_for_equal_distributions():
+    a = torch.randn(4, 10)
+    assert kl_softmax(a, a).abs() < 1e-6
+    assert kl_softmax(a, torch.randn(4, 10)) > 0
+
+
+def _pair(seed=0):
+    torch.manual_seed(seed)
+    b = ResNet8(24)
+    s = ResNet8(24)
+    s.load_state_dict(b.state_dict())
+    return b, s
+
+
+def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
+    data = make_silo(0, 0, 16, 4, 24)
+    b, s = _pair()
+    before = {k: v.clone() for k, v in s.state_dict().items() if "running" not in k}
+    with torch.no_grad():  # make the pair differ so the KL terms are not zero
+        for p in b.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    stats = train_cdl(b, s, data.x_train, data.y_train, epochs=1, lr=0.01, batch_size=8,
+                      seed=1, beta=1.0)
+    assert stats["cd"] > 0
+    after = {k: v for k, v in s.state_dict().items() if "running" not in k}
+    assert all(torch.equal(before[k], after[k]) for k in before if "num_batches" not in k)
+
+    b1, s1 = _pair(3)
+    b2, _ = _pair(3)
+    torch.manual_seed(9)
+    train_cdl(b1, s1, data.x_train, data.y_train, epochs=1, lr=0.01, batch_size=8, seed=1,
+              beta=0.0)
+    torch.manual_seed(9)
+    train_steering(b2, data.x_train, data.y_train, epochs=1, lr=0.01, batch_size=8, seed=1)
+    for k, v in b1.state_dict().items():
+        assert torch.allclose(v, b2.state_dict()[k]), k
+
+
+def _run(tmp_path, method, n=3, **cfg):
+    from server.methods import server_module
+
+    run_cfg = merged({**SMALL, "method": method, "num-clients": n, "out-dir": str(tmp_path),
+                      **cfg})
+    grid = InProcessGrid(app, run_cfg, n)
+    server_module(method).run(grid, run_cfg, method)
+    return grid
+
+
+def _sent_by_clients(grid, kind="train"):
+    return [r for r in grid.replies if r.metadata.message_type == kind]
+
+
+def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
+    grid = _run(tmp_path, "cdl", topology="ring")
+    backbone_keys = set(shared_state(ResNet8(24)))
+    replies = [r for r in grid.replies if r.metadata.message_type in ("train", "evaluate",
+                                                                        "query")]
+    assert len(_sent_by_clients(grid)) == 3 * 2
+    for rep in replies:  # everything any silo ever sent
+        for name, record in rep.content.array_records.items():
+            assert set(record.keys()) == backbone_keys, name
+        assert set(rep.content.keys()) <= {"arrays", "metrics", "identity"}
+        for rec in rep.content.metric_records.values():
+            assert set(rec.keys()) <= {"num-examples", "train-loss", "cd-loss", "fit-s", "mse",
+                                       "mae"}
+    for ctx in grid.contexts.values():  # the sub-network exists, on the silo only
+        sub = ctx.state["cdl-sub-network"]
+        assert set(sub.keys()) == backbone_keys
+    last = {r.metadata.src_node_id: r for r in _sent_by_clients(grid)[-3:]}
+    for node, rep in last.items():
+        sub = grid.contexts[node].state["cdl-sub-network"]
+        sent = rep.content["arrays"]
+        assert any(not np.array_equal(sub[k].numpy(), sent[k].numpy()) for k in sent.keys())
+        assert rep.content["metrics"]["cd-loss"] > 0  # round 2 used the contrastive loss
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert {"rmse", "avg_rmse", "silo_rmse_own_mean", "silo_rmse_pooled_mean",
+            "consensus_distance", "cd_loss"} <= set(rounds.columns)
+    silos = pd.read_csv(tmp_path / "silos.csv")
+    assert len(silos) == 6 and silos.rmse_pooled.notna().all()
+
+
+def test_relay_sends_each_silo_its_own_mix(tmp_path):
+    grid = _run(tmp_path, "gossip", topology="ring")
+    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
+    round1 = {m.metadata.dst_node_id: m for m in trains[:3]}
+    round2 = {m.metadata.dst_node_id: m for m in trains[3:6]}
+    replies1 = {r.metadata.src_node_id: r for r in _sent_by_clients(grid)[:3]}
+    key = "head.weight"
+    first = {n: m.content["arrays"][key].numpy() for n, m in round1.items()}
+    assert all(np.array_equal(first[5000], v) for v in first.values())  # common start
+    for p in range(3):  # ring: A = 0.5 (I + predecessor)
+        own = replies1[5000 + p].content["arrays"][key].numpy()
+        pred = replies1[5000 + (p - 1) % 3].content["arrays"][key].numpy()
+        assert np.allclose(round2[5000 + p].content["arrays"][key].numpy(), 0.5 * (own + pred),
+                           atol=1e-6)
+    payloads = [round2[5000 + p].content["arrays"][key].numpy() for p in range(3)]
+    assert not np.array_equal(payloads[0], payloads[1])
+    assert (pd.read_csv(tmp_path / "rounds.csv").consensus_distance > 0).all()
+
+
+def test_reference_variant_mixes_the_sub_network_too(tmp_path):
+    grid = _run(tmp_path, "cdl", topology="complete", **{"cdl.variant": "reference"})
+    sent = _sent_by_clients(grid)[-1].content["arrays"]
+    assert any(k.startswith("sub.") for k in sent.keys())
+    assert all("cdl-sub-network" not in ctx.state for ctx in grid.contexts.values())
+
+
+def test_cdl_under_a_server_is_fedavg_of_backbones(tmp_path):
+    grid = _run(tmp_path, "cdl-sfl")
+    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
+    heads = [m.content["arrays"]["head.weight"].numpy() for m in trains[3:6]]
+    assert all(np.array_equal(heads[0], h) for h in heads)  # one global model
+    for rep in _sent_by_clients(grid):
+        assert not any(k.startswith("sub.") for k in rep.content["arrays"].keys())
+
+
+@pytest.mark.parametrize("bad, match", [({"cdl.variant": "official"}, "cdl.variant"),
+                                        ({"cdl.beta": 1.5}, "cdl.beta"),
+                                        ({"topology": "torus"}, "unknown topology")])
+def test_bad_cdl_config_is_named(bad, match):
+    from server.config import ConfigError
+    from server.decentralized import check_config
+
+    with pytest.raises(ConfigError, match=match):
+        check_config(merged({**SMALL, **bad}))
