@@ -96,6 +96,7 @@ def resolve(args) -> tuple[dict, Path]:
              "fraction-train": args.fraction, "seed": args.seed, "topology": args.topology}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     cfg.update(overrides)
+    absolute_paths(cfg, overrides)
     silos_from_graph(args, cfg, overrides)
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -108,6 +109,18 @@ def resolve(args) -> tuple[dict, Path]:
         raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
     return overrides, out
+
+
+def absolute_paths(cfg: dict, overrides: dict) -> None:
+    """Apps run from a copy in FLWR_HOME, so paths must be absolute; the topology folder
+    defaults to ../shared/data/topologies beside this project."""
+    from strategies.topology import DEFAULT_TOPOLOGY_DIR
+
+    for key in ("driving.data-dir", "topology-dir"):
+        if str(cfg[key]):
+            overrides[key] = cfg[key] = str(Path(str(cfg[key])).resolve())
+    if not str(cfg["topology-dir"]) and str(cfg["topology"]) not in ("ring", "complete"):
+        overrides["topology-dir"] = cfg["topology-dir"] = str(DEFAULT_TOPOLOGY_DIR)
 
 
 def silos_from_graph(args, cfg: dict, overrides: dict) -> None:

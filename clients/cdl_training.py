@@ -20,12 +20,14 @@ Without a sub-network yet (a silo's first round) only L_lr is used.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.steering_training import device
+from clients.steering_training import device, make_optimizer
 from models.resnet8 import ResNet8
 
 
@@ -38,7 +40,7 @@ def kl_softmax(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
 
 def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarray, *,
               epochs: int, lr: float, batch_size: int, seed: int, beta: float = 0.5,
-              variant: str = "paper", momentum: float = 0.9) -> dict[str, float]:
+              variant: str = "paper", optimizer: str = "sgd") -> dict[str, float]:
     """Train the pair in place; returns mean MSE and mean L_cd+ (0 without a sub-network)."""
     g = torch.Generator().manual_seed(seed)
     dev = device()
@@ -48,8 +50,8 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
         sub.to(dev).train()
         if variant == "reference":
             params += list(sub.parameters())
-    opt_b = torch.optim.SGD(params, lr=lr, momentum=momentum)
-    opt_s = (torch.optim.SGD(sub.parameters(), lr=lr, momentum=momentum)
+    opt_b = make_optimizer(params, optimizer, lr)
+    opt_s = (make_optimizer(sub.parameters(), optimizer, lr)
              if sub is not None and variant == "paper" else None)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     mse_sum = cd_sum = 0.0
@@ -76,7 +78,10 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
                 pb = backbone(xb)
                 mse = F.mse_loss(pb, yb)
                 if sub is not None:
-                    cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb), torch.sigmoid(sub(xb)))
+                    with warnings.catch_warnings():  # torch warns that 'mean' is not batchmean
+                        warnings.simplefilter("ignore", UserWarning)
+                        cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb),
+                                                            torch.sigmoid(sub(xb)))
                 loss = mse + cd
             opt_b.zero_grad()
             loss.backward()

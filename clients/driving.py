@@ -21,7 +21,7 @@ from models.state import load_shared_state, shared_state
 from server.config import merged
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=128)
 def _silo_data(data_dir: str, silo: int, num_silos: int, seed: int, n_train: int, n_test: int,
                image_size: int, channels: int) -> SiloData:
     if data_dir:
@@ -82,6 +82,7 @@ def train(msg: Message, context: Context) -> Message:
     loss = train_steering(model, data.x_train, data.y_train,
                           epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
                           batch_size=int(cfg["driving.batch-size"]),
+                          optimizer=str(cfg["driving.optimizer"]),
                           seed=int(cfg["seed"]) + 1000 * rnd + pid,
                           proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
     fit_s = time.perf_counter() - t0

@@ -15,9 +15,19 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def make_optimizer(params, name: str, lr: float) -> torch.optim.Optimizer:
+    """`sgd` (momentum 0.9) or `adam` (what the CDL/FADNet reference code trains with). A fresh
+    optimizer per round: optimizer state is not averaged and would be stale after mixing."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r} (sgd or adam)")
+
+
 def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float,
                    batch_size: int, seed: int, proximal_mu: float = 0.0,
-                   momentum: float = 0.9) -> float:
+                   optimizer: str = "sgd") -> float:
     """Run `epochs` of minibatch SGD on MSE; returns the mean training MSE of the last epoch.
     The model is trained on device() and left there."""
     g = torch.Generator().manual_seed(seed)
@@ -25,7 +35,7 @@ def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: in
     model.to(dev)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    opt = make_optimizer(model.parameters(), optimizer, lr)
     model.train()
     last = float("nan")
     for _ in range(epochs):

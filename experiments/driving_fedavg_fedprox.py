@@ -15,7 +15,6 @@ Writes experiments/results/driving_fedavg_fedprox.csv (summary), _rounds.csv (pe
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,20 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
-
-
-def run_one(method: str, seed: int, args, out: Path) -> Path:
-    run_dir = out / f"{method}-s{seed}"
-    cmd = [sys.executable, str(ROOT / "simulation.py"), method, "--rounds", str(args.rounds),
-           "--num-clients", str(args.num_clients), "--seed", str(seed), "--out", str(run_dir),
-           "--no-plots"]
-    if args.run_config:
-        cmd += ["--run-config", args.run_config]
-    print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    return run_dir
+from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
 
 
 def centralized_reference(args, seed: int) -> dict:
@@ -99,9 +85,9 @@ def main(argv=None) -> int:
     frames = []
     for seed in args.seeds:
         for method in args.methods:
-            run_dir = args.work / f"{method}-s{seed}"
-            if not (run_dir / "rounds.csv").exists():
-                run_one(method, seed, args, args.work)
+            run_dir = simulate(method, args.work / f"{method}-s{seed}", rounds=args.rounds,
+                               seed=seed, num_clients=args.num_clients,
+                               run_config=args.run_config)
             frames.append(per_round(run_dir, method, seed))
     rounds = pd.concat(frames, ignore_index=True)
     refs = pd.DataFrame([centralized_reference(args, seed) for seed in args.seeds])

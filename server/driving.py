@@ -39,6 +39,9 @@ def check_config(cfg: dict) -> None:
         raise ConfigError(f"run config 'driving.image-size': {e}") from None
     if float(cfg["fedprox.proximal-mu"]) < 0:
         raise ConfigError("run config 'fedprox.proximal-mu' must be >= 0")
+    if str(cfg["driving.optimizer"]) not in ("sgd", "adam"):
+        raise ConfigError(f"run config 'driving.optimizer' must be sgd or adam, "
+                          f"got {cfg['driving.optimizer']!r}")
     if str(cfg["cdl.variant"]) not in ("paper", "reference"):
         raise ConfigError(f"run config 'cdl.variant' must be paper or reference, "
                           f"got {cfg['cdl.variant']!r}")

@@ -2,7 +2,7 @@
 
 DIR/config.json    the full run config, plus what the run adds (parameter count, ...)
 DIR/rounds.csv     one row per server round: round, stage, wall_s, n_clients, bytes_up,
-                   bytes_down, then the method's metrics
+                   bytes_down (training traffic), eval_bytes_down, then the method's metrics
 DIR/clients.csv    one row per client per round: round, stage, node, partition, num_examples,
                    train_loss, fit_s, status (ok | rejected: why | failed: why)
 DIR/silos.csv      decentralized methods: per silo per round, its model's RMSE/MAE on its own
@@ -36,7 +36,7 @@ class Recorder:
         self.clients: list[dict] = []
         self._round = 0
         self._t0 = time.perf_counter()
-        self._up = self._down = 0
+        self._up = self._down = self._eval_down = 0
         self._n_clients = 0
         self._metrics: dict = {}
         self.silos: list[dict] = []
@@ -50,16 +50,21 @@ class Recorder:
     def start_round(self, server_round: int) -> None:
         self._round = server_round
         self._t0 = time.perf_counter()
-        self._up = self._down = 0
+        self._up = self._down = self._eval_down = 0
         self._n_clients = 0
         self._metrics = {}
 
     def add_metrics(self, metrics: dict) -> None:
         self._metrics.update(metrics)
 
-    def add_bytes(self, up: int = 0, down: int = 0) -> None:
-        self._up += int(up)
-        self._down += int(down)
+    def add_bytes(self, up: int = 0, down: int = 0, evaluation: bool = False) -> None:
+        """Training traffic goes to bytes_up/bytes_down, evaluation traffic (models sent to
+        silos to be scored) to eval_bytes_down, so protocols compare on what training costs."""
+        if evaluation:
+            self._eval_down += int(down)
+        else:
+            self._up += int(up)
+            self._down += int(down)
 
     def add_client(self, **row) -> None:
         self._n_clients += 1
@@ -75,7 +80,7 @@ class Recorder:
         row = {"round": self._round, "stage": self.stage,
                "wall_s": round(time.perf_counter() - self._t0, 4),
                "n_clients": self._n_clients, "bytes_up": self._up, "bytes_down": self._down,
-               **self._metrics}
+               "eval_bytes_down": self._eval_down, **self._metrics}
         self.rounds.append(row)
         pd.DataFrame(self.rounds).to_csv(self.out / "rounds.csv", index=False)
         pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(self.out / "clients.csv",

@@ -105,7 +105,7 @@ class TopologyRelay:
             msgs.append(Message(RecordDict({"arrays": ArrayRecord(record), "config": ConfigRecord(
                 {"server-round": rnd})}), dst_node_id=self.node_of[i],
                 message_type=MessageType.EVALUATE))
-        self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
+        self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs), evaluation=True)
         part_of = {node: p for p, node in self.node_of.items()}
         answers = {}
         for rep in grid.send_and_receive(msgs, timeout=self.timeout_s):

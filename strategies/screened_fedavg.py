@@ -64,7 +64,8 @@ class ScreenedFedAvg(FedAvg):
         msgs = list(self._construct_messages(
             RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config}),
             node_ids, message_type))
-        self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
+        self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs),
+                                evaluation=message_type == MessageType.EVALUATE)
         return msgs
 
     # ---- training ---------------------------------------------------------------------

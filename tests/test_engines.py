@@ -32,7 +32,8 @@ def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     assert (clients[clients.partition != 2].status == "ok").all()
     # bytes up = what the three clients sent (two good, one poisoned, same size)
     per_client = rounds.bytes_up.iloc[0] / 3
-    assert rounds.bytes_down.iloc[0] == 2 * rounds.bytes_up.iloc[0]  # train + evaluate down
+    assert rounds.bytes_down.iloc[0] == rounds.bytes_up.iloc[0]  # one model down, one up each
+    assert rounds.eval_bytes_down.iloc[0] == rounds.bytes_down.iloc[0]  # scored on all 3
     assert per_client > 4 * 300_000  # float32 ResNet-8 arrays
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["method"] == "fedprox" and cfg["fedprox.proximal-mu"] == 0.01

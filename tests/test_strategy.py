@@ -126,8 +126,8 @@ def test_recorder_writes_contract_and_checkpoint(tmp_path):
     arrays, _ = s.aggregate_train(1, [_reply(msgs[0], _global())])
     rec.end_round(arrays)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    assert list(rounds.columns[:6]) == ["round", "stage", "wall_s", "n_clients", "bytes_up",
-                                        "bytes_down"]
+    assert list(rounds.columns[:7]) == ["round", "stage", "wall_s", "n_clients", "bytes_up",
+                                        "bytes_down", "eval_bytes_down"]
     assert list(pd.read_csv(tmp_path / "clients.csv").columns) == [
         "round", "stage", "node", "partition", "num_examples", "train_loss", "fit_s", "status"]
     state = torch.load(tmp_path / "checkpoints" / "round_0001.pt")
