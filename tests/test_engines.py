@@ -42,6 +42,22 @@ def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     assert run_tokens_alive() == []  # no Flower or Ray process outlives the launcher
 
 
+def test_simulation_engine_cdl_on_a_ring(tmp_path):
+    out = tmp_path / "cdl"
+    res = subprocess.run(
+        [PYTHON, str(ROOT / "simulation.py"), "cdl", "--topology", "ring", "--rounds", "2",
+         "--num-clients", "3", "--out", str(out), "--no-plots", "--run-config", SMALL],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert list(rounds["round"]) == [1, 2] and (rounds["n_accepted"] == 3).all()
+    assert rounds["silo_rmse_pooled_mean"].notna().all() and (rounds.consensus_distance > 0).all()
+    assert rounds.cd_loss.iloc[1] > 0 and rounds.cd_loss.iloc[0] == 0  # CD from round 2
+    assert len(pd.read_csv(out / "silos.csv")) == 6
+    assert len(list((out / "checkpoints").glob("final_silo_*.pt"))) == 3
+    assert run_tokens_alive() == []
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -30,6 +30,9 @@ def test_help_lists_every_method_with_one_line():
     (["fedavg", "--run-config", 'driving.image-size="big"'], "'driving.image-size' must be int"),
     (["fedavg", "--run-config", "driving.channels=2"], "'driving.channels'"),
     (["fedavg", "--run-config", 'driving.data-dir="/no/such/dir"'], "/no/such/dir"),
+    (["cdl", "--topology", "torus"], "--topology: unknown topology 'torus'"),
+    (["gossip", "--topology", "nowhere-ring"], "nowhere.gml not found"),
+    (["cdl", "--run-config", 'cdl.variant="official"'], "'cdl.variant'"),
 ])
 def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     res = _run(*args, "--out", str(tmp_path / "out"))
@@ -53,3 +56,13 @@ def test_existing_results_are_not_overwritten(tmp_path):
     res = _run("fedavg", "--out", str(tmp_path))
     assert res.returncode == 2 and "already holds a run" in res.stderr
     assert (tmp_path / "rounds.csv").read_text() == "round\n1\n"
+
+
+def test_graph_topology_fixes_the_number_of_silos(tmp_path):
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "topologies" / "gaia.gml").is_file():
+        pytest.skip("no shared topologies")
+    res = _run("cdl", "--topology", "gaia-ring", "--num-clients", "5", "--out",
+               str(tmp_path / "x"))
+    assert res.returncode == 2 and "contradicts --topology gaia-ring (11 silos)" in res.stderr
