@@ -267,11 +267,11 @@ def launch(args, overrides: dict, out: Path) -> int:
                   file=sys.stderr)
             return 1
         print(f"run {run_id}: {overrides['method']}, results in {out}", flush=True)
-        follow(link, run_id, args)
+        follow(link, run_id, args, out / "flower.log")
         status, details = wait_finished(link, run_id, args.timeout)
         if status != "finished:completed":
-            print(f"simulation.py: run {run_id} ended with status {status}: {details}",
-                  file=sys.stderr)
+            print(f"simulation.py: run {run_id} ended with status {status}: {details} "
+                  f"(full log: {out / 'flower.log'})", file=sys.stderr)
             return 1
         run_id = None
         return 0
@@ -289,25 +289,31 @@ def default(key: str):
     return defaults()[key]
 
 
-def follow(link: LocalSuperLink, run_id: int, args) -> None:
-    """Stream the run's log; show our per-round lines (everything with --verbose)."""
+def follow(link: LocalSuperLink, run_id: int, args, log_path: Path) -> None:
+    """Stream the run's log into log_path; show our per-round lines (everything with --verbose)."""
     proc = subprocess.Popen([str(BIN / "flwr"), "log", str(run_id), "fedsim", "--stream"],
                             env=link.env, cwd=str(ROOT), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + args.timeout
     try:
-        for line in proc.stdout:
-            if args.verbose:
-                print(line, end="", flush=True)
-            elif "[fedembodied]" in line:
-                print(line.split("[fedembodied]", 1)[1].strip(), flush=True)
-            elif "ERROR" in line or "Exception" in line:
-                print(line.rstrip(), flush=True)
-            if time.monotonic() > deadline:
-                break
+        with open(log_path, "w") as log:
+            for line in proc.stdout:
+                log.write(line)
+                show(line, args.verbose)
+                if time.monotonic() > deadline:
+                    break
     finally:
         proc.kill()
         proc.wait()
+
+
+def show(line: str, verbose: bool) -> None:
+    if verbose:
+        print(line, end="", flush=True)
+    elif "[fedembodied]" in line:
+        print(line.split("[fedembodied]", 1)[1].strip(), flush=True)
+    elif "ERROR" in line or "Exception" in line:
+        print(line.rstrip(), flush=True)
 
 
 def wait_finished(link: LocalSuperLink, run_id: int, timeout: float) -> tuple[str, str]:

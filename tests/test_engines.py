@@ -39,6 +39,7 @@ def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     assert cfg["method"] == "fedprox" and cfg["fedprox.proximal-mu"] == 0.01
     assert len(list((out / "checkpoints").glob("round_*.pt"))) == 2
     assert (out / "plots" / "rmse.png").is_file()
+    assert "[fedembodied] round 2/2" in (out / "flower.log").read_text()  # the full Flower log
     assert run_tokens_alive() == []  # no Flower or Ray process outlives the launcher
 
 
