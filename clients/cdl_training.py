@@ -41,7 +41,8 @@ def kl_softmax(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
 def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarray, *,
               epochs: int, lr: float, batch_size: int, seed: int, beta: float = 0.5,
               variant: str = "paper", optimizer: str = "sgd") -> dict[str, float]:
-    """Train the pair in place; returns mean MSE and mean L_cd+ (0 without a sub-network)."""
+    """Train the pair in place; returns the last epoch's mean MSE and mean L_cd+ (0 without a
+    sub-network), as train_steering reports its loss."""
     g = torch.Generator().manual_seed(seed)
     dev = device()
     backbone.to(dev).train()
@@ -54,9 +55,9 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
     opt_s = (make_optimizer(sub.parameters(), optimizer, lr)
              if sub is not None and variant == "paper" else None)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
-    mse_sum = cd_sum = 0.0
-    count = 0
     for _ in range(epochs):
+        mse_sum = cd_sum = 0.0
+        count = 0
         perm = torch.randperm(len(xt), generator=g).to(dev)
         for i in range(0, len(xt), batch_size):
             idx = perm[i:i + batch_size]
