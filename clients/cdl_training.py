@@ -55,6 +55,8 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
     opt_s = (make_optimizer(sub.parameters(), optimizer, lr)
              if sub is not None and variant == "paper" else None)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+    mse_sum = cd_sum = 0.0
+    count = 0
     for _ in range(epochs):
         mse_sum = cd_sum = 0.0
         count = 0
