@@ -48,7 +48,9 @@ def train(msg: Message, context: Context) -> Message:
     stats = train_cdl(backbone, sub, data.x_train, data.y_train,
                       epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
                       batch_size=int(cfg["driving.batch-size"]),
-                      optimizer=str(cfg["driving.optimizer"]), beta=float(cfg["cdl.beta"]),
+                      optimizer=str(cfg["driving.optimizer"]),
+                      max_steps=int(cfg["driving.local-steps"]),
+                      beta=float(cfg["cdl.beta"]),
                       seed=int(cfg["seed"]) + 1000 * rnd + pid, variant=variant)
     fit_s = time.perf_counter() - t0
     if sub is None:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.steering_training import device, make_optimizer
+from clients.steering_training import device, make_optimizer, minibatches
 from models.resnet8 import ResNet8
 
 
@@ -40,10 +40,10 @@ def kl_softmax(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
 
 def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarray, *,
               epochs: int, lr: float, batch_size: int, seed: int, beta: float = 0.5,
-              variant: str = "paper", optimizer: str = "sgd") -> dict[str, float]:
+              variant: str = "paper", optimizer: str = "sgd", max_steps: int = 0
+              ) -> dict[str, float]:
     """Train the pair in place; returns the last epoch's mean MSE and mean L_cd+ (0 without a
     sub-network), as train_steering reports its loss."""
-    g = torch.Generator().manual_seed(seed)
     dev = device()
     backbone.to(dev).train()
     params = list(backbone.parameters())
@@ -57,39 +57,36 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     mse_sum = cd_sum = 0.0
     count = 0
-    for _ in range(epochs):
-        mse_sum = cd_sum = 0.0
-        count = 0
-        perm = torch.randperm(len(xt), generator=g).to(dev)
-        for i in range(0, len(xt), batch_size):
-            idx = perm[i:i + batch_size]
-            if len(idx) < 2:
-                continue
-            xb, yb = xt[idx], yt[idx]
-            cd = torch.zeros((), device=dev)
-            if variant == "paper":
-                fb = backbone.features(xb)
-                mse = F.mse_loss(backbone.head(backbone.dropout(fb)).squeeze(-1), yb)
-                if sub is not None:
-                    fs = sub.features(xb)
-                    cd = kl_softmax(fb, fs.detach())
-                    opt_s.zero_grad()
-                    ((1 - beta) * kl_softmax(fs, fb.detach())).backward()
-                    opt_s.step()
-                loss = mse + beta * cd
-            else:
-                pb = backbone(xb)
-                mse = F.mse_loss(pb, yb)
-                if sub is not None:
-                    with warnings.catch_warnings():  # torch warns that 'mean' is not batchmean
-                        warnings.simplefilter("ignore", UserWarning)
-                        cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb),
-                                                            torch.sigmoid(sub(xb)))
-                loss = mse + cd
-            opt_b.zero_grad()
-            loss.backward()
-            opt_b.step()
-            mse_sum += float(mse.detach()) * len(idx)
-            cd_sum += float(cd.detach()) * len(idx)
-            count += len(idx)
+    for new_epoch, idx in minibatches(len(xt), batch_size, epochs=epochs, seed=seed,
+                                      device=dev, max_steps=max_steps):
+        if new_epoch:
+            mse_sum = cd_sum = 0.0
+            count = 0
+        xb, yb = xt[idx], yt[idx]
+        cd = torch.zeros((), device=dev)
+        if variant == "paper":
+            fb = backbone.features(xb)
+            mse = F.mse_loss(backbone.head(backbone.dropout(fb)).squeeze(-1), yb)
+            if sub is not None:
+                fs = sub.features(xb)
+                cd = kl_softmax(fb, fs.detach())
+                opt_s.zero_grad()
+                ((1 - beta) * kl_softmax(fs, fb.detach())).backward()
+                opt_s.step()
+            loss = mse + beta * cd
+        else:
+            pb = backbone(xb)
+            mse = F.mse_loss(pb, yb)
+            if sub is not None:
+                with warnings.catch_warnings():  # torch warns that 'mean' is not batchmean
+                    warnings.simplefilter("ignore", UserWarning)
+                    cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb),
+                                                        torch.sigmoid(sub(xb)))
+            loss = mse + cd
+        opt_b.zero_grad()
+        loss.backward()
+        opt_b.step()
+        mse_sum += float(mse.detach()) * len(idx)
+        cd_sum += float(cd.detach()) * len(idx)
+        count += len(idx)
     return {"mse": mse_sum / max(count, 1), "cd": cd_sum / max(count, 1)}

@@ -83,6 +83,7 @@ def train(msg: Message, context: Context) -> Message:
                           epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
                           batch_size=int(cfg["driving.batch-size"]),
                           optimizer=str(cfg["driving.optimizer"]),
+                          max_steps=int(cfg["driving.local-steps"]),
                           seed=int(cfg["seed"]) + 1000 * rnd + pid,
                           proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
     fit_s = time.perf_counter() - t0

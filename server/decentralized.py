@@ -17,6 +17,7 @@ from server.driving import check_config as check_driving_config
 from server.driving import out_dir
 from server.recorder import Recorder
 from strategies.decentralized import TopologyRelay
+from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build
 
 
@@ -58,7 +59,8 @@ def run(grid, cfg: dict, name: str) -> None:
     for rnd in range(1, rounds + 1):
         recorder.start_round(rnd)
         models = relay.train_round(grid, rnd, models)
-        recorder.add_silo_rows(relay.evaluate_round(grid, rnd, models))
+        if evaluates(rnd, int(cfg["eval-every"]), rounds):
+            recorder.add_silo_rows(relay.evaluate_round(grid, rnd, models))
         average = {k: np.mean([m[k] for m in models], axis=0).astype(models[0][k].dtype)
                    for k in models[0]}
         row = recorder.end_round(ArrayRecord(OrderedDict(

@@ -29,6 +29,9 @@ def check_config(cfg: dict) -> None:
                 "driving.test-per-silo", "driving.local-epochs", "driving.batch-size"):
         positive(cfg, key)
     positive(cfg, "driving.lr", float)
+    positive(cfg, "eval-every")
+    if int(cfg["driving.local-steps"]) < 0:
+        raise ConfigError("run config 'driving.local-steps' must be >= 0")
     if not 0 < float(cfg["fraction-train"]) <= 1:
         raise ConfigError(f"run config 'fraction-train' must be in (0, 1], got {cfg['fraction-train']}")
     if int(cfg["driving.channels"]) not in (1, 3):
@@ -59,7 +62,8 @@ def run(grid, cfg: dict, name: str) -> None:
     recorder.write_config(num_parameters=count_parameters(model))
     common = dict(recorder=recorder, num_clients=num_clients, seed=int(cfg["seed"]),
                   node_wait_s=float(cfg["node-wait-timeout"]), fraction_train=fraction,
-                  fraction_evaluate=1.0, min_train_nodes=1, min_evaluate_nodes=1)
+                  fraction_evaluate=1.0, min_train_nodes=1, min_evaluate_nodes=1,
+                  eval_every=int(cfg["eval-every"]), num_rounds=rounds)
     if name == "fedprox":
         strategy = ScreenedFedProx(proximal_mu=float(cfg["fedprox.proximal-mu"]), **common)
     else:

@@ -25,19 +25,26 @@ from strategies.nodes import query_partitions, wait_for_nodes
 from strategies.screening import message_bytes, screen_update
 
 
+def evaluates(server_round: int, every: int, num_rounds: int) -> bool:
+    """Evaluate every `every` rounds and always in the last one."""
+    return server_round % max(every, 1) == 0 or server_round == num_rounds
+
+
 class ClientsFailed(RuntimeError):
     """No client of a round could train (e.g. all lack their data): the run cannot go on."""
 
 
 class ScreenedFedAvg(FedAvg):
     def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
-                 **kwargs):
+                 eval_every: int = 1, num_rounds: int = 0, **kwargs):
         kwargs.setdefault("min_available_nodes", num_clients)
         super().__init__(**kwargs)
         self.recorder = recorder
         self.num_clients = num_clients
         self.seed = seed
         self.node_wait_s = node_wait_s
+        self.eval_every = eval_every
+        self.num_rounds = num_rounds
         self.partitions: dict[int, int] | None = None  # node id -> partition id
         self.current: ArrayRecord | None = None
 
@@ -118,6 +125,8 @@ class ScreenedFedAvg(FedAvg):
     # ---- evaluation on every silo -----------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
+        if not evaluates(server_round, self.eval_every, self.num_rounds):
+            return []
         config = ConfigRecord({**dict(config), "server-round": server_round})
         node_ids = self.sample(grid, server_round, self.fraction_evaluate)
         return self._messages(arrays, config, node_ids, MessageType.EVALUATE)

@@ -79,3 +79,21 @@ def test_node_with_its_own_data_dir(udacity_dir):
                   state=RecordDict(), run_config=merged(SMALL))
     rep = app(_msg("evaluate", _global()), ctx)
     assert rep.content["metrics"]["num-examples"] == round(613 * 0.2)
+
+
+def test_minibatches_count_steps_or_epochs():
+    from clients.steering_training import minibatches
+
+    dev = torch.device("cpu")
+    by_steps = list(minibatches(10, 4, epochs=5, seed=0, device=dev, max_steps=7))
+    assert len(by_steps) == 7  # across passes: 3 batches (4, 4, 2) per pass
+    assert [first for first, _ in by_steps] == [True, False, False, True, False, False, True]
+    by_epochs = list(minibatches(9, 4, epochs=2, seed=0, device=dev))
+    assert len(by_epochs) == 4  # the single leftover sample of each pass is skipped
+    assert list(minibatches(1, 4, epochs=3, seed=0, device=dev, max_steps=5)) == []
+
+
+def test_local_steps_override_epochs():
+    g = _global()
+    one = app(_msg("train", g), _ctx(**{"driving.local-steps": 1, "driving.local-epochs": 9}))
+    assert one.content["metrics"]["fit-s"] < 5

@@ -144,3 +144,12 @@ def test_missing_nodes_fail_instead_of_hanging():
 
     with pytest.raises(FederationError, match="only 2 of the 4"):
         wait_for_nodes(Grid(), 4, timeout_s=0.1)
+
+
+def test_evaluation_every_k_rounds_and_in_the_last(tmp_path):
+    rec = Recorder(tmp_path, {"method": "test"})
+    s = ScreenedFedAvg(recorder=rec, num_clients=2, seed=0, eval_every=3, num_rounds=7)
+    s.partitions = {1000: 0, 1001: 1}
+    sent = [len(list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None)))
+            for r in range(1, 8)]
+    assert sent == [0, 0, 2, 0, 0, 2, 2]
