@@ -15,7 +15,9 @@ RMSE columns: `rmse` is, for server methods, the global model's RMSE on the pool
 (the union of all silos' test splits); for decentralized methods the mean over silos of each
 silo's backbone on the pooled test set (up to 22 silos; for Exodus, on its own test split,
 column `rmse_basis`). `avg_rmse` is the uniform average of the silos' models on the pooled set.
-Writes experiments/results/cdl_driving_table.csv, _topologies.csv, _rounds.csv and .png.
+Part C (the reference code's regime): u = 1 local step between accumulations and many rounds
+(200 by default, scored every 25), for FedAvg, DroNet DFL, CDL SFL and CDL DFL on Gaia.
+Writes experiments/results/cdl_driving_table.csv, _topologies.csv, _u1.csv, _rounds.csv, .png.
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ LABELS = {"fedavg": "FedAvg (SFL)", "fedprox": "FedProx (SFL)", "gossip": "DroNe
 PART_A = [("fedavg", None, ""), ("fedprox", None, ""), ("gossip", "gaia-ring", ""),
           ("cdl-sfl", None, ""), ("cdl", "gaia-ring", ""),
           ("cdl-reference", "gaia-ring", 'cdl.variant="reference"')]
+PART_C = [("fedavg", None), ("gossip", "gaia-ring"), ("cdl-sfl", None), ("cdl", "gaia-ring")]
+PART_C_CONFIG = "driving.local-steps=1 eval-every=25"
 PART_B_TOPOLOGIES = ["gaia-ring", "amazon_us-ring", "exodus-ring"]
 PART_B_DATA = "driving.train-per-silo=100 driving.test-per-silo=40"
 
@@ -73,7 +77,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--parts", nargs="+", default=["A", "B"], choices=["A", "B"])
+    p.add_argument("--parts", nargs="+", default=["A", "B", "C"], choices=["A", "B", "C"])
+    p.add_argument("--rounds-c", type=int, default=200, help="rounds of part C (u = 1)")
     p.add_argument("--run-config", default="", help="extra run config for every run")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "cdl_driving_table")
     args = p.parse_args(argv)
@@ -118,6 +123,23 @@ def main(argv=None) -> int:
         topo.to_csv(RESULTS / "cdl_driving_table_topologies.csv", index=False,
                     float_format="%.4f")
         print(topo.drop(columns="command").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if "C" in args.parts:
+        rows = []
+        for seed in args.seeds:
+            for key, topology in PART_C:
+                run_dir = simulate(key, args.work / f"C-{key}-s{seed}", rounds=args.rounds_c,
+                                   seed=seed, num_clients=11, topology=topology or "gaia-ring",
+                                   run_config=join(PART_C_CONFIG, args.run_config))
+                rows.append(last_row(run_dir, key, seed))
+                r = pd.read_csv(run_dir / "rounds.csv").dropna(subset=["rmse"])
+                per_round.append(r.assign(part="C", key=key, seed=seed))
+        ref = summarize(pd.DataFrame(rows), ["key"])
+        ref.insert(1, "method", ref["key"].map(LABELS))
+        ref.insert(2, "paper_rmse_udacity_plus", ref["key"].map(PAPER_RMSE))
+        ref["local_steps_per_round"] = 1
+        ref["command"] = command_line()
+        ref.to_csv(RESULTS / "cdl_driving_table_u1.csv", index=False, float_format="%.4f")
+        print(ref.drop(columns="command").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if per_round:
         allr = pd.concat(per_round, ignore_index=True)
         allr.to_csv(RESULTS / "cdl_driving_table_rounds.csv", index=False, float_format="%.5f")
@@ -127,7 +149,9 @@ def main(argv=None) -> int:
             for key, g in allr[allr.part == part].groupby("key", sort=False):
                 m = g.groupby("round")["rmse"].mean()
                 ax.plot(m.index, m.values, marker="o", ms=3, label=LABELS.get(key, key))
-            ax.set_title("Gaia, 11 silos" if part == "A" else "topologies (smaller silos)")
+            ax.set_title({"A": "Gaia, 11 silos, 2 local epochs per round",
+                          "B": "topologies (smaller silos)",
+                          "C": "Gaia, 11 silos, 1 local step per round"}[part])
             ax.set_xlabel("round")
             ax.set_ylabel("RMSE (see rmse_basis)")
             ax.grid(alpha=0.3)
