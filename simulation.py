@@ -163,7 +163,8 @@ class LocalSuperLink:
     def __init__(self):
         self.home = Path(tempfile.mkdtemp(prefix="fedembodied-flwr-"))
         self.port = free_port()
-        self.token = uuid.uuid4().hex
+        # every process of the run carries this token; a caller may choose it to track them
+        self.token = os.environ.get("FEDEMBODIED_RUN_TOKEN") or uuid.uuid4().hex
         self.env = {**os.environ, "FLWR_HOME": str(self.home),
                     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "FLWR_TELEMETRY_ENABLED": "0",

@@ -29,13 +29,14 @@ def udacity_dir() -> Path:
     return UDACITY
 
 
-def run_tokens_alive() -> list[int]:
-    """Pids of any process started by simulation.py (they carry its run token)."""
+def run_tokens_alive(token: str) -> list[int]:
+    """Pids of processes started by a simulation.py run with this token."""
     out = []
+    needle = f"FEDEMBODIED_RUN_TOKEN={token}".encode()
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
             try:
-                if b"FEDEMBODIED_RUN_TOKEN=" in (d / "environ").read_bytes():
+                if needle in (d / "environ").read_bytes():
                     out.append(int(d.name))
             except OSError:
                 pass

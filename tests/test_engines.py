@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 
 import pandas as pd
 
@@ -14,12 +15,19 @@ SMALL = ("driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=
          "driving.local-epochs=1")
 
 
+def _launch(args, token, timeout=600):
+    """simulation.py with a known run token, so the test can look for its processes."""
+    return subprocess.run([PYTHON, str(ROOT / "simulation.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token})
+
+
 def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     out = tmp_path / "run"
-    res = subprocess.run(
-        [PYTHON, str(ROOT / "simulation.py"), "fedprox", "--rounds", "2", "--num-clients", "3",
-         "--seed", "1", "--out", str(out), "--run-config", SMALL + " faults.nan-partition=2"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    token = f"test-{uuid.uuid4().hex}"
+    res = _launch(
+        ["fedprox", "--rounds", "2", "--num-clients", "3", "--seed", "1", "--out", str(out),
+         "--run-config", SMALL + " faults.nan-partition=2"], token)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "round 1/2" in res.stdout and "round 2/2" in res.stdout  # progress per round
     rounds = pd.read_csv(out / "rounds.csv")
@@ -40,15 +48,14 @@ def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     assert len(list((out / "checkpoints").glob("round_*.pt"))) == 2
     assert (out / "plots" / "rmse.png").is_file()
     assert "[fedembodied] round 2/2" in (out / "flower.log").read_text()  # the full Flower log
-    assert run_tokens_alive() == []  # no Flower or Ray process outlives the launcher
+    assert run_tokens_alive(token) == []  # no Flower or Ray process outlives the launcher
 
 
 def test_simulation_engine_cdl_on_a_ring(tmp_path):
     out = tmp_path / "cdl"
-    res = subprocess.run(
-        [PYTHON, str(ROOT / "simulation.py"), "cdl", "--topology", "ring", "--rounds", "2",
-         "--num-clients", "3", "--out", str(out), "--no-plots", "--run-config", SMALL],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    token = f"test-{uuid.uuid4().hex}"
+    res = _launch(["cdl", "--topology", "ring", "--rounds", "2", "--num-clients", "3", "--out",
+                   str(out), "--no-plots", "--run-config", SMALL], token)
     assert res.returncode == 0, res.stdout + res.stderr
     rounds = pd.read_csv(out / "rounds.csv")
     assert list(rounds["round"]) == [1, 2] and (rounds["n_accepted"] == 3).all()
@@ -56,7 +63,7 @@ def test_simulation_engine_cdl_on_a_ring(tmp_path):
     assert rounds.cd_loss.iloc[1] > 0 and rounds.cd_loss.iloc[0] == 0  # CD from round 2
     assert len(pd.read_csv(out / "silos.csv")) == 6
     assert len(list((out / "checkpoints").glob("final_silo_*.pt"))) == 3
-    assert run_tokens_alive() == []
+    assert run_tokens_alive(token) == []
 
 
 def _free_port():
