@@ -14,7 +14,8 @@ ring overlays, with smaller silos so that 79 silos fit the CPU budget.
 RMSE columns: `rmse` is, for server methods, the global model's RMSE on the pooled test set
 (the union of all silos' test splits); for decentralized methods the mean over silos of each
 silo's backbone on the pooled test set (up to 22 silos; for Exodus, on its own test split,
-column `rmse_basis`). `avg_rmse` is the uniform average of the silos' models on the pooled set.
+column `rmse_basis`). `avg_rmse` is the uniform average of the silos' models on the pooled set;
+`own_split_rmse` the mean over silos of the model each silo ends with on its own test split.
 Part C (the reference code's regime): u = 1 local step between accumulations and many rounds
 (200 by default, scored every 25), for FedAvg, DroNet DFL, CDL SFL and CDL DFL on Gaia.
 Writes experiments/results/cdl_driving_table.csv, _topologies.csv, _u1.csv, _rounds.csv, .png.
@@ -57,6 +58,7 @@ def last_row(run_dir: Path, key: str, seed: int, **extra) -> dict:
     out = {"key": key, "seed": seed, "rounds": int(row["round"]), **extra,
            "rmse": row["rmse"], "mae": row["mae"],
            "avg_rmse": row.get("avg_rmse", row["rmse"]), "avg_mae": row.get("avg_mae", row["mae"]),
+           "own_split_rmse": row.get("silo_rmse_own_mean", row.get("silo_rmse_mean")),
            "consensus_distance": row.get("consensus_distance", 0.0),
            "rmse_basis": ("own split" if "silo_rmse_pooled_mean" not in rounds
                           and "avg_rmse" in rounds else "pooled test set"),
@@ -67,7 +69,8 @@ def last_row(run_dir: Path, key: str, seed: int, **extra) -> dict:
 def summarize(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     agg = rows.groupby(by, sort=False).agg(
         rmse=("rmse", "mean"), rmse_sd=("rmse", "std"), mae=("mae", "mean"),
-        avg_rmse=("avg_rmse", "mean"), consensus_distance=("consensus_distance", "mean"),
+        avg_rmse=("avg_rmse", "mean"), own_split_rmse=("own_split_rmse", "mean"),
+        consensus_distance=("consensus_distance", "mean"),
         rmse_basis=("rmse_basis", "first"), rounds=("rounds", "first"),
         seeds=("seed", "nunique"), wall_s_total=("wall_s_total", "mean"))
     return agg.reset_index()
