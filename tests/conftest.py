@@ -31,16 +31,9 @@ def udacity_dir() -> Path:
 
 def run_tokens_alive(token: str) -> list[int]:
     """Pids of processes started by a simulation.py run with this token."""
-    out = []
-    needle = f"FEDEMBODIED_RUN_TOKEN={token}".encode()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if needle in (d / "environ").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
+    from simulation import processes_with_token
+
+    return processes_with_token(token)
 
 
 class InProcessGrid:
