@@ -1,7 +1,6 @@
 """Shared fixtures. Real data lives in ../shared/data beside the project (CI has it too)."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
