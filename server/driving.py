@@ -6,7 +6,6 @@ import time
 from logging import INFO
 from pathlib import Path
 
-import torch
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
