@@ -98,6 +98,11 @@ def resolve(args) -> tuple[dict, Path]:
     cfg.update(overrides)
     absolute_paths(cfg, overrides)
     silos_from_graph(args, cfg, overrides)
+    if methods.get(args.method).domain == "gridworld":
+        if args.num_clients not in (None, 2):
+            raise BadInput(f"--num-clients {args.num_clients}: FedRL has exactly two parties "
+                           "(alpha and beta)")
+        overrides["num-clients"] = cfg["num-clients"] = 2
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (out / "rounds.csv").exists():
@@ -116,7 +121,7 @@ def absolute_paths(cfg: dict, overrides: dict) -> None:
     defaults to ../shared/data/topologies beside this project."""
     from strategies.topology import DEFAULT_TOPOLOGY_DIR
 
-    for key in ("driving.data-dir", "topology-dir"):
+    for key in ("driving.data-dir", "topology-dir", "fedrl.map-file"):
         if str(cfg[key]):
             overrides[key] = cfg[key] = str(Path(str(cfg[key])).resolve())
     if not str(cfg["topology-dir"]) and str(cfg["topology"]) not in ("ring", "complete"):

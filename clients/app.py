@@ -33,5 +33,6 @@ def query(msg: Message, context: Context) -> Message:
     """Who am I: the server asks once per run to map node ids to partitions."""
     nc = context.node_config
     identity = ConfigRecord({"partition-id": int(nc["partition-id"]),
-                             "num-partitions": int(nc["num-partitions"])})
+                             "num-partitions": int(nc["num-partitions"]),
+                             "role": str(nc.get("role", ""))})
     return Message(RecordDict({"identity": identity}), reply_to=msg)

@@ -29,6 +29,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "server.decentralized", "clients.cdl", "driving"),
     Method("cdl-sfl", "CDL clients under a FedAvg server (CDL SFL)",
            "server.driving", "clients.cdl", "driving"),
+    Method("fedrl", "FedRL: two parties (alpha with rewards, beta without) exchanging noised Q "
+           "outputs through a shared MLP, Grid-World", "server.fedrl", "clients.fedrl",
+           "gridworld"),
 ]}
 
 

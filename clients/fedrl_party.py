@@ -1,0 +1,523 @@
+"""FedRL parties (paper Algorithms 1 and 2), without Flower: alpha has rewards, beta has none.
+
+Each method of `Alpha` / `Beta` is one step of the exchange and takes/returns exactly what crosses
+between the parties, so the Flower handlers (`clients/fedrl.py`) and the single-process runner
+(`experiments/fedrl_local.py`, the throughput baseline) call the same code.
+
+One round of the chunked exchange (B environments, S steps, K minibatches):
+  for each of S steps:  beta.act(prev alpha actions) -> C_beta, a_beta
+                        alpha.act(C_beta, a_beta)   -> alpha's action ids
+  beta.q_outputs(ids, last alpha actions) -> C_beta(s_j), C'_beta(s'_j)  (K minibatches at once)
+  alpha.update(ids, C_beta, C'_beta, theta_g) -> Y, C_alpha, theta_g      (K updates of Eq. 4, 6)
+  beta.update(ids, Y, C_alpha, theta_g)       -> theta_g                  (K updates of Eq. 5, 7)
+The K minibatches' C_beta are computed before alpha's K updates, so they are up to K updates
+stale: `fedrl.updates` trades that staleness against messages (experiments/fedrl_k_sweep.py).
+
+The world: both agents move in one Grid-World. Each party holds a replica of the world simulator,
+built from the run config (maps, seed) and stepped with both parties' action ids, so the replicas
+stay identical without exchanging states; a party reads only its own window from its replica,
+and only alpha reads the reward. Action and transition ids are the "IDs" the paper's A2 lets the
+parties share. (In a physical deployment each party's sensors would replace its replica.)
+
+Acting: alpha acts epsilon-greedily on Q_f^alpha(s_alpha, ., C_beta) (Alg. 1 steps 8-9); beta
+on its own basic Q_beta (Alg. 2, ComputeQBeta), in training and in test, so one step costs two
+messages. In `joint-action` mode (the reference code) alpha's MLP picks one of 16 joint actions and
+beta's replay stores that joint action. Target networks are real copies refreshed every
+`fedrl.target-update` updates (the reference code copies its targets onto themselves, a bug).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import nn
+
+from clients.fedrl_privacy import Ledger, epsilon, release
+from envs.gridworld import (REFERENCE_HISTORY, STAY, GridWorld, Maps, generate_maps, load_mat,
+                            parse_range)
+from models.fedrl_nets import N_ACTIONS, QNet, SharedMLP
+
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The FedRL run config (`fedrl.*` keys), parsed and checked once."""
+    size: int
+    map_file: str
+    maps_seed: int
+    train: range
+    valid: range
+    test: range
+    w_alpha: int
+    w_beta: int
+    history: int
+    max_steps: int
+    mode: str
+    sigma: float
+    clip: float
+    delta: float
+    envs: int
+    act_steps: int
+    updates: int
+    batch: int
+    lr: float
+    gamma: float
+    target_update: int
+    eps_start: float
+    eps_end: float
+    eps_decay: int
+    replay: int
+    warmup: int
+    eval_episodes: int
+    seed: int
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "Settings":
+        def get(k):
+            return cfg[f"fedrl.{k}"]
+        try:
+            w = [int(x) for x in str(get("windows")).split(",")]
+            assert len(w) == 2 and all(x >= 1 and x % 2 == 1 for x in w)
+        except (ValueError, AssertionError):
+            raise ValueError(f"fedrl.windows: expected two odd sizes 'alpha,beta', "
+                             f"got {get('windows')!r}") from None
+        mode = str(get("action-mode"))
+        if mode not in ("paper", "joint-action"):
+            raise ValueError(f"fedrl.action-mode must be 'paper' or 'joint-action', got {mode!r}")
+        size = int(get("size"))
+        ints = {k: int(get(k)) for k in ("envs", "act-steps", "updates", "batch-size",
+                                         "target-update", "eps-decay", "replay")}
+        for k, v in ints.items():
+            if v <= 0:
+                raise ValueError(f"fedrl.{k} must be positive, got {v}")
+        for k in ("history", "max-steps", "warmup", "eval-episodes"):
+            if int(get(k)) < 0:
+                raise ValueError(f"fedrl.{k} must be >= 0, got {get(k)}")
+        if float(get("clip")) <= 0 or float(get("sigma")) < 0:
+            raise ValueError("fedrl.clip must be > 0 and fedrl.sigma >= 0")
+        if not 0 < float(get("delta")) < 1:
+            raise ValueError(f"fedrl.delta must be in (0, 1), got {get('delta')}")
+        return cls(
+            size=size, map_file=str(get("map-file")), maps_seed=int(get("maps-seed")),
+            train=parse_range(get("train-maps"), "fedrl.train-maps"),
+            valid=parse_range(get("valid-maps"), "fedrl.valid-maps"),
+            test=parse_range(get("test-maps"), "fedrl.test-maps"),
+            w_alpha=w[0], w_beta=w[1],
+            history=int(get("history")) or REFERENCE_HISTORY.get(size, 4),
+            max_steps=int(get("max-steps")), mode=mode, sigma=float(get("sigma")),
+            clip=float(get("clip")), delta=float(get("delta")), envs=ints["envs"],
+            act_steps=ints["act-steps"], updates=ints["updates"], batch=ints["batch-size"],
+            lr=float(get("lr")), gamma=float(get("gamma")), target_update=ints["target-update"],
+            eps_start=float(get("eps-start")), eps_end=float(get("eps-end")),
+            eps_decay=ints["eps-decay"], replay=ints["replay"], warmup=int(get("warmup")),
+            eval_episodes=int(get("eval-episodes")), seed=int(cfg["seed"]))
+
+    @property
+    def n_actions(self) -> int:
+        """Actions one Q head ranks: a party's own 4, or the 16 joint actions."""
+        return N_ACTIONS * N_ACTIONS if self.mode == "joint-action" else N_ACTIONS
+
+    def maps(self) -> Maps:
+        return _maps(self.map_file, self.size, self.maps_seed)
+
+    def split(self, name: str) -> range:
+        return {"train": self.train, "valid": self.valid, "test": self.test}[name]
+
+    def check_maps(self) -> None:
+        """Fail early, naming the key, when a range does not fit the maps."""
+        maps = self.maps()
+        if self.map_file and maps.size != self.size:
+            raise ValueError(f"fedrl.size is {self.size} but {self.map_file} holds "
+                             f"{maps.size}x{maps.size} maps")
+        if not len(self.train):
+            raise ValueError("fedrl.train-maps is empty")
+        for name in ("train", "valid", "test"):
+            maps.check_range(self.split(name), f"fedrl.{name}-maps")
+
+    def world(self, split: str = "train", n_envs: int | None = None,
+              reset: bool = True) -> GridWorld:
+        r = self.split(split)
+        evaluation = split != "train"
+        if evaluation:
+            n_envs = self.eval_episodes or len(r)
+        return GridWorld(self.maps(), r, n_envs or self.envs, windows=(self.w_alpha, self.w_beta),
+                         history=self.history, max_steps=self.max_steps, action_mode=self.mode,
+                         seed=self.seed, evaluation=evaluation, reset=reset)
+
+    def epsilon_greedy(self, transitions: int) -> float:
+        frac = min(1.0, transitions / self.eps_decay)
+        return self.eps_start + (self.eps_end - self.eps_start) * frac
+
+    def privacy_epsilon(self, releases: int) -> float:
+        return epsilon(releases, self.sigma, self.clip, self.delta)
+
+
+@lru_cache(maxsize=4)
+def _maps(map_file: str, size: int, seed: int) -> Maps:
+    return load_mat(map_file) if map_file else generate_maps(size, seed=seed)
+
+
+def split_joint(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Joint action id -> (alpha's move, beta's move), the reference's divmod(action, 4)."""
+    return np.divmod(np.asarray(actions), N_ACTIONS)
+
+
+class Replay:
+    """Ring buffer of transitions indexed by the global transition id (same ids at both parties)."""
+
+    def __init__(self, capacity: int, fields: dict[str, tuple]):
+        self.capacity = capacity
+        self.data = {k: np.zeros((capacity, *shape), dtype) for k, (shape, dtype) in fields.items()}
+
+    def put(self, first_id: int, **values) -> np.ndarray:
+        n = len(next(iter(values.values())))
+        ids = np.arange(first_id, first_id + n)
+        for k, v in values.items():
+            self.data[k][ids % self.capacity] = v
+        return ids
+
+    def get(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        slots = np.asarray(ids) % self.capacity
+        return {k: v[slots] for k, v in self.data.items()}
+
+
+def _scalar(x) -> int:
+    """A stored scalar (Flower keeps 0-d arrays as shape (1,))."""
+    return int(np.asarray(x).ravel()[0])
+
+
+def _t(x) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x))
+
+
+class Party:
+    """What both parties share: a basic Q-network with its target, theta_g, Adam, the replay,
+    the world replica and the release ledger; and (de)serialisation for Flower's context.state."""
+
+    role = "party"
+    head = 0
+    EXTRA: tuple[str, ...] = ()  # numpy attributes that must survive between messages
+
+    def __init__(self, s: Settings, window: int, replay_fields: dict, restoring: bool = False):
+        self.s = s
+        torch.manual_seed(s.seed * 1009 + (0 if self.role == "alpha" else 1))
+        self.q = QNet(s.history, window, s.n_actions)
+        self.q_target = QNet(s.history, window, s.n_actions)
+        self.q_target.load_state_dict(self.q.state_dict())
+        heads = 1 if s.mode == "joint-action" else 2
+        self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions)
+        self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions)
+        self.mlp_target.load_state_dict(self.mlp.state_dict())
+        self.opt = torch.optim.Adam([*self.q.parameters(), *self.mlp.parameters()], lr=s.lr)
+        self.replay = Replay(s.replay, replay_fields)
+        self.ledger = Ledger(s.replay)
+        self.world = s.world("train", reset=not restoring)
+        self.counters = {"transitions": 0, "updates": 0, "messages": 0}
+        self.eval_world: GridWorld | None = None
+
+    # -- noise ------------------------------------------------------------------------------
+    def _generator(self) -> torch.Generator:
+        """A fresh generator per message, seeded by (seed, role, message count): reproducible
+        without storing RNG state between messages."""
+        self.counters["messages"] += 1
+        g = torch.Generator()
+        role = 0 if self.role == "alpha" else 1
+        g.manual_seed((self.s.seed * 1_000_003 + role) * 1_000_000_007 + self.counters["messages"])
+        return g
+
+    def released(self, q: torch.Tensor, gen: torch.Generator, noise: bool = True) -> torch.Tensor:
+        return release(q, self.s.clip, self.s.sigma if noise else 0.0, gen)
+
+    # -- shared module ----------------------------------------------------------------------
+    def set_theta_g(self, arrays: dict[str, np.ndarray] | None) -> None:
+        if arrays:
+            self.mlp.load_state_dict({k: _t(v) for k, v in arrays.items()})
+
+    def theta_g(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in self.mlp.state_dict().items()}
+
+    def _after_update(self) -> None:
+        self.counters["updates"] += 1
+        if self.counters["updates"] % self.s.target_update == 0:
+            self.q_target.load_state_dict(self.q.state_dict())
+            self.mlp_target.load_state_dict(self.mlp.state_dict())
+
+    def privacy(self) -> dict[str, float]:
+        k = self.ledger.max_releases()
+        return {f"{self.role}-max-releases": float(k),
+                f"{self.role}-epsilon": self.s.privacy_epsilon(k)}
+
+    # -- context.state ----------------------------------------------------------------------
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, mod in (("q", self.q), ("q_target", self.q_target), ("mlp", self.mlp),
+                          ("mlp_target", self.mlp_target)):
+            out.update({f"{name}.{k}": v.numpy().copy() for k, v in mod.state_dict().items()})
+        for idx, st in self.opt.state_dict()["state"].items():
+            out.update({f"opt.{idx}.{k}": torch.as_tensor(v).numpy().copy()
+                        for k, v in st.items()})
+        filled = min(self.counters["transitions"], self.replay.capacity)
+        out.update({f"replay.{k}": v[:filled] for k, v in self.replay.data.items()})
+        out["ledger.counts"] = self.ledger.counts[:filled]
+        out["ledger.retired"] = np.array(self.ledger.retired_max)
+        out.update({f"world.{k}": v for k, v in self.world.state().items()})
+        if self.eval_world is not None:
+            out.update({f"eval.{k}": v for k, v in self.eval_world.state().items()})
+            out["eval.split"] = np.array(SPLITS.index(self.eval_split))
+            out["eval.score"] = self.eval_score
+        out.update({f"counter.{k}": np.array(v) for k, v in self.counters.items()})
+        out.update({f"extra.{k}": np.asarray(getattr(self, k)) for k in self.EXTRA
+                    if hasattr(self, k)})
+        return out
+
+    def load_arrays(self, a: dict[str, np.ndarray]) -> None:
+        for name, mod in (("q", self.q), ("q_target", self.q_target), ("mlp", self.mlp),
+                          ("mlp_target", self.mlp_target)):
+            mod.load_state_dict({k[len(name) + 1:]: _t(v) for k, v in a.items()
+                                 if k.startswith(name + ".")})
+        opt = self.opt.state_dict()
+        state: dict[int, dict] = {}
+        for k, v in a.items():
+            if k.startswith("opt."):
+                _, idx, field = k.split(".", 2)
+                state.setdefault(int(idx), {})[field] = _t(v).clone()
+        opt["state"] = state
+        self.opt.load_state_dict(opt)
+        for k, v in self.replay.data.items():
+            v[:len(a[f"replay.{k}"])] = a[f"replay.{k}"]
+        self.ledger.counts[:len(a["ledger.counts"])] = a["ledger.counts"]
+        self.ledger.retired_max = _scalar(a["ledger.retired"])
+        self.world.load_state({k[6:]: v for k, v in a.items() if k.startswith("world.")})
+        if "eval.split" in a:
+            self.eval_split = SPLITS[_scalar(a["eval.split"])]
+            self.eval_world = self.s.world(self.eval_split, reset=False)
+            self.eval_world.load_state({k[5:]: v for k, v in a.items()
+                                        if k.startswith("eval.") and k[5:] in GridWorld.STATE})
+            self.eval_score = a["eval.score"]
+        self.counters = {k[8:]: _scalar(v) for k, v in a.items() if k.startswith("counter.")}
+        for k in self.EXTRA:
+            if f"extra.{k}" in a:
+                setattr(self, k, np.array(a[f"extra.{k}"]))
+
+    def start_evaluation(self, split: str) -> None:
+        self.eval_split = split
+        self.eval_world = self.s.world(split)
+        self.eval_score = np.zeros((2, self.eval_world.B), np.float64)  # reward sum, met
+
+    def end_evaluation(self) -> None:
+        self.eval_world = None
+
+
+class Beta(Party):
+    """Agent beta (Algorithm 2): states and actions, no rewards."""
+
+    role, head = "beta", 1
+    EXTRA = ("pending_s", "pending_a", "has_pending", "eval_pending")
+
+    def __init__(self, s: Settings, restoring: bool = False):
+        H, w = s.history, s.w_beta
+        super().__init__(s, w, {"s": ((H, w, w), np.uint8), "a": ((), np.int64),
+                                "s2": ((H, w, w), np.uint8)}, restoring)
+        self.head = 0 if s.mode == "joint-action" else 1
+        self.pending_s = np.zeros((s.envs, H, w, w), np.uint8)
+        self.pending_a = np.full(s.envs, STAY, np.int64)
+        self.has_pending = np.array(False)
+
+    def _choose(self, q: torch.Tensor, eps: float, rng: np.random.Generator) -> np.ndarray:
+        if self.s.mode == "joint-action":
+            return np.full(len(q), STAY, np.int64)  # alpha's joint action moves beta
+        a = q.argmax(1).numpy()
+        explore = rng.random(len(a)) < eps
+        return np.where(explore, rng.integers(0, N_ACTIONS, len(a)), a)
+
+    def act(self, prev_alpha: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """ComputeQBeta(): observe, release C_beta = Q_hat_beta(s_beta, .), choose a_beta."""
+        self.sync(prev_alpha)
+        gen = self._generator()
+        s = self.world.obs_beta.copy()
+        with torch.no_grad():
+            q = self.q(_t(s))
+            c = self.released(q, gen)
+        n = self.counters["transitions"]
+        rng = np.random.default_rng([self.s.seed, 1, n])
+        a = self._choose(q, self.s.epsilon_greedy(n), rng)
+        ids = np.arange(n, n + self.s.envs)
+        self.ledger.reset_slots(ids)
+        self.ledger.add(ids)
+        self.pending_s, self.pending_a, self.has_pending = s, a, np.array(True)
+        return c.numpy(), a
+
+    def sync(self, prev_alpha: np.ndarray | None) -> None:
+        """Step the world replica with alpha's last action ids and store the finished
+        transitions (s_beta, a_beta, s'_beta) under the same ids alpha uses."""
+        if prev_alpha is None or not bool(np.asarray(self.has_pending).ravel()[0]):
+            return
+        prev_alpha = np.asarray(prev_alpha)
+        if self.s.mode == "joint-action":
+            a_alpha, a_beta = split_joint(prev_alpha)
+            stored = prev_alpha
+        else:
+            a_alpha, a_beta, stored = prev_alpha, self.pending_a, self.pending_a
+        _, _, _, _, next_beta = self.world.step(a_alpha, a_beta)
+        self.replay.put(self.counters["transitions"], s=self.pending_s, a=stored, s2=next_beta)
+        self.counters["transitions"] += self.s.envs
+        self.has_pending = np.array(False)
+
+    def q_outputs(self, ids: np.ndarray, prev_alpha: np.ndarray | None):
+        """ComputeQBeta(j) for K minibatches at once: C_beta(s_j) from the online network and
+        C'_beta(s'_j) from the target network (for alpha's target Y_j)."""
+        self.sync(prev_alpha)
+        gen = self._generator()
+        batch = self.replay.get(ids.ravel())
+        with torch.no_grad():
+            c = self.released(self.q(_t(batch["s"])), gen)
+            c2 = self.released(self.q_target(_t(batch["s2"])), gen)
+        self.ledger.add(ids, times=2)
+        shape = (*ids.shape, self.s.n_actions)
+        return c.numpy().reshape(shape), c2.numpy().reshape(shape)
+
+    def update(self, ids: np.ndarray, targets: np.ndarray, c_alpha: np.ndarray,
+               theta_g: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        """UpdateQ(Y_j, j, C_alpha, theta_g) for K minibatches: Eq. (5), (7) on theta_beta and
+        theta_g, alpha's C_alpha held constant."""
+        self.set_theta_g(theta_g)
+        gen = self._generator()
+        losses = []
+        for k in range(len(ids)):
+            b = self.replay.get(ids[k])
+            own = self.released(self.q(_t(b["s"])), gen)
+            qf = self.mlp(_t(c_alpha[k]).float(), own, self.head)
+            pred = qf.gather(1, _t(b["a"])[:, None]).squeeze(1)
+            loss = nn.functional.mse_loss(pred, _t(targets[k]).float())
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self._after_update()
+            losses.append(loss.item())
+        return self.theta_g(), float(np.mean(losses))
+
+    # -- evaluation: greedy, beta on its own Q_beta ---------------------------------------
+    def eval_act(self, prev_alpha: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        w = self.eval_world
+        if prev_alpha is not None:
+            prev_alpha = np.asarray(prev_alpha)
+            if self.s.mode == "joint-action":
+                w.step(*split_joint(prev_alpha))
+            else:
+                w.step(prev_alpha, self.eval_pending)
+        gen = self._generator()
+        with torch.no_grad():
+            q = self.q(_t(w.obs_beta))
+            c = self.released(q, gen)
+        self.eval_pending = self._choose(q, 0.0, np.random.default_rng(0))
+        return c.numpy(), self.eval_pending
+
+
+class Alpha(Party):
+    """Agent alpha (Algorithm 1): full transitions with rewards; computes the targets Y."""
+
+    role, head = "alpha", 0
+    EXTRA = ("stats", "returns")
+
+    def __init__(self, s: Settings, restoring: bool = False):
+        H, w = s.history, s.w_alpha
+        super().__init__(s, w, {"s": ((H, w, w), np.uint8), "a": ((), np.int64),
+                                "r": ((), np.float32), "s2": ((H, w, w), np.uint8),
+                                "done": ((), np.float32)}, restoring)
+        self.stats = np.zeros(3)  # episodes finished, met, reward sum (since last report)
+        self.returns = np.zeros(s.envs)
+
+    def _qf(self, obs, c_beta, gen, noise=True, target=False) -> torch.Tensor:
+        q, mlp = (self.q_target, self.mlp_target) if target else (self.q, self.mlp)
+        own = self.released(q(_t(obs)), gen, noise)
+        return mlp(own, _t(c_beta).float(), self.head)
+
+    def act(self, c_beta: np.ndarray, a_beta: np.ndarray) -> np.ndarray:
+        """Alg. 1 steps 6-11: choose a_t epsilon-greedily on Q_f^alpha(s_alpha, ., C_beta),
+        execute it (with beta's move) and store (s, a, r, s', done)."""
+        gen = self._generator()
+        s = self.world.obs_alpha.copy()
+        with torch.no_grad():
+            greedy = self._qf(s, c_beta, gen).argmax(1).numpy()
+        n = self.counters["transitions"]
+        rng = np.random.default_rng([self.s.seed, 0, n])
+        explore = rng.random(len(greedy)) < self.s.epsilon_greedy(n)
+        a = np.where(explore, rng.integers(0, self.s.n_actions, len(greedy)), greedy)
+        moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
+        r, done, met, next_alpha, _ = self.world.step(*moves)
+        self.replay.put(n, s=s, a=a, r=r, s2=next_alpha, done=done.astype(np.float32))
+        self.ledger.reset_slots(np.arange(n, n + self.s.envs))
+        self.counters["transitions"] += self.s.envs
+        self.returns += r
+        self.stats += [done.sum(), met.sum(), self.returns[done].sum()]
+        self.returns[done] = 0.0
+        return a
+
+    def update(self, ids: np.ndarray, c_beta: np.ndarray, c_beta_next: np.ndarray,
+               theta_g: dict[str, np.ndarray] | None):
+        """K updates of Eq. (4), (6); after each, C_alpha = Q_hat_alpha(s_j) for beta.
+        Returns (Y, C_alpha, theta_g, mean loss)."""
+        self.set_theta_g(theta_g)
+        gen = self._generator()
+        K, bs = ids.shape
+        ys = np.zeros((K, bs), np.float32)
+        cs = np.zeros((K, bs, self.s.n_actions), np.float32)
+        losses = []
+        for k in range(K):
+            b = self.replay.get(ids[k])
+            with torch.no_grad():
+                nxt = self._qf(b["s2"], c_beta_next[k], gen, target=True).max(1).values
+                y = _t(b["r"]) + self.s.gamma * (1 - _t(b["done"])) * nxt
+            pred = self._qf(b["s"], c_beta[k], gen).gather(1, _t(b["a"])[:, None]).squeeze(1)
+            loss = nn.functional.mse_loss(pred, y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self._after_update()
+            with torch.no_grad():
+                cs[k] = self.released(self.q(_t(b["s"])), gen).numpy()
+            ys[k] = y.numpy()
+            losses.append(loss.item())
+        self.ledger.add(ids)
+        return ys, cs, self.theta_g(), float(np.mean(losses))
+
+    def take_stats(self) -> dict[str, float]:
+        """Training episodes finished since the last call: count, success rate, mean reward."""
+        n, met, rew = self.stats
+        self.stats = np.zeros(3)
+        return {"train-episodes": float(n),
+                "train-succ-rate": float(met / n) if n else float("nan"),
+                "train-avg-reward": float(rew / n) if n else float("nan"),
+                "exploration": self.s.epsilon_greedy(self.counters["transitions"])}
+
+    # -- evaluation ------------------------------------------------------------------------
+    def eval_act(self, c_beta: np.ndarray, a_beta: np.ndarray, test_noise: bool) -> tuple:
+        """Greedy step on the evaluation world; test_noise=False drops the noise on alpha's own
+        Q output inside Q_f^alpha (what leaves a party is always noised)."""
+        w = self.eval_world
+        gen = self._generator()
+        with torch.no_grad():
+            a = self._qf(w.obs_alpha, c_beta, gen, noise=test_noise).argmax(1).numpy()
+        moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
+        was_active = w.active.copy()
+        r, done, met, _, _ = w.step(*moves)
+        self.eval_score[0] += r * was_active
+        self.eval_score[1] += met
+        return a, bool(w.active.any())
+
+    def eval_result(self) -> dict[str, float]:
+        return {"succ-rate": float(self.eval_score[1].mean()),
+                "avg-reward": float(self.eval_score[0].mean())}
+
+
+def sample_ids(rng: np.random.Generator, transitions: int, s: Settings) -> np.ndarray | None:
+    """K x batch transition ids drawn uniformly from the replay (the orchestrator draws them:
+    it knows how many transitions exist, not what they hold). None before the warm-up."""
+    if transitions < max(s.warmup, s.batch):
+        return None
+    low = max(0, transitions - s.replay)
+    return rng.integers(low, transitions, size=(s.updates, s.batch))

@@ -1,0 +1,175 @@
+"""FedRL: the noise mechanism, the accountant, what each party sends, and protocol parity."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import clients.fedrl_party as party_mod
+from clients.app import app
+from clients.fedrl import SENDS
+from clients.fedrl_party import Alpha, Beta, Settings
+from clients.fedrl_privacy import Ledger, epsilon, release
+from experiments.fedrl_local import FedRLLocal
+from models.fedrl_nets import SharedMLP
+from server import fedrl as fedrl_server
+from server.config import ConfigError, merged
+from tests.conftest import InProcessGrid
+
+SMALL = {"method": "fedrl", "num-server-rounds": 4, "fedrl.warmup": 32, "fedrl.envs": 8,
+         "fedrl.act-steps": 2, "fedrl.updates": 3, "fedrl.batch-size": 8,
+         "fedrl.eval-episodes": 6, "fedrl.max-steps": 6, "fedrl.target-update": 2,
+         "eval-every": 2}
+
+
+def test_release_bounds_then_noises_and_keeps_the_ranking():
+    q = torch.tensor([[30.0, -40.0, 0.0, 0.0], [0.3, 0.1, -0.2, 0.0]])
+    clipped = release(q, clip=10.0, sigma=0.0)
+    assert clipped[0].norm() == pytest.approx(10.0) and torch.equal(clipped[1], q[1])
+    assert clipped.argmax(1).tolist() == q.argmax(1).tolist()
+    g = torch.Generator().manual_seed(0)
+    noisy = release(q.repeat(5000, 1), clip=10.0, sigma=2.0, generator=g)
+    noise = noisy - release(q.repeat(5000, 1), clip=10.0, sigma=0.0)
+    assert noise.std().item() == pytest.approx(2.0, rel=0.03)
+    assert abs(noise.mean().item()) < 0.05
+
+
+def test_epsilon_grows_with_releases_and_shrinks_with_noise():
+    e1, e10 = epsilon(1, 1.0, 0.5, 1e-5), epsilon(10, 1.0, 0.5, 1e-5)
+    assert 0 < e1 < e10
+    assert epsilon(10, 4.0, 0.5, 1e-5) < e10
+    assert epsilon(0, 1.0, 0.5, 1e-5) == 0.0
+    led = Ledger(4)
+    led.add(np.array([0, 1, 1, 5]))  # id 5 is slot 1 of the ring
+    assert led.max_releases() == 3
+    led.reset_slots(np.array([1]))
+    assert led.counts[1] == 0 and led.max_releases() == 3  # a retired record still counts
+
+
+@pytest.mark.parametrize("override, key", [
+    ({"fedrl.windows": "3,4"}, "fedrl.windows"),
+    ({"fedrl.action-mode": "both"}, "fedrl.action-mode"),
+    ({"fedrl.train-maps": "9-2"}, "fedrl.train-maps"),
+    ({"fedrl.test-maps": "7000-9000"}, "fedrl.test-maps"),
+    ({"fedrl.envs": 0}, "fedrl.envs"),
+])
+def test_bad_fedrl_config_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=key):
+        fedrl_server.check_config(merged({"method": "fedrl", **override}))
+
+
+def _spy_release(monkeypatch):
+    """Record every noised output `release` produces inside the parties."""
+    produced = []
+
+    def spy(q, clip, sigma, generator=None):
+        out = release(q, clip, sigma, generator)
+        if sigma > 0:
+            produced.append(out.detach().numpy().copy())
+        return out
+    monkeypatch.setattr(party_mod, "release", spy)
+    return produced
+
+
+def _contains(haystack: list, arr: np.ndarray) -> bool:
+    rows = arr.reshape(-1, arr.shape[-1])
+    pool = np.concatenate([p.reshape(-1, p.shape[-1]) for p in haystack])
+    return all((np.abs(pool - r).max(1) == 0).any() for r in rows)
+
+
+def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch, tmp_path):
+    produced = _spy_release(monkeypatch)
+    cfg = merged({**SMALL, "out-dir": str(tmp_path)})
+    grid = InProcessGrid(app, cfg, 2)
+    fedrl_server.run(grid, cfg, "fedrl")
+    mlp_keys = set(SharedMLP(8, 2, 4).state_dict())
+    role = {5000: "alpha", 5001: "beta"}
+    seen = set()
+    for sent, rep in zip(grid.sent, grid.replies):
+        if sent.metadata.message_type == "query":
+            continue
+        who, step = role[sent.metadata.dst_node_id], str(sent.content["config"]["step"])
+        seen.add((who, step))
+        assert set(rep.content.array_records) <= {"data", "theta-g"}
+        data = {k: v.numpy() for k, v in rep.content["data"].items()}
+        assert set(data) == SENDS[(who, step)]
+        for name, arr in data.items():
+            if name.startswith("c-"):  # a Q output: it went through the noise, as sent
+                assert _contains(produced, arr), f"{who} sent an un-noised {name} in {step}"
+            elif name in ("a-alpha", "a-beta"):  # action ids
+                assert arr.dtype.kind == "i" and arr.min() >= -1 and arr.max() < 4
+            else:
+                assert name == "y" and who == "alpha"  # the targets, only from alpha
+        if "theta-g" in rep.content:
+            assert set(rep.content["theta-g"]) == mlp_keys  # the shared MLP and nothing else
+        assert set(rep.content.config_records) == set()
+        if "metrics" in rep.content:  # scalars only: losses, privacy, training/eval scores
+            assert all(isinstance(v, float) for v in rep.content["metrics"].values())
+    assert seen == set(SENDS)  # every step of the protocol ran
+    # the server keeps only theta_g: its checkpoints hold the MLP's keys, no Q-network
+    ckpt = torch.load(tmp_path / "checkpoints" / "round_0004.pt")
+    assert set(ckpt) == mlp_keys
+    conf = json.loads((tmp_path / "config.json").read_text())
+    assert conf["privacy"]["alpha-epsilon"] > 0 and conf["privacy"]["beta-epsilon"] > 0
+    assert conf["privacy"]["delta"] == 1e-5
+
+
+def test_flower_exchange_equals_the_single_process_run(tmp_path):
+    """Same config, same seeds: the Flower app and experiments/fedrl_local compute the same."""
+    cfg = merged({**SMALL, "out-dir": str(tmp_path)})
+    fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+    flower = pd.read_csv(tmp_path / "rounds.csv")
+    local = FedRLLocal(Settings.from_config(cfg))
+    for rnd in range(1, 5):
+        row = local.round()
+        if rnd % 2 == 0:
+            row.update(local.evaluate("valid"))
+        if rnd == 4:
+            row.update(local.evaluate("test"))
+        got = flower[flower["round"] == rnd].iloc[0]
+        for k, v in row.items():
+            assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k
+    assert flower["train-steps"].iloc[-1] == 3 * 3 * 8  # three update rounds of K x batch
+    assert (flower["bytes_up"] > 0).all()
+
+
+def test_state_survives_serialisation_and_targets_really_update():
+    s = Settings.from_config(merged({**SMALL}))
+    alpha, beta = Alpha(s), Beta(s)
+    local = FedRLLocal(s)
+    local.alpha, local.beta = alpha, beta
+    for _ in range(3):
+        local.round()
+    assert alpha.counters["updates"] == 6  # 2 update rounds x K=3
+    # target-update=2: after 6 updates the targets equal the online networks
+    for a, b in zip(alpha.q.parameters(), alpha.q_target.parameters()):
+        assert torch.equal(a, b)
+    c2 = Alpha(s, restoring=True)
+    c2.load_arrays(alpha.state_arrays())
+    assert c2.counters == alpha.counters
+    assert np.array_equal(c2.replay.get(np.arange(48))["r"], alpha.replay.get(np.arange(48))["r"])
+    assert np.array_equal(c2.world.pos, alpha.world.pos)
+    ids = np.arange(8).reshape(1, 8)
+    c, c_next = beta.q_outputs(ids, None)
+    y1, *_ = alpha.update(ids, c, c_next, None)
+    y2, *_ = c2.update(ids, c, c_next, None)
+    assert np.allclose(y1, y2)
+    assert alpha.counters["updates"] == 7  # odd: the online network moved past its target
+    assert not all(torch.equal(a, b) for a, b in zip(alpha.q.parameters(),
+                                                     alpha.q_target.parameters()))
+
+
+def test_joint_action_mode_moves_both_agents_from_alphas_mlp(tmp_path):
+    cfg = merged({**SMALL, "fedrl.action-mode": "joint-action", "fedrl.windows": "5,3",
+                  "out-dir": str(tmp_path)})
+    s = Settings.from_config(cfg)
+    local = FedRLLocal(s)
+    for _ in range(3):
+        local.round()
+    assert s.n_actions == 16 and local.alpha.mlp.heads[0].out_features == 16
+    n = local.alpha.counters["transitions"]
+    a_alpha = local.alpha.replay.get(np.arange(n))["a"]
+    a_beta = local.beta.replay.get(np.arange(n))["a"]
+    assert np.array_equal(a_alpha, a_beta) and a_alpha.max() >= 4  # beta stores joint actions
+    assert local.alpha.world.obs_alpha.shape[-1] == 5  # the reference's swapped windows

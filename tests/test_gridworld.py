@@ -1,0 +1,117 @@
+"""Grid-World: the paper's map files, the generator, and the dynamics and rewards of Sec. 5.1."""
+import networkx as nx
+import numpy as np
+import pytest
+
+from envs.errors import DataError
+from envs.gridworld import (STAY, GridWorld, Maps, generate_maps, load_mat, max_steps_for,
+                            parse_range)
+from tests.conftest import SHARED_DATA
+
+MAT = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"
+
+
+def _is_shortest(grid, path):
+    g = nx.grid_2d_graph(*grid.shape)
+    g.remove_nodes_from([c for c in g.nodes if grid[c] == 0])
+    steps = np.abs(np.diff(path, axis=0)).sum(1)
+    return ((steps == 1).all() and all(grid[tuple(c)] == 1 for c in path)
+            and nx.shortest_path_length(g, tuple(path[0]), tuple(path[-1])) == len(path) - 1)
+
+
+def test_paper_map_file_reads_as_the_readme_says():
+    if not MAT.is_file():
+        pytest.skip(f"{MAT} not found")
+    maps = load_mat(MAT)
+    assert maps.size == 8 and maps.count == 7200  # maps 0-7199 only
+    usable = [i for i in range(0, 7200, 97) if maps.paths(i)]
+    assert len(usable) > 0.3 * len(range(0, 7200, 97))  # stored paths repaired where needed
+    for i in usable[:20]:
+        grid = maps.grid(i)
+        assert grid.shape == (8, 8) and set(np.unique(grid)) <= {0, 1}
+        assert (grid[0] == 0).all() and (grid[:, -1] == 0).all()  # wall border
+        assert maps.paths(i) and all(_is_shortest(grid, p) for p in maps.paths(i))
+    with pytest.raises(DataError, match="fedrl.test-maps 7200-7999 goes past the 7200 maps"):
+        maps.check_range(parse_range("7200-7999"), "fedrl.test-maps")
+
+
+def test_bad_map_files_are_named(tmp_path):
+    with pytest.raises(DataError, match="no such map file"):
+        load_mat(tmp_path / "none.mat")
+    bad = tmp_path / "bad.mat"
+    bad.write_bytes(b"not matlab")
+    with pytest.raises(DataError, match="bad.mat"):
+        load_mat(bad)
+    import scipy.io as sio
+    sio.savemat(tmp_path / "nofield.mat", {"all_images": np.zeros((2, 1), object)})
+    with pytest.raises(DataError, match="all_states_xy_by_domain"):
+        load_mat(tmp_path / "nofield.mat")
+
+
+def test_generated_maps_are_deterministic_walled_and_paths_shortest():
+    a, b = generate_maps(16, seed=3), generate_maps(16, seed=3)
+    assert a.count == 8000
+    for i in (0, 7999):
+        assert np.array_equal(a.grid(i), b.grid(i))
+        grid = a.grid(i)
+        assert (grid[0] == 0).all() and (grid[-1] == 0).all() and (grid[:, 0] == 0).all()
+        assert len(a.paths(i)) == 8 and all(_is_shortest(grid, p) for p in a.paths(i))
+    assert not np.array_equal(a.grid(0), generate_maps(16, seed=4).grid(0))
+
+
+def _corridor(length=6, path=None):
+    """One free row of `length` cells inside walls; alpha at the left end, beta at the right."""
+    n = length + 2
+    grid = np.zeros((n, n), np.uint8)
+    grid[1, 1:-1] = 1
+    path = path if path is not None else np.array([[1, c] for c in range(1, n - 1)])
+    return Maps(n, 1, lambda i: grid, lambda i: [path], "corridor")
+
+
+def test_rewards_collisions_meeting_and_observations():
+    maps = _corridor(6)
+    w = GridWorld(maps, range(1), 1, windows=(3, 5), history=2, evaluation=True)
+    assert w.obs_alpha.shape == (1, 2, 3, 3) and w.obs_beta.shape == (1, 2, 5, 5)
+    assert w.obs_alpha[0, -1, 1].tolist() == [0, 1, 1]  # wall west, free east
+    # alpha hits the north wall (stays, -10); beta stays; md = 5 -> r_g = 8 / 5
+    r, done, met, *_ = w.step(np.array([3]), np.array([STAY]))
+    assert w.pos[0, 0].tolist() == [1, 1] and r[0] == pytest.approx(-10 + 8 / 5) and not done[0]
+    # alpha east (-1): md 4
+    r, *_ = w.step(np.array([0]), np.array([STAY]))
+    assert r[0] == pytest.approx(-1 + 8 / 4)
+    # both move toward each other: md 2, then meeting (md 0 -> max(md, 1)) +50, done
+    r, done, met, *_ = w.step(np.array([0]), np.array([2]))
+    assert r[0] == pytest.approx(-1 + 8 / 2) and not done[0]
+    r, done, met, *_ = w.step(np.array([0]), np.array([2]))
+    assert met[0] and done[0] and r[0] == pytest.approx(-1 + 8 / 1 + 50)
+    assert not w.active[0]  # evaluation: the slot is over, later steps change nothing
+    r, done, *_ = w.step(np.array([0]), np.array([0]))
+    assert r[0] == 0 and not done[0]
+
+
+def test_joint_mode_sums_both_moves_and_episodes_end_at_t_max():
+    maps = _corridor(6)
+    w = GridWorld(maps, range(1), 1, max_steps=2, action_mode="joint-action", evaluation=True)
+    r, done, *_ = w.step(np.array([3]), np.array([3]))  # both into the north wall
+    assert r[0] == pytest.approx(-20 + 8 / 5)
+    r, done, met, *_ = w.step(np.array([3]), np.array([3]))
+    assert done[0] and not met[0]  # T_m reached
+    assert max_steps_for(8) == 38 and max_steps_for(16) == 86 and max_steps_for(32) == 178
+
+
+def test_training_resets_are_replica_deterministic_and_shortest_moves_lead_to_meeting():
+    maps = generate_maps(8, seed=0)
+    a = GridWorld(maps, range(0, 100), 4, seed=7)
+    b = GridWorld(maps, range(0, 100), 4, seed=7)
+    rng = np.random.default_rng(0)
+    for _ in range(60):  # several episodes end and reset in both replicas the same way
+        aa, ab = rng.integers(0, 4, 4), rng.integers(0, 4, 4)
+        ra, da, *_ = a.step(aa, ab)
+        rb, db, *_ = b.step(aa, ab)
+        assert np.array_equal(ra, rb) and np.array_equal(a.obs_beta, b.obs_beta)
+    assert a.episode.sum() > 0
+    w = GridWorld(maps, range(0, 50), 50, evaluation=True)
+    lengths = np.array([len(maps.paths(i)[0]) for i in w.eval_maps])
+    while w.active.any():  # alpha follows BFS first moves, beta waits: alpha walks the path
+        w.step(w.shortest_action(0), np.full(w.B, STAY))
+    assert (w.t == lengths - 2).all()  # a path of k cells is k-1 moves; adjacent = met
