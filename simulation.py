@@ -331,6 +331,12 @@ def wait_finished(link: LocalSuperLink, run_id: int, timeout: float) -> tuple[st
         time.sleep(1.0)
 
 
+def _terminate(signum, frame):
+    """SIGTERM would end the launcher without its clean-up and leave the engine and Ray
+    running; turn it into the KeyboardInterrupt that launch() already handles."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -338,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"simulation.py: error: {e}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _terminate)  # `kill` cleans up like Ctrl-C does
     code = launch(args, overrides, out)
     if code == 0 and not args.no_plots:
         from experiments.plot import plot_runs

@@ -66,6 +66,25 @@ def test_simulation_engine_cdl_on_a_ring(tmp_path):
     assert run_tokens_alive(token) == []
 
 
+def test_simulation_engine_fedrl_two_parties(tmp_path):
+    out = tmp_path / "fedrl"
+    token = f"test-{uuid.uuid4().hex}"
+    res = _launch(["fedrl", "--rounds", "2", "--out", str(out), "--no-plots", "--run-config",
+                   "fedrl.envs=8 fedrl.act-steps=2 fedrl.updates=2 fedrl.warmup=16 "
+                   "fedrl.batch-size=8 fedrl.eval-episodes=3 fedrl.max-steps=4 "
+                   'fedrl.test-maps=""'], token)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "privacy at delta=1e-05" in res.stdout  # epsilon printed at the end
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert list(rounds["round"]) == [1, 2] and (rounds["n_clients"] == 2).all()
+    assert rounds["train-steps"].tolist() == [0, 16]  # updates start after the warm-up
+    assert rounds["valid-succ-rate-test_noise=on"].iloc[1] >= 0
+    assert rounds["bytes_up"].iloc[1] > rounds["bytes_up"].iloc[0]  # Q outputs + theta_g
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["privacy"]["beta-epsilon"] > 0 and cfg["privacy"]["beta-max-releases"] >= 2
+    assert run_tokens_alive(token) == []
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

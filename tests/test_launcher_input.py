@@ -33,6 +33,9 @@ def test_help_lists_every_method_with_one_line():
     (["cdl", "--topology", "torus"], "--topology: unknown topology 'torus'"),
     (["gossip", "--topology", "nowhere-ring"], "nowhere.gml not found"),
     (["cdl", "--run-config", 'cdl.variant="official"'], "'cdl.variant'"),
+    (["fedrl", "--num-clients", "3"], "exactly two parties"),
+    (["fedrl", "--run-config", 'fedrl.map-file="/no/such.mat"'], "/no/such.mat"),
+    (["fedrl", "--run-config", 'fedrl.windows="4,5"'], "fedrl.windows"),
 ])
 def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     res = _run(*args, "--out", str(tmp_path / "out"))
