@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients.fedrl_party import Alpha, Beta, Settings
 from server.config import merged
@@ -50,19 +50,23 @@ def _load(context: Context, s: Settings):
     return party
 
 
+def array_record(arrays: dict) -> ArrayRecord:
+    """numpy arrays -> ArrayRecord (None values are left out)."""
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()
+                        if v is not None})
+
+
 def _save(context: Context, party) -> None:
-    context.state[STATE] = ArrayRecord({k: Array(np.ascontiguousarray(v))
-                                        for k, v in party.state_arrays().items()})
+    context.state[STATE] = array_record(party.state_arrays())
 
 
 def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics=None) -> Message:
     allowed = SENDS[(role, step)]
     if set(data) - allowed:
         raise RuntimeError(f"{role} tried to send {sorted(set(data) - allowed)} in {step}")
-    content = RecordDict({"data": ArrayRecord({k: Array(np.ascontiguousarray(v))
-                                               for k, v in data.items()})})
+    content = RecordDict({"data": array_record(data)})
     if theta_g is not None:
-        content["theta-g"] = ArrayRecord({k: Array(v) for k, v in theta_g.items()})
+        content["theta-g"] = array_record(theta_g)
     if metrics:
         content["metrics"] = MetricRecord({k: float(v) for k, v in metrics.items()})
     return Message(content, reply_to=msg)

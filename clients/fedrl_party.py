@@ -161,6 +161,28 @@ def _maps(map_file: str, size: int, seed: int) -> Maps:
     return load_mat(map_file) if map_file else generate_maps(size, seed=seed)
 
 
+def explore(greedy: np.ndarray, eps: float, n_actions: int,
+            rng: np.random.Generator) -> np.ndarray:
+    """Epsilon-greedy: each slot takes a uniform random action with probability eps."""
+    random_slots = rng.random(len(greedy)) < eps
+    return np.where(random_slots, rng.integers(0, n_actions, len(greedy)), greedy)
+
+
+def count_episodes(stats: np.ndarray, returns: np.ndarray, r, done, met) -> None:
+    """Accumulate (episodes finished, met, reward sum) in `stats`; `returns` holds the running
+    reward of each slot's current episode."""
+    returns += r
+    stats += [done.sum(), met.sum(), returns[done].sum()]
+    returns[done] = 0.0
+
+
+def episode_report(stats: np.ndarray) -> dict[str, float]:
+    n, met, rew = stats
+    return {"train-episodes": float(n),
+            "train-succ-rate": float(met / n) if n else float("nan"),
+            "train-avg-reward": float(rew / n) if n else float("nan")}
+
+
 def split_joint(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Joint action id -> (alpha's move, beta's move), the reference's divmod(action, 4)."""
     return np.divmod(np.asarray(actions), N_ACTIONS)
@@ -330,9 +352,7 @@ class Beta(Party):
     def _choose(self, q: torch.Tensor, eps: float, rng: np.random.Generator) -> np.ndarray:
         if self.s.mode == "joint-action":
             return np.full(len(q), STAY, np.int64)  # alpha's joint action moves beta
-        a = q.argmax(1).numpy()
-        explore = rng.random(len(a)) < eps
-        return np.where(explore, rng.integers(0, N_ACTIONS, len(a)), a)
+        return explore(q.argmax(1).numpy(), eps, N_ACTIONS, rng)
 
     def act(self, prev_alpha: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """ComputeQBeta(): observe, release C_beta = Q_hat_beta(s_beta, .), choose a_beta."""
@@ -445,16 +465,13 @@ class Alpha(Party):
             greedy = self._qf(s, c_beta, gen).argmax(1).numpy()
         n = self.counters["transitions"]
         rng = np.random.default_rng([self.s.seed, 0, n])
-        explore = rng.random(len(greedy)) < self.s.epsilon_greedy(n)
-        a = np.where(explore, rng.integers(0, self.s.n_actions, len(greedy)), greedy)
+        a = explore(greedy, self.s.epsilon_greedy(n), self.s.n_actions, rng)
         moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, next_alpha, _ = self.world.step(*moves)
         self.replay.put(n, s=s, a=a, r=r, s2=next_alpha, done=done.astype(np.float32))
         self.ledger.reset_slots(np.arange(n, n + self.s.envs))
         self.counters["transitions"] += self.s.envs
-        self.returns += r
-        self.stats += [done.sum(), met.sum(), self.returns[done].sum()]
-        self.returns[done] = 0.0
+        count_episodes(self.stats, self.returns, r, done, met)
         return a
 
     def update(self, ids: np.ndarray, c_beta: np.ndarray, c_beta_next: np.ndarray,
@@ -487,12 +504,9 @@ class Alpha(Party):
 
     def take_stats(self) -> dict[str, float]:
         """Training episodes finished since the last call: count, success rate, mean reward."""
-        n, met, rew = self.stats
+        out = episode_report(self.stats)
         self.stats = np.zeros(3)
-        return {"train-episodes": float(n),
-                "train-succ-rate": float(met / n) if n else float("nan"),
-                "train-avg-reward": float(rew / n) if n else float("nan"),
-                "exploration": self.s.epsilon_greedy(self.counters["transitions"])}
+        return {**out, "exploration": self.s.epsilon_greedy(self.counters["transitions"])}
 
     # -- evaluation ------------------------------------------------------------------------
     def eval_act(self, c_beta: np.ndarray, a_beta: np.ndarray, test_noise: bool) -> tuple:
@@ -503,9 +517,8 @@ class Alpha(Party):
         with torch.no_grad():
             a = self._qf(w.obs_alpha, c_beta, gen, noise=test_noise).argmax(1).numpy()
         moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
-        was_active = w.active.copy()
-        r, done, met, _, _ = w.step(*moves)
-        self.eval_score[0] += r * was_active
+        r, done, met, _, _ = w.step(*moves)  # finished slots get reward 0
+        self.eval_score[0] += r
         self.eval_score[1] += met
         return a, bool(w.active.any())
 

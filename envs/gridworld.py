@@ -111,6 +111,13 @@ def load_mat(path: str | Path) -> Maps:
     return Maps(size, len(images), grid, path_list, str(path))
 
 
+def free_graph(grid: np.ndarray) -> nx.Graph:
+    """The 4-connected graph of a map's free cells (BFS shortest paths run on it)."""
+    g = nx.grid_2d_graph(*grid.shape)
+    g.remove_nodes_from([c for c in list(g.nodes) if grid[c] == 0])
+    return g
+
+
 def usable_paths(grid: np.ndarray, paths: list[np.ndarray]) -> list[np.ndarray]:
     """The stored paths an episode can start from, repaired where needed.
 
@@ -136,8 +143,7 @@ def usable_paths(grid: np.ndarray, paths: list[np.ndarray]) -> list[np.ndarray]:
             out.append(p)
             continue
         if g is None:
-            g = nx.grid_2d_graph(n, n)
-            g.remove_nodes_from([c for c in g.nodes if grid[c] == 0])
+            g = free_graph(grid)
         try:
             out.append(np.array(nx.shortest_path(g, tuple(ends[0]), tuple(ends[1])), np.int64))
         except nx.NetworkXNoPath:
@@ -147,8 +153,7 @@ def usable_paths(grid: np.ndarray, paths: list[np.ndarray]) -> list[np.ndarray]:
 
 def _shortest_paths(grid: np.ndarray, rng: np.random.Generator, n_paths: int) -> list:
     free = [tuple(map(int, c)) for c in np.argwhere(grid == 1)]
-    g = nx.grid_2d_graph(*grid.shape)
-    g.remove_nodes_from([c for c in g.nodes if grid[c] == 0])
+    g = free_graph(grid)
     out = []
     for _ in range(20 * n_paths):
         if len(out) == n_paths:
@@ -185,8 +190,7 @@ def generate_maps(size: int, count: int = 8000, seed: int = 0,
         rng = np.random.default_rng([seed, size, i])
         grid = np.zeros((size, size), np.uint8)
         grid[1:-1, 1:-1] = rng.random((size - 2, size - 2)) >= obstacle_density
-        g = nx.grid_2d_graph(size, size)
-        g.remove_nodes_from([c for c in g.nodes if grid[c] == 0])
+        g = free_graph(grid)
         biggest = max(nx.connected_components(g), key=len)
         keep = np.zeros_like(grid)
         for c in biggest:
@@ -337,10 +341,8 @@ def _first_move(grid_bytes: bytes, n: int, src: tuple, dst: tuple) -> int:
     if abs(src[0] - dst[0]) + abs(src[1] - dst[1]) <= 1:
         return STAY
     grid = np.frombuffer(grid_bytes, np.uint8).reshape(n, n)
-    g = nx.grid_2d_graph(n, n)
-    g.remove_nodes_from([c for c in g.nodes if grid[c] == 0 and c not in (src, dst)])
-    try:
-        path = nx.shortest_path(g, src, dst)
+    try:  # agents only ever stand on free cells, so both ends are in the graph
+        path = nx.shortest_path(free_graph(grid), src, dst)
     except nx.NetworkXNoPath:
         return STAY
     step = np.array(path[1]) - np.array(src)

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.fedrl_party import Alpha, Beta, Replay, Settings, sample_ids, split_joint
+from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes,
+                                 episode_report, explore, sample_ids, split_joint)
 from envs.gridworld import STAY, GridWorld
 from models.fedrl_nets import N_ACTIONS, FullQNet, QNet
 
@@ -120,19 +121,14 @@ class DQNLocal:
             with torch.no_grad():
                 greedy = self.q(self.net, sa, sb).argmax(1).numpy()
             rng = np.random.default_rng([s.seed, 2, self.n])
-            explore = rng.random(s.envs) < s.epsilon_greedy(self.n)
-            a = np.where(explore, rng.integers(0, self.n_actions, s.envs), greedy)
+            a = explore(greedy, s.epsilon_greedy(self.n), self.n_actions, rng)
             r, done, met, na, nb = w.step(*self.moves(a))
             self.replay.put(self.n, sa=sa, sb=sb, a=a, r=r, sa2=na, sb2=nb,
                             done=done.astype(np.float32))
             self.n += s.envs
-            self.returns += r
-            self.stats += [done.sum(), met.sum(), self.returns[done].sum()]
-            self.returns[done] = 0
-        n_ep, met, rew = self.stats
+            count_episodes(self.stats, self.returns, r, done, met)
+        out = episode_report(self.stats)
         self.stats = np.zeros(3)
-        out = {"train-episodes": n_ep, "train-succ-rate": met / n_ep if n_ep else float("nan"),
-               "train-avg-reward": rew / n_ep if n_ep else float("nan")}
         ids = sample_ids(self.rng, self.n, s)
         if ids is not None:
             losses = []
@@ -164,10 +160,6 @@ class DQNLocal:
 
 class FCNLocal(DQNLocal):
     """FCN-alpha / FCN-full: supervised on shortest-path moves, rolled out on train maps."""
-
-    def __init__(self, s: Settings, full: bool):
-        super().__init__(s, full)
-        self.data: list[tuple] = []
 
     def label(self, w: GridWorld) -> np.ndarray:
         a = w.shortest_action(0)

@@ -2,9 +2,7 @@
 FedAvg: `fedavg`, `fedprox`, and `cdl-sfl` (CDL clients under a FedAvg server)."""
 from __future__ import annotations
 
-import time
 from logging import INFO
-from pathlib import Path
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
@@ -12,14 +10,8 @@ from flwr.common import log
 from models.resnet8 import ResNet8, count_parameters, feature_map_size
 from models.state import initial_state
 from server.config import ConfigError, positive
-from server.recorder import Recorder
+from server.recorder import Recorder, out_dir
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
-
-
-def out_dir(cfg: dict, name: str) -> Path:
-    """cfg['out-dir'] or runs/<method>-<time> under the server's working directory."""
-    out = str(cfg.get("out-dir", "")) or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(out).resolve()
 
 
 def check_config(cfg: dict) -> None:

@@ -15,15 +15,15 @@ import time
 from logging import INFO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
+from clients.fedrl import array_record
 from clients.fedrl_party import Settings, sample_ids
 from envs.errors import DataError
 from server.config import ConfigError, positive
-from server.driving import out_dir
-from server.recorder import Recorder
-from strategies.nodes import FederationError, query_partitions, wait_for_nodes
+from server.recorder import Recorder, out_dir
+from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
 
 
@@ -40,14 +40,10 @@ def check_config(cfg: dict) -> Settings:
 
 def query_roles(grid, node_ids: list[int], timeout: float) -> dict[str, int]:
     """role -> node id: each node's `role` from its identity (or partition 0 alpha, 1 beta)."""
-    partitions = query_partitions(grid, node_ids, timeout)
-    msgs = [Message(RecordDict({"config": ConfigRecord({"ask": "identity"})}),
-                    dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids]
     roles: dict[str, int] = {}
-    for rep in grid.send_and_receive(msgs, timeout=timeout):
-        node = rep.metadata.src_node_id
-        role = str(rep.content["identity"].get("role", "")) or (
-            "alpha" if partitions[node] == 0 else "beta")
+    for node, ident in query_identities(grid, node_ids, timeout).items():
+        role = str(ident.get("role", "")) or (
+            "alpha" if int(ident["partition-id"]) == 0 else "beta")
         if role in roles:
             raise FederationError(f"two nodes claim role {role!r}; give each SuperNode "
                                   "--node-config role=alpha or role=beta")
@@ -68,8 +64,7 @@ class Exchange:
                  evaluation: bool = False, **conf):
         content = RecordDict({"config": ConfigRecord({"step": step, **conf})})
         if data:
-            content["data"] = ArrayRecord({k: Array(np.ascontiguousarray(v))
-                                           for k, v in data.items() if v is not None})
+            content["data"] = array_record(data)
         if theta_g is not None:
             content["theta-g"] = theta_g
         kind = MessageType.EVALUATE if evaluation else MessageType.TRAIN

@@ -26,6 +26,12 @@ CLIENT_COLUMNS = ["round", "stage", "node", "partition", "num_examples", "train_
                   "status"]
 
 
+def out_dir(cfg: dict, name: str) -> Path:
+    """cfg['out-dir'] or runs/<method>-<time> under the server's working directory."""
+    out = str(cfg.get("out-dir", "")) or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(out).resolve()
+
+
 class Recorder:
     def __init__(self, out_dir: str | Path, config: dict, stage: str = "train"):
         self.out = Path(out_dir)

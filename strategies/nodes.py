@@ -29,18 +29,25 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
         time.sleep(0.5)
 
 
-def query_partitions(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, int]:
-    """node id -> partition id, asked of every node once."""
+def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, dict]:
+    """node id -> the identity the node reports (partition-id, num-partitions, role)."""
     msgs = [Message(RecordDict({"config": ConfigRecord({"ask": "identity"})}),
                     dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids]
-    out: dict[int, int] = {}
+    out: dict[int, dict] = {}
     for rep in grid.send_and_receive(msgs, timeout=timeout_s):
         if rep.has_error():
             raise FederationError(f"node {rep.metadata.src_node_id} failed the identity query: "
                                   f"{rep.error.reason}")
-        out[rep.metadata.src_node_id] = int(rep.content["identity"]["partition-id"])
+        out[rep.metadata.src_node_id] = dict(rep.content["identity"])
     if len(out) != len(node_ids):
         raise FederationError(f"{len(node_ids) - len(out)} nodes did not answer the identity query")
+    return out
+
+
+def query_partitions(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, int]:
+    """node id -> partition id, asked of every node once."""
+    out = {n: int(ident["partition-id"])
+           for n, ident in query_identities(grid, node_ids, timeout_s).items()}
     dup = len(set(out.values())) != len(out)
     if dup:
         raise FederationError(f"two nodes claim the same partition-id: {sorted(out.values())}; "
