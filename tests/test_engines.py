@@ -151,6 +151,11 @@ def test_deployment_engine_superlink_and_two_supernodes(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    leftover = subprocess.run(["pgrep", "-f", f"127.0.0.1:{link_port}"], capture_output=True,
-                              text=True).stdout.split()
+    # children of the killed process groups may need a moment to exit: look for 10 s
+    for _ in range(20):
+        leftover = subprocess.run(["pgrep", "-f", f"127.0.0.1:{link_port}"],
+                                  capture_output=True, text=True).stdout.split()
+        if not leftover:
+            break
+        time.sleep(0.5)
     assert leftover == [], f"processes still running: {leftover}"
