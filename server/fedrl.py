@@ -78,8 +78,13 @@ class Exchange:
             raise FederationError(f"{role} failed in {step!r}: {rep.error.reason}")
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
         out = {k: v.numpy() for k, v in rep.content["data"].items()}
+        theta = rep.content.get("theta-g")
+        sent = {**out, **({f"theta-g/{k}": v.numpy() for k, v in theta.items()} if theta else {})}
+        bad = [k for k, v in sent.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
+        if bad:  # relaying NaN/inf would poison the other party's network
+            raise FederationError(f"{role} sent non-finite values in {step!r}: {', '.join(bad)}")
         metrics = dict(rep.content["metrics"]) if "metrics" in rep.content else {}
-        return out, rep.content.get("theta-g"), metrics
+        return out, theta, metrics
 
 
 def evaluate(send: Exchange, split: str, test_noise: bool) -> dict:

@@ -173,3 +173,17 @@ def test_joint_action_mode_moves_both_agents_from_alphas_mlp(tmp_path):
     a_beta = local.beta.replay.get(np.arange(n))["a"]
     assert np.array_equal(a_alpha, a_beta) and a_alpha.max() >= 4  # beta stores joint actions
     assert local.alpha.world.obs_alpha.shape[-1] == 5  # the reference's swapped windows
+
+
+def test_a_party_sending_nan_stops_the_run_with_its_name(monkeypatch, tmp_path):
+    """A non-finite Q output is not relayed to the other party: the run fails, naming who."""
+    real_act = Beta.act
+
+    def nan_act(self, prev):
+        c, a = real_act(self, prev)
+        c[0, 0] = np.nan
+        return c, a
+    monkeypatch.setattr(Beta, "act", nan_act)
+    cfg = merged({**SMALL, "out-dir": str(tmp_path)})
+    with pytest.raises(fedrl_server.FederationError, match="beta sent non-finite values in 'act': c-beta"):
+        fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
