@@ -30,6 +30,7 @@ class World:
         self.data = data
         self._tsv = read_tsv(features_tsv) if features_tsv else None
         self._feats: dict[str, np.ndarray] = {}
+        self._moves: dict[tuple[str, int], tuple] = {}
 
     def scan(self, name: str) -> Scan:
         return self.data.scan(name)
@@ -47,6 +48,19 @@ class World:
                                     f"{missing[0]} ({len(missing)} missing)")
                 self._feats[name] = np.stack([self._tsv[(name, v)] for v in scan.ids])
         return self._feats[name]
+
+    def moves(self, name: str, node: int):
+        """(neighbours, absolute headings, elevations, absolute view indices) of a viewpoint."""
+        key = (name, node)
+        if key not in self._moves:
+            scan = self.scan(name)
+            nbrs = scan.neighbors[node]
+            he = [scan.heading_elevation(node, j) for j in nbrs]
+            heads = np.array([h for h, _ in he], dtype=np.float64)
+            elevs = np.array([e for _, e in he], dtype=np.float64)
+            views = np.array([view_index(h, e) for h, e in he], dtype=np.int64)
+            self._moves[key] = (nbrs, heads, elevs, views)
+        return self._moves[key]
 
     @property
     def feature_dim(self) -> int:
@@ -69,17 +83,9 @@ def pano_features(world: World, scan: str, node: int, heading: float) -> np.ndar
 
 def candidates(world: World, scan_name: str, node: int, heading: float):
     """(neighbour nodes, their absolute headings, (k, D + 128) candidate features)."""
-    scan = world.scan(scan_name)
-    feats = world.features(scan_name)[node]
-    nbrs = scan.neighbors[node]
-    out = np.zeros((len(nbrs), feats.shape[1] + ANGLE_DIM), dtype=np.float32)
-    heads = []
-    for k, j in enumerate(nbrs):
-        h, e = scan.heading_elevation(node, j)
-        heads.append(h)
-        out[k, :feats.shape[1]] = feats[view_index(h, e)]
-        out[k, feats.shape[1]:] = angle_feature(_wrap(h - heading), e)
-    return nbrs, heads, out
+    nbrs, heads, elevs, views = world.moves(scan_name, node)
+    feats = world.features(scan_name)[node][views]
+    return nbrs, heads, np.concatenate([feats, angle_feature(_wrap(heads - heading), elevs)], 1)
 
 
 def path_steps(world: World, scan_name: str, path: list[int], heading: float):
@@ -111,24 +117,33 @@ class NavBatch:
         self.node = np.array([r[0] for r in self.refs])
         self.heading = np.array([e.heading for e in episodes], dtype=np.float64)
         self.done = np.zeros(len(episodes), dtype=bool)
+        self.stopped = np.zeros(len(episodes), dtype=bool)   # ended by STOP, not by the limit
         self.steps = 0
         self.trajs = [[int(n)] for n in self.node]
         self._observe()
 
     def _observe(self):
         B = len(self.episodes)
-        self.cands = [candidates(self.world, e.scan, int(n), float(h))
-                      for e, n, h in zip(self.episodes, self.node, self.heading)]
-        kmax = 1 + max(len(c[0]) for c in self.cands)
-        dim = self.cands[0][2].shape[1]
-        self.cand_feat = np.zeros((B, kmax, dim), dtype=np.float32)
+        moves = [self.world.moves(e.scan, int(n)) for e, n in zip(self.episodes, self.node)]
+        self.cands = [(m[0], m[1]) for m in moves]
+        kmax = 1 + max(len(m[0]) for m in moves)
+        feats = [self.world.features(e.scan)[int(n)] for e, n in zip(self.episodes, self.node)]
+        vdim = feats[0].shape[1]
+        self.cand_feat = np.zeros((B, kmax, vdim + ANGLE_DIM), dtype=np.float32)
         self.cand_mask = np.zeros((B, kmax), dtype=bool)
         self.cand_mask[:, 0] = True
-        for b, (nbrs, _, feat) in enumerate(self.cands):
-            self.cand_feat[b, 1:1 + len(nbrs)] = feat
-            self.cand_mask[b, 1:1 + len(nbrs)] = True
-        self.pano = np.stack([pano_features(self.world, e.scan, int(n), float(h))
-                              for e, n, h in zip(self.episodes, self.node, self.heading)])
+        rel_h = np.concatenate([_wrap(m[1] - h) for m, h in zip(moves, self.heading)])
+        angles = angle_feature(rel_h, np.concatenate([m[2] for m in moves]))
+        k = 0
+        for b, (nbrs, _, _, views) in enumerate(moves):
+            n = len(nbrs)
+            self.cand_feat[b, 1:1 + n, :vdim] = feats[b][views]
+            self.cand_feat[b, 1:1 + n, vdim:] = angles[k:k + n]
+            self.cand_mask[b, 1:1 + n] = True
+            k += n
+        pano_angles = angle_feature(_wrap(VIEW_HEADING[None] - self.heading[:, None]),
+                                    np.broadcast_to(VIEW_ELEVATION, (B, 36)))
+        self.pano = np.concatenate([np.stack(feats), pano_angles], axis=2)
 
     def teacher(self) -> np.ndarray:
         """The shortest-path action towards each goal: 0 (STOP) at the goal, else the index of
@@ -155,9 +170,9 @@ class NavBatch:
             if self.done[b]:
                 continue
             if a == 0:
-                self.done[b] = True
+                self.done[b] = self.stopped[b] = True
                 continue
-            nbrs, heads, _ = self.cands[b]
+            nbrs, heads = self.cands[b]
             if not 1 <= a <= len(nbrs):
                 raise ValueError(f"episode {b}: action {a} is not a candidate (1..{len(nbrs)})")
             self.node[b] = nbrs[a - 1]

@@ -1,0 +1,170 @@
+"""Training and evaluation of the Envdrop follower on a NavBatch, in plain PyTorch (no flwr).
+
+The training objective is Envdrop's mixed one: a teacher-forcing pass (cross-entropy towards
+the shortest-path action, weighted by `ml_weight`) plus a sampling pass trained by A2C with
+Envdrop's rewards (+-1 for getting closer/farther, +-2 for stopping within/outside 3 m), the
+critic's value as baseline and bootstrap, discount 0.9 and an entropy bonus. `feedback =
+"teacher"` trains by imitation only. Both losses are means over the valid (not yet finished)
+steps, so `ml_weight` weighs comparable quantities.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from envs.vln_data import Episode
+from envs.vln_env import NavBatch, World
+from envs.vln_features import ANGLE_DIM
+from envs.vln_metrics import episode_metrics, summarize
+from envs.vln_vocab import Vocab
+from models.envdrop import Follower
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    batch_size: int = 32
+    lr: float = 1e-3
+    feedback: str = "mixed"        # mixed | teacher
+    ml_weight: float = 0.2         # Envdrop's mlWeight
+    gamma: float = 0.9
+    entropy: float = 0.01
+    max_actions: int = 35
+    max_words: int = 80
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Tokens:
+    """Instruction token ids per instr_id, encoded once."""
+
+    def __init__(self, vocab: Vocab, max_words: int):
+        self.vocab, self.max_words, self._cache = vocab, max_words, {}
+
+    def __call__(self, episodes: list[Episode]) -> torch.Tensor:
+        rows = []
+        for e in episodes:
+            if e.instr_id not in self._cache:
+                self._cache[e.instr_id] = self.vocab.encode(e.instruction, self.max_words)
+            rows.append(self._cache[e.instr_id])
+        arr = np.stack(rows)
+        return torch.from_numpy(arr[:, :max(2, int((arr != 0).sum(1).max()))])
+
+
+def rollout(model: Follower, world: World, episodes: list[Episode], tokens: Tokens,
+            mode: str, s: AgentSettings):
+    """Run a batch to the end. mode: `teacher` (follow and imitate the shortest path),
+    `sample` (A2C) or `greedy` (evaluation). Returns (loss or None, NavBatch)."""
+    dev = next(model.parameters()).device
+    nb = NavBatch(world, episodes, s.max_actions)
+    B = len(episodes)
+    ctx, ctx_mask, h, c = model.lang_encoder(tokens(episodes).to(dev))
+    drop = model.env_drop_mask(B, dev)
+    prev = torch.zeros(B, ANGLE_DIM, device=dev)
+    ce, logps, ents, values, rewards, masks = [], [], [], [], [], []
+    last_dist = nb.distance_to_goal()
+    while not nb.done.all():
+        pano = model.apply_mask(torch.from_numpy(nb.pano).to(dev), drop)
+        cand = model.apply_mask(torch.from_numpy(nb.cand_feat).to(dev), drop)
+        cmask = torch.from_numpy(nb.cand_mask).to(dev)
+        logit, h, c, h_tilde = model.decoder(prev, pano, cand, cmask, h, c, ctx, ctx_mask)
+        active = torch.from_numpy(~nb.done).to(dev)
+        target = torch.from_numpy(nb.teacher()).to(dev)
+        if mode == "teacher":
+            ce.append(nn.functional.cross_entropy(logit, target.clamp(min=0), reduction="none")
+                      * active)
+            masks.append(active.float())
+            action = target.clamp(min=0)
+        elif mode == "sample":
+            dist = torch.distributions.Categorical(logits=logit)
+            action = dist.sample()
+            logps.append(dist.log_prob(action) * active)
+            ents.append(dist.entropy() * active)
+            values.append(model.critic(h_tilde).squeeze(1))
+        else:
+            action = logit.argmax(1)
+        action = torch.where(active, action, torch.zeros_like(action))
+        prev = cand[torch.arange(B, device=dev), action, -ANGLE_DIM:]
+        a = action.cpu().numpy()
+        was_active = ~nb.done
+        nb.step(a)
+        if mode == "sample":
+            dist_now = nb.distance_to_goal()
+            r = np.where(a == 0, np.where(dist_now < 3.0, 2.0, -2.0),
+                         np.sign(last_dist - dist_now))
+            rewards.append(r * was_active)
+            masks.append(was_active.astype(np.float32))
+            last_dist = dist_now
+    if mode == "teacher":
+        return torch.stack(ce).sum() / torch.stack(masks).sum().clamp(min=1), nb
+    if mode == "sample":
+        return _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev), nb
+    return None, nb
+
+
+def _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev):
+    T = len(rewards)
+    rewards, masks = np.array(rewards), np.array(masks)
+    # Episodes cut off at max_actions bootstrap from the critic; stopped ones from 0.
+    with torch.no_grad():
+        tail = values[-1].detach().cpu().numpy() * (~nb.stopped) if T else 0
+    ret = np.zeros_like(rewards)
+    run = tail
+    for t in reversed(range(T)):
+        run = rewards[t] + s.gamma * run * masks[t]
+        ret[t] = run
+    ret_t = torch.from_numpy(ret.astype(np.float32)).to(dev)
+    mask_t = torch.from_numpy(masks).to(dev)
+    v = torch.stack(values)
+    adv = (ret_t - v).detach()
+    n = mask_t.sum().clamp(min=1)
+    policy = -(torch.stack(logps) * adv).sum() / n
+    value = 0.5 * (((ret_t - v) ** 2) * mask_t).sum() / n
+    entropy = -s.entropy * torch.stack(ents).sum() / n
+    return policy + value + entropy
+
+
+def train_batches(model: Follower, optimizer, world: World, episodes: list[Episode],
+                  tokens: Tokens, s: AgentSettings, *, iterations: int,
+                  rng: np.random.Generator, progress=None) -> float:
+    """`iterations` minibatch updates on episodes drawn without replacement (reshuffled per
+    pass); returns the mean loss."""
+    model.train()
+    losses, order, k = [], rng.permutation(len(episodes)), 0
+    for _ in range(iterations):
+        if k + s.batch_size > len(order):
+            order, k = rng.permutation(len(episodes)), 0
+        batch = [episodes[i] for i in order[k:k + s.batch_size]]
+        k += s.batch_size
+        optimizer.zero_grad()
+        loss, _ = rollout(model, world, batch, tokens, "teacher", s)
+        if s.feedback == "mixed":
+            rl, _ = rollout(model, world, batch, tokens, "sample", s)
+            loss = s.ml_weight * loss + rl
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 40.0)
+        optimizer.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress(loss.item())
+    return float(np.mean(losses)) if losses else float("nan")
+
+
+@torch.no_grad()
+def evaluate(model: Follower, world: World, episodes: list[Episode], tokens: Tokens,
+             s: AgentSettings) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Greedy decoding on every episode: (metric means, {instr_id: trajectory viewpoints})."""
+    model.eval()
+    rows, trajs = [], {}
+    for i in range(0, len(episodes), 64):
+        batch = episodes[i:i + 64]
+        _, nb = rollout(model, world, batch, tokens, "greedy", s)
+        for e, scan, traj, ref in zip(batch, nb.scans, nb.trajs, nb.refs):
+            rows.append(episode_metrics(scan, traj, ref))
+            trajs[e.instr_id] = [scan.ids[v] for v in traj]
+    model.train()
+    return summarize(rows), trajs

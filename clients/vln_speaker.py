@@ -1,0 +1,123 @@
+"""Training, BLEU and instruction writing of the speaker, in plain PyTorch (no flwr).
+
+BLEU-4 is sacrebleu's corpus BLEU of one greedy instruction per path against that path's
+human references (R2R has 3), both in R2R's tokenization (`envs.vln_vocab.split_sentence`,
+so sacrebleu is told not to re-tokenize). A path with fewer references repeats its first one,
+which leaves clipped counts and the closest reference length unchanged.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+import sacrebleu
+import torch
+from torch import nn
+
+from envs.vln_data import Episode
+from envs.vln_env import World, path_steps
+from envs.vln_vocab import Vocab, split_sentence
+from models.speaker import Speaker
+
+
+@dataclass(frozen=True)
+class SpeakerSettings:
+    batch_size: int = 32
+    lr: float = 1e-3
+    max_words: int = 80
+
+
+class PathInputs:
+    """Speaker inputs per path, computed once: (actions (T, F), panoramas (T, 36, F))."""
+
+    def __init__(self, world: World):
+        self.world, self._cache = world, {}
+
+    def __call__(self, episodes: list[Episode], device):
+        items = []
+        for e in episodes:
+            key = (e.scan, e.path, e.heading)
+            if key not in self._cache:
+                scan = self.world.scan(e.scan)
+                nodes = [scan.index[v] for v in e.path]
+                pano, act = path_steps(self.world, e.scan, nodes, e.heading)
+                self._cache[key] = (act, pano)
+            items.append(self._cache[key])
+        T = max(a.shape[0] for a, _ in items)
+        F = items[0][0].shape[1]
+        acts = np.zeros((len(items), T, F), dtype=np.float32)
+        panos = np.zeros((len(items), T, 36, F), dtype=np.float32)
+        mask = np.zeros((len(items), T), dtype=bool)
+        for b, (a, p) in enumerate(items):
+            acts[b, :len(a)], panos[b, :len(a)], mask[b, :len(a)] = a, p, True
+        return (torch.from_numpy(acts).to(device), torch.from_numpy(panos).to(device),
+                torch.from_numpy(mask).to(device))
+
+
+def train_batches(speaker: Speaker, optimizer, inputs: PathInputs, episodes: list[Episode],
+                  vocab: Vocab, s: SpeakerSettings, *, iterations: int,
+                  rng: np.random.Generator, progress=None) -> float:
+    """`iterations` teacher-forced minibatch updates; returns the mean cross-entropy."""
+    dev = next(speaker.parameters()).device
+    speaker.train()
+    losses, order, k = [], rng.permutation(len(episodes)), 0
+    for _ in range(iterations):
+        if k + s.batch_size > len(order):
+            order, k = rng.permutation(len(episodes)), 0
+        batch = [episodes[i] for i in order[k:k + s.batch_size]]
+        k += s.batch_size
+        acts, panos, mask = inputs(batch, dev)
+        tokens = torch.from_numpy(np.stack([vocab.encode(e.instruction, s.max_words)
+                                            for e in batch])).to(dev)
+        optimizer.zero_grad()
+        loss = speaker.loss(acts, panos, mask, tokens)
+        loss.backward()
+        nn.utils.clip_grad_norm_(speaker.parameters(), 40.0)
+        optimizer.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress(loss.item())
+    return float(np.mean(losses)) if losses else float("nan")
+
+
+@torch.no_grad()
+def write_instructions(speaker: Speaker, inputs: PathInputs, episodes: list[Episode],
+                       vocab: Vocab, *, sample: bool = False, seed: int = 0,
+                       max_words: int = 80) -> list[str]:
+    """One generated instruction per episode's path (greedy, or sampled for augmentation)."""
+    dev = next(speaker.parameters()).device
+    was_training = speaker.training
+    speaker.eval()
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    out = []
+    for i in range(0, len(episodes), 64):
+        acts, panos, mask = inputs(episodes[i:i + 64], dev)
+        ids = speaker.generate(acts, panos, mask, vocab.bos, max_words, sample, gen)
+        out.extend(vocab.decode(row) for row in ids.cpu().numpy())
+    speaker.train(was_training)
+    return out
+
+
+def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: Vocab) -> float:
+    """Corpus BLEU-4 (0-100) of greedy instructions, one per path, against its references."""
+    refs: dict[int, list[str]] = defaultdict(list)
+    first: dict[int, Episode] = {}
+    for e in episodes:
+        refs[e.path_id].append(" ".join(split_sentence(e.instruction)))
+        first.setdefault(e.path_id, e)
+    ids = list(first)
+    hyps = write_instructions(speaker, inputs, [first[i] for i in ids], vocab)
+    n = max(len(refs[i]) for i in ids)
+    streams = [[refs[i][k] if k < len(refs[i]) else refs[i][0] for i in ids] for k in range(n)]
+    return float(sacrebleu.corpus_bleu(hyps, streams, tokenize="none", force=True).score)
+
+
+def augmented_episodes(speaker: Speaker, inputs: PathInputs, scan: str, routes, ids: list[str],
+                       vocab: Vocab, *, first_path_id: int, seed: int) -> list[Episode]:
+    """Episodes on sampled routes (node paths, start heading) of one house, with instructions
+    the speaker writes (sampled, so the same route gets varied wording)."""
+    eps = [Episode(f"aug{first_path_id + k}_0", scan, tuple(ids[v] for v in path), heading,
+                   "", first_path_id + k) for k, (path, heading) in enumerate(routes)]
+    texts = write_instructions(speaker, inputs, eps, vocab, sample=True, seed=seed)
+    return [replace(e, instruction=t) for e, t in zip(eps, texts)]

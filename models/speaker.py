@@ -1,0 +1,106 @@
+"""The Envdrop speaker: writes an instruction for a trajectory (Fried et al. 2018; Tan et al.
+2019).
+
+Encoder: an LSTM over the features of the actions taken; at each step its state attends over
+that viewpoint's panorama, and a second LSTM runs over [attended panorama, first state] to give
+one context vector per step. Decoder: word embedding -> LSTM -> attention over the step
+contexts -> vocabulary logits. Trained by teacher forcing (cross-entropy); decoded greedily
+for evaluation (BLEU) and greedily or by sampling for augmentation. Environmental dropout is
+applied to the visual part of the inputs as in the follower.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from envs.vln_features import ANGLE_DIM
+from envs.vln_vocab import EOS, PAD
+from models.envdrop import SoftDotAttention
+
+
+@dataclass(frozen=True)
+class SpeakerSize:
+    vocab: int
+    feature: int
+    embedding: int = 64
+    hidden: int = 128
+    dropout: float = 0.3
+    feature_dropout: float = 0.3
+
+
+class Speaker(nn.Module):
+    def __init__(self, s: SpeakerSize):
+        super().__init__()
+        self.size = s
+        self.feat_drop = nn.Dropout(s.feature_dropout)
+        self.action_lstm = nn.LSTM(s.feature, s.hidden, batch_first=True)
+        self.pano_attn = SoftDotAttention(s.hidden, s.feature, output=False)
+        self.post_lstm = nn.LSTM(s.feature + s.hidden, s.hidden, batch_first=True)
+        self.embedding = nn.Embedding(s.vocab, s.embedding, padding_idx=PAD)
+        self.dec_lstm = nn.LSTM(s.embedding, s.hidden, batch_first=True)
+        self.ctx_attn = SoftDotAttention(s.hidden, s.hidden)
+        self.drop = nn.Dropout(s.dropout)
+        self.out = nn.Linear(s.hidden, s.vocab)
+
+    def _drop_visual(self, x, mask):
+        visual = self.size.feature - ANGLE_DIM
+        return torch.cat([x[..., :visual] * mask, x[..., visual:]], -1)
+
+    def encode(self, actions, panos, step_mask):
+        """actions (B, T, F), panos (B, T, 36, F), step_mask (B, T) -> ctx (B, T, H), (h, c)."""
+        B, T, _ = actions.shape
+        mask = self.feat_drop(torch.ones(B, 1, self.size.feature - ANGLE_DIM,
+                                         device=actions.device))
+        actions = self._drop_visual(actions, mask)
+        panos = self._drop_visual(panos, mask.unsqueeze(1))
+        h, _ = self.action_lstm(actions)
+        mixed, _, _ = self.pano_attn(h.reshape(B * T, -1), panos.reshape(B * T, 36, -1))
+        x = torch.cat([mixed.view(B, T, -1), h], -1)
+        lengths = step_mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.drop(x), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, (hn, cn) = self.post_lstm(packed)
+        ctx, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
+        return self.drop(ctx), (hn, cn)
+
+    def decode(self, words, ctx, step_mask, state):
+        """Teacher-forced logits (B, L, V) for input words (B, L) and the LSTM state after."""
+        emb = self.drop(self.embedding(words))
+        h, state = self.dec_lstm(emb, state)
+        B, L, H = h.shape
+        ctx_rep = ctx.unsqueeze(1).expand(B, L, *ctx.shape[1:]).reshape(B * L, *ctx.shape[1:])
+        mask_rep = step_mask.unsqueeze(1).expand(B, L, -1).reshape(B * L, -1)
+        mixed, _, _ = self.ctx_attn(h.reshape(B * L, H), ctx_rep, mask_rep)
+        return self.out(self.drop(mixed)).view(B, L, -1), state
+
+    def loss(self, actions, panos, step_mask, tokens):
+        """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1] (PAD ignored)."""
+        ctx, state = self.encode(actions, panos, step_mask)
+        logits, _ = self.decode(tokens[:, :-1], ctx, step_mask, state)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           tokens[:, 1:].reshape(-1), ignore_index=PAD)
+
+    @torch.no_grad()
+    def generate(self, actions, panos, step_mask, bos: int, max_len: int = 80,
+                 sample: bool = False, generator: torch.Generator | None = None):
+        """(B, <= max_len) token ids, starting after <BOS>, PAD after each <EOS>."""
+        ctx, state = self.encode(actions, panos, step_mask)
+        B = actions.shape[0]
+        word = torch.full((B, 1), bos, dtype=torch.long, device=actions.device)
+        out, finished = [], torch.zeros(B, dtype=torch.bool, device=actions.device)
+        for _ in range(max_len):
+            logits, state = self.decode(word, ctx, step_mask, state)
+            logits = logits[:, -1]
+            logits[:, PAD] = float("-inf")
+            if sample:
+                word = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            else:
+                word = logits.argmax(-1, keepdim=True)
+            word = word.masked_fill(finished.unsqueeze(1), PAD)
+            out.append(word)
+            finished |= word.squeeze(1) == EOS
+            if finished.all():
+                break
+        return torch.cat(out, 1)
