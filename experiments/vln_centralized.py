@@ -1,0 +1,240 @@
+"""Centralized VLN baselines (the FedVLN paper's "Envdrop", "Envdrop_aug" and speaker "Cent"):
+train the follower, the speaker, then the follower on original + speaker-augmented data, all
+on pooled data in one process.
+
+    python -m experiments.vln_centralized                      # embedded houses (CPU, minutes)
+    python -m experiments.vln_centralized --data-dir ../shared/data --tag r2r   # real R2R graphs
+                                                     # and instructions, semantic view features
+
+Each stage saves `OUT/checkpoints/<stage>.pt` (reload with `models.vln_checkpoint.load`) and its
+learning curve `OUT/<stage>_log.csv`; a rerun skips finished stages (`--redo` retrains).
+The summary, with the paper's R2R numbers beside ours, goes to
+`experiments/results/vln_centralized[_TAG].csv` and the curves to the matching `.png`.
+
+Choices: the augmented stage starts from the trained follower, as Envdrop's back-translation
+script does, and draws its batches from the pool of original and augmented episodes (Envdrop
+alternates one batch of each). Augmented routes are sampled in the training houses only, with
+instructions the best speaker (by val_seen BLEU, as FedVLN selects it) writes by sampling.
+Numbers are those of the last iteration, not of a checkpoint picked on val_unseen.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from clients import vln_agent, vln_speaker
+from envs.vln_routes import sample_routes
+from envs.vln_setup import open_vln
+from experiments.simulate import RESULTS, ROOT
+from models import vln_checkpoint
+from models.envdrop import Follower, FollowerSize, parameter_share
+from models.speaker import Speaker, SpeakerSize
+
+# FedVLN Table 2 (R2R, Envdrop rows) and Table 4 (ResNet speaker, Cent).
+PAPER = {
+    ("Envdrop", "val_seen"): dict(ne=4.71, osr=65.6, spl=53.2, sr=56.1, cls=66.8, ndtw=55.0),
+    ("Envdrop", "val_unseen"): dict(ne=5.87, osr=52.7, spl=40.9, sr=44.5, cls=57.1, ndtw=42.3),
+    ("Envdrop_aug", "val_seen"): dict(ne=3.93, osr=71.6, spl=61.0, sr=64.1, cls=71.4, ndtw=61.3),
+    ("Envdrop_aug", "val_unseen"): dict(ne=5.36, osr=57.7, spl=45.8, sr=49.9, cls=59.3,
+                                        ndtw=45.3),
+    ("Speaker", "val_seen"): dict(bleu=33.6),
+    ("Speaker", "val_unseen"): dict(bleu=30.7),
+}
+NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw", "sdtw", "tl"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
+    p.add_argument("--features-tsv", default="", help="36-view feature TSV (default: semantic)")
+    p.add_argument("--tag", default="", help="suffix of the results files (e.g. r2r)")
+    p.add_argument("--out", default="", help="run folder (default runs/vln-central[-TAG])")
+    p.add_argument("--stages", nargs="+", default=["agent", "speaker", "augment"],
+                   choices=["agent", "speaker", "augment"])
+    p.add_argument("--iters", type=int, default=3000, help="follower updates")
+    p.add_argument("--speaker-iters", type=int, default=1500)
+    p.add_argument("--aug-iters", type=int, default=1500)
+    p.add_argument("--aug-routes", type=int, default=80, help="sampled routes per train house")
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--eval-size", type=int, default=0, help="episodes per split (0 = all)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
+    p.add_argument("--ml-weight", type=float, default=0.2)
+    p.add_argument("--embedding", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--redo", action="store_true", help="retrain stages already finished")
+    return p.parse_args(argv)
+
+
+def _subset(eps, n, seed):
+    if not n or n >= len(eps):
+        return eps
+    idx = np.random.default_rng(seed).choice(len(eps), n, replace=False)
+    return [eps[i] for i in sorted(idx)]
+
+
+def train_follower(a, vln, model, train, evals, stage, out, tokens, settings):
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    rng = np.random.default_rng(a.seed)
+    iters = a.iters if stage == "agent" else a.aug_iters
+    rows, t0 = [], time.time()
+    for start in range(0, iters, a.eval_every):
+        n = min(a.eval_every, iters - start)
+        loss = vln_agent.train_batches(model, opt, vln.world, train, tokens, settings,
+                                       iterations=n, rng=rng)
+        row = {"iteration": start + n, "loss": loss, "wall_s": time.time() - t0}
+        for split, eps in evals.items():
+            m, _ = vln_agent.evaluate(model, vln.world, eps, tokens, settings)
+            row.update({f"{split}_{k}": v for k, v in m.items()})
+        rows.append(row)
+        pd.DataFrame(rows).to_csv(out / f"{stage}_log.csv", index=False)
+        print(f"[{stage}] it {row['iteration']}/{iters} loss {loss:.3f} "
+              f"seen SR {row['val_seen_sr']:.1f} SPL {row['val_seen_spl']:.1f} | "
+              f"unseen SR {row['val_unseen_sr']:.1f} SPL {row['val_unseen_spl']:.1f} "
+              f"({row['wall_s']:.0f} s)", flush=True)
+    vln_checkpoint.save(out / "checkpoints" / f"{stage}.pt", model, vln.vocab, log=rows)
+    return rows
+
+
+def train_speaker(a, vln, speaker, train, evals, out, inputs):
+    opt = torch.optim.Adam(speaker.parameters(), lr=a.lr)
+    rng = np.random.default_rng(a.seed)
+    s = vln_speaker.SpeakerSettings(batch_size=a.batch_size, lr=a.lr)
+    rows, best, t0 = [], -1.0, time.time()
+    for start in range(0, a.speaker_iters, a.eval_every):
+        n = min(a.eval_every, a.speaker_iters - start)
+        loss = vln_speaker.train_batches(speaker, opt, inputs, train, vln.vocab, s,
+                                         iterations=n, rng=rng)
+        row = {"iteration": start + n, "loss": loss, "wall_s": time.time() - t0}
+        for split, eps in evals.items():
+            row[f"{split}_bleu"] = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
+        rows.append(row)
+        pd.DataFrame(rows).to_csv(out / "speaker_log.csv", index=False)
+        print(f"[speaker] it {row['iteration']}/{a.speaker_iters} loss {loss:.3f} BLEU seen "
+              f"{row['val_seen_bleu']:.1f} unseen {row['val_unseen_bleu']:.1f} "
+              f"({row['wall_s']:.0f} s)", flush=True)
+        if row["val_seen_bleu"] > best:
+            best = row["val_seen_bleu"]
+            vln_checkpoint.save(out / "checkpoints" / "speaker.pt", speaker, vln.vocab,
+                                log=rows, best_iteration=row["iteration"])
+    return rows
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    suffix = f"_{a.tag}" if a.tag else ""
+    out = Path(a.out) if a.out else ROOT / "runs" / f"vln-central{suffix.replace('_', '-')}"
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    vln = open_vln(a.data_dir, a.features_tsv)
+    train = vln.split("train")
+    evals = {s: _subset(vln.split(s), a.eval_size, a.seed) for s in ("val_seen", "val_unseen")}
+    print(f"data: {vln.source}; train {len(train)} instructions in "
+          f"{len({e.scan for e in train})} houses; eval {', '.join(f'{k} {len(v)}' for k, v in evals.items())}; "
+          f"vocab {len(vln.vocab)}", flush=True)
+    settings = vln_agent.AgentSettings(batch_size=a.batch_size, lr=a.lr, feedback=a.feedback,
+                                       ml_weight=a.ml_weight)
+    tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
+    inputs = vln_speaker.PathInputs(vln.world)
+    fsize = FollowerSize(len(vln.vocab), vln.world.feature_dim, a.embedding, a.hidden)
+    ssize = SpeakerSize(len(vln.vocab), vln.world.feature_dim, a.embedding, a.hidden)
+    ck = out / "checkpoints"
+
+    def done(stage):
+        """Finished earlier: its checkpoint exists and its log reached the stage's length."""
+        target = {"agent": a.iters, "speaker": a.speaker_iters, "augment": a.aug_iters}[stage]
+        log = out / f"{stage}_log.csv"
+        return (not a.redo and (ck / f"{stage}.pt").is_file() and log.is_file()
+                and pd.read_csv(log)["iteration"].max() >= target)
+
+    if "agent" in a.stages and not done("agent"):
+        follower = Follower(fsize)
+        print(f"follower: {sum(p.numel() for p in follower.parameters()):,} parameters, "
+              f"language encoder {100 * parameter_share(follower, 'lang_encoder.'):.1f}%")
+        train_follower(a, vln, follower, train, evals, "agent", out, tokens, settings)
+    if "speaker" in a.stages and not done("speaker"):
+        train_speaker(a, vln, Speaker(ssize), train, evals, out, inputs)
+    if "augment" in a.stages and not done("augment"):
+        speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
+        follower, _, _ = vln_checkpoint.load(ck / "agent.pt")
+        rng = np.random.default_rng(a.seed + 1)
+        aug, pid = [], 10 ** 7
+        t0 = time.time()
+        for name in sorted({e.scan for e in train}):
+            scan = vln.world.scan(name)
+            routes = sample_routes(scan, a.aug_routes, rng)
+            aug += vln_speaker.augmented_episodes(speaker, inputs, name, routes, scan.ids,
+                                                  vln.vocab, first_path_id=pid, seed=a.seed)
+            pid += len(routes)
+        print(f"[augment] {len(aug)} speaker-written episodes ({time.time() - t0:.0f} s), "
+              f"e.g. {aug[0].instruction!r}", flush=True)
+        train_follower(a, vln, follower, train + aug, evals, "augment", out, tokens, settings)
+    summarize(out, suffix)
+    return 0
+
+
+def summarize(out: Path, suffix: str) -> None:
+    rows = []
+    for model, stage in (("Envdrop", "agent"), ("Envdrop_aug", "augment")):
+        if not (out / f"{stage}_log.csv").is_file():
+            continue
+        last = pd.read_csv(out / f"{stage}_log.csv").iloc[-1]
+        for split in ("val_seen", "val_unseen"):
+            for src, vals in (("ours", {k: last[f"{split}_{k}"] for k in NAV}),
+                              ("paper", PAPER[(model, split)])):
+                rows.append({"model": model, "split": split, "source": src,
+                             "iterations": int(last["iteration"]) if src == "ours" else None,
+                             **vals})
+    if (out / "speaker_log.csv").is_file():
+        log = pd.read_csv(out / "speaker_log.csv")
+        best = log.loc[log["val_seen_bleu"].idxmax()]
+        for split in ("val_seen", "val_unseen"):
+            rows.append({"model": "Speaker", "split": split, "source": "ours",
+                         "iterations": int(best["iteration"]), "bleu": best[f"{split}_bleu"]})
+            rows.append({"model": "Speaker", "split": split, "source": "paper",
+                         **PAPER[("Speaker", split)]})
+    if not rows:
+        return
+    table = pd.DataFrame(rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.round(2).to_csv(RESULTS / f"vln_centralized{suffix}.csv", index=False)
+    print(table.round(1).to_string(index=False))
+    plot_curves(out, RESULTS / f"vln_centralized{suffix}.png")
+
+
+def plot_curves(out: Path, png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for stage, style in (("agent", "-"), ("augment", "--")):
+        if (out / f"{stage}_log.csv").is_file():
+            log = pd.read_csv(out / f"{stage}_log.csv")
+            for split in ("val_seen", "val_unseen"):
+                axes[0].plot(log["iteration"], log[f"{split}_sr"], style, label=f"{stage} {split}")
+    axes[0].set(xlabel="iteration", ylabel="SR (%)", title="follower")
+    axes[0].legend(fontsize=8)
+    if (out / "speaker_log.csv").is_file():
+        log = pd.read_csv(out / "speaker_log.csv")
+        for split in ("val_seen", "val_unseen"):
+            axes[1].plot(log["iteration"], log[f"{split}_bleu"], label=split)
+        axes[1].set(xlabel="iteration", ylabel="BLEU-4", title="speaker")
+        axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""VLN models and their training: follower (Envdrop), speaker, BLEU, checkpoints."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+
+from clients import vln_agent, vln_speaker
+from envs.vln_houses import HouseSpec
+from envs.vln_routes import sample_routes
+from envs.vln_setup import open_vln
+from envs.vln_vocab import split_sentence
+from models import vln_checkpoint
+from models.envdrop import PREFIXES, Follower, FollowerSize, parameter_share
+from models.speaker import Speaker, SpeakerSize
+
+
+@pytest.fixture(scope="module")
+def vln(tmp_path_factory):
+    import os
+    os.environ["FEDEMBODIED_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    spec = HouseSpec(train_houses=3, unseen_houses=1, train_paths=10, val_seen_paths=3,
+                     val_unseen_paths=4, seed=5)
+    return open_vln("", spec=spec)
+
+
+def _follower(vln, **kw):
+    torch.manual_seed(0)
+    return Follower(FollowerSize(len(vln.vocab), vln.world.feature_dim, **kw))
+
+
+def test_follower_parameters_are_grouped_by_prefix(vln):
+    model = _follower(vln)
+    names = [n for n, _ in model.named_parameters()]
+    assert all(n.startswith(PREFIXES) for n in names)
+    assert {n.split(".")[0] + "." for n in names} == set(PREFIXES)
+    paper = _follower(vln, embedding=256, hidden=512)
+    assert paper.lang_encoder.lstm.hidden_size == 256 and paper.lang_encoder.lstm.bidirectional
+    assert 0 < parameter_share(model, "lang_encoder.") < 1
+
+
+def test_environmental_dropout_is_one_mask_per_episode_and_spares_angles(vln):
+    model = _follower(vln)
+    mask = model.env_drop_mask(4, "cpu")
+    feats = torch.ones(4, 36, vln.world.feature_dim)
+    out = model.apply_mask(feats, mask)
+    assert torch.all(out[:, :, -128:] == 1)
+    assert torch.all(out[:, 0, :-128] == out[:, 17, :-128])        # same mask for every view
+    assert (out[:, 0, :-128] == 0).any() and not torch.equal(out[0], out[1])
+    model.eval()
+    assert torch.all(model.env_drop_mask(2, "cpu") == 1)
+
+
+def test_teacher_forcing_learns_its_episodes(vln):
+    eps = vln.split("train")[:4]
+    model = _follower(vln, dropout=0.0, feature_dropout=0.0)
+    s = vln_agent.AgentSettings(batch_size=4, feedback="teacher", lr=3e-3)
+    tokens = vln_agent.Tokens(vln.vocab, 80)
+    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    first = vln_agent.train_batches(model, opt, vln.world, eps, tokens, s, iterations=1,
+                                    rng=np.random.default_rng(0))
+    last = vln_agent.train_batches(model, opt, vln.world, eps, tokens, s, iterations=80,
+                                   rng=np.random.default_rng(0))
+    metrics, trajs = vln_agent.evaluate(model, vln.world, eps, tokens, s)
+    assert last < first / 4
+    assert metrics["sr"] == 100.0 and set(trajs) == {e.instr_id for e in eps}
+
+
+def test_mixed_objective_trains_the_critic_and_the_language_encoder(vln):
+    eps = vln.split("train")[:6]
+    model = _follower(vln)
+    s = vln_agent.AgentSettings(batch_size=6)
+    tokens = vln_agent.Tokens(vln.vocab, 80)
+    il, _ = vln_agent.rollout(model, vln.world, eps, tokens, "teacher", s)
+    rl, nb = vln_agent.rollout(model, vln.world, eps, tokens, "sample", s)
+    (s.ml_weight * il + rl).backward()
+    for prefix in PREFIXES:
+        grads = [p.grad for n, p in model.named_parameters() if n.startswith(prefix)]
+        assert any(g is not None and g.abs().sum() > 0 for g in grads), prefix
+    assert all(nb.done)
+
+
+def test_speaker_learns_and_bleu_is_sacrebleus_corpus_bleu(vln, monkeypatch):
+    eps = vln.split("train")[:12]          # 4 paths x 3 instructions
+    torch.manual_seed(0)
+    speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim, dropout=0.0,
+                                  feature_dropout=0.0))
+    inputs = vln_speaker.PathInputs(vln.world)
+    before = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
+    opt = torch.optim.Adam(speaker.parameters(), lr=3e-3)
+    vln_speaker.train_batches(speaker, opt, inputs, eps, vln.vocab,
+                              vln_speaker.SpeakerSettings(batch_size=12), iterations=120,
+                              rng=np.random.default_rng(0))
+    after = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
+    assert after > before + 20
+    # With the first reference as hypothesis, BLEU is sacrebleu's score of exactly that.
+    refs = {}
+    for e in eps:
+        refs.setdefault(e.path_id, []).append(" ".join(split_sentence(e.instruction)))
+    monkeypatch.setattr(vln_speaker, "write_instructions",
+                        lambda sp, inp, firsts, vocab: [refs[e.path_id][0] for e in firsts])
+    ids = list(refs)
+    expect = sacrebleu.corpus_bleu([refs[i][0] for i in ids],
+                                   [[refs[i][k] for i in ids] for k in range(3)],
+                                   tokenize="none").score
+    assert vln_speaker.bleu(speaker, inputs, eps, vln.vocab) == pytest.approx(expect) == 100
+
+
+def test_augmented_episodes_follow_sampled_routes_with_written_instructions(vln):
+    e = vln.split("train")[0]
+    scan = vln.world.scan(e.scan)
+    routes = sample_routes(scan, 3, np.random.default_rng(0))
+    speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim))
+    aug = vln_speaker.augmented_episodes(speaker, vln_speaker.PathInputs(vln.world), e.scan,
+                                         routes, scan.ids, vln.vocab, first_path_id=100,
+                                         seed=0)
+    assert [a.path for a in aug] == [tuple(scan.ids[v] for v in p) for p, _ in routes]
+    assert all(a.instruction and a.scan == e.scan for a in aug)
+    assert [a.path_id for a in aug] == [100, 101, 102]
+
+
+def test_checkpoint_round_trip_rebuilds_the_same_model(vln, tmp_path):
+    model = _follower(vln).eval()
+    vln_checkpoint.save(tmp_path / "a.pt", model, vln.vocab, log=[1])
+    again, vocab, extra = vln_checkpoint.load(tmp_path / "a.pt")
+    assert vocab.words == vln.vocab.words and extra["log"] == [1]
+    for (n, p), (n2, p2) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert n == n2 and torch.equal(p, p2)
+    tokens = torch.tensor([[vln.vocab.bos, 5, 6, 2]])
+    assert torch.equal(model.lang_encoder(tokens)[0], again.eval().lang_encoder(tokens)[0])
