@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 
 from clients import vln_agent, vln_speaker
+from envs.vln_houses import HouseSpec
 from envs.vln_routes import sample_routes
 from envs.vln_setup import open_vln
 from experiments.simulate import RESULTS, ROOT
@@ -52,6 +53,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
     p.add_argument("--features-tsv", default="", help="36-view feature TSV (default: semantic)")
+    p.add_argument("--train-houses", type=int, default=HouseSpec.train_houses,
+                   help="embedded data: seen houses")
+    p.add_argument("--unseen-houses", type=int, default=HouseSpec.unseen_houses,
+                   help="embedded data: unseen houses")
     p.add_argument("--tag", default="", help="suffix of the results files (e.g. r2r)")
     p.add_argument("--out", default="", help="run folder (default runs/vln-central[-TAG])")
     p.add_argument("--stages", nargs="+", default=["agent", "speaker", "augment"],
@@ -66,11 +71,13 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
     p.add_argument("--ml-weight", type=float, default=0.2)
+    p.add_argument("--max-actions", type=int, default=35, help="moves before an episode ends")
     p.add_argument("--embedding", type=int, default=64)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--redo", action="store_true", help="retrain stages already finished")
+    p.add_argument("--results-dir", default=str(RESULTS), help="where the summary CSV/PNG go")
     return p.parse_args(argv)
 
 
@@ -136,14 +143,15 @@ def main(argv=None) -> int:
     suffix = f"_{a.tag}" if a.tag else ""
     out = Path(a.out) if a.out else ROOT / "runs" / f"vln-central{suffix.replace('_', '-')}"
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    vln = open_vln(a.data_dir, a.features_tsv)
+    vln = open_vln(a.data_dir, a.features_tsv,
+                   HouseSpec(train_houses=a.train_houses, unseen_houses=a.unseen_houses))
     train = vln.split("train")
     evals = {s: _subset(vln.split(s), a.eval_size, a.seed) for s in ("val_seen", "val_unseen")}
     print(f"data: {vln.source}; train {len(train)} instructions in "
           f"{len({e.scan for e in train})} houses; eval {', '.join(f'{k} {len(v)}' for k, v in evals.items())}; "
           f"vocab {len(vln.vocab)}", flush=True)
     settings = vln_agent.AgentSettings(batch_size=a.batch_size, lr=a.lr, feedback=a.feedback,
-                                       ml_weight=a.ml_weight)
+                                       ml_weight=a.ml_weight, max_actions=a.max_actions)
     tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
     inputs = vln_speaker.PathInputs(vln.world)
     fsize = FollowerSize(len(vln.vocab), vln.world.feature_dim, a.embedding, a.hidden)
@@ -157,6 +165,9 @@ def main(argv=None) -> int:
         return (not a.redo and (ck / f"{stage}.pt").is_file() and log.is_file()
                 and pd.read_csv(log)["iteration"].max() >= target)
 
+    for stage in a.stages:
+        if done(stage):
+            print(f"[{stage}] finished earlier in {out}; skipped (--redo retrains)")
     if "agent" in a.stages and not done("agent"):
         follower = Follower(fsize)
         print(f"follower: {sum(p.numel() for p in follower.parameters()):,} parameters, "
@@ -179,11 +190,12 @@ def main(argv=None) -> int:
         print(f"[augment] {len(aug)} speaker-written episodes ({time.time() - t0:.0f} s), "
               f"e.g. {aug[0].instruction!r}", flush=True)
         train_follower(a, vln, follower, train + aug, evals, "augment", out, tokens, settings)
-    summarize(out, suffix)
+    summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}")
     return 0
 
 
-def summarize(out: Path, suffix: str) -> None:
+def summarize(out: Path, dest: Path) -> None:
+    """The paper-vs-ours table of the run in `out`, written to dest.csv and dest.png."""
     rows = []
     for model, stage in (("Envdrop", "agent"), ("Envdrop_aug", "augment")):
         if not (out / f"{stage}_log.csv").is_file():
@@ -206,10 +218,10 @@ def summarize(out: Path, suffix: str) -> None:
     if not rows:
         return
     table = pd.DataFrame(rows)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.round(2).to_csv(RESULTS / f"vln_centralized{suffix}.csv", index=False)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    table.round(2).to_csv(dest.with_suffix(".csv"), index=False)
     print(table.round(1).to_string(index=False))
-    plot_curves(out, RESULTS / f"vln_centralized{suffix}.png")
+    plot_curves(out, dest.with_suffix(".png"))
 
 
 def plot_curves(out: Path, png: Path) -> None:

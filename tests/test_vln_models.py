@@ -129,3 +129,22 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(vln, tmp_path):
         assert n == n2 and torch.equal(p, p2)
     tokens = torch.tensor([[vln.vocab.bos, 5, 6, 2]])
     assert torch.equal(model.lang_encoder(tokens)[0], again.eval().lang_encoder(tokens)[0])
+
+
+def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeypatch):
+    from experiments import vln_centralized
+    monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
+    args = ["--iters", "2", "--speaker-iters", "2", "--aug-iters", "2", "--eval-every", "2",
+            "--eval-size", "6", "--aug-routes", "2", "--batch-size", "4",
+            "--train-houses", "2", "--unseen-houses", "1", "--threads", "1",
+            "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "res")]
+    assert vln_centralized.main(args) == 0
+    for stage in ("agent", "speaker", "augment"):
+        model, vocab, extra = vln_checkpoint.load(tmp_path / "run" / "checkpoints" / f"{stage}.pt")
+        assert len(vocab) == model.size.vocab and extra["log"]
+    table = __import__("pandas").read_csv(tmp_path / "res" / "vln_centralized.csv")
+    assert set(table["model"]) == {"Envdrop", "Envdrop_aug", "Speaker"}
+    assert set(table["source"]) == {"ours", "paper"}
+    stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
+    assert vln_centralized.main(args) == 0                  # every stage is skipped
+    assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
