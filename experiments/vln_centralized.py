@@ -230,12 +230,15 @@ def plot_curves(out: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    offset = 0     # the augmented stage continues from the follower's last iteration
     for stage, style in (("agent", "-"), ("augment", "--")):
         if (out / f"{stage}_log.csv").is_file():
             log = pd.read_csv(out / f"{stage}_log.csv")
             for split in ("val_seen", "val_unseen"):
-                axes[0].plot(log["iteration"], log[f"{split}_sr"], style, label=f"{stage} {split}")
-    axes[0].set(xlabel="iteration", ylabel="SR (%)", title="follower")
+                axes[0].plot(offset + log["iteration"], log[f"{split}_sr"], style,
+                             label=f"{stage} {split}")
+            offset += int(log["iteration"].max())
+    axes[0].set(xlabel="follower updates", ylabel="SR (%)", title="follower")
     axes[0].legend(fontsize=8)
     if (out / "speaker_log.csv").is_file():
         log = pd.read_csv(out / "speaker_log.csv")
