@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from clients.vln_loop import train_steps
 from envs.vln_data import Episode
 from envs.vln_env import NavBatch, World
 from envs.vln_features import ANGLE_DIM
@@ -33,10 +34,6 @@ class AgentSettings:
     entropy: float = 0.01
     max_actions: int = 35
     max_words: int = 80
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 class Tokens:
@@ -131,27 +128,17 @@ def _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev):
 def train_batches(model: Follower, optimizer, world: World, episodes: list[Episode],
                   tokens: Tokens, s: AgentSettings, *, iterations: int,
                   rng: np.random.Generator, progress=None) -> float:
-    """`iterations` minibatch updates on episodes drawn without replacement (reshuffled per
-    pass); returns the mean loss."""
-    model.train()
-    losses, order, k = [], rng.permutation(len(episodes)), 0
-    for _ in range(iterations):
-        if k + s.batch_size > len(order):
-            order, k = rng.permutation(len(episodes)), 0
-        batch = [episodes[i] for i in order[k:k + s.batch_size]]
-        k += s.batch_size
-        optimizer.zero_grad()
+    """`iterations` minibatch updates of the mixed (or teacher-only) objective; returns the
+    mean loss."""
+    def loss_of(batch):
         loss, _ = rollout(model, world, batch, tokens, "teacher", s)
         if s.feedback == "mixed":
             rl, _ = rollout(model, world, batch, tokens, "sample", s)
             loss = s.ml_weight * loss + rl
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 40.0)
-        optimizer.step()
-        losses.append(loss.item())
-        if progress is not None:
-            progress(loss.item())
-    return float(np.mean(losses)) if losses else float("nan")
+        return loss
+
+    return train_steps(model, optimizer, episodes, s.batch_size, iterations, rng, loss_of,
+                       progress)
 
 
 @torch.no_grad()

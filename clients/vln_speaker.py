@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sacrebleu
 import torch
-from torch import nn
 
+from clients.vln_loop import train_steps
 from envs.vln_data import Episode
 from envs.vln_env import World, path_steps
 from envs.vln_vocab import Vocab, split_sentence
@@ -60,25 +60,15 @@ def train_batches(speaker: Speaker, optimizer, inputs: PathInputs, episodes: lis
                   rng: np.random.Generator, progress=None) -> float:
     """`iterations` teacher-forced minibatch updates; returns the mean cross-entropy."""
     dev = next(speaker.parameters()).device
-    speaker.train()
-    losses, order, k = [], rng.permutation(len(episodes)), 0
-    for _ in range(iterations):
-        if k + s.batch_size > len(order):
-            order, k = rng.permutation(len(episodes)), 0
-        batch = [episodes[i] for i in order[k:k + s.batch_size]]
-        k += s.batch_size
+
+    def loss_of(batch):
         acts, panos, mask = inputs(batch, dev)
         tokens = torch.from_numpy(np.stack([vocab.encode(e.instruction, s.max_words)
                                             for e in batch])).to(dev)
-        optimizer.zero_grad()
-        loss = speaker.loss(acts, panos, mask, tokens)
-        loss.backward()
-        nn.utils.clip_grad_norm_(speaker.parameters(), 40.0)
-        optimizer.step()
-        losses.append(loss.item())
-        if progress is not None:
-            progress(loss.item())
-    return float(np.mean(losses)) if losses else float("nan")
+        return speaker.loss(acts, panos, mask, tokens)
+
+    return train_steps(speaker, optimizer, episodes, s.batch_size, iterations, rng, loss_of,
+                       progress)
 
 
 @torch.no_grad()

@@ -182,16 +182,14 @@ class VLNData:
         return path if path.is_file() else None
 
 
-def connectivity_entries(ids, pos, edges, height: float = 1.5) -> list[dict]:
+def connectivity_entries(ids, pos, edges, visible=None, height: float = 1.5) -> list[dict]:
     """`<scan>_connectivity.json` entries for viewpoints at `pos` joined by `edges` (index
-    pairs); `visible` is set along navigable edges and between viewpoints sharing an edge's
-    neighbourhood, which is all our featurizer reads from it."""
+    pairs); `visible` (n, n) bool defaults to the navigable edges."""
     n = len(ids)
     adj = np.zeros((n, n), dtype=bool)
     for a, b in edges:
         adj[a, b] = adj[b, a] = True
-    vis = adj | (adj.astype(int) @ adj.astype(int) > 0)
-    np.fill_diagonal(vis, False)
+    vis = adj if visible is None else np.asarray(visible, dtype=bool)
     out = []
     for i in range(n):
         pose = [1.0, 0, 0, float(pos[i][0]), 0, 1.0, 0, float(pos[i][1]), 0, 0, 1.0,

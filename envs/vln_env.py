@@ -18,9 +18,8 @@ import numpy as np
 
 from envs.errors import DataError
 from envs.vln_data import Episode, Scan, VLNData
-from envs.vln_features import (ANGLE_DIM, VIEW_ELEVATION, VIEW_HEADING, angle_feature,
-                               read_tsv, semantic_features)
-from envs.vln_houses import view_index
+from envs.vln_features import (ANGLE_DIM, VIEW_DIM, VIEW_ELEVATION, VIEW_HEADING,
+                               angle_feature, read_tsv, semantic_features, view_index)
 
 
 class World:
@@ -66,7 +65,6 @@ class World:
     def feature_dim(self) -> int:
         if self._tsv is not None:
             return next(iter(self._tsv.values())).shape[1] + ANGLE_DIM
-        from envs.vln_features import VIEW_DIM
         return VIEW_DIM + ANGLE_DIM
 
 

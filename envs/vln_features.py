@@ -43,6 +43,12 @@ VIEW_HEADING = np.array([(k % 12) * math.pi / 6 for k in range(36)])
 VIEW_ELEVATION = np.array([(k // 12 - 1) * math.pi / 6 for k in range(36)])
 
 
+def view_index(heading: float, elevation: float) -> int:
+    """Matterport's absolute view index of a direction: 12 * elevation row + heading bucket."""
+    row = 0 if elevation < math.radians(-15) else (2 if elevation > math.radians(15) else 1)
+    return 12 * row + int(round(heading / (math.pi / 6))) % 12
+
+
 def angle_feature(heading, elevation) -> np.ndarray:
     """Envdrop's 128-d angle feature of (arrays of) relative heading and elevation."""
     h, e = np.asarray(heading, dtype=np.float32), np.asarray(elevation, dtype=np.float32)
@@ -88,9 +94,7 @@ def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
         there = [None] * 36
         best = [np.inf] * 36
         for j in np.flatnonzero(visible[i]):
-            h, e = scan.heading_elevation(i, j)
-            row = 0 if e < -math.pi / 12 else (2 if e > math.pi / 12 else 1)
-            k = 12 * row + int(round(h / (math.pi / 6))) % 12
+            k = view_index(*scan.heading_elevation(i, j))
             d = float(np.linalg.norm(scan.pos[j] - scan.pos[i]))
             if d < best[k]:
                 best[k], there[k] = d, code[j]

@@ -28,6 +28,7 @@ import networkx as nx
 import numpy as np
 
 from envs.vln_data import Scan, connectivity_entries, r2r_entry
+from envs.vln_features import view_index
 from envs.vln_instructions import instructions_for
 from envs.vln_routes import sample_path
 
@@ -88,12 +89,6 @@ class House:
             e = math.atan2(d[2], max(math.hypot(d[0], d[1]), 1e-6))
             out.append([name, [view_index(h, e)]])
         return out
-
-
-def view_index(heading: float, elevation: float) -> int:
-    """Matterport's absolute view index of a direction: 12 * elevation row + heading bucket."""
-    row = 0 if elevation < math.radians(-15) else (2 if elevation > math.radians(15) else 1)
-    return 12 * row + int(round(heading / (math.pi / 6))) % 12
 
 
 def _style_name(name: str, style: dict) -> str:
@@ -220,9 +215,7 @@ def write_dataset(spec: HouseSpec, root: Path) -> Path:
     for house in houses:
         s = house.scan
         edges = list(s.graph.edges)
-        entries = connectivity_entries(s.ids, s.pos, edges)
-        for i, e in enumerate(entries):
-            e["visible"] = house.visible[i].tolist()
+        entries = connectivity_entries(s.ids, s.pos, edges, house.visible)
         (root / "connectivity" / f"{s.name}_connectivity.json").write_text(json.dumps(entries))
         pano[s.name] = {v: {"region_label": house.room_of[i],
                             "position": [str(x) for x in s.pos[i]]}
