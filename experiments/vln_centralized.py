@@ -20,6 +20,7 @@ Numbers are those of the last iteration, not of a checkpoint picked on val_unsee
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import pandas as pd
 import torch
 
 from clients import vln_agent, vln_speaker
+from envs.errors import DataError
 from envs.vln_houses import HouseSpec
 from envs.vln_routes import sample_routes
 from envs.vln_setup import open_vln
@@ -49,6 +51,13 @@ PAPER = {
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw", "sdtw", "tl"]
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
@@ -61,19 +70,19 @@ def parse_args(argv=None):
     p.add_argument("--out", default="", help="run folder (default runs/vln-central[-TAG])")
     p.add_argument("--stages", nargs="+", default=["agent", "speaker", "augment"],
                    choices=["agent", "speaker", "augment"])
-    p.add_argument("--iters", type=int, default=3000, help="follower updates")
-    p.add_argument("--speaker-iters", type=int, default=1500)
-    p.add_argument("--aug-iters", type=int, default=1500)
+    p.add_argument("--iters", type=_positive, default=3000, help="follower updates")
+    p.add_argument("--speaker-iters", type=_positive, default=1500)
+    p.add_argument("--aug-iters", type=_positive, default=1500)
     p.add_argument("--aug-routes", type=int, default=80, help="sampled routes per train house")
-    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--eval-every", type=_positive, default=250)
     p.add_argument("--eval-size", type=int, default=0, help="episodes per split (0 = all)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=_positive, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
     p.add_argument("--ml-weight", type=float, default=0.2)
-    p.add_argument("--max-actions", type=int, default=35, help="moves before an episode ends")
-    p.add_argument("--embedding", type=int, default=64)
-    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--max-actions", type=_positive, default=35, help="moves before an episode ends")
+    p.add_argument("--embedding", type=_positive, default=64)
+    p.add_argument("--hidden", type=_positive, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--redo", action="store_true", help="retrain stages already finished")
@@ -137,6 +146,14 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    try:
+        return run(a)
+    except DataError as e:   # bad data folder, feature file or missing earlier stage
+        print(f"vln_centralized: error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(a) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -176,6 +193,10 @@ def main(argv=None) -> int:
     if "speaker" in a.stages and not done("speaker"):
         train_speaker(a, vln, Speaker(ssize), train, evals, out, inputs)
     if "augment" in a.stages and not done("augment"):
+        for need in ("speaker", "agent"):
+            if not (ck / f"{need}.pt").is_file():
+                raise DataError(f"{ck / need}.pt not found: the augment stage needs the "
+                                f"{need} stage first (--stages {need} augment)")
         speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
         follower, _, _ = vln_checkpoint.load(ck / "agent.pt")
         rng = np.random.default_rng(a.seed + 1)

@@ -148,3 +148,17 @@ def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeyp
     stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
     assert vln_centralized.main(args) == 0                  # every stage is skipped
     assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
+
+
+def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    from experiments import vln_centralized
+    monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
+    missing = tmp_path / "nowhere"
+    assert vln_centralized.main(["--data-dir", str(missing), "--out", str(tmp_path / "r")]) == 2
+    assert f"{missing}: no connectivity/ folder" in capsys.readouterr().err
+    assert vln_centralized.main(["--stages", "augment", "--train-houses", "2",
+                                 "--unseen-houses", "1", "--out", str(tmp_path / "r")]) == 2
+    assert "augment stage needs the speaker stage first" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        vln_centralized.main(["--iters", "0"])
+    assert e.value.code == 2 and "--iters: must be a positive integer" in capsys.readouterr().err
