@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", default=None,
                    help="peer topology: ring, complete, <graph>-ring, <graph>-mst (e.g. gaia-ring); "
                         "a graph's topology fixes the number of silos")
+    p.add_argument("--stage", default=None,
+                   help="fedvln: agent | speaker | augment | preexplore (fedvln.stage)")
+    p.add_argument("--variant", default=None,
+                   help="fedvln preexplore: env-based | fed-full | fed-lan | fed-lan+seen")
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs per ClientApp (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per ClientApp (default 0)")
     p.add_argument("--run-config", default="", help='extra run config, e.g. "driving.lr=0.05"')
@@ -92,8 +96,14 @@ def resolve(args) -> tuple[dict, Path]:
     except ConfigError as e:
         raise BadInput(str(e)) from None
     cfg = {**defaults(), **overrides}
+    vln = methods.get(args.method).domain == "vln"
+    if not vln and (args.stage or args.variant):
+        raise BadInput("--stage and --variant are fedvln's flags")
     flags = {"num-server-rounds": args.rounds, "num-clients": args.num_clients,
-             "fraction-train": args.fraction, "seed": args.seed, "topology": args.topology}
+             "fraction-train": args.fraction, "seed": args.seed, "topology": args.topology,
+             "fedvln.stage": args.stage, "fedvln.variant": args.variant}
+    if vln:  # FedVLN samples houses per role; --fraction is r, the seen houses' rate
+        flags["fedvln.seen-rate"] = flags.pop("fraction-train")
     overrides.update({k: v for k, v in flags.items() if v is not None})
     cfg.update(overrides)
     absolute_paths(cfg, overrides)
@@ -103,6 +113,12 @@ def resolve(args) -> tuple[dict, Path]:
             raise BadInput(f"--num-clients {args.num_clients}: FedRL has exactly two parties "
                            "(alpha and beta)")
         overrides["num-clients"] = cfg["num-clients"] = 2
+    if vln:
+        houses = vln_houses(cfg)
+        if args.num_clients not in (None, houses):
+            raise BadInput(f"--num-clients {args.num_clients}: FedVLN has one client per house "
+                           f"and this data has {houses}")
+        overrides["num-clients"] = cfg["num-clients"] = houses
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (out / "rounds.csv").exists():
@@ -121,7 +137,8 @@ def absolute_paths(cfg: dict, overrides: dict) -> None:
     defaults to ../shared/data/topologies beside this project."""
     from strategies.topology import DEFAULT_TOPOLOGY_DIR
 
-    for key in ("driving.data-dir", "topology-dir", "fedrl.map-file"):
+    for key in ("driving.data-dir", "topology-dir", "fedrl.map-file", "fedvln.data-dir",
+                "fedvln.features-tsv", "fedvln.agent-init", "fedvln.speaker-init"):
         if str(cfg[key]):
             overrides[key] = cfg[key] = str(Path(str(cfg[key])).resolve())
     if not str(cfg["topology-dir"]) and str(cfg["topology"]) not in ("ring", "complete"):
@@ -154,6 +171,20 @@ def check_data(domain: str, cfg: dict) -> None:
             validate_data_dir(Path(str(cfg["driving.data-dir"])), int(cfg["num-clients"]))
         except DataError as e:
             raise BadInput(f"driving.data-dir: {e}") from None
+
+
+def vln_houses(cfg: dict) -> int:
+    """FedVLN's number of clients: the data's seen plus unseen houses."""
+    from clients.vln_house import house_names, open_setup
+    from clients.fedvln import spec_of
+    from envs.errors import DataError
+
+    try:
+        seen, unseen = house_names(open_setup(str(cfg["fedvln.data-dir"]),
+                                              str(cfg["fedvln.features-tsv"]), spec_of(cfg)))
+    except (DataError, OSError) as e:
+        raise BadInput(f"fedvln.data-dir: {e}") from None
+    return len(seen) + len(unseen)
 
 
 def free_port() -> int:

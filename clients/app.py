@@ -30,9 +30,13 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Who am I: the server asks once per run to map node ids to partitions."""
+    """Who am I: the server asks once per run to map node ids to partitions (a method's
+    handler may add what else its server needs to know, e.g. FedVLN's house and role)."""
     nc = context.node_config
     identity = ConfigRecord({"partition-id": int(nc["partition-id"]),
                              "num-partitions": int(nc["num-partitions"]),
                              "role": str(nc.get("role", ""))})
+    extra = getattr(_handler(context), "identity", None)
+    if extra is not None:
+        identity.update(extra(context))
     return Message(RecordDict({"identity": identity}), reply_to=msg)

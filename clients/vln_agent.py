@@ -37,7 +37,8 @@ class AgentSettings:
 
 
 class Tokens:
-    """Instruction token ids per instr_id, encoded once."""
+    """Instruction token ids, encoded once per (instr_id, text): a speaker-written episode may
+    reuse an id with new words."""
 
     def __init__(self, vocab: Vocab, max_words: int):
         self.vocab, self.max_words, self._cache = vocab, max_words, {}
@@ -45,9 +46,10 @@ class Tokens:
     def __call__(self, episodes: list[Episode]) -> torch.Tensor:
         rows = []
         for e in episodes:
-            if e.instr_id not in self._cache:
-                self._cache[e.instr_id] = self.vocab.encode(e.instruction, self.max_words)
-            rows.append(self._cache[e.instr_id])
+            key = (e.instr_id, e.instruction)
+            if key not in self._cache:
+                self._cache[key] = self.vocab.encode(e.instruction, self.max_words)
+            rows.append(self._cache[key])
         arr = np.stack(rows)
         return torch.from_numpy(arr[:, :max(2, int((arr != 0).sum(1).max()))])
 

@@ -89,8 +89,7 @@ def write_instructions(speaker: Speaker, inputs: PathInputs, episodes: list[Epis
     return out
 
 
-def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: Vocab) -> float:
-    """Corpus BLEU-4 (0-100) of greedy instructions, one per path, against its references."""
+def _hyps_and_refs(speaker, inputs, episodes, vocab):
     refs: dict[int, list[str]] = defaultdict(list)
     first: dict[int, Episode] = {}
     for e in episodes:
@@ -100,7 +99,30 @@ def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: V
     hyps = write_instructions(speaker, inputs, [first[i] for i in ids], vocab)
     n = max(len(refs[i]) for i in ids)
     streams = [[refs[i][k] if k < len(refs[i]) else refs[i][0] for i in ids] for k in range(n)]
-    return float(sacrebleu.corpus_bleu(hyps, streams, tokenize="none", force=True).score)
+    return hyps, streams
+
+
+def _score(speaker, inputs, episodes, vocab):
+    hyps, streams = _hyps_and_refs(speaker, inputs, episodes, vocab)
+    return sacrebleu.corpus_bleu(hyps, streams, tokenize="none", force=True), len(hyps)
+
+
+def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: Vocab) -> float:
+    """Corpus BLEU-4 (0-100) of greedy instructions, one per path, against its references."""
+    return float(_score(speaker, inputs, episodes, vocab)[0].score)
+
+
+def bleu_stats(speaker: Speaker, inputs: PathInputs, episodes: list[Episode],
+               vocab: Vocab) -> dict[str, int]:
+    """The sufficient statistics of corpus BLEU (lengths and n-gram matches/totals, n = 1..4)
+    over these paths: summed over houses they give the BLEU of the union
+    (`strategies.fedvln.pool`) without any instruction leaving its house."""
+    score, n = _score(speaker, inputs, episodes, vocab)
+    out = {"n": n, "sys_len": int(score.sys_len), "ref_len": int(score.ref_len)}
+    for i in range(4):
+        out[f"correct_{i + 1}"] = int(score.counts[i])
+        out[f"total_{i + 1}"] = int(score.totals[i])
+    return out
 
 
 def augmented_episodes(speaker: Speaker, inputs: PathInputs, scan: str, routes, ids: list[str],

@@ -32,6 +32,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("fedrl", "FedRL: two parties (alpha with rewards, beta without) exchanging noised Q "
            "outputs through a shared MLP, Grid-World", "server.fedrl", "clients.fedrl",
            "gridworld"),
+    Method("fedvln", "FedVLN: one client per house; federated follower, speaker, augmentation "
+           "and pre-exploration (--stage, --variant)", "server.fedvln", "clients.fedvln", "vln"),
 ]}
 
 

@@ -66,6 +66,13 @@ class ScreenedFedAvg(FedAvg):
     def _extra_train_config(self) -> dict:
         return {}
 
+    def train_nodes(self, grid: Grid, server_round: int) -> list[int]:
+        """Who trains this round (subclasses sample differently)."""
+        return self.sample(grid, server_round, self.fraction_train)
+
+    def evaluate_nodes(self, grid: Grid, server_round: int) -> list[int]:
+        return self.sample(grid, server_round, self.fraction_evaluate)
+
     def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],
                   message_type: str) -> list[Message]:
         msgs = list(self._construct_messages(
@@ -82,8 +89,8 @@ class ScreenedFedAvg(FedAvg):
         self.current = arrays
         config = ConfigRecord({**dict(config), **self._extra_train_config(),
                                "server-round": server_round})
-        node_ids = self.sample(grid, server_round, self.fraction_train)
-        return self._messages(arrays, config, node_ids, MessageType.TRAIN)
+        return self._messages(arrays, config, self.train_nodes(grid, server_round),
+                              MessageType.TRAIN)
 
     def _sorted(self, replies: Iterable[Message]) -> list[Message]:
         parts = self.partitions or {}
@@ -128,8 +135,8 @@ class ScreenedFedAvg(FedAvg):
         if not evaluates(server_round, self.eval_every, self.num_rounds):
             return []
         config = ConfigRecord({**dict(config), "server-round": server_round})
-        node_ids = self.sample(grid, server_round, self.fraction_evaluate)
-        return self._messages(arrays, config, node_ids, MessageType.EVALUATE)
+        return self._messages(arrays, config, self.evaluate_nodes(grid, server_round),
+                              MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:

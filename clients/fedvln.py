@@ -1,0 +1,202 @@
+"""Client side of FedVLN: one ClientApp per house (see `server/fedvln.py` for the stages).
+
+A node's house is `--node-config house=<scan>` on a deployed SuperNode, or, in simulation,
+partition p of the seen-then-unseen house order (`clients.vln_house`). Whether it is seen or
+unseen follows from its data. Messages (config `step`):
+
+* `setup`: may carry the starting follower (kept in `context.state` as this house's local
+  model) and the speaker, with which the house writes its own augmented episodes (routes
+  sampled in the house, sampled instructions), kept in `context.state` too. Nothing but
+  counts goes back.
+* `follower` / `speaker`: load the global arrays (over the local model, when the stage keeps
+  one), train `epochs` passes over this house's instructions, and send back only the arrays
+  whose names start with a prefix in `share` (`*` = all, "" = none) and the instruction count.
+* evaluate: score the global model (or, with `local`, this house's own model) on the house's
+  validation split; the reply carries metric means (navigation) or n-gram counts (BLEU).
+
+No instruction, route or feature is ever put in a reply; `tests/test_fedvln.py` checks that on
+everything sent.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from clients import vln_agent, vln_speaker
+from clients.vln_house import (House, house_of_partition, local_iterations, open_house,
+                               open_setup, speaker_episodes)
+from envs.vln_data import Episode
+from envs.vln_houses import HouseSpec
+from models.envdrop import Follower, FollowerSize
+from models.speaker import Speaker, SpeakerSize
+from server.config import merged
+
+LOCAL = "fedvln-follower"     # this house's own follower (pre-exploration)
+AUG = "fedvln-augmented"      # this house's speaker-written episodes
+
+
+def spec_of(cfg: dict) -> HouseSpec:
+    return HouseSpec(train_houses=int(cfg["fedvln.train-houses"]),
+                     unseen_houses=int(cfg["fedvln.unseen-houses"]))
+
+
+def house_of(context: Context) -> House:
+    cfg = merged(dict(context.run_config))
+    setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]),
+                       spec_of(cfg))
+    name = str(context.node_config.get("house", "")) or house_of_partition(
+        setup, int(context.node_config["partition-id"]))
+    return open_house(setup, name)
+
+
+def agent_settings(cfg: dict) -> vln_agent.AgentSettings:
+    return vln_agent.AgentSettings(batch_size=int(cfg["fedvln.batch-size"]),
+                                   lr=float(cfg["fedvln.lr"]),
+                                   feedback=str(cfg["fedvln.feedback"]),
+                                   ml_weight=float(cfg["fedvln.ml-weight"]))
+
+
+def follower_size(cfg: dict, vocab: int, feature: int) -> FollowerSize:
+    return FollowerSize(vocab, feature, int(cfg["fedvln.embedding"]), int(cfg["fedvln.hidden"]))
+
+
+def speaker_size(cfg: dict, vocab: int, feature: int) -> SpeakerSize:
+    return SpeakerSize(vocab, feature, int(cfg["fedvln.embedding"]), int(cfg["fedvln.hidden"]))
+
+
+def identity(context: Context) -> dict:
+    """What the server learns about a house: which one, seen or not, sizes, counts."""
+    h = house_of(context)
+    return {"house": h.name, "role": h.role, "vocab-size": len(h.setup.vocab),
+            "feature-dim": h.setup.world.feature_dim, "num-train": len(h.train),
+            "num-val": len(h.val)}
+
+
+def _model(kind: str, cfg: dict, h: House):
+    v, f = len(h.setup.vocab), h.setup.world.feature_dim
+    return Follower(follower_size(cfg, v, f)) if kind == "follower" else Speaker(
+        speaker_size(cfg, v, f))
+
+
+def _load(model, *records: ArrayRecord | None) -> None:
+    """Later records override earlier ones (the global part over the local model)."""
+    state = model.state_dict()
+    for rec in records:
+        if rec is not None and len(rec):
+            update = rec.to_torch_state_dict()
+            unknown = sorted(set(update) - set(state))
+            if unknown:
+                raise ValueError(f"arrays {unknown[:3]} are not part of the {type(model).__name__}")
+            state.update(update)
+    model.load_state_dict(state)
+
+
+def shared_part(model, share: str) -> ArrayRecord:
+    state = model.state_dict()
+    if share == "*":
+        return ArrayRecord(state)
+    prefixes = tuple(p for p in share.split(",") if p)
+    return ArrayRecord({k: v for k, v in state.items() if prefixes and k.startswith(prefixes)})
+
+
+def augmented(context: Context, h: House) -> list[Episode]:
+    if AUG not in context.state:
+        return []
+    rec = context.state[AUG]
+    return [Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), str(t),
+                    10 ** 7 + k)
+            for k, (p, hd, t) in enumerate(zip(rec["paths"], rec["headings"],
+                                               rec["instructions"]))]
+
+
+def _seed(cfg: dict, context: Context, rnd: int) -> int:
+    return int(cfg["seed"]) * 7919 + int(context.node_config.get("partition-id", 0)) * 31 + rnd
+
+
+def setup(msg: Message, context: Context, cfg: dict, h: House) -> RecordDict:
+    if "follower" in msg.content:
+        context.state[LOCAL] = msg.content["follower"]
+    n_aug = 0
+    if "speaker" in msg.content:
+        speaker = _model("speaker", cfg, h)
+        _load(speaker, msg.content["speaker"])
+        routes = int(msg.content["config"]["routes"])
+        eps = speaker_episodes(speaker, h, routes, int(cfg["seed"]))
+        context.state[AUG] = ConfigRecord({
+            "paths": [" ".join(e.path) for e in eps],
+            "headings": [float(e.heading) for e in eps],
+            "instructions": [e.instruction for e in eps]})
+        n_aug = len(eps)
+    return RecordDict({"metrics": MetricRecord({"num-examples": len(h.train) + n_aug,
+                                                "num-augmented": n_aug})})
+
+
+def train(msg: Message, context: Context) -> Message:
+    cfg = merged(dict(context.run_config))
+    conf = msg.content["config"]
+    torch.set_num_threads(max(1, int(cfg["client-threads"])))
+    h = house_of(context)
+    step = str(conf["step"])
+    if step == "setup":
+        return Message(setup(msg, context, cfg, h), reply_to=msg)
+    rnd = int(conf["server-round"])
+    torch.manual_seed(_seed(cfg, context, rnd))
+    rng = np.random.default_rng(_seed(cfg, context, rnd))
+    keep_local = bool(conf.get("keep-local", False))
+    model = _model(step, cfg, h)
+    _load(model, context.state.get(LOCAL) if keep_local else None, msg.content["arrays"])
+    # the follower trains on the house's labelled instructions plus whatever speaker-written
+    # episodes its setup made (augment: seen houses; pre-exploration: unseen houses)
+    episodes = list(h.train) + (augmented(context, h) if step == "follower" else [])
+    if not episodes:
+        raise ValueError(f"house {h.name} ({h.role}) has nothing to train on in this stage")
+    iters = local_iterations(len(episodes), float(conf["epochs"]),
+                             int(cfg["fedvln.batch-size"]), int(cfg["fedvln.max-local-steps"]))
+    opt = torch.optim.Adam(model.parameters(), lr=float(cfg["fedvln.lr"]))
+    t0 = time.perf_counter()
+    if step == "follower":
+        s = agent_settings(cfg)
+        loss = vln_agent.train_batches(model, opt, h.setup.world, episodes,
+                                       vln_agent.Tokens(h.setup.vocab, s.max_words), s,
+                                       iterations=iters, rng=rng)
+    else:
+        s = vln_speaker.SpeakerSettings(batch_size=int(cfg["fedvln.batch-size"]),
+                                        lr=float(cfg["fedvln.lr"]))
+        loss = vln_speaker.train_batches(model, opt, vln_speaker.PathInputs(h.setup.world),
+                                         episodes, h.setup.vocab, s, iterations=iters, rng=rng)
+    if keep_local:
+        context.state[LOCAL] = ArrayRecord(model.state_dict())
+    return Message(RecordDict({
+        "arrays": shared_part(model, str(conf["share"])),
+        "metrics": MetricRecord({"num-examples": len(episodes), "train-loss": loss,
+                                 "local-steps": iters,
+                                 "fit-s": time.perf_counter() - t0})}), reply_to=msg)
+
+
+def evaluate(msg: Message, context: Context) -> Message:
+    """Metrics of this house's validation split, prefixed by it (`val_seen_sr`, ...)."""
+    cfg = merged(dict(context.run_config))
+    conf = msg.content["config"]
+    torch.set_num_threads(max(1, int(cfg["client-threads"])))
+    h = house_of(context)
+    kind = str(conf["model"])
+    model = _model(kind, cfg, h)
+    _load(model, context.state.get(LOCAL) if conf.get("local", False) else None,
+          msg.content.get("arrays"))
+    if not h.val:
+        metrics = {f"{h.val_split}_n": 0}
+    elif kind == "follower":
+        s = agent_settings(cfg)
+        m, _ = vln_agent.evaluate(model, h.setup.world, h.val,
+                                  vln_agent.Tokens(h.setup.vocab, s.max_words), s)
+        metrics = {f"{h.val_split}_n": len(h.val),
+                   **{f"{h.val_split}_{k}": float(v) for k, v in m.items()}}
+    else:
+        stats = vln_speaker.bleu_stats(model, vln_speaker.PathInputs(h.setup.world), h.val,
+                                       h.setup.vocab)
+        metrics = {f"{h.val_split}_{k}": v for k, v in stats.items()}
+    metrics["num-examples"] = len(h.val)
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

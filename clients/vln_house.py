@@ -1,0 +1,88 @@
+"""One house's VLN data as a FedVLN client sees it (no flwr): its labelled instructions, its
+validation split, and the speaker-written episodes it makes for itself.
+
+A house is `seen` when it has labelled training instructions (R2R's train scans) and `unseen`
+otherwise (val_unseen scans: it only has the instructions it is evaluated on). Clients are
+ordered seen houses first, then unseen ones, each sorted by scan id, so partition p of a
+simulation is always the same house.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from clients import vln_speaker
+from envs.errors import DataError
+from envs.vln_data import Episode
+from envs.vln_houses import HouseSpec
+from envs.vln_routes import sample_routes
+from envs.vln_setup import VLNSetup, open_vln
+from models.speaker import Speaker
+
+
+@dataclass
+class House:
+    setup: VLNSetup
+    name: str
+    role: str                 # seen | unseen
+    train: list[Episode]      # labelled instructions (none in an unseen house)
+    val_split: str            # val_seen | val_unseen
+    val: list[Episode]
+
+
+@lru_cache(maxsize=4)
+def open_setup(data_dir: str, features_tsv: str, spec: HouseSpec) -> VLNSetup:
+    """Cached per process: building the world is the slow part, and it is the same for every
+    house of a run (simulation nodes share processes)."""
+    return open_vln(data_dir, features_tsv, spec)
+
+
+def house_names(setup: VLNSetup) -> tuple[list[str], list[str]]:
+    """(seen houses, unseen houses) in client order."""
+    seen = sorted({e.scan for e in setup.split("train")})
+    unseen = sorted({e.scan for e in setup.split("val_unseen")} - set(seen))
+    return seen, unseen
+
+
+def open_house(setup: VLNSetup, name: str) -> House:
+    train = [e for e in setup.split("train") if e.scan == name]
+    if train:
+        return House(setup, name, "seen", train, "val_seen",
+                     [e for e in setup.split("val_seen") if e.scan == name])
+    val = [e for e in setup.split("val_unseen") if e.scan == name]
+    if not val:
+        raise DataError(f"house {name!r} has no train or val_unseen instructions in "
+                        f"{setup.source}")
+    return House(setup, name, "unseen", [], "val_unseen", val)
+
+
+def house_of_partition(setup: VLNSetup, partition: int) -> str:
+    seen, unseen = house_names(setup)
+    order = seen + unseen
+    if not 0 <= partition < len(order):
+        raise DataError(f"partition {partition} has no house: {setup.source} has "
+                        f"{len(seen)} seen + {len(unseen)} unseen houses")
+    return order[partition]
+
+
+def speaker_episodes(speaker: Speaker, house: House, n_routes: int, seed: int) -> list[Episode]:
+    """Routes sampled in this house with instructions the speaker writes by sampling; the
+    same (speaker, house, n_routes, seed) always gives the same episodes, so the centralized
+    reference can rebuild exactly what each client made."""
+    scan = house.setup.world.scan(house.name)
+    rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])
+    routes = sample_routes(scan, n_routes, rng)
+    inputs = vln_speaker.PathInputs(house.setup.world)
+    eps = vln_speaker.augmented_episodes(speaker, inputs, house.name, routes, scan.ids,
+                                         house.setup.vocab, first_path_id=10 ** 7,
+                                         seed=seed + zlib.crc32(house.name.encode()) % 9973)
+    return [replace(e, instr_id=f"aug-{house.name}-{k}") for k, e in enumerate(eps)]
+
+
+def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0) -> int:
+    """Minibatch updates in `epochs` passes over n_items (at least one), capped if cap > 0."""
+    it = max(1, int(np.ceil(epochs * n_items / batch_size)))
+    return min(it, cap) if cap > 0 else it

@@ -1,0 +1,269 @@
+"""Server side of FedVLN (Zhou et al. 2022): one client per house, four stages.
+
+* `agent`: decentralized federated training of the Envdrop follower (Eq. 6-7): per round a
+  share r (`fedvln.seen-rate`, 0.2) of the seen houses trains tau epochs (`local-epochs`, 3) on
+  its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta =
+  `server-lr`, 2). Every house scores the global model on its own validation split (seen
+  houses val_seen, unseen houses val_unseen) and the server pools the metrics.
+* `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU on each
+  house's paths; the global speaker with the best pooled val_seen BLEU is kept as `best.pt`.
+* `augment`: in a setup round every seen house receives the speaker and writes instructions for
+  routes it samples in itself (`aug-routes`); then the follower (from `agent-init`) trains
+  federated on original + augmented data. No route or instruction leaves its house.
+* `preexplore` (Algorithm 1), starting from `agent-init`, on routes each unseen house samples
+  and the speaker (`speaker-init`) describes; variant:
+    - `env-based`: every unseen house trains its own follower each round; nothing is sent up;
+    - `fed-full`: unseen houses at r1 (`unseen-rate`, 0.6) share the whole follower;
+    - `fed-lan`: they send only the language encoder; decoder and critic stay in the house;
+    - `fed-lan+seen`: as fed-lan, plus seen houses at r2 (`preexplore-seen-rate`, 0.18)
+      training on their labelled instructions.
+  Each unseen house scores its own model (after its last local training) on its val_unseen
+  instructions; the pooled number is their instruction-weighted mean, as in the paper.
+  `centralized` pre-exploration pools every house's data in one place, so it is not a
+  federated run: `experiments/fedvln_tables.py` runs it in one process for Table 5.
+
+Choices where the paper is silent: env-based houses train every round (with no communication
+there is nothing to schedule); the server's model in pre-exploration is what is shared (the
+language encoder in fed-lan), so `checkpoints/` hold only that part; the local Adam state is
+reset every round.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from logging import INFO
+from pathlib import Path
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.common import log
+
+from clients.fedvln import follower_size, shared_part, speaker_size
+from models import vln_checkpoint
+from models.envdrop import Follower, parameter_share
+from models.speaker import Speaker
+from server.config import ConfigError, positive
+from server.recorder import Recorder, out_dir
+from strategies.fedvln import FedVLNStrategy
+from strategies.nodes import FederationError, query_identities, wait_for_nodes
+from strategies.screening import message_bytes
+
+STAGES = ("agent", "speaker", "augment", "preexplore")
+VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
+LANG = "lang_encoder."
+
+
+@dataclass
+class Plan:
+    """What one stage does: which model, what is shared, who trains at which rate, who is
+    scored, and what the setup round hands out."""
+    model: str                                  # follower | speaker
+    share: str                                  # "*" all, "lang_encoder.", "" nothing
+    rates: dict[str, float]
+    eval_roles: tuple[str, ...]
+    epochs: float
+    keep_local: bool = False                    # houses keep their own follower
+    init_agent: bool = False
+    speaker_to: tuple[str, ...] = ()            # roles that get the speaker in setup
+    follower_to: tuple[str, ...] = ()           # roles that get the starting follower in setup
+    routes: int = 0
+    notes: dict = field(default_factory=dict)
+
+
+def plan_of(cfg: dict) -> Plan:
+    stage, variant = str(cfg["fedvln.stage"]), str(cfg["fedvln.variant"])
+    r = float(cfg["fedvln.seen-rate"])
+    both = ("seen", "unseen")
+    if stage == "agent":
+        return Plan("follower", "*", {"seen": r}, both, float(cfg["fedvln.local-epochs"]))
+    if stage == "speaker":
+        return Plan("speaker", "*", {"seen": r}, both, float(cfg["fedvln.speaker-epochs"]))
+    if stage == "augment":
+        return Plan("follower", "*", {"seen": r}, both, float(cfg["fedvln.local-epochs"]),
+                    init_agent=True, speaker_to=("seen",), routes=int(cfg["fedvln.aug-routes"]))
+    r1, r2 = float(cfg["fedvln.unseen-rate"]), float(cfg["fedvln.preexplore-seen-rate"])
+    common = dict(eval_roles=("unseen",), epochs=float(cfg["fedvln.preexplore-epochs"]),
+                  keep_local=True, init_agent=True, speaker_to=("unseen",),
+                  routes=int(cfg["fedvln.preexplore-routes"]))
+    if variant == "env-based":
+        return Plan("follower", "", {"unseen": 1.0}, follower_to=("unseen",), **common)
+    if variant == "fed-full":
+        return Plan("follower", "*", {"unseen": r1}, follower_to=("unseen",), **common)
+    if variant == "fed-lan":
+        return Plan("follower", LANG, {"unseen": r1}, follower_to=("unseen",), **common)
+    return Plan("follower", LANG, {"unseen": r1, "seen": r2}, follower_to=both, **common)
+
+
+def check_config(cfg: dict) -> Plan:
+    stage, variant = str(cfg["fedvln.stage"]), str(cfg["fedvln.variant"])
+    if stage not in STAGES:
+        raise ConfigError(f"run config 'fedvln.stage' must be one of {', '.join(STAGES)}, "
+                          f"got {stage!r}")
+    if stage == "preexplore" and variant == "centralized":
+        raise ConfigError("fedvln.variant 'centralized' pools every house's data in one place "
+                          "and is not a federated run; `python -m experiments.fedvln_tables "
+                          "--table 5` runs it beside the federated variants")
+    if stage == "preexplore" and variant not in VARIANTS:
+        raise ConfigError(f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, "
+                          f"got {variant!r}")
+    for key in ("num-server-rounds", "eval-every", "fedvln.batch-size", "fedvln.embedding",
+                "fedvln.hidden", "fedvln.aug-routes", "fedvln.preexplore-routes",
+                "fedvln.train-houses", "fedvln.unseen-houses"):
+        positive(cfg, key)
+    for key in ("fedvln.server-lr", "fedvln.lr", "fedvln.local-epochs", "fedvln.speaker-epochs",
+                "fedvln.preexplore-epochs"):
+        positive(cfg, key, float)
+    for key in ("fedvln.seen-rate", "fedvln.unseen-rate", "fedvln.preexplore-seen-rate",
+                "fedvln.server-lr-decay"):
+        if not 0 < float(cfg[key]) <= 1:
+            raise ConfigError(f"run config {key!r} must be in (0, 1], got {cfg[key]}")
+    if int(cfg["fedvln.max-local-steps"]) < 0:
+        raise ConfigError("run config 'fedvln.max-local-steps' must be >= 0")
+    if str(cfg["fedvln.feedback"]) not in ("mixed", "teacher"):
+        raise ConfigError(f"run config 'fedvln.feedback' must be mixed or teacher, "
+                          f"got {cfg['fedvln.feedback']!r}")
+    plan = plan_of(cfg)
+    needs = (["fedvln.agent-init"] if plan.init_agent else []) + (
+        ["fedvln.speaker-init"] if plan.speaker_to else [])
+    for key in needs:
+        path = str(cfg[key])
+        if not path:
+            raise ConfigError(f"stage {stage!r} needs run config {key!r}: a checkpoint of the "
+                              f"{'agent' if 'agent' in key else 'speaker'} stage")
+        if not Path(path).is_file():
+            raise ConfigError(f"run config {key!r}: {path} is not a file")
+    return plan
+
+
+def _houses(grid, cfg: dict) -> tuple[dict[int, int], dict[int, dict]]:
+    """(node -> partition, partition -> identity) of every house, checked for agreement."""
+    nodes = wait_for_nodes(grid, int(cfg["num-clients"]), float(cfg["node-wait-timeout"]))
+    idents = query_identities(grid, nodes, float(cfg["node-wait-timeout"]))
+    parts = {n: int(i["partition-id"]) for n, i in idents.items()}
+    if len(set(parts.values())) != len(parts):
+        raise FederationError("two nodes claim the same partition-id; give each SuperNode its "
+                              "own --node-config partition-id")
+    by_part = {parts[n]: i for n, i in idents.items()}
+    names = [i["house"] for i in by_part.values()]
+    if len(set(names)) != len(names):
+        raise FederationError(f"two nodes hold the same house: {sorted(names)}")
+    sizes = {(int(i["vocab-size"]), int(i["feature-dim"])) for i in by_part.values()}
+    if len(sizes) != 1:
+        raise FederationError(f"houses disagree on (vocabulary, feature) sizes: {sorted(sizes)}")
+    return parts, by_part
+
+
+def _load_init(path: str, want) -> torch.nn.Module:
+    model, _, _ = vln_checkpoint.load(path)
+    if model.size != want:
+        raise ConfigError(f"{path}: a {type(model).__name__} of size {model.size}, but this "
+                          f"run's houses and config need {want}")
+    return model
+
+
+def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speaker) -> None:
+    """Round 0: hand the starting follower and/or the speaker to the houses that need them."""
+    recorder.start_round(0)
+    msgs = []
+    for node, p in sorted(parts.items(), key=lambda kv: kv[1]):
+        role = idents[p]["role"]
+        content = RecordDict({"config": ConfigRecord({"step": "setup", "routes": plan.routes})})
+        if role in plan.follower_to:
+            content["follower"] = ArrayRecord(follower.state_dict())
+        if role in plan.speaker_to:
+            content["speaker"] = ArrayRecord(speaker.state_dict())
+        if len(content.array_records):
+            msgs.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
+    recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
+    n_aug = 0
+    for rep in grid.send_and_receive(msgs, timeout=float(cfg["round-timeout"])):
+        if rep.has_error():
+            raise FederationError(f"house of node {rep.metadata.src_node_id} failed its setup: "
+                                  f"{rep.error.reason}")
+        m = rep.content["metrics"]
+        n_aug += int(m["num-augmented"])
+        recorder.add_client(node=rep.metadata.src_node_id,
+                            partition=parts[rep.metadata.src_node_id],
+                            num_examples=int(m["num-examples"]), status="ok")
+    recorder.add_metrics({"augmented_episodes": n_aug})
+    recorder.end_round()
+    log(INFO, "[fedembodied] setup: %d houses received models; %d speaker-written episodes "
+        "made in the houses", len(msgs), n_aug)
+
+
+def run(grid, cfg: dict, name: str) -> None:
+    plan = check_config(cfg)
+    stage, rounds = str(cfg["fedvln.stage"]), int(cfg["num-server-rounds"])
+    tag = stage + (f"/{cfg['fedvln.variant']}" if stage == "preexplore" else "")
+    recorder = Recorder(out_dir(cfg, name), cfg, stage=tag.replace("/", "-"))
+    parts, idents = _houses(grid, cfg)
+    vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
+    torch.manual_seed(int(cfg["seed"]))
+    if plan.init_agent:
+        follower = _load_init(str(cfg["fedvln.agent-init"]), follower_size(cfg, vocab, feat))
+    else:
+        follower = Follower(follower_size(cfg, vocab, feat))
+    speaker = (_load_init(str(cfg["fedvln.speaker-init"]), speaker_size(cfg, vocab, feat))
+               if plan.speaker_to else Speaker(speaker_size(cfg, vocab, feat)))
+    model = speaker if plan.model == "speaker" else follower
+    n_params = sum(p.numel() for p in model.parameters())
+    shared = shared_part(model, plan.share)
+    n_shared = sum(int(a.numpy().size) for a in shared.values())
+    roles = {p: i["role"] for p, i in idents.items()}
+    count = {r: sum(1 for v in roles.values() if v == r) for r in ("seen", "unseen")}
+    recorder.write_config(num_parameters=n_params, shared_parameters=n_shared,
+                          shared_fraction=n_shared / n_params,
+                          language_encoder_fraction=parameter_share(follower, LANG),
+                          houses={i["house"]: i["role"] for i in idents.values()})
+    log(INFO, "[fedembodied] FedVLN %s: %d seen + %d unseen houses; %s of %d parameters, "
+        "%d shared (%.1f%%); results in %s", tag, count["seen"], count["unseen"], plan.model,
+        n_params, n_shared, 100 * n_shared / n_params, recorder.out)
+    if plan.speaker_to or plan.follower_to:
+        _setup_round(grid, cfg, plan, parts, idents, recorder, follower, speaker)
+
+    strategy = FedVLNStrategy(
+        roles=roles, rates=plan.rates, eval_roles=plan.eval_roles,
+        server_lr=float(cfg["fedvln.server-lr"]), lr_decay=float(cfg["fedvln.server-lr-decay"]),
+        send_global_for_eval=not plan.keep_local, recorder=recorder,
+        num_clients=len(parts), seed=int(cfg["seed"]), node_wait_s=float(cfg["node-wait-timeout"]),
+        eval_every=int(cfg["eval-every"]), num_rounds=rounds, min_train_nodes=1,
+        min_evaluate_nodes=1)
+    strategy.partitions = parts
+    best = {"bleu": -1.0}
+    t0 = time.perf_counter()
+
+    def end_of_round(server_round: int, arrays: ArrayRecord):
+        if server_round == 0:
+            return None
+        row = recorder.end_round(arrays)
+        if plan.model == "speaker" and row.get("val_seen_bleu", -1) > best["bleu"]:
+            best["bleu"] = row["val_seen_bleu"]
+            _save(model, arrays, recorder.out / "best.pt", round=server_round,
+                  val_seen_bleu=best["bleu"])
+        scores = "  ".join(f"{s} {m} {row[f'{s}_{m}']:.1f}" for s in ("val_seen", "val_unseen")
+                           for m in ("sr", "spl", "bleu") if f"{s}_{m}" in row)
+        log(INFO, "[fedembodied] round %d/%d  %s  loss %.3f  clients %d  up %.1f MB  wall %.1fs",
+            server_round, rounds, scores or "(no evaluation)", row.get("train_loss", float("nan")),
+            row["n_clients"], row["bytes_up"] / 1e6, row["wall_s"])
+        return None
+
+    result = strategy.start(grid=grid, initial_arrays=shared, num_rounds=rounds,
+                            timeout=float(cfg["round-timeout"]),
+                            train_config=ConfigRecord({"step": plan.model, "epochs": plan.epochs,
+                                                       "share": plan.share,
+                                                       "keep-local": plan.keep_local}),
+                            evaluate_config=ConfigRecord({"model": plan.model,
+                                                          "local": plan.keep_local}),
+                            evaluate_fn=end_of_round)
+    if plan.share == "*":
+        _save(model, result.arrays, recorder.out / "model.pt", rounds=rounds)
+    recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
+    log(INFO, "[fedembodied] done: %s", recorder.out)
+
+
+def _save(model, arrays: ArrayRecord, path: Path, **extra) -> None:
+    """The global model as a checkpoint the next stage (`agent-init`, `speaker-init`) loads."""
+    state = model.state_dict()
+    state.update(arrays.to_torch_state_dict())
+    model.load_state_dict(state)
+    vln_checkpoint.save(path, model, None, **extra)

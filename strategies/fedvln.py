@@ -1,0 +1,125 @@
+"""FedVLN's server: Flower's FedAvgM with a server learning rate (Eq. 7 of the paper), houses
+sampled per role, and pooled VLN evaluation.
+
+Aggregation is Flower's own `FedAvgM` with momentum 0, which is exactly Eq. 7:
+`w <- w + eta * sum_i n_i / sum_j n_j * (w_i - w)` (FedAvgM's pseudo-gradient is `w - avg`,
+its step `w - eta * (w - avg)`). It sits on top of `ScreenedFedAvg` (seeded sampling by
+partition, screening, byte and client accounting), so the weighted average it starts from is
+the screened one. `eta` may decay per round: `eta_t = eta * decay ** (t - 1)`.
+
+What the global model is depends on the stage: the whole follower or speaker, only the language
+encoder (`fed-lan` pre-exploration), or nothing (`env-based`, where the server only schedules
+local training). Whatever it is, the same arrays go down and come back up.
+
+Sampling: `rates` gives each role (`seen`, `unseen`) its participation rate; a role with rate r
+and n houses trains max(1, floor(r * n)) of them per round (the paper's r * n), chosen with a
+seeded RNG so runs repeat. Evaluation goes to every house of `eval_roles`.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvgM
+from sacrebleu.metrics import BLEU
+
+from strategies.screened_fedavg import ScreenedFedAvg
+
+NAV_METRICS = ("ne", "sr", "osr", "spl", "tl", "ndtw", "sdtw", "cls")
+BLEU_STATS = ("sys_len", "ref_len", *(f"{k}_{n}" for k in ("correct", "total")
+                                      for n in range(1, 5)))
+
+
+def pool(records: list[dict]) -> dict[str, float]:
+    """Union-of-houses metrics from per-house ones (each prefixed by its split, e.g.
+    `val_unseen_n`, `val_unseen_sr`): navigation metrics are episode-weighted means, which
+    equal the metric over the union; BLEU is recomputed from summed n-gram statistics, which
+    equals sacrebleu's corpus BLEU over the union (no instruction leaves a house)."""
+    out: dict[str, float] = {}
+    splits = sorted({k[:-2] for r in records for k in r if k.endswith("_n")})
+    for split in splits:
+        rows = [r for r in records if r.get(f"{split}_n", 0) > 0]
+        n = sum(r[f"{split}_n"] for r in rows)
+        if not n:
+            continue
+        out[f"{split}_n"] = n
+        if f"{split}_sys_len" in rows[0]:
+            tot = {k: sum(r[f"{split}_{k}"] for r in rows) for k in BLEU_STATS}
+            out[f"{split}_bleu"] = BLEU.compute_bleu(
+                [tot[f"correct_{i}"] for i in range(1, 5)],
+                [tot[f"total_{i}"] for i in range(1, 5)],
+                tot["sys_len"], tot["ref_len"], smooth_method="exp").score
+        for m in NAV_METRICS:
+            if f"{split}_{m}" in rows[0]:
+                out[f"{split}_{m}"] = sum(r[f"{split}_n"] * r[f"{split}_{m}"] for r in rows) / n
+    return out
+
+
+class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
+    """MRO: FedAvgM's server step runs on ScreenedFedAvg's screened weighted average."""
+
+    def __init__(self, *, roles: dict[int, str], rates: dict[str, float],
+                 eval_roles: tuple[str, ...], server_lr: float = 2.0, lr_decay: float = 1.0,
+                 send_global_for_eval: bool = True, **kwargs):
+        ScreenedFedAvg.__init__(self, **kwargs)   # FedAvgM's __init__ would drop our arguments
+        self.server_learning_rate = server_lr
+        self.server_momentum = 0.0
+        self.server_opt = True
+        self.current_arrays: ArrayRecord | None = None
+        self.momentum_vector = None
+        self.base_lr, self.lr_decay = server_lr, lr_decay
+        self.roles, self.rates, self.eval_roles = roles, rates, eval_roles
+        self.send_global_for_eval = send_global_for_eval
+
+    def _by_role(self, grid: Grid) -> dict[str, list[int]]:
+        parts = self._ensure_partitions(grid)
+        out: dict[str, list[int]] = {}
+        for node, p in sorted(parts.items(), key=lambda kv: kv[1]):
+            out.setdefault(self.roles[p], []).append(node)
+        return out
+
+    def train_nodes(self, grid: Grid, server_round: int) -> list[int]:
+        chosen = []
+        rng = random.Random(self.seed * 100_003 + server_round)
+        for role, nodes in sorted(self._by_role(grid).items()):
+            rate = self.rates.get(role, 0.0)
+            if rate > 0:
+                k = min(len(nodes), max(1, math.floor(len(nodes) * rate + 1e-9)))
+                chosen += rng.sample(nodes, k)
+        parts = self.partitions or {}
+        return sorted(chosen, key=lambda n: parts[n])
+
+    def evaluate_nodes(self, grid: Grid, server_round: int) -> list[int]:
+        return [n for role, nodes in sorted(self._by_role(grid).items())
+                if role in self.eval_roles for n in nodes]
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self.server_learning_rate = self.base_lr * self.lr_decay ** (server_round - 1)
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if metrics is not None:
+            self.recorder.add_metrics({"server_lr": self.server_learning_rate})
+        return arrays, metrics
+
+    def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],
+                  message_type: str) -> list[Message]:
+        if message_type == MessageType.EVALUATE and not self.send_global_for_eval:
+            arrays = ArrayRecord()   # each house scores its own local model
+        return super()._messages(arrays, config, node_ids, message_type)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        records = [dict(next(iter(r.content.metric_records.values())))
+                   for r in self._sorted(replies) if not r.has_error()]
+        pooled = pool(records)
+        if not pooled:
+            return None
+        self.recorder.add_metrics(pooled)
+        return MetricRecord(pooled)
