@@ -113,12 +113,6 @@ def resolve(args) -> tuple[dict, Path]:
             raise BadInput(f"--num-clients {args.num_clients}: FedRL has exactly two parties "
                            "(alpha and beta)")
         overrides["num-clients"] = cfg["num-clients"] = 2
-    if vln:
-        houses = vln_houses(cfg)
-        if args.num_clients not in (None, houses):
-            raise BadInput(f"--num-clients {args.num_clients}: FedVLN has one client per house "
-                           f"and this data has {houses}")
-        overrides["num-clients"] = cfg["num-clients"] = houses
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (out / "rounds.csv").exists():
@@ -128,6 +122,12 @@ def resolve(args) -> tuple[dict, Path]:
         methods.server_module(args.method).check_config(cfg)
     except ConfigError as e:
         raise BadInput(str(e)) from None
+    if vln:
+        houses = vln_houses(cfg)
+        if args.num_clients not in (None, houses):
+            raise BadInput(f"--num-clients {args.num_clients}: FedVLN has one client per house "
+                           f"and this data has {houses}")
+        overrides["num-clients"] = cfg["num-clients"] = houses
     check_data(methods.get(args.method).domain, cfg)
     return overrides, out
 

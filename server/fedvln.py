@@ -74,12 +74,13 @@ def plan_of(cfg: dict) -> Plan:
     stage, variant = str(cfg["fedvln.stage"]), str(cfg["fedvln.variant"])
     r = float(cfg["fedvln.seen-rate"])
     both = ("seen", "unseen")
+    scored = both if bool(cfg["fedvln.eval-seen"]) else ("unseen",)
     if stage == "agent":
-        return Plan("follower", "*", {"seen": r}, both, float(cfg["fedvln.local-epochs"]))
+        return Plan("follower", "*", {"seen": r}, scored, float(cfg["fedvln.local-epochs"]))
     if stage == "speaker":
-        return Plan("speaker", "*", {"seen": r}, both, float(cfg["fedvln.speaker-epochs"]))
+        return Plan("speaker", "*", {"seen": r}, scored, float(cfg["fedvln.speaker-epochs"]))
     if stage == "augment":
-        return Plan("follower", "*", {"seen": r}, both, float(cfg["fedvln.local-epochs"]),
+        return Plan("follower", "*", {"seen": r}, scored, float(cfg["fedvln.local-epochs"]),
                     init_agent=True, speaker_to=("seen",), routes=int(cfg["fedvln.aug-routes"]))
     r1, r2 = float(cfg["fedvln.unseen-rate"]), float(cfg["fedvln.preexplore-seen-rate"])
     common = dict(eval_roles=("unseen",), epochs=float(cfg["fedvln.preexplore-epochs"]),

@@ -85,6 +85,22 @@ def test_simulation_engine_fedrl_two_parties(tmp_path):
     assert run_tokens_alive(token) == []
 
 
+def test_simulation_engine_fedvln_one_client_per_house(tmp_path):
+    out = tmp_path / "fedvln"
+    token = f"test-{uuid.uuid4().hex}"
+    res = _launch(["fedvln", "--stage", "agent", "--rounds", "1", "--out", str(out),
+                   "--no-plots", "--run-config",
+                   "fedvln.train-houses=3 fedvln.unseen-houses=2 fedvln.embedding=16 "
+                   "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5"], token)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "3 seen + 2 unseen houses" in res.stdout      # houses learned from the nodes
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert rounds.loc[0, "n_accepted"] == 1 and rounds.loc[0, "bytes_up"] > 0
+    assert rounds.loc[0, "val_seen_n"] == 90 and rounds.loc[0, "val_unseen_n"] == 180
+    assert (out / "model.pt").is_file()
+    assert run_tokens_alive(token) == []
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -36,6 +36,16 @@ def test_help_lists_every_method_with_one_line():
     (["fedrl", "--num-clients", "3"], "exactly two parties"),
     (["fedrl", "--run-config", 'fedrl.map-file="/no/such.mat"'], "/no/such.mat"),
     (["fedrl", "--run-config", 'fedrl.windows="4,5"'], "fedrl.windows"),
+    (["fedvln", "--stage", "pretrain"], "'fedvln.stage'"),
+    (["fedvln", "--stage", "preexplore"], "'fedvln.agent-init'"),
+    (["fedvln", "--stage", "preexplore", "--variant", "centralized"], "not a federated run"),
+    (["fedvln", "--stage", "augment", "--run-config", 'fedvln.agent-init="/no/agent.pt"'],
+     "/no/agent.pt"),
+    (["fedvln", "--fraction", "0"], "--fraction"),
+    (["fedvln", "--run-config", "fedvln.unseen-rate=1.5"], "'fedvln.unseen-rate'"),
+    (["fedvln", "--run-config", 'fedvln.data-dir="/no/such/vln"'], "/no/such/vln"),
+    (["fedvln", "--num-clients", "3"], "one client per house"),
+    (["fedavg", "--stage", "agent"], "fedvln's flags"),
 ])
 def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     res = _run(*args, "--out", str(tmp_path / "out"))

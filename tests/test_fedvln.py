@@ -1,0 +1,184 @@
+"""FedVLN: the Eq. 7 server step, house sampling, pooled metrics, and a privacy audit of every
+message the houses send, with whole stages run in-process (no Ray) on five tiny houses."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import sacrebleu
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from server.recorder import Recorder
+from strategies.fedvln import FedVLNStrategy, pool
+from tests.conftest import InProcessGrid
+
+TINY = {"method": "fedvln", "num-clients": 5, "num-server-rounds": 1,
+        "fedvln.train-houses": 3, "fedvln.unseen-houses": 2, "fedvln.embedding": 16,
+        "fedvln.hidden": 32, "fedvln.batch-size": 8, "fedvln.max-local-steps": 2,
+        "fedvln.seen-rate": 0.5, "fedvln.aug-routes": 4, "fedvln.preexplore-routes": 6}
+
+
+def _strategy(tmp_path, roles, rates, **kw):
+    s = FedVLNStrategy(roles=roles, rates=rates, eval_roles=("seen", "unseen"),
+                       recorder=Recorder(tmp_path, {}), num_clients=len(roles), seed=0,
+                       min_train_nodes=1, min_evaluate_nodes=1, **kw)
+    s.partitions = {1000 + p: p for p in roles}
+    return s
+
+
+def _reply(msg, value, n):
+    arrays = ArrayRecord({"w": Array(np.full(3, value, np.float32))})
+    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(
+        {"num-examples": n, "train-loss": 0.1})}), reply_to=msg)
+
+
+def test_server_step_is_eq7_with_learning_rate_and_decay(tmp_path):
+    s = _strategy(tmp_path, {0: "seen", 1: "seen"}, {"seen": 1.0}, server_lr=2.0, lr_decay=0.5)
+    w0 = ArrayRecord({"w": Array(np.ones(3, np.float32))})
+    msgs = list(s.configure_train(1, w0, ConfigRecord(), grid=None))
+    # w + eta * sum n_i/n (w_i - w) = 1 + 2 * (0.25 * (2 - 1) + 0.75 * (5 - 1)) = 7.5
+    arrays, _ = s.aggregate_train(1, [_reply(msgs[0], 2.0, 1), _reply(msgs[1], 5.0, 3)])
+    assert np.allclose(arrays["w"].numpy(), 7.5)
+    msgs = list(s.configure_train(2, arrays, ConfigRecord(), grid=None))
+    arrays, _ = s.aggregate_train(2, [_reply(msgs[0], 8.5, 1), _reply(msgs[1], 8.5, 1)])
+    assert np.allclose(arrays["w"].numpy(), 8.5)   # eta_2 = 2 * 0.5 = 1: plain FedAvg
+
+
+def test_houses_are_sampled_per_role_at_their_rates(tmp_path):
+    roles = {p: "seen" if p < 10 else "unseen" for p in range(15)}
+    s = _strategy(tmp_path, roles, {"seen": 0.2, "unseen": 0.6})
+    picks = [s.train_nodes(None, r) for r in (1, 2, 3)]
+    for nodes in picks:
+        parts = [n - 1000 for n in nodes]
+        assert sum(p < 10 for p in parts) == 2 and sum(p >= 10 for p in parts) == 3
+        assert parts == sorted(parts)
+    assert len({tuple(p) for p in picks}) > 1                       # changes per round
+    assert picks[0] == _strategy(tmp_path, roles, {"seen": 0.2, "unseen": 0.6}).train_nodes(None, 1)
+    assert len(s.evaluate_nodes(None, 1)) == 15
+
+
+def test_pooled_navigation_metrics_are_episode_weighted():
+    out = pool([{"val_unseen_n": 10, "val_unseen_sr": 50.0},
+                {"val_unseen_n": 30, "val_unseen_sr": 10.0},
+                {"val_seen_n": 0}])
+    assert out == {"val_unseen_n": 40, "val_unseen_sr": 20.0}
+
+
+def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
+    from clients import vln_speaker
+    from clients.fedvln import speaker_size
+    from clients.vln_house import open_house, open_setup
+    from envs.vln_houses import HouseSpec
+    from models.speaker import Speaker
+    from server.config import merged
+
+    setup = open_setup("", "", HouseSpec(train_houses=3, unseen_houses=2))
+    speaker = Speaker(speaker_size(merged(TINY), len(setup.vocab), setup.world.feature_dim))
+    inputs = vln_speaker.PathInputs(setup.world)
+    houses = [open_house(setup, h) for h in ("house000", "house001", "house002")]
+    # a few teacher-forced steps so the greedy instructions share n-grams with the references
+    import torch
+    opt = torch.optim.Adam(speaker.parameters(), lr=1e-2)
+    vln_speaker.train_batches(speaker, opt, inputs, houses[0].train, setup.vocab,
+                              vln_speaker.SpeakerSettings(batch_size=16), iterations=30,
+                              rng=np.random.default_rng(0))
+    records = [{f"val_seen_{k}": v for k, v in
+                vln_speaker.bleu_stats(speaker, inputs, h.val, setup.vocab).items()}
+               for h in houses]
+    union = [e for h in houses for e in h.val]
+    expected = vln_speaker.bleu(speaker, inputs, union, setup.vocab)
+    assert expected > 1.0
+    assert math.isclose(pool(records)["val_seen_bleu"], expected, rel_tol=1e-9)
+    assert pool(records)["val_seen_bleu"] != pytest.approx(
+        np.mean([sacrebleu.BLEU.compute_bleu([r[f"val_seen_correct_{i}"] for i in range(1, 5)],
+                                             [r[f"val_seen_total_{i}"] for i in range(1, 5)],
+                                             r["val_seen_sys_len"], r["val_seen_ref_len"],
+                                             smooth_method="exp").score for r in records]))
+
+
+# ---- whole stages in process: what leaves a house ------------------------------------------
+def _run(tmp_path, name, **extra):
+    from clients.app import app
+    from server import fedvln
+    from server.config import merged
+
+    rc = {**TINY, "out-dir": str(tmp_path / name), **extra}
+    grid = InProcessGrid(app, rc, 5)
+    fedvln.run(grid, merged(rc), "fedvln")
+    return grid, tmp_path / name
+
+
+IDENTITY = {"partition-id", "num-partitions", "role", "house", "vocab-size", "feature-dim",
+            "num-train", "num-val"}
+ALLOWED_METRICS = {"num-examples", "num-augmented", "train-loss", "local-steps", "fit-s"}
+
+
+def _audit(grid, shared_prefix: str | None):
+    """Every reply: text only in the identity answer (house id, role, sizes, counts), metrics
+    only counts, losses and pooled-metric inputs, arrays only model parameters of the shared
+    part with their shapes."""
+    from clients.fedvln import _model, house_of
+    from server.config import merged
+
+    ctx = next(iter(grid.contexts.values()))
+    params = {k: tuple(v.shape) for kind in ("follower", "speaker")
+              for k, v in _model(kind, merged(dict(ctx.run_config)),
+                                 house_of(ctx)).state_dict().items()}
+    for rep in grid.replies:
+        content = rep.content
+        if "identity" in content:
+            assert set(content["identity"].keys()) == IDENTITY
+            continue
+        assert not content.config_records, "a house sent text"
+        for rec in content.metric_records.values():
+            for k, v in rec.items():
+                assert isinstance(v, (int, float)), k
+                assert k in ALLOWED_METRICS or k.startswith(("val_seen_", "val_unseen_")), k
+        for rec in content.array_records.values():
+            for k, a in rec.items():
+                assert k in params and tuple(a.shape) == params[k], k
+                if shared_prefix is not None:
+                    assert k.startswith(shared_prefix), k
+
+
+def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encoder(tmp_path):
+    grid, agent = _run(tmp_path, "agent")
+    _audit(grid, None)
+    rounds = pd.read_csv(agent / "rounds.csv")
+    assert rounds.loc[0, "bytes_up"] > 0 and rounds.loc[0, "val_unseen_n"] == 180
+    assert (agent / "model.pt").is_file()
+
+    grid, speaker = _run(tmp_path, "speaker", **{"fedvln.stage": "speaker"})
+    _audit(grid, None)
+    assert (speaker / "best.pt").is_file()
+    inits = {"fedvln.agent-init": str(agent / "model.pt"),
+             "fedvln.speaker-init": str(speaker / "best.pt")}
+
+    grid, aug = _run(tmp_path, "augment", **{"fedvln.stage": "augment"}, **inits)
+    _audit(grid, None)
+    assert pd.read_csv(aug / "rounds.csv").loc[0, "augmented_episodes"] == 3 * 4
+    seen_ctx = grid.contexts[5000]
+    assert len(seen_ctx.state["fedvln-augmented"]["instructions"]) == 4   # kept in the house
+
+    grid, lan = _run(tmp_path, "fed-lan", **{"fedvln.stage": "preexplore",
+                                             "fedvln.variant": "fed-lan",
+                                             "num-server-rounds": 2}, **inits)
+    _audit(grid, "lang_encoder.")
+    trained = [r for r in grid.replies if "arrays" in r.content and len(r.content["arrays"])]
+    assert trained and all(set(k.split(".")[0] for k in r.content["arrays"].keys())
+                           == {"lang_encoder"} for r in trained)
+    # the unseen houses' decoders and critics stayed local and moved away from the start
+    from models import vln_checkpoint
+    init, _, _ = vln_checkpoint.load(agent / "model.pt")
+    moved = [not np.allclose(ctx.state["fedvln-follower"]["decoder.cell.weight_ih"].numpy(),
+                             init.state_dict()["decoder.cell.weight_ih"].numpy())
+             for p, ctx in grid.contexts.items() if "fedvln-follower" in ctx.state]
+    assert any(moved)
+    cfg = __import__("json").loads((lan / "config.json").read_text())
+    assert cfg["shared_fraction"] == pytest.approx(cfg["language_encoder_fraction"])
+    assert 0 < cfg["shared_fraction"] < 0.5
+
+    grid, env = _run(tmp_path, "env", **{"fedvln.stage": "preexplore",
+                                         "fedvln.variant": "env-based"}, **inits)
+    _audit(grid, "")
+    assert pd.read_csv(env / "rounds.csv")["bytes_up"].sum() == 0
