@@ -1,7 +1,8 @@
 """Client side of FedVLN: one ClientApp per house (see `server/fedvln.py` for the stages).
 
-A node's house is `--node-config house=<scan>` on a deployed SuperNode, or, in simulation,
-partition p of the seen-then-unseen house order (`clients.vln_house`). Whether it is seen or
+A node's house is `--node-config house=<scan>` on a deployed SuperNode (with `data-dir=` the
+folder holding it there, else run config `fedvln.data-dir`), or, in simulation, partition p of
+the seen-then-unseen house order (`clients.vln_house`). Whether it is seen or
 unseen follows from its data. Messages (config `step`):
 
 * `setup`: may carry the starting follower (kept in `context.state` as this house's local
@@ -45,10 +46,10 @@ def spec_of(cfg: dict) -> HouseSpec:
 
 def house_of(context: Context) -> House:
     cfg = merged(dict(context.run_config))
-    setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]),
-                       spec_of(cfg))
-    name = str(context.node_config.get("house", "")) or house_of_partition(
-        setup, int(context.node_config["partition-id"]))
+    nc = context.node_config
+    setup = open_setup(str(nc.get("data-dir", "") or cfg["fedvln.data-dir"]),
+                       str(cfg["fedvln.features-tsv"]), spec_of(cfg))
+    name = str(nc.get("house", "")) or house_of_partition(setup, int(nc["partition-id"]))
     return open_house(setup, name)
 
 

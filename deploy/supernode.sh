@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Start one SuperNode (one silo / house / party) of a deployed federation. Foreground.
 #   deploy/supernode.sh --superlink HOST:PORT --partition-id I --num-partitions N
-#       [--data-dir DIR] [--role alpha|beta] [--port 9094]
+#       [--data-dir DIR] [--role alpha|beta] [--house SCAN] [--port 9094]
 #       [--tls CA_CERT --key PRIVATE_KEY]
 # The node's identity goes in its node config; the app reads partition-id / num-partitions, and
-# data-dir (this silo's own data folder) or role when given. --port is this node's local
+# data-dir (this silo's own data folder), role (FedRL) or house (FedVLN) when given. --port is this node's local
 # Runtime API port and must differ between SuperNodes on one host.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$here/.venv}
 export PATH="$VENV/bin:$PATH" FLWR_TELEMETRY_ENABLED=0
-superlink=""; pid=""; num=""; data=""; role=""; port=9094; ca=""; key=""
+superlink=""; pid=""; num=""; data=""; role=""; house=""; port=9094; ca=""; key=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --superlink) superlink=$2; shift 2;;
@@ -18,6 +18,7 @@ while [ $# -gt 0 ]; do
     --num-partitions) num=$2; shift 2;;
     --data-dir) data=$2; shift 2;;
     --role) role=$2; shift 2;;
+    --house) house=$2; shift 2;;
     --port) port=$2; shift 2;;
     --tls) ca=$2; shift 2;;
     --key) key=$2; shift 2;;
@@ -30,6 +31,7 @@ done
 cfg="partition-id=$pid num-partitions=$num"
 [ -z "$data" ] || cfg="$cfg data-dir=\"$(cd "$data" && pwd)\""
 [ -z "$role" ] || cfg="$cfg role=\"$role\""
+[ -z "$house" ] || cfg="$cfg house=\"$house\""
 if [ -n "$ca" ]; then
   [ -n "$key" ] || { echo "supernode.sh: --tls needs --key (the node's registered EC key)" >&2; exit 2; }
   exec flower-supernode --root-certificates "$ca" --auth-supernode-private-key "$key" \
