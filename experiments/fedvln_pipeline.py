@@ -76,7 +76,8 @@ def parse_args(argv=None):
 
 
 def stage_config(a, stage: str, extra: str = "") -> str:
-    items = [f'fedvln.stage="{stage}"', f"eval-every={a.eval_every}"]
+    every = a.pre_eval_every if stage == "preexplore" else a.eval_every
+    items = [f'fedvln.stage="{stage}"', f"eval-every={every}"]
     if a.data_dir:
         items.append(f'fedvln.data-dir="{Path(a.data_dir).resolve()}"')
     return " ".join(items + [extra, a.run_config]).strip()
@@ -93,8 +94,7 @@ def run_pipeline(a, out: Path) -> None:
              run_config=stage_config(a, "augment", inits))
     for v in VARIANTS:
         simulate("fedvln", out / f"preexplore-{v}", rounds=a.pre_rounds, seed=a.seed,
-                 run_config=stage_config(a, "preexplore", f'{inits} fedvln.variant="{v}" '
-                                         f"eval-every={a.pre_eval_every}"))
+                 run_config=stage_config(a, "preexplore", f'{inits} fedvln.variant="{v}"'))
     centralized_preexplore(a, out)
 
 
