@@ -15,7 +15,8 @@ Centralized rows of Tables 2 and 4 come from `experiments/results/vln_centralize
 (`python -m experiments.vln_centralized`). Centralized pre-exploration trains one follower on
 the pooled speaker-written episodes of every unseen house (the same episodes the houses make
 for themselves) for as many updates per round as env-based makes in all houses together.
-Reported numbers are those of the last evaluation, not a checkpoint picked on val_unseen.
+Reported numbers are those of the last evaluation, not a checkpoint picked on val_unseen;
+Table 5 adds the mean SR of the last three evaluations, as single evaluations are noisy.
 """
 from __future__ import annotations
 
@@ -197,9 +198,13 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
                 shared = f"{100 * c['shared_fraction']:.1f}%" if v != "env-based" else "nothing"
                 up = pd.read_csv(run / "rounds.csv")["bytes_up"].sum() / 1e6
         if last is not None:
+            log = (out / "preexplore-centralized" / "log.csv" if v == "centralized"
+                   else out / f"preexplore-{v}" / "rounds.csv")
+            sr = pd.read_csv(log)["val_unseen_sr"].dropna()
             rows5.append({"method": v, "source": "ours", "rounds": int(last["round"]),
                           "shared": shared, "mb_up": round(up, 2),
-                          **{k: last[f"val_unseen_{k}"] for k in NAV}})
+                          **{k: last[f"val_unseen_{k}"] for k in NAV},
+                          "sr_mean_last3": sr.iloc[-3:].mean()})
         vals, shared_p = PAPER_T5[v]
         rows5.append({"method": v, "source": "paper", "shared": shared_p,
                       **dict(zip(NAV, vals))})
@@ -219,13 +224,15 @@ def plot(out: Path, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    offset = 0      # the augment stage continues from the agent stage's last round
     for stage, style in (("agent", "-"), ("augment", "--")):
         f = out / stage / "rounds.csv"
         if f.is_file():
             df = pd.read_csv(f).dropna(subset=["val_unseen_sr"])
             for split in ("val_seen", "val_unseen"):
-                axes[0].plot(df["round"], df[f"{split}_sr"], style, marker=".",
+                axes[0].plot(offset + df["round"], df[f"{split}_sr"], style, marker=".",
                              label=f"{stage} {split}")
+            offset += int(pd.read_csv(f)["round"].max())
     axes[0].set(xlabel="round", ylabel="SR (%)", title="federated follower (global model)")
     axes[0].legend(fontsize=8)
     f = out / "speaker" / "rounds.csv"
