@@ -135,11 +135,15 @@ def setup(msg: Message, context: Context, cfg: dict, h: House) -> RecordDict:
                                                 "num-augmented": n_aug})})
 
 
-def train(msg: Message, context: Context) -> Message:
+def _begin(msg: Message, context: Context):
+    """(run config, message config, this house), with torch's threads set for this node."""
     cfg = merged(dict(context.run_config))
-    conf = msg.content["config"]
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
-    h = house_of(context)
+    return cfg, msg.content["config"], house_of(context)
+
+
+def train(msg: Message, context: Context) -> Message:
+    cfg, conf, h = _begin(msg, context)
     step = str(conf["step"])
     if step == "setup":
         return Message(setup(msg, context, cfg, h), reply_to=msg)
@@ -179,10 +183,7 @@ def train(msg: Message, context: Context) -> Message:
 
 def evaluate(msg: Message, context: Context) -> Message:
     """Metrics of this house's validation split, prefixed by it (`val_seen_sr`, ...)."""
-    cfg = merged(dict(context.run_config))
-    conf = msg.content["config"]
-    torch.set_num_threads(max(1, int(cfg["client-threads"])))
-    h = house_of(context)
+    cfg, conf, h = _begin(msg, context)
     kind = str(conf["model"])
     model = _model(kind, cfg, h)
     _load(model, context.state.get(LOCAL) if conf.get("local", False) else None,

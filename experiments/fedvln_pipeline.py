@@ -35,7 +35,6 @@ from clients.vln_house import (house_names, local_iterations, open_house, open_s
                                speaker_episodes)
 from experiments.simulate import RESULTS, ROOT, simulate
 from models import vln_checkpoint
-from server.config import defaults
 
 VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw"]
@@ -261,7 +260,6 @@ def main(argv=None) -> int:
                  "pre_eval_every"):
         if getattr(a, flag) < 1:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
-    defaults()  # fail early if pyproject is unreadable
     out = Path(a.out) if a.out else ROOT / "runs" / ("fedvln" + (f"-{a.tag}" if a.tag else ""))
     run_pipeline(a, out)
     tables(a, out, Path(a.results_dir))

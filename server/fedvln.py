@@ -30,7 +30,7 @@ reset every round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import INFO
 from pathlib import Path
 
@@ -45,7 +45,8 @@ from models.speaker import Speaker
 from server.config import ConfigError, positive
 from server.recorder import Recorder, out_dir
 from strategies.fedvln import FedVLNStrategy
-from strategies.nodes import FederationError, query_identities, wait_for_nodes
+from strategies.nodes import (FederationError, partitions_of, query_identities,
+                              wait_for_nodes)
 from strategies.screening import message_bytes
 
 STAGES = ("agent", "speaker", "augment", "preexplore")
@@ -67,7 +68,6 @@ class Plan:
     speaker_to: tuple[str, ...] = ()            # roles that get the speaker in setup
     follower_to: tuple[str, ...] = ()           # roles that get the starting follower in setup
     routes: int = 0
-    notes: dict = field(default_factory=dict)
 
 
 def plan_of(cfg: dict) -> Plan:
@@ -140,10 +140,7 @@ def _houses(grid, cfg: dict) -> tuple[dict[int, int], dict[int, dict]]:
     """(node -> partition, partition -> identity) of every house, checked for agreement."""
     nodes = wait_for_nodes(grid, int(cfg["num-clients"]), float(cfg["node-wait-timeout"]))
     idents = query_identities(grid, nodes, float(cfg["node-wait-timeout"]))
-    parts = {n: int(i["partition-id"]) for n, i in idents.items()}
-    if len(set(parts.values())) != len(parts):
-        raise FederationError("two nodes claim the same partition-id; give each SuperNode its "
-                              "own --node-config partition-id")
+    parts = partitions_of(idents)
     by_part = {parts[n]: i for n, i in idents.items()}
     names = [i["house"] for i in by_part.values()]
     if len(set(names)) != len(names):

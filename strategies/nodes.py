@@ -46,8 +46,12 @@ def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[
 
 def query_partitions(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, int]:
     """node id -> partition id, asked of every node once."""
-    out = {n: int(ident["partition-id"])
-           for n, ident in query_identities(grid, node_ids, timeout_s).items()}
+    return partitions_of(query_identities(grid, node_ids, timeout_s))
+
+
+def partitions_of(identities: dict[int, dict]) -> dict[int, int]:
+    """node id -> partition id from the nodes' identities; no two nodes may share one."""
+    out = {n: int(ident["partition-id"]) for n, ident in identities.items()}
     dup = len(set(out.values())) != len(out)
     if dup:
         raise FederationError(f"two nodes claim the same partition-id: {sorted(out.values())}; "
