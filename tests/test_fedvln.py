@@ -44,6 +44,18 @@ def test_server_step_is_eq7_with_learning_rate_and_decay(tmp_path):
     assert np.allclose(arrays["w"].numpy(), 8.5)   # eta_2 = 2 * 0.5 = 1: plain FedAvg
 
 
+def test_a_nan_update_is_rejected_before_the_server_step(tmp_path):
+    s = _strategy(tmp_path, {0: "seen", 1: "seen"}, {"seen": 1.0}, server_lr=2.0)
+    w0 = ArrayRecord({"w": Array(np.ones(3, np.float32))})
+    msgs = list(s.configure_train(1, w0, ConfigRecord(), grid=None))
+    arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], np.nan, 5), _reply(msgs[1], 2.0, 1)])
+    assert np.allclose(arrays["w"].numpy(), 3.0)    # 1 + 2 * (2 - 1) from the good house only
+    assert metrics["n_accepted"] == 1
+    s.recorder.end_round(arrays)
+    status = pd.read_csv(tmp_path / "clients.csv")["status"].tolist()
+    assert status[0].startswith("rejected") and "NaN" in status[0] and status[1] == "ok"
+
+
 def test_houses_are_sampled_per_role_at_their_rates(tmp_path):
     roles = {p: "seen" if p < 10 else "unseen" for p in range(15)}
     s = _strategy(tmp_path, roles, {"seen": 0.2, "unseen": 0.6})
