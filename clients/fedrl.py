@@ -16,15 +16,20 @@ from clients.fedrl_party import Alpha, Beta, Settings
 from server.config import merged
 
 STATE = "fedrl-party"
-# array names each party may send, per step (theta_g travels in its own "theta-g" record)
+# array names each party may send, per step (theta_g travels in its own "theta-g" record);
+# "c-alpha" is empty in joint-action mode, where beta does not act
 SENDS = {
+    ("alpha", "observe"): {"c-alpha"},
     ("beta", "act"): {"c-beta", "a-beta"},
-    ("alpha", "act"): {"a-alpha"},
+    ("alpha", "act"): {"a-alpha", "c-alpha"},
     ("beta", "q-outputs"): {"c-beta", "c-beta-next"},
-    ("alpha", "update"): {"y", "c-alpha"},
+    ("alpha", "update"): {"y", "c-alpha", "c-alpha-now"},
     ("beta", "update"): set(),
+    ("alpha", "keep-best"): set(),
+    ("beta", "keep-best"): set(),
+    ("alpha", "eval-observe"): {"c-alpha"},
     ("beta", "eval-act"): {"c-beta", "a-beta"},
-    ("alpha", "eval-act"): {"a-alpha"},
+    ("alpha", "eval-act"): {"a-alpha", "c-alpha"},
 }
 
 
@@ -72,6 +77,58 @@ def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics
     return Message(content, reply_to=msg)
 
 
+def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
+    """One step of the exchange on a party: (arrays to send, theta_g to send, metrics).
+    The Flower handler and the one-process runner (experiments/fedrl_local.py) both call it."""
+    prev, theta, metrics = data.get("prev-alpha"), None, None
+    if (role, step) not in SENDS:
+        raise ValueError(f"unknown FedRL step {step!r} for {role}")
+    if step == "observe":
+        out = {"c-alpha": party.observe()}
+    elif step == "act" and role == "beta":
+        c, a = party.act(prev, data.get("c-alpha"))
+        out = {"c-beta": c, "a-beta": a}
+    elif step == "act":
+        party.set_theta_g(theta_in)
+        a, c = party.act(data["c-beta"], data["a-beta"])
+        out = {"a-alpha": a, "c-alpha": c}
+        metrics = party.take_stats() if bool(conf.get("report", False)) else None
+    elif step == "q-outputs":
+        c, c2 = party.q_outputs(data["ids"], prev)
+        out = {"c-beta": c, "c-beta-next": c2}
+    elif step == "update" and role == "alpha":
+        y, c_alpha, theta, loss, c_now = party.update(data["ids"], data["c-beta"],
+                                                      data["c-beta-next"], theta_in)
+        out = {"y": y, "c-alpha": c_alpha, "c-alpha-now": c_now}
+        metrics = {"loss-alpha": loss, **party.privacy()}
+    elif step == "update":
+        theta, loss = party.update(data["ids"], data["y"], data["c-alpha"], theta_in)
+        out, metrics = {}, {"loss-beta": loss, **party.privacy()}
+    elif step == "keep-best":
+        party.set_theta_g(theta_in)
+        party.keep_best()
+        out = {}
+    else:  # evaluation
+        if bool(conf.get("start", False)):
+            party.set_theta_g(theta_in)
+            party.start_evaluation(str(conf["split"]), str(conf.get("weights", "last")))
+        noise = bool(conf.get("test-noise", True))
+        if step == "eval-observe":
+            out = {"c-alpha": party.observe(party.eval_world)}
+        elif role == "beta":
+            c, a = party.eval_act(prev, data.get("c-alpha"), noise)
+            out = {"c-beta": c, "a-beta": a}
+        else:
+            a, active, c = party.eval_act(data["c-beta"], data["a-beta"], noise)
+            out, metrics = {"a-alpha": a, "c-alpha": c}, {"active": float(active)}
+            if not active:
+                metrics.update(party.eval_result())
+                party.end_evaluation()
+        if bool(conf.get("last", False)):
+            party.end_evaluation()
+    return out, theta, metrics
+
+
 def handle(msg: Message, context: Context) -> Message:
     cfg = merged(dict(context.run_config))
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
@@ -80,47 +137,11 @@ def handle(msg: Message, context: Context) -> Message:
     step = str(conf["step"])
     role = role_of(context.node_config)
     party = _load(context, s)
-    data = _arrays(msg.content.get("data"))
-    theta_in = _arrays(msg.content.get("theta-g")) or None
-    prev = data.get("prev-alpha")
-    if step == "act" and role == "beta":
-        c, a = party.act(prev)
-        out = _reply(msg, role, step, {"c-beta": c, "a-beta": a})
-    elif step == "act":
-        party.set_theta_g(theta_in)
-        a = party.act(data["c-beta"], data["a-beta"])
-        out = _reply(msg, role, step, {"a-alpha": a}, metrics=party.take_stats()
-                     if bool(conf.get("report", False)) else None)
-    elif step == "q-outputs":
-        c, c2 = party.q_outputs(data["ids"], prev)
-        out = _reply(msg, role, step, {"c-beta": c, "c-beta-next": c2})
-    elif step == "update" and role == "alpha":
-        y, c_alpha, theta_g, loss = party.update(data["ids"], data["c-beta"],
-                                                 data["c-beta-next"], theta_in)
-        out = _reply(msg, role, step, {"y": y, "c-alpha": c_alpha}, theta_g,
-                     {"loss-alpha": loss, **party.privacy()})
-    elif step == "update":
-        theta_g, loss = party.update(data["ids"], data["y"], data["c-alpha"], theta_in)
-        out = _reply(msg, role, step, {}, theta_g, {"loss-beta": loss, **party.privacy()})
-    elif step == "eval-act":
-        if bool(conf.get("start", False)):
-            party.start_evaluation(str(conf["split"]))
-        if role == "beta":
-            c, a = party.eval_act(prev)
-            out = _reply(msg, role, step, {"c-beta": c, "a-beta": a})
-        else:
-            a, active = party.eval_act(data["c-beta"], data["a-beta"],
-                                       bool(conf["test-noise"]))
-            metrics = {"active": float(active)}
-            if not active:
-                metrics.update(party.eval_result())
-            out = _reply(msg, role, step, {"a-alpha": a}, metrics=metrics)
-        if bool(conf.get("last", False)) or (role == "alpha" and not active):
-            party.end_evaluation()
-    else:
-        raise ValueError(f"unknown FedRL step {step!r} for {role}")
+    out, theta, metrics = dispatch(party, role, step, _arrays(msg.content.get("data")),
+                                   _arrays(msg.content.get("theta-g")) or None, conf)
+    reply = _reply(msg, role, step, out, theta, metrics)
     _save(context, party)
-    return out
+    return reply
 
 
 train = handle

@@ -19,14 +19,23 @@ stay identical without exchanging states; a party reads only its own window from
 and only alpha reads the reward. Action and transition ids are the "IDs" the paper's A2 lets the
 parties share. (In a physical deployment each party's sensors would replace its replica.)
 
-Acting: alpha acts epsilon-greedily on Q_f^alpha(s_alpha, ., C_beta) (Alg. 1 steps 8-9); beta
-on its own basic Q_beta (Alg. 2, ComputeQBeta), in training and in test, so one step costs two
-messages. In `joint-action` mode (the reference code) alpha's MLP picks one of 16 joint actions and
+Who acts on what. `paper` action mode: each party acts on the argmax of its own federated Q, in
+training (epsilon-greedy) and in test (greedy), as the paper's testing procedure says (Sec. 4:
+"both agents compute and send C_alpha and C_beta to each other for computing Q_f^alpha and
+Q_f^beta"): alpha on Q_f^alpha = MLP_alpha([Q_hat_alpha(s_alpha) | C_beta]), beta on
+Q_f^beta = MLP_beta([C_alpha | Q_hat_beta(s_beta)]). Algorithm 2 has beta act on its basic Q_beta,
+which no loss trains to rank beta's moves (~73% of those greedy moves hit walls), so we do not.
+Both C's travel in the step's existing round trip: alpha's reply to a step carries
+C_alpha(s_alpha') of the observation after it (and its update reply the C_alpha of the current
+observation under the updated network), which the next message to beta carries; only the very
+first step of training or of an evaluation needs one extra message ("observe"). In `joint-action`
+mode (the reference code) alpha's MLP picks one of 16 joint actions that moves both agents, and
 beta's replay stores that joint action. Target networks are real copies refreshed every
 `fedrl.target-update` updates (the reference code copies its targets onto themselves, a bug).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -35,8 +44,8 @@ import torch
 from torch import nn
 
 from clients.fedrl_privacy import Ledger, epsilon, release
-from envs.gridworld import (REFERENCE_HISTORY, STAY, GridWorld, Maps, generate_maps, load_mat,
-                            parse_range)
+from envs.gridworld import (REFERENCE_HISTORY, RULES, STAY, GridWorld, Maps, generate_maps,
+                            load_mat, parse_range)
 from models.fedrl_nets import N_ACTIONS, QNet, SharedMLP
 
 
@@ -56,6 +65,7 @@ class Settings:
     w_beta: int
     history: int
     max_steps: int
+    rules: str
     mode: str
     sigma: float
     clip: float
@@ -85,9 +95,13 @@ class Settings:
         except (ValueError, AssertionError):
             raise ValueError(f"fedrl.windows: expected two odd sizes 'alpha,beta', "
                              f"got {get('windows')!r}") from None
-        mode = str(get("action-mode"))
+        rules = str(get("rules"))
+        if rules not in RULES:
+            raise ValueError(f"fedrl.rules must be 'paper' or 'reference', got {rules!r}")
+        mode = str(get("action-mode")) or ("joint-action" if rules == "reference" else "paper")
         if mode not in ("paper", "joint-action"):
-            raise ValueError(f"fedrl.action-mode must be 'paper' or 'joint-action', got {mode!r}")
+            raise ValueError(f"fedrl.action-mode must be '', 'paper' or 'joint-action', "
+                             f"got {mode!r}")
         size = int(get("size"))
         ints = {k: int(get(k)) for k in ("envs", "act-steps", "updates", "batch-size",
                                          "target-update", "eps-decay", "replay")}
@@ -108,13 +122,18 @@ class Settings:
             test=parse_range(get("test-maps"), "fedrl.test-maps"),
             w_alpha=w[0], w_beta=w[1],
             history=int(get("history")) or REFERENCE_HISTORY.get(size, 4),
-            max_steps=int(get("max-steps")), mode=mode, sigma=float(get("sigma")),
+            max_steps=int(get("max-steps")), rules=rules, mode=mode, sigma=float(get("sigma")),
             clip=float(get("clip")), delta=float(get("delta")), envs=ints["envs"],
             act_steps=ints["act-steps"], updates=ints["updates"], batch=ints["batch-size"],
             lr=float(get("lr")), gamma=float(get("gamma")), target_update=ints["target-update"],
             eps_start=float(get("eps-start")), eps_end=float(get("eps-end")),
             eps_decay=ints["eps-decay"], replay=ints["replay"], warmup=int(get("warmup")),
             eval_episodes=int(get("eval-episodes")), seed=int(cfg["seed"]))
+
+    @property
+    def update_ratio(self) -> float:
+        """Minibatch updates per environment transition: K / (B x S) (the reference: 1)."""
+        return self.updates / (self.envs * self.act_steps)
 
     @property
     def n_actions(self) -> int:
@@ -137,6 +156,15 @@ class Settings:
             raise ValueError("fedrl.train-maps is empty")
         for name in ("train", "valid", "test"):
             maps.check_range(self.split(name), f"fedrl.{name}-maps")
+            if len(self.split(name)) and not maps.usable(self.split(name), self.rules):
+                raise ValueError(f"fedrl.{name}-maps: no usable map in {maps.source} "
+                                 f"under {self.rules} rules ({maps.report(self.split(name), self.rules)})")
+
+    def map_report(self) -> dict[str, dict]:
+        """Per split: maps in the range, maps used, and why the others were skipped."""
+        maps = self.maps()
+        return {name: maps.report(self.split(name), self.rules)
+                for name in SPLITS if len(self.split(name))}
 
     def world(self, split: str = "train", n_envs: int | None = None,
               reset: bool = True) -> GridWorld:
@@ -145,7 +173,7 @@ class Settings:
         if evaluation:
             n_envs = self.eval_episodes or len(r)
         return GridWorld(self.maps(), r, n_envs or self.envs, windows=(self.w_alpha, self.w_beta),
-                         history=self.history, max_steps=self.max_steps, action_mode=self.mode,
+                         history=self.history, max_steps=self.max_steps, rules=self.rules,
                          seed=self.seed, evaluation=evaluation, reset=reset)
 
     def epsilon_greedy(self, transitions: int) -> float:
@@ -218,11 +246,14 @@ def _t(x) -> torch.Tensor:
 
 class Party:
     """What both parties share: a basic Q-network with its target, theta_g, Adam, the replay,
-    the world replica and the release ledger; and (de)serialisation for Flower's context.state."""
+    the world replica and the release ledger; and (de)serialisation for Flower's context.state.
+    `keep_best` copies the party's own networks (Q and theta_g) aside, so an evaluation can
+    score the best-on-valid checkpoint without either network leaving the party."""
 
     role = "party"
     head = 0
     EXTRA: tuple[str, ...] = ()  # numpy attributes that must survive between messages
+    NETS = ("q", "q_target", "mlp", "mlp_target")
 
     def __init__(self, s: Settings, window: int, replay_fields: dict, restoring: bool = False):
         self.s = s
@@ -234,12 +265,14 @@ class Party:
         self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions)
         self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions)
         self.mlp_target.load_state_dict(self.mlp.state_dict())
+        self.q_best = self.mlp_best = None
         self.opt = torch.optim.Adam([*self.q.parameters(), *self.mlp.parameters()], lr=s.lr)
         self.replay = Replay(s.replay, replay_fields)
         self.ledger = Ledger(s.replay)
         self.world = s.world("train", reset=not restoring)
-        self.counters = {"transitions": 0, "updates": 0, "messages": 0}
+        self.counters = {"transitions": 0, "updates": 0, "messages": 0, "opened": -1}
         self.eval_world: GridWorld | None = None
+        self.eval_weights = "last"
 
     # -- noise ------------------------------------------------------------------------------
     def _generator(self) -> torch.Generator:
@@ -253,6 +286,16 @@ class Party:
 
     def released(self, q: torch.Tensor, gen: torch.Generator, noise: bool = True) -> torch.Tensor:
         return release(q, self.s.clip, self.s.sigma if noise else 0.0, gen)
+
+    def _open(self) -> np.ndarray:
+        """Ids of the transitions that start at the current observation; the first release
+        about them resets their (recycled) ledger slots."""
+        n = self.counters["transitions"]
+        ids = np.arange(n, n + self.s.envs)
+        if self.counters["opened"] != n:
+            self.ledger.reset_slots(ids)
+            self.counters["opened"] = n
+        return ids
 
     # -- shared module ----------------------------------------------------------------------
     def set_theta_g(self, arrays: dict[str, np.ndarray] | None) -> None:
@@ -271,25 +314,38 @@ class Party:
     def privacy(self) -> dict[str, float]:
         k = self.ledger.max_releases()
         return {f"{self.role}-max-releases": float(k),
-                f"{self.role}-epsilon": self.s.privacy_epsilon(k)}
+                f"{self.role}-privacy-epsilon": self.s.privacy_epsilon(k)}
+
+    # -- model selection --------------------------------------------------------------------
+    def keep_best(self) -> None:
+        """Copy this party's Q-network and theta_g aside (the server saw valid improve)."""
+        self.q_best, self.mlp_best = copy.deepcopy(self.q), copy.deepcopy(self.mlp)
+
+    def nets(self) -> tuple[nn.Module, nn.Module]:
+        """The (Q, MLP) an evaluation acts with: the live ones, or the kept best."""
+        if self.eval_world is not None and self.eval_weights == "best" and self.q_best is not None:
+            return self.q_best, self.mlp_best
+        return self.q, self.mlp
 
     # -- context.state ----------------------------------------------------------------------
     def state_arrays(self) -> dict[str, np.ndarray]:
         out = {}
-        for name, mod in (("q", self.q), ("q_target", self.q_target), ("mlp", self.mlp),
-                          ("mlp_target", self.mlp_target)):
-            out.update({f"{name}.{k}": v.numpy().copy() for k, v in mod.state_dict().items()})
+        nets = self.NETS + (("q_best", "mlp_best") if self.q_best is not None else ())
+        for name in nets:
+            out.update({f"{name}.{k}": v.numpy().copy()
+                        for k, v in getattr(self, name).state_dict().items()})
         for idx, st in self.opt.state_dict()["state"].items():
             out.update({f"opt.{idx}.{k}": torch.as_tensor(v).numpy().copy()
                         for k, v in st.items()})
         filled = min(self.counters["transitions"], self.replay.capacity)
         out.update({f"replay.{k}": v[:filled] for k, v in self.replay.data.items()})
-        out["ledger.counts"] = self.ledger.counts[:filled]
+        out["ledger.counts"] = self.ledger.counts[:filled + self.s.envs]
         out["ledger.retired"] = np.array(self.ledger.retired_max)
         out.update({f"world.{k}": v for k, v in self.world.state().items()})
         if self.eval_world is not None:
             out.update({f"eval.{k}": v for k, v in self.eval_world.state().items()})
             out["eval.split"] = np.array(SPLITS.index(self.eval_split))
+            out["eval.best"] = np.array(self.eval_weights == "best")
             out["eval.score"] = self.eval_score
         out.update({f"counter.{k}": np.array(v) for k, v in self.counters.items()})
         out.update({f"extra.{k}": np.asarray(getattr(self, k)) for k in self.EXTRA
@@ -297,10 +353,11 @@ class Party:
         return out
 
     def load_arrays(self, a: dict[str, np.ndarray]) -> None:
-        for name, mod in (("q", self.q), ("q_target", self.q_target), ("mlp", self.mlp),
-                          ("mlp_target", self.mlp_target)):
-            mod.load_state_dict({k[len(name) + 1:]: _t(v) for k, v in a.items()
-                                 if k.startswith(name + ".")})
+        if any(k.startswith("q_best.") for k in a):
+            self.q_best, self.mlp_best = copy.deepcopy(self.q), copy.deepcopy(self.mlp)
+        for name in self.NETS + (("q_best", "mlp_best") if self.q_best is not None else ()):
+            getattr(self, name).load_state_dict({k[len(name) + 1:]: _t(v) for k, v in a.items()
+                                                 if k.startswith(name + ".")})
         opt = self.opt.state_dict()
         state: dict[int, dict] = {}
         for k, v in a.items():
@@ -316,6 +373,7 @@ class Party:
         self.world.load_state({k[6:]: v for k, v in a.items() if k.startswith("world.")})
         if "eval.split" in a:
             self.eval_split = SPLITS[_scalar(a["eval.split"])]
+            self.eval_weights = "best" if _scalar(a["eval.best"]) else "last"
             self.eval_world = self.s.world(self.eval_split, reset=False)
             self.eval_world.load_state({k[5:]: v for k, v in a.items()
                                         if k.startswith("eval.") and k[5:] in GridWorld.STATE})
@@ -325,8 +383,10 @@ class Party:
             if f"extra.{k}" in a:
                 setattr(self, k, np.array(a[f"extra.{k}"]))
 
-    def start_evaluation(self, split: str) -> None:
-        self.eval_split = split
+    def start_evaluation(self, split: str, weights: str = "last") -> None:
+        if weights not in ("last", "best"):
+            raise ValueError(f"evaluation weights must be 'last' or 'best', got {weights!r}")
+        self.eval_split, self.eval_weights = split, weights
         self.eval_world = self.s.world(split)
         self.eval_score = np.zeros((2, self.eval_world.B), np.float64)  # reward sum, met
 
@@ -335,7 +395,8 @@ class Party:
 
 
 class Beta(Party):
-    """Agent beta (Algorithm 2): states and actions, no rewards."""
+    """Agent beta (Algorithm 2): states and actions, no rewards. In `paper` action mode it acts
+    on Q_f^beta = MLP_beta([C_alpha | Q_hat_beta(s_beta)]); in `joint-action` mode alpha moves it."""
 
     role, head = "beta", 1
     EXTRA = ("pending_s", "pending_a", "has_pending", "eval_pending")
@@ -349,25 +410,28 @@ class Beta(Party):
         self.pending_a = np.full(s.envs, STAY, np.int64)
         self.has_pending = np.array(False)
 
-    def _choose(self, q: torch.Tensor, eps: float, rng: np.random.Generator) -> np.ndarray:
+    def _greedy(self, mlp: nn.Module, c_alpha, own: torch.Tensor) -> np.ndarray:
         if self.s.mode == "joint-action":
-            return np.full(len(q), STAY, np.int64)  # alpha's joint action moves beta
-        return explore(q.argmax(1).numpy(), eps, N_ACTIONS, rng)
+            return np.full(len(own), STAY, np.int64)  # alpha's joint action moves beta
+        if c_alpha is None:
+            raise ValueError("beta needs C_alpha to act in paper action mode")
+        return mlp(_t(c_alpha).float(), own, self.head).argmax(1).numpy()
 
-    def act(self, prev_alpha: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """ComputeQBeta(): observe, release C_beta = Q_hat_beta(s_beta, .), choose a_beta."""
+    def act(self, prev_alpha: np.ndarray | None,
+            c_alpha: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """ComputeQBeta(): observe, release C_beta = Q_hat_beta(s_beta, .), choose a_beta
+        epsilon-greedily on Q_f^beta(s_beta, ., C_alpha)."""
         self.sync(prev_alpha)
         gen = self._generator()
         s = self.world.obs_beta.copy()
         with torch.no_grad():
-            q = self.q(_t(s))
-            c = self.released(q, gen)
+            c = self.released(self.q(_t(s)), gen)
+            greedy = self._greedy(self.mlp, c_alpha, c)
         n = self.counters["transitions"]
         rng = np.random.default_rng([self.s.seed, 1, n])
-        a = self._choose(q, self.s.epsilon_greedy(n), rng)
-        ids = np.arange(n, n + self.s.envs)
-        self.ledger.reset_slots(ids)
-        self.ledger.add(ids)
+        a = greedy if self.s.mode == "joint-action" else explore(
+            greedy, self.s.epsilon_greedy(n), N_ACTIONS, rng)
+        self.ledger.add(self._open())
         self.pending_s, self.pending_a, self.has_pending = s, a, np.array(True)
         return c.numpy(), a
 
@@ -420,8 +484,11 @@ class Beta(Party):
             losses.append(loss.item())
         return self.theta_g(), float(np.mean(losses))
 
-    # -- evaluation: greedy, beta on its own Q_beta ---------------------------------------
-    def eval_act(self, prev_alpha: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    # -- evaluation: greedy on Q_f^beta ------------------------------------------------------
+    def eval_act(self, prev_alpha: np.ndarray | None, c_alpha: np.ndarray | None,
+                 test_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Greedy step; test_noise=False drops the noise on beta's own Q inside Q_f^beta (the
+        C_beta that leaves is always noised)."""
         w = self.eval_world
         if prev_alpha is not None:
             prev_alpha = np.asarray(prev_alpha)
@@ -430,10 +497,12 @@ class Beta(Party):
             else:
                 w.step(prev_alpha, self.eval_pending)
         gen = self._generator()
+        q_net, mlp = self.nets()
         with torch.no_grad():
-            q = self.q(_t(w.obs_beta))
+            q = q_net(_t(w.obs_beta))
             c = self.released(q, gen)
-        self.eval_pending = self._choose(q, 0.0, np.random.default_rng(0))
+            own = c if test_noise else self.released(q, gen, noise=False)
+            self.eval_pending = self._greedy(mlp, c_alpha, own)
         return c.numpy(), self.eval_pending
 
 
@@ -451,14 +520,28 @@ class Alpha(Party):
         self.stats = np.zeros(3)  # episodes finished, met, reward sum (since last report)
         self.returns = np.zeros(s.envs)
 
-    def _qf(self, obs, c_beta, gen, noise=True, target=False) -> torch.Tensor:
-        q, mlp = (self.q_target, self.mlp_target) if target else (self.q, self.mlp)
+    def _qf(self, obs, c_beta, gen, noise=True, target=False, nets=None) -> torch.Tensor:
+        q, mlp = (self.q_target, self.mlp_target) if target else (nets or (self.q, self.mlp))
         own = self.released(q(_t(obs)), gen, noise)
         return mlp(own, _t(c_beta).float(), self.head)
 
-    def act(self, c_beta: np.ndarray, a_beta: np.ndarray) -> np.ndarray:
+    def observe(self, world: GridWorld | None = None) -> np.ndarray | None:
+        """C_alpha = Q_hat_alpha(s_alpha) of the current observation, for beta's Q_f^beta
+        (`paper` action mode only; None in `joint-action` mode, where beta does not act)."""
+        if self.s.mode == "joint-action":
+            return None
+        gen = self._generator()
+        q_net = self.nets()[0] if world is not None else self.q
+        with torch.no_grad():
+            c = self.released(q_net(_t((world or self.world).obs_alpha)), gen)
+        if world is None:
+            self.ledger.add(self._open())
+        return c.numpy()
+
+    def act(self, c_beta: np.ndarray, a_beta: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Alg. 1 steps 6-11: choose a_t epsilon-greedily on Q_f^alpha(s_alpha, ., C_beta),
-        execute it (with beta's move) and store (s, a, r, s', done)."""
+        execute it (with beta's move) and store (s, a, r, s', done). Returns the action ids and
+        C_alpha of the next observation (for beta's next step)."""
         gen = self._generator()
         s = self.world.obs_alpha.copy()
         with torch.no_grad():
@@ -468,16 +551,16 @@ class Alpha(Party):
         a = explore(greedy, self.s.epsilon_greedy(n), self.s.n_actions, rng)
         moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, next_alpha, _ = self.world.step(*moves)
+        self._open()
         self.replay.put(n, s=s, a=a, r=r, s2=next_alpha, done=done.astype(np.float32))
-        self.ledger.reset_slots(np.arange(n, n + self.s.envs))
         self.counters["transitions"] += self.s.envs
         count_episodes(self.stats, self.returns, r, done, met)
-        return a
+        return a, self.observe()
 
     def update(self, ids: np.ndarray, c_beta: np.ndarray, c_beta_next: np.ndarray,
                theta_g: dict[str, np.ndarray] | None):
         """K updates of Eq. (4), (6); after each, C_alpha = Q_hat_alpha(s_j) for beta.
-        Returns (Y, C_alpha, theta_g, mean loss)."""
+        Returns (Y, C_alpha, theta_g, mean loss, C_alpha of the current observation)."""
         self.set_theta_g(theta_g)
         gen = self._generator()
         K, bs = ids.shape
@@ -500,7 +583,7 @@ class Alpha(Party):
             ys[k] = y.numpy()
             losses.append(loss.item())
         self.ledger.add(ids)
-        return ys, cs, self.theta_g(), float(np.mean(losses))
+        return ys, cs, self.theta_g(), float(np.mean(losses)), self.observe()
 
     def take_stats(self) -> dict[str, float]:
         """Training episodes finished since the last call: count, success rate, mean reward."""
@@ -511,16 +594,19 @@ class Alpha(Party):
     # -- evaluation ------------------------------------------------------------------------
     def eval_act(self, c_beta: np.ndarray, a_beta: np.ndarray, test_noise: bool) -> tuple:
         """Greedy step on the evaluation world; test_noise=False drops the noise on alpha's own
-        Q output inside Q_f^alpha (what leaves a party is always noised)."""
+        Q output inside Q_f^alpha (what leaves a party is always noised). Returns the action
+        ids, whether any episode is still running, and C_alpha of the next observation."""
         w = self.eval_world
         gen = self._generator()
         with torch.no_grad():
-            a = self._qf(w.obs_alpha, c_beta, gen, noise=test_noise).argmax(1).numpy()
+            a = self._qf(w.obs_alpha, c_beta, gen, noise=test_noise,
+                         nets=self.nets()).argmax(1).numpy()
         moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, _, _ = w.step(*moves)  # finished slots get reward 0
         self.eval_score[0] += r
         self.eval_score[1] += met
-        return a, bool(w.active.any())
+        active = bool(w.active.any())
+        return a, active, (self.observe(w) if active else None)
 
     def eval_result(self) -> dict[str, float]:
         return {"succ-rate": float(self.eval_score[1].mean()),

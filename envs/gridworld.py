@@ -3,22 +3,35 @@
 Maps come from the paper's own files (`gridworld_o_{8,16,32}.mat`, read by `load_mat`) or from
 `generate_maps` (random obstacles inside a wall border, BFS shortest paths), the embedded default.
 Either way a `Maps` object holds, per map index, the n x n grid (1 free, 0 obstacle) and a list of
-shortest paths whose first cell is alpha's start and last cell is beta's start.
+shortest paths whose first cell is alpha's start and last cell is beta's start. The paper's files
+store the paths 1-based (MATLAB) as uint8; read that way every stored path is free, 4-adjacent and
+BFS-shortest on its map (tests/test_gridworld.py checks a sample at every size).
 
-`GridWorld` runs many episodes side by side (B environments, numpy-vectorised). Choices where the
-paper is silent or ambiguous, and why:
+`GridWorld` runs many episodes side by side (B environments, numpy-vectorised). Two rule sets,
+`rules="paper" | "reference"` (run config `fedrl.rules`), apply to every method alike:
+
+| | `paper` (Sec. 5.1 text) | `reference` (FRL2019/FRL @5dd503d, gridworld/environment.py) |
+|---|---|---|
+| distance md | Manhattan abs(dr) + abs(dc) | abs(dr + dc) (`abs(sum(b_xy - a_xy))`, l. 122) |
+| met | md <= 1 | md <= 1 (l. 127, 132; agent.py l. 122 scores the last step) |
+| r_g | N_g / md (md 0 only on meeting: max(md, 1)) | N_g / (md + 1) (l. 125) |
+| r_l | the acting party's own: +50 on meeting, else -10 on a wall, else -1 (alpha's reward uses alpha's) | both agents' -1 / -10 summed (l. 107-121), + 50 when met (l. 128) |
+| episode starts | stored paths whose ends are not already met | every stored path (only ends on the border are refused, l. 46-49, 89); episodes that start met are kept |
+
+Under `reference` rules alpha moves both agents (16 joint actions, `divmod(action, 4)`, l. 103)
+in every method: that is the reference's action mode (`fedrl.action-mode` follows the rules
+unless set). Not reproduced from the reference, on purpose: it adds its padding to the 1-based
+stored coordinates (l. 83-84), so its agents start one row and one column off the stored path
+(sometimes on an obstacle); we start on the stored path. Its training walks the maps in order
+and always takes a map's first valid path; ours draws a map and a path at random.
+
+Other choices where the paper is silent, and why:
 - Observations: alpha sees a w_alpha x w_alpha window centred on itself (paper: 3), beta a
   w_beta window (paper: 5); cells off the map read 0 (obstacle). The reference code swaps the
   sizes; `windows=(5, 3)` reproduces it. Each observation is the last H windows (history).
-- Rewards (paper Sec. 5.1): r = r_l + r_g, r_l = -10 when the move hits an obstacle (the agent
-  stays), +50 when the agents meet, -1 otherwise; r_g = N_g / md(alpha, beta). md can be 0 when
-  both step onto one cell, so r_g uses max(md, 1). In `paper` action mode alpha owns the reward
-  and r_l is alpha's own move; in `joint-action` mode (the reference code: one controller moves
-  both) r_l of both moves is summed, as the reference does.
-- Meeting: the agents meet when md <= 1, as in the reference code (moving simultaneously they
-  can swap cells and never share one).
+- A party that does not move (STAY, the "alpha only" random floor) has r_l = 0.
 - Episode ends on meeting or after T_m steps (paper: 38/86/178 for 8/16/32; other sizes 2 x the
-  longest optimal path bound, n*n/2 capped at 4n).
+  longest optimal path bound, n*n/2 capped at 4n); every episode takes at least one step.
 - Which map/path an episode uses is a pure function of (seed, env slot, episode count), so two
   replicas of the world built from the same config stay identical without exchanging state.
 """
@@ -40,8 +53,9 @@ PAPER_MAX_STEPS = {8: 38, 16: 86, 32: 178}
 REFERENCE_HISTORY = {8: 2, 16: 4, 32: 8}  # the reference code's hist_len per size (autolen)
 
 
-def max_steps_for(size: int) -> int:
-    return PAPER_MAX_STEPS.get(size, min(size * size // 2, 4 * size))
+def max_steps_for(size: int, max_steps: int = 0) -> int:
+    """T_m: `max_steps` if set, else the paper's for its sizes (2 x the longest optimal path)."""
+    return int(max_steps) or PAPER_MAX_STEPS.get(size, min(size * size // 2, 4 * size))
 
 
 def parse_range(text: str, key: str = "range") -> range:
@@ -58,6 +72,20 @@ def parse_range(text: str, key: str = "range") -> range:
     return range(lo, hi + 1)
 
 
+RULES = ("paper", "reference")
+
+
+def distance(a: np.ndarray, b: np.ndarray, rules: str) -> np.ndarray:
+    """md between cells a and b (..., 2): Manhattan (`paper`) or abs(dr + dc) (`reference`)."""
+    d = np.asarray(b) - np.asarray(a)
+    return np.abs(d).sum(-1) if rules == "paper" else np.abs(d.sum(-1))
+
+
+def starts_ok(path: np.ndarray, rules: str) -> bool:
+    """Can an episode start from this stored path? `paper`: not if its ends already meet."""
+    return rules == "reference" or bool(distance(path[0], path[-1], rules) > 1)
+
+
 @dataclass
 class Maps:
     """Grid maps by index: `grid(i)` (n x n uint8) and `paths(i)` (list of k x 2 (row, col))."""
@@ -67,11 +95,33 @@ class Maps:
     _paths: callable
     source: str
 
+    def __post_init__(self):
+        self._usable: dict = {}
+
     def grid(self, i: int) -> np.ndarray:
         return self._grid(i)
 
     def paths(self, i: int) -> list[np.ndarray]:
         return self._paths(i)
+
+    def starts(self, i: int, rules: str) -> list[np.ndarray]:
+        """The stored paths of map i an episode may start from under `rules`."""
+        return [p for p in self.paths(i) if starts_ok(p, rules)]
+
+    def usable(self, r: range, rules: str) -> list[int]:
+        """Maps of range r with at least one start under `rules` (memoised: replicas rebuild
+        their world at every message)."""
+        key = (r.start, r.stop, rules)
+        if key not in self._usable:
+            self._usable[key] = [i for i in r if self.starts(i, rules)]
+        return self._usable[key]
+
+    def report(self, r: range, rules: str) -> dict:
+        """How many maps of range r a run uses, and why the others are skipped."""
+        used = self.usable(r, rules)
+        no_path = sum(1 for i in r if not self.paths(i))
+        return {"maps": len(r), "used": len(used), "skipped-no-stored-path": no_path,
+                "skipped-every-start-already-met": len(r) - len(used) - no_path}
 
     def check_range(self, r: range, key: str) -> None:
         if len(r) and r[-1] >= self.count:
@@ -81,7 +131,10 @@ class Maps:
 
 def load_mat(path: str | Path) -> Maps:
     """The FedRL paper's maps: MATLAB v5 `all_images` (N x 1 cells of n x n uint8, 1 free) and
-    `all_states_xy_by_domain` (N x 1 cells of 8 shortest paths, each k x 2 (row, col), 0-based)."""
+    `all_states_xy_by_domain` (N x 1 cells of up to 8 shortest paths, each k x 2 (row, col),
+    1-based and uint8: cast to int64, then subtract 1). Empty stored paths are dropped; a stored
+    path that is not free and 4-adjacent on its map is a DataError naming the map (none is, in
+    the paper's files)."""
     import scipy.io as sio
 
     path = Path(path)
@@ -103,12 +156,27 @@ def load_mat(path: str | Path) -> Maps:
     def grid(i):
         return np.asarray(images[i, 0], dtype=np.uint8)
 
-    @lru_cache(maxsize=8192)
+    @lru_cache(maxsize=16384)
     def path_list(i):
-        return usable_paths(grid(i), [np.asarray(p[0], np.int64).reshape(-1, 2)
-                                      for p in paths[i, 0] if np.size(p[0]) >= 2])
+        g, out = grid(i), []
+        for p in np.asarray(paths[i, 0]).ravel():
+            p = np.asarray(p).astype(np.int64).reshape(-1, 2) - 1
+            if len(p) == 0:
+                continue
+            if not is_free_walk(g, p):
+                raise DataError(f"{path}: stored path of map {i} is not a free 4-adjacent walk "
+                                "when read 1-based")
+            out.append(p)
+        return out
 
     return Maps(size, len(images), grid, path_list, str(path))
+
+
+def is_free_walk(grid: np.ndarray, p: np.ndarray) -> bool:
+    """Every cell of p on the map and free, every step to a 4-neighbour."""
+    n = grid.shape[0]
+    return bool(((p >= 0) & (p < n)).all() and grid[p[:, 0], p[:, 1]].all()
+                and (np.abs(np.diff(p, axis=0)).sum(1) == 1).all())
 
 
 def free_graph(grid: np.ndarray) -> nx.Graph:
@@ -116,39 +184,6 @@ def free_graph(grid: np.ndarray) -> nx.Graph:
     g = nx.grid_2d_graph(*grid.shape)
     g.remove_nodes_from([c for c in list(g.nodes) if grid[c] == 0])
     return g
-
-
-def usable_paths(grid: np.ndarray, paths: list[np.ndarray]) -> list[np.ndarray]:
-    """The stored paths an episode can start from, repaired where needed.
-
-    In the paper's files only ~25-29% of the stored paths are consistent with their map (every
-    cell free, 4-adjacent steps); the others cross obstacles or the border (no orientation of the
-    image fixes that). A consistent path is kept; for any other whose two ends are free interior
-    cells, the BFS shortest path between those ends replaces it (an episode needs the two starts;
-    the path only serves as the optimal route). Paths whose ends are adjacent (the agents would
-    meet at once) or not free are dropped. The reference code only checks that the ends are off
-    the border, so its agents can start on obstacles.
-    """
-    n = grid.shape[0]
-    g = None
-    out = []
-    for p in paths:
-        ends = p[[0, -1]]
-        if not ((ends >= 1) & (ends <= n - 2)).all() or not all(grid[tuple(c)] for c in ends):
-            continue
-        if np.abs(ends[0] - ends[1]).sum() <= 1:
-            continue
-        inside = ((p >= 0) & (p < n)).all()
-        if inside and all(grid[tuple(c)] for c in p) and (np.abs(np.diff(p, axis=0)).sum(1) == 1).all():
-            out.append(p)
-            continue
-        if g is None:
-            g = free_graph(grid)
-        try:
-            out.append(np.array(nx.shortest_path(g, tuple(ends[0]), tuple(ends[1])), np.int64))
-        except nx.NetworkXNoPath:
-            continue
-    return out
 
 
 def _shortest_paths(grid: np.ndarray, rng: np.random.Generator, n_paths: int) -> list:
@@ -217,23 +252,28 @@ def windows_at(padded: np.ndarray, pos: np.ndarray, w: int, pad: int) -> np.ndar
 
 
 class GridWorld:
-    """B Grid-World episodes stepped together. Training: finished slots reset to a map and path
-    drawn from `map_range` by (seed, slot, episode count). Evaluation: one episode on each of the
-    first B maps of `map_range` that have a usable path, from its first path."""
+    """B Grid-World episodes stepped together. Training: finished slots reset to a map and start
+    drawn from the usable maps of `map_range` by (seed, slot, episode count). Evaluation: one
+    episode on each of the first B usable maps of `map_range`, from its first usable start (as
+    the reference's `restart`). Usable: `Maps.usable` under `rules`."""
 
     def __init__(self, maps: Maps, map_range: range, n_envs: int, *, windows=(3, 5),
-                 history: int = 2, max_steps: int = 0, action_mode: str = "paper",
+                 history: int = 2, max_steps: int = 0, rules: str = "paper",
                  seed: int = 0, evaluation: bool = False, reset: bool = True):
-        if not len(map_range):
-            raise ValueError("empty map range")
-        if evaluation:  # one episode per map that has a usable path, the first n_envs of them
-            self.eval_maps = [i for i in map_range if maps.paths(i)][:n_envs]
+        if rules not in RULES:
+            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+        self.rules = rules
+        self.usable = maps.usable(map_range, rules)
+        if not self.usable:
+            raise DataError(f"no usable map in {maps.source} range "
+                            f"{map_range.start}-{map_range.stop - 1} under {rules} rules")
+        if evaluation:  # one episode per usable map, the first n_envs of them
+            self.eval_maps = self.usable[:n_envs]
             n_envs = len(self.eval_maps)
         self.maps, self.map_range, self.B = maps, map_range, n_envs
         self.w_alpha, self.w_beta = (int(w) for w in windows)
         self.H, self.n = int(history), maps.size
-        self.T = int(max_steps) or max_steps_for(maps.size)
-        self.joint = action_mode == "joint-action"
+        self.T = max_steps_for(maps.size, max_steps)
         self.seed, self.evaluation = seed, evaluation
         self.pad = max(self.w_alpha, self.w_beta) // 2
         n2 = self.n + 2 * self.pad
@@ -252,15 +292,11 @@ class GridWorld:
     def _choose(self, b: int) -> tuple[int, np.ndarray]:
         if self.evaluation:
             i = self.eval_maps[b]
-            return i, self.maps.paths(i)[0]
+            return i, self.maps.starts(i, self.rules)[0]
         rng = np.random.default_rng([self.seed, b, int(self.episode[b])])
-        for _ in range(100):
-            i = self.map_range[int(rng.integers(len(self.map_range)))]
-            paths = self.maps.paths(i)
-            if paths:
-                return i, paths[int(rng.integers(len(paths)))]
-        raise DataError(f"no map with a path in {self.maps.source} range "
-                        f"{self.map_range[0]}-{self.map_range[-1]}")
+        i = self.usable[int(rng.integers(len(self.usable)))]
+        starts = self.maps.starts(i, self.rules)
+        return i, starts[int(rng.integers(len(starts)))]
 
     def _reset(self, b: int) -> None:
         i, path = self._choose(b)
@@ -306,10 +342,12 @@ class GridWorld:
             ok = free | (a < 0)
             self.pos[:, agent] = np.where(ok[:, None], target, self.pos[:, agent])
             rl.append(np.where(ok, -1.0, -10.0) * (a >= 0))
-        md = np.abs(self.pos[:, 0] - self.pos[:, 1]).sum(1)
+        md = distance(self.pos[:, 0], self.pos[:, 1], self.rules)
         met = md <= 1
-        rewards += rl[0] + (rl[1] if self.joint else 0.0)
-        rewards += self.n / np.maximum(md, 1) + 50.0 * met
+        if self.rules == "paper":  # alpha's own r_l (+50 replaces it on meeting), N_g / md
+            rewards += np.where(met, 50.0, rl[0]) + self.n / np.maximum(md, 1)
+        else:  # both agents' r_l, N_g / (md + 1), +50 when met
+            rewards += rl[0] + rl[1] + self.n / (md + 1.0) + 50.0 * met
         self.t += self.active
         done = met | (self.t >= self.T)
         live = np.flatnonzero(self.active)

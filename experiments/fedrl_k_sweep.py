@@ -38,7 +38,7 @@ def one(job):
     rounds = max(1, transitions // (32 * steps))
     s = Settings.from_config(merged({"seed": seed, "fedrl.size": size, "fedrl.envs": 32,
                                      "fedrl.act-steps": steps, "fedrl.updates": k}))
-    last = train("fedrl", s, rounds, splits=("valid",), log=None)[-1]
+    last = train("fedrl", s, rounds, log=None)[-1]
     row = {"K": k, "S": steps, "rounds": rounds, "seed": seed, "size": size,
            "exchanges": rounds, "wall_s": last["wall_s"],
            **{f"succ_noise_{t}": last[f"valid-succ-rate-test_noise={t}"] for t in ("on", "off")},

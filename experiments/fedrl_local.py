@@ -1,81 +1,76 @@
 """FedRL and its baselines in one process, without Flower.
 
-`FedRLLocal` runs the same parties and the same chunked exchange as the Flower app
-(`server/fedrl.py`), calling the party methods directly: it is the baseline of the throughput
-benchmark and a quick way to try settings. The baselines (paper Sec. 5) are not federated:
-- DQN-alpha: a DQN on alpha's observations only. In `paper` action mode it moves alpha only and
-  beta stays where it is (beta has no rewards, so alone it cannot learn a policy); in
-  `joint-action` mode it picks the 16 joint actions from alpha's observations (the reference).
-- DQN-full: one DQN over both parties' observations, data pooled, 16 joint actions.
+    python -m experiments.fedrl_local --method fedrl --rounds 200 --run-config "fedrl.size=8"
+
+`FedRLLocal` runs the very protocol of the Flower app (`server.fedrl.Protocol`) with direct calls
+to the same party code (`clients.fedrl.dispatch`) instead of messages: the Flower run computes
+the same numbers (tests/test_fedrl.py) and this one spares ~0.1 s per message.
+
+Every method sees the same maps, rules, T_m, replay, exploration schedule, chunking (B envs x S
+steps, then K minibatch updates per round), target-update period and model selection. Who acts
+on what (`paper` action mode | `joint-action`, which `reference` rules use):
+- FedRL: alpha on Q_f^alpha, beta on Q_f^beta (clients/fedrl_party.py) | alpha's MLP picks one
+  of 16 joint actions that moves both.
+- DQN-alpha: a DQN on alpha's observations only; alpha acts on it and beta, which has no reward
+  and so no policy of its own without the federation, moves uniformly at random | the DQN picks
+  the 16 joint actions from alpha's observations (the reference's `single_alpha`).
+- DQN-full: one DQN over both parties' observations, data pooled; two 4-action heads, alpha's
+  move and beta's move, each Q-learned on the shared reward with its own action (the same
+  factorisation as FedRL, without privacy) | one 16-action head (the reference's `full`).
 - FCN-alpha / FCN-full: the same networks trained by supervised learning (cross-entropy) on the
-  first move of a BFS shortest path to the other agent (both agents' moves for -full), on the
-  states visited while following those moves; no rewards involved.
+  first move of a BFS shortest path toward the other agent (alpha's label; -full also beta's),
+  on the states visited while following those moves; beta moves at random in FCN-alpha's paper
+  mode, as in DQN-alpha. No rewards involved.
+- random-alpha / random-both (floors, no training): alpha moves uniformly at random and beta
+  stays / both move uniformly at random.
 """
 from __future__ import annotations
 
+import argparse
+import copy
+import json
+import sys
 import time
 
 import numpy as np
 import torch
 from torch import nn
 
-from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes,
-                                 episode_report, explore, sample_ids, split_joint)
+from clients.fedrl import dispatch
+from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes, episode_report,
+                                 explore, sample_ids, split_joint)
 from envs.gridworld import STAY, GridWorld
 from models.fedrl_nets import N_ACTIONS, FullQNet, QNet
+from server.fedrl import SELECT, Protocol
 
 BASELINES = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
-
-
-def evaluate_fedrl(alpha: Alpha, beta: Beta, split: str, test_noise: bool) -> dict:
-    alpha.start_evaluation(split)
-    beta.start_evaluation(split)
-    prev, active = None, True
-    while active:
-        c, a_beta = beta.eval_act(prev)
-        prev, active = alpha.eval_act(c, a_beta, test_noise)
-    out = alpha.eval_result()
-    alpha.end_evaluation()
-    beta.end_evaluation()
-    return out
+FLOORS = ("random-alpha", "random-both")
+METHODS = ("fedrl", *BASELINES, *FLOORS)
 
 
 class FedRLLocal:
-    """Algorithms 1-2 with the same chunking as the Flower app, as direct calls."""
+    """Algorithms 1-2 with the Flower app's protocol, as direct calls."""
 
     def __init__(self, s: Settings):
         self.s = s
         self.alpha, self.beta = Alpha(s), Beta(s)
-        self.rng = np.random.default_rng([s.seed, 99])
-        self.theta_g = None
-        self.prev = None
-        self.env_steps = self.train_steps = 0
+        self.proto = Protocol(s, self.send)
+
+    def send(self, role: str, step: str, data: dict | None = None, theta_g=None,
+             evaluation: bool = False, **conf):
+        party = self.alpha if role == "alpha" else self.beta
+        data = {k: v for k, v in (data or {}).items() if v is not None}
+        out, theta, metrics = dispatch(party, role, step, data, theta_g, conf)
+        return {k: v for k, v in out.items() if v is not None}, theta, metrics or {}
 
     def round(self) -> dict:
-        s, alpha, beta = self.s, self.alpha, self.beta
-        alpha.set_theta_g(self.theta_g)
-        for _ in range(s.act_steps):
-            c, a_beta = beta.act(self.prev)
-            self.prev = alpha.act(c, a_beta)
-        self.env_steps += s.act_steps * s.envs
-        out = alpha.take_stats()
-        ids = sample_ids(self.rng, alpha.counters["transitions"], s)
-        if ids is not None:
-            c, c2 = beta.q_outputs(ids, self.prev)
-            self.prev = None
-            y, c_alpha, theta_g, la = alpha.update(ids, c, c2, self.theta_g)
-            self.theta_g, lb = beta.update(ids, y, c_alpha, theta_g)
-            self.train_steps += ids.size
-            out.update({"loss-alpha": la, "loss-beta": lb})
-        return out
+        return self.proto.train_round()
 
-    def evaluate(self, split: str) -> dict:
-        out = {}
-        for noise in (True, False):
-            tag = "on" if noise else "off"
-            for k, v in evaluate_fedrl(self.alpha, self.beta, split, noise).items():
-                out[f"{split}-{k}-test_noise={tag}"] = v
-        return out
+    def evaluate(self, split: str, weights: str = "last") -> dict:
+        return self.proto.evaluate_all(split, weights)
+
+    def select(self, valid: dict) -> bool:
+        return self.proto.select(valid)
 
 
 class DQNLocal:
@@ -84,21 +79,20 @@ class DQNLocal:
     def __init__(self, s: Settings, full: bool):
         self.s, self.full = s, full
         torch.manual_seed(s.seed)
-        self.joint = full or s.mode == "joint-action"
-        self.n_actions = N_ACTIONS * N_ACTIONS if self.joint else N_ACTIONS
+        self.joint = s.mode == "joint-action"
+        # heads: one over 16 joint actions, or alpha's 4 (+ beta's 4 for -full) in paper mode
+        self.n_out = N_ACTIONS * N_ACTIONS if self.joint else N_ACTIONS * (2 if full else 1)
         H = s.history
-        if full:
-            self.net = FullQNet(H, s.w_alpha, s.w_beta, self.n_actions)
-            self.target = FullQNet(H, s.w_alpha, s.w_beta, self.n_actions)
-        else:
-            self.net = QNet(H, s.w_alpha, self.n_actions)
-            self.target = QNet(H, s.w_alpha, self.n_actions)
+        make = (lambda: FullQNet(H, s.w_alpha, s.w_beta, self.n_out)) if full else (
+            lambda: QNet(H, s.w_alpha, self.n_out))
+        self.net, self.target = make(), make()
         self.target.load_state_dict(self.net.state_dict())
+        self.best = None
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         wa, wb = s.w_alpha, s.w_beta
         self.replay = Replay(s.replay, {"sa": ((H, wa, wa), np.uint8), "sb": ((H, wb, wb), np.uint8),
-                                        "a": ((), np.int64), "r": ((), np.float32),
-                                        "sa2": ((H, wa, wa), np.uint8),
+                                        "a": ((), np.int64), "ab": ((), np.int64),
+                                        "r": ((), np.float32), "sa2": ((H, wa, wa), np.uint8),
                                         "sb2": ((H, wb, wb), np.uint8), "done": ((), np.float32)})
         self.world = s.world("train")
         self.n = self.updates = 0
@@ -106,12 +100,22 @@ class DQNLocal:
         self.stats = np.zeros(3)
         self.returns = np.zeros(s.envs)
 
-    def q(self, net, sa, sb) -> torch.Tensor:
+    def heads(self, net, sa, sb) -> list[torch.Tensor]:
+        """Q (or logits) per head: [joint] | [alpha] | [alpha, beta]."""
         sa, sb = torch.as_tensor(sa), torch.as_tensor(sb)
-        return net(sa, sb) if self.full else net(sa)
+        out = net(sa, sb) if self.full else net(sa)
+        return [out] if self.joint or not self.full else [out[:, :N_ACTIONS], out[:, N_ACTIONS:]]
 
-    def moves(self, a: np.ndarray):
-        return split_joint(a) if self.joint else (a, np.full(len(a), STAY))
+    def random_beta(self, n: int, key: int, stream: int = 3) -> np.ndarray:
+        return np.random.default_rng([self.s.seed, stream, key]).integers(0, N_ACTIONS, n)
+
+    def moves(self, acts: list[np.ndarray], key: int, stream: int = 3):
+        """(alpha's move, beta's move) from the heads' actions."""
+        if self.joint:
+            return split_joint(acts[0])
+        if self.full:
+            return acts[0], acts[1]
+        return acts[0], self.random_beta(len(acts[0]), key, stream)
 
     def round(self) -> dict:
         s = self.s
@@ -119,11 +123,14 @@ class DQNLocal:
             w = self.world
             sa, sb = w.obs_alpha.copy(), w.obs_beta.copy()
             with torch.no_grad():
-                greedy = self.q(self.net, sa, sb).argmax(1).numpy()
-            rng = np.random.default_rng([s.seed, 2, self.n])
-            a = explore(greedy, s.epsilon_greedy(self.n), self.n_actions, rng)
-            r, done, met, na, nb = w.step(*self.moves(a))
-            self.replay.put(self.n, sa=sa, sb=sb, a=a, r=r, sa2=na, sb2=nb,
+                qs = self.heads(self.net, sa, sb)
+            eps = s.epsilon_greedy(self.n)
+            acts = [explore(q.argmax(1).numpy(), eps, q.shape[1],
+                            np.random.default_rng([s.seed, 2 + k, self.n]))
+                    for k, q in enumerate(qs)]
+            moves = self.moves(acts, self.n)
+            r, done, met, na, nb = w.step(*moves)
+            self.replay.put(self.n, sa=sa, sb=sb, a=acts[0], ab=acts[-1], r=r, sa2=na, sb2=nb,
                             done=done.astype(np.float32))
             self.n += s.envs
             count_episodes(self.stats, self.returns, r, done, met)
@@ -131,75 +138,122 @@ class DQNLocal:
         self.stats = np.zeros(3)
         ids = sample_ids(self.rng, self.n, s)
         if ids is not None:
-            losses = []
-            for k in range(len(ids)):
-                b = self.replay.get(ids[k])
-                with torch.no_grad():
-                    nxt = self.q(self.target, b["sa2"], b["sb2"]).max(1).values
-                    y = torch.as_tensor(b["r"]) + s.gamma * (1 - torch.as_tensor(b["done"])) * nxt
-                pred = self.q(self.net, b["sa"], b["sb"]).gather(
-                    1, torch.as_tensor(b["a"])[:, None]).squeeze(1)
-                loss = nn.functional.mse_loss(pred, y)
-                self.opt.zero_grad()
-                loss.backward()
-                self.opt.step()
-                self.updates += 1
-                if self.updates % s.target_update == 0:
-                    self.target.load_state_dict(self.net.state_dict())
-                losses.append(loss.item())
-            out["loss"] = float(np.mean(losses))
+            out["loss"] = self.train(ids)
         return out
 
-    def evaluate(self, split: str) -> dict:
-        return {f"{split}-{k}": v for k, v in play(self.s, split, self.policy).items()}
+    def train(self, ids: np.ndarray) -> float:
+        losses = []
+        for k in range(len(ids)):
+            b = self.replay.get(ids[k])
+            loss = self.loss(b)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self.updates += 1
+            if self.updates % self.s.target_update == 0:
+                self.target.load_state_dict(self.net.state_dict())
+            losses.append(loss.item())
+        return float(np.mean(losses))
 
-    def policy(self, w: GridWorld):
+    def loss(self, b: dict) -> torch.Tensor:
+        """Q-learning on every head, each with its own action and the shared reward."""
         with torch.no_grad():
-            return self.moves(self.q(self.net, w.obs_alpha, w.obs_beta).argmax(1).numpy())
+            nxt = self.heads(self.target, b["sa2"], b["sb2"])
+        pred = self.heads(self.net, b["sa"], b["sb"])
+        r, done = torch.as_tensor(b["r"]), torch.as_tensor(b["done"])
+        total = 0.0
+        for q, q2, a in zip(pred, nxt, (b["a"], b["ab"])):
+            y = r + self.s.gamma * (1 - done) * q2.max(1).values
+            total = total + nn.functional.mse_loss(
+                q.gather(1, torch.as_tensor(a)[:, None]).squeeze(1), y)
+        return total
+
+    def evaluate(self, split: str, weights: str = "last") -> dict:
+        net = self.best if weights == "best" and self.best is not None else self.net
+        pre = "best-" if weights == "best" else ""
+        return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, self.policy(net)).items()}
+
+    def select(self, valid: dict) -> bool:
+        if valid[SELECT_BASELINE] <= getattr(self, "best_score", -np.inf):
+            return False
+        self.best_score, self.best = valid[SELECT_BASELINE], copy.deepcopy(self.net)
+        return True
+
+    def policy(self, net):
+        def act(w: GridWorld, t: int):
+            with torch.no_grad():
+                acts = [q.argmax(1).numpy() for q in self.heads(net, w.obs_alpha, w.obs_beta)]
+            return self.moves(acts, t, stream=5)
+        return act
+
+
+SELECT_BASELINE = "valid-succ-rate"
 
 
 class FCNLocal(DQNLocal):
     """FCN-alpha / FCN-full: supervised on shortest-path moves, rolled out on train maps."""
 
-    def label(self, w: GridWorld) -> np.ndarray:
-        a = w.shortest_action(0)
-        if not self.joint:
-            return a
-        b = w.shortest_action(1)
-        return np.clip(a, 0, 3) * N_ACTIONS + np.clip(b, 0, 3)
+    def labels(self, w: GridWorld) -> list[np.ndarray]:
+        a = np.clip(w.shortest_action(0), 0, None)  # STAY (already met) -> any move
+        if not self.full:
+            return [a]
+        b = np.clip(w.shortest_action(1), 0, None)
+        return [a * N_ACTIONS + b] if self.joint else [a, b]
 
     def round(self) -> dict:
         s, w = self.s, self.world
         for _ in range(s.act_steps):
-            y = self.label(w)
-            self.replay.put(self.n, sa=w.obs_alpha, sb=w.obs_beta, a=np.clip(y, 0, None))
+            y = self.labels(w)
+            self.replay.put(self.n, sa=w.obs_alpha, sb=w.obs_beta, a=y[0], ab=y[-1])
+            moves = self.moves(y, self.n) if not self.joint or self.full else (
+                y[0], self.random_beta(len(y[0]), self.n))
+            w.step(*moves)  # follow the expert (beta at random where it has no label)
             self.n += s.envs
-            # follow the expert; a slot whose agents are adjacent (label STAY) meets on any move
-            w.step(*self.moves(np.clip(y, 0, None)))
         ids = sample_ids(self.rng, self.n, s)
-        out = {}
-        if ids is not None:
-            losses = []
-            for k in range(len(ids)):
-                b = self.replay.get(ids[k])
-                logits = self.q(self.net, b["sa"], b["sb"])
-                loss = nn.functional.cross_entropy(logits, torch.as_tensor(b["a"]))
-                self.opt.zero_grad()
-                loss.backward()
-                self.opt.step()
-                losses.append(loss.item())
-            out["loss"] = float(np.mean(losses))
-        return out
+        return {"loss": self.train(ids)} if ids is not None else {}
+
+    def loss(self, b: dict) -> torch.Tensor:
+        logits = self.heads(self.net, b["sa"], b["sb"])
+        return sum(nn.functional.cross_entropy(z, torch.as_tensor(a))
+                   for z, a in zip(logits, (b["a"], b["ab"])))
+
+    def moves(self, acts, key, stream=3):
+        if self.joint and not self.full:  # FCN-alpha's label is alpha's move only
+            return acts[0], self.random_beta(len(acts[0]), key, stream)
+        return super().moves(acts, key, stream)
+
+
+class RandomLocal:
+    """The floors: alpha uniformly at random, beta staying (`both=False`) or random too."""
+
+    def __init__(self, s: Settings, both: bool):
+        self.s, self.both = s, both
+
+    def round(self) -> dict:
+        return {}
+
+    def select(self, valid: dict) -> bool:
+        return False
+
+    def evaluate(self, split: str, weights: str = "last") -> dict:
+        def act(w: GridWorld, t: int):
+            rng = np.random.default_rng([self.s.seed, 4, t])
+            a = rng.integers(0, N_ACTIONS, (2, w.B))
+            return a[0], (a[1] if self.both else np.full(w.B, STAY))
+        pre = "best-" if weights == "best" else ""
+        return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, act).items()}
 
 
 def play(s: Settings, split: str, policy) -> dict:
-    """Greedy episodes, one per map of the split: success rate and mean episode reward."""
+    """Greedy episodes, one per usable map of the split: success rate and mean episode reward."""
     w = s.world(split)
     total, met_all = np.zeros(w.B), np.zeros(w.B)
+    t = 0
     while w.active.any():
-        r, done, met, _, _ = w.step(*policy(w))
+        r, done, met, _, _ = w.step(*policy(w, t))
         total += r
         met_all += met
+        t += 1
     return {"succ-rate": float(met_all.mean()), "avg-reward": float(total.mean())}
 
 
@@ -210,23 +264,67 @@ def make(method: str, s: Settings):
         return DQNLocal(s, full=method.endswith("full"))
     if method in ("fcn-alpha", "fcn-full"):
         return FCNLocal(s, full=method.endswith("full"))
-    raise ValueError(f"unknown method {method!r} (fedrl, {', '.join(BASELINES)})")
+    if method in FLOORS:
+        return RandomLocal(s, both=method == "random-both")
+    raise ValueError(f"unknown method {method!r} ({', '.join(METHODS)})")
 
 
-def train(method: str, s: Settings, rounds: int, eval_every: int = 0, splits=("valid",),
-          log=print) -> list[dict]:
-    """Train `method` for `rounds` rounds; rows of metrics per round (evaluation every
-    `eval_every` rounds and at the end)."""
+def train(method: str, s: Settings, rounds: int, eval_every: int = 0, log=print) -> list[dict]:
+    """Train `method` for `rounds` rounds with model selection: valid every `eval_every` rounds
+    and in the last; the best valid checkpoint is kept. The last row also has the test split
+    (if any) at the last (`test-...`) and best (`best-test-...`) checkpoint, and the valid score
+    of the best (`best-valid-...`). Floors train nothing and are scored once."""
     runner = make(method, s)
     rows, t0 = [], time.perf_counter()
+    best: dict = {}
+    if method in FLOORS:
+        rounds, eval_every = 1, 1
     for rnd in range(1, rounds + 1):
         row = {"round": rnd, **runner.round()}
-        if rnd == rounds or (eval_every and rnd % eval_every == 0):
-            for split in splits:
-                row.update(runner.evaluate(split))
+        last = rnd == rounds
+        if last or (eval_every and rnd % eval_every == 0):
+            valid = runner.evaluate("valid")
+            row.update(valid)
+            if runner.select(valid) or not best:
+                best = {f"best-{k}": v for k, v in valid.items()}
+                best["best-round"] = rnd
+            row.update(best)
+            if last and len(s.test):
+                row.update(runner.evaluate("test"))
+                row.update(runner.evaluate("test", "best"))
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
-        if log and (rnd == rounds or (eval_every and rnd % eval_every == 0)):
+        if log and (last or (eval_every and rnd % eval_every == 0)):
             log(f"[{method}] round {rnd}: " + ", ".join(
                 f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float) and "-" in k))
     return rows
+
+
+def main(argv=None) -> int:
+    from server.config import merged, parse_overrides
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--method", choices=METHODS, default="fedrl")
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--eval-every", type=int, default=20, help="valid every k rounds (model selection)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run-config", default="", help='fedrl.* overrides, e.g. "fedrl.size=16"')
+    args = ap.parse_args(argv)
+    if args.rounds <= 0 or args.eval_every <= 0:
+        print("--rounds and --eval-every must be positive", file=sys.stderr)
+        return 2
+    try:
+        s = Settings.from_config(merged({**parse_overrides(args.run_config), "seed": args.seed}))
+        s.check_maps()
+    except Exception as e:  # one line naming the key
+        print(f"--run-config: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(s.map_report()))
+    torch.set_num_threads(1)
+    rows = train(args.method, s, args.rounds, args.eval_every)
+    print(json.dumps({k: v for k, v in rows[-1].items() if "-" in k or k == "wall_s"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

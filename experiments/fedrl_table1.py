@@ -1,28 +1,38 @@
-"""The layout of the FedRL paper's Table 1 (Grid-World 8/16/32), the paper's numbers beside ours.
+"""The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's numbers beside ours.
 
-    python -m experiments.fedrl_table1 [--sizes 8 16 32] [--seeds 0 1 2] [--rounds 300]
-                                       [--map-dir ../shared/data/gridworld] [--jobs 2]
+    python -m experiments.fedrl_table1 --map-dir ../shared/data/gridworld
+           [--sizes 8 16 32] [--rules paper reference] [--seeds 0 1 2] [--rounds 8=300,16=400]
+           [--train-maps 0-6399 --valid-maps 6400-7199 --test-maps 7200-7999]
+           [--run-config "fedrl.history=4 ..."] [--jobs 2] [--name fedrl_table1] [--force]
 
-Methods: FCN-alpha, DQN-alpha, FedRL (test_noise=on / off), FCN-full, DQN-full, each trained for
-the same number of rounds (B=32 environments x 4 steps and 16 minibatch updates per round, the
-app's defaults) on the training maps and scored once at the end, one greedy episode per map, on
-the validation maps (and the test maps, when the map source has them). FedRL runs in one process
-(`experiments/fedrl_local.py`): the Flower app computes bit-identical numbers for the same config
-(tests/test_fedrl.py checks it), and the single process spares ~0.15 s per message.
+Methods (experiments/fedrl_local.py says who acts on what): FCN-alpha, DQN-alpha, FedRL
+(test_noise on / off), FCN-full, DQN-full, and two floors that learn nothing: alpha moving
+uniformly at random with beta staying, and both moving at random. Every method gets the same
+maps, rules, T_m, rounds (B envs x S steps, then K updates per round), exploration, replay and
+model selection: valid every `--eval-every` rounds, the best-valid checkpoint kept; each run is
+scored on the score split at the best checkpoint (`best`, what the paper and the reference's
+main.py report) and at the last round (`last`).
 
-Which FedRL column is the paper's FedRL-1 / FedRL-2 is contradictory in the paper (Sec. 5.1
-calls FedRL-1 "adding" and FedRL-2 "not adding" noise at test time, Figure 4's text the
-opposite), so our columns say what they are: test_noise=on | off.
+Maps: `--map-dir` takes gridworld_o_<n>.mat files. With all 8000 maps the paper's split is used
+(train 0-6399, valid 6400-7199, test 7200-7999). Our shared copy holds maps 0-7199 only (the test
+maps are kept aside), so by default the paper's valid range is halved: 6400-6799 selects the
+checkpoint and 6800-7199 is scored (scoring the maps that selected it would flatter every
+method). Without `--map-dir`: the embedded generated maps (8000 per size, paper split). The maps
+used per split, and why any were skipped, are printed and saved in the per-run CSV.
 
-Maps: by default the embedded generated maps (8000 per size, split 6400/800/800, so there is a
-test split); with --map-dir, the paper's own gridworld_o_<n>.mat, maps 0-6399 train and
-6400-7199 valid (the files here do not hold the paper's test maps 7200-7999: valid only).
-Paper scale is 200 epochs x 100 episodes with early stopping on valid; CPU defaults are smaller
-(--rounds), so compare orderings. Writes experiments/results/fedrl_table1{,_runs}.csv and .png.
+Each run is saved as it finishes (`--work`, default runs/fedrl_table1/) and a rerun skips runs
+already there, so the script resumes. Results go to experiments/results/<name>{,_runs}.csv and
+<name>_<rules>.png; existing result files are not overwritten without `--force`.
+FedRL runs in one process (experiments/fedrl_local.py: the Flower app's protocol as direct
+calls; tests/test_fedrl.py checks both compute the same). The paper's FedRL-1 / FedRL-2 labels
+contradict each other (Sec. 5.1 calls FedRL-1 "adding" noise at test time, Figure 4's text the
+opposite), so our columns say what they are: test_noise=on | off; the paper's pair is drawn
+beside both.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -34,27 +44,60 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.simulate import RESULTS, command_line  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
 
-# Table 1 of the paper (SuccRate %, AvgRwd); FedRL-1/-2 as printed.
+# Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
 PAPER = {
     ("fcn-alpha", "succ"): (69.73, 48.04, 41.73), ("dqn-alpha", "succ"): (88.27, 76.20, 71.41),
     ("fedrl-1", "succ"): (92.52, 79.83, 77.88), ("fedrl-2", "succ"): (95.06, 84.31, 82.02),
     ("fcn-full", "succ"): (72.16, 56.44, 50.15), ("dqn-full", "succ"): (93.69, 83.40, 79.73),
-    ("dqn-alpha", "rwd"): (13.781, -112.084, -285.946), ("fedrl-1", "rwd"): (18.152, -94.193, -226.583),
+    ("dqn-alpha", "rwd"): (13.781, -112.084, -285.946),
+    ("fedrl-1", "rwd"): (18.152, -94.193, -226.583),
     ("fedrl-2", "rwd"): (19.101, -84.139, -189.756), ("dqn-full", "rwd"): (31.286, -38.114, -52.72),
 }
 SIZES = (8, 16, 32)
-ROWS = [("FCN-alpha", "fcn-alpha", None, "fcn-alpha"),
-        ("DQN-alpha", "dqn-alpha", None, "dqn-alpha"),
-        ("FedRL test_noise=on", "fedrl", "on", "fedrl-1"),
-        ("FedRL test_noise=off", "fedrl", "off", "fedrl-2"),
-        ("FCN-full", "fcn-full", None, "fcn-full"),
-        ("DQN-full", "dqn-full", None, "dqn-full")]
+# label, method, test_noise, paper key(s)
+ROWS = [("random α (β stays)", "random-alpha", "", ()),
+        ("random α and β", "random-both", "", ()),
+        ("FCN-alpha", "fcn-alpha", "", ("fcn-alpha",)),
+        ("DQN-alpha", "dqn-alpha", "", ("dqn-alpha",)),
+        ("FedRL test_noise=on", "fedrl", "on", ("fedrl-1", "fedrl-2")),
+        ("FedRL test_noise=off", "fedrl", "off", ("fedrl-1", "fedrl-2")),
+        ("FCN-full", "fcn-full", "", ("fcn-full",)),
+        ("DQN-full", "dqn-full", "", ("dqn-full",))]
+METHODS = list(dict.fromkeys(r[1] for r in ROWS))
+DEFAULT_ROUNDS = {8: 300, 16: 400, 32: 500}
 
 
-def one_run(job: tuple) -> list[dict]:
-    method, size, seed, rounds, map_dir, extra = job
+def paper_value(keys: tuple, metric: str, size: int) -> str:
+    vals = [PAPER[(k, metric)][SIZES.index(size)] for k in keys if (k, metric) in PAPER]
+    return " / ".join(f"{v:g}" for v in vals)
+
+
+def splits_for(map_file: str | None, args) -> dict[str, str]:
+    """train/valid/test ranges: the flags, else the paper's split of what the file holds."""
+    count = 8000
+    if map_file:
+        from envs.gridworld import load_mat
+        count = load_mat(map_file).count
+    if count >= 8000:
+        ranges = {"train": "0-6399", "valid": "6400-7199", "test": "7200-7999"}
+    else:
+        ranges = {"train": "0-6399", "valid": "6400-6799", "test": f"6800-{count - 1}"}
+    for k in ranges:
+        if getattr(args, f"{k}_maps"):
+            ranges[k] = getattr(args, f"{k}_maps")
+    return ranges
+
+
+def job_key(job: dict) -> str:
+    extra = "_".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(job["extra"].items()))
+    return (f"{job['method']}_{job['rules']}_n{job['size']}_s{job['seed']}_r{job['rounds']}"
+            + (f"_{extra}" if extra else "")).replace("/", "-").replace(" ", "")
+
+
+def one_run(job: dict) -> list[dict]:
+    """Train and score one (method, rules, size, seed); rows per checkpoint and noise setting."""
     import torch
 
     from clients.fedrl_party import Settings
@@ -62,111 +105,210 @@ def one_run(job: tuple) -> list[dict]:
     from server.config import merged
 
     torch.set_num_threads(1)
-    rc = {"seed": seed, "fedrl.size": size, **extra}
-    if map_dir:
-        rc.update({"fedrl.map-file": str(Path(map_dir) / f"gridworld_o_{size}.mat"),
-                   "fedrl.test-maps": ""})
+    rc = {"seed": job["seed"], "fedrl.size": job["size"], "fedrl.rules": job["rules"],
+          "fedrl.map-file": job["map_file"] or "", **{f"fedrl.{k}-maps": v
+                                                      for k, v in job["ranges"].items()},
+          **job["extra"]}
     s = Settings.from_config(merged(rc))
     s.check_maps()
-    splits = ("valid", "test") if len(s.test) else ("valid",)
-    rows = train(method, s, rounds, eval_every=0, splits=splits, log=None)
+    rows = train(job["method"], s, job["rounds"], eval_every=job["eval_every"], log=None)
     last = rows[-1]
+    score = "test" if len(s.test) else "valid"
+    maps = s.map_report()
     out = []
-    for split in splits:
-        for noise in (("on", "off") if method == "fedrl" else (None,)):
-            sfx = f"-test_noise={noise}" if noise else ""
-            out.append({"method": method, "test_noise": noise or "", "size": size, "seed": seed,
-                        "split": split, "rounds": rounds, "wall_s": last["wall_s"],
-                        "succ_rate": last[f"{split}-succ-rate{sfx}"],
-                        "avg_reward": last[f"{split}-avg-reward{sfx}"]})
-    print(f"  {method:9s} size {size:2d} seed {seed}: "
-          + ", ".join(f"{r['split']}{'/' + r['test_noise'] if r['test_noise'] else ''} "
-                      f"succ {r['succ_rate']:.3f} rwd {r['avg_reward']:.1f}" for r in out)
-          + f" ({last['wall_s']:.0f} s)", flush=True)
+    for noise in (("on", "off") if job["method"] == "fedrl" else ("",)):
+        sfx = f"-test_noise={noise}" if noise else ""
+        for ckpt, pre in (("best", "best-"), ("last", "")):
+            out.append({"method": job["method"], "rules": job["rules"], "size": job["size"],
+                        "seed": job["seed"], "test_noise": noise, "checkpoint": ckpt,
+                        "split": score, "succ_rate": last[f"{pre}{score}-succ-rate{sfx}"],
+                        "avg_reward": last[f"{pre}{score}-avg-reward{sfx}"],
+                        "best_round": last["best-round"], "rounds": job["rounds"],
+                        "transitions": job["rounds"] * s.envs * s.act_steps,
+                        "updates": job["rounds"] * s.updates, "update_ratio": s.update_ratio,
+                        "history": s.history, "wall_s": round(last["wall_s"], 1),
+                        "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
+                        "maps_skipped": json.dumps({k: v["maps"] - v["used"]
+                                                    for k, v in maps.items()})})
     return out
 
 
-def summarize(runs: pd.DataFrame, split: str) -> pd.DataFrame:
+def cached_run(job: dict) -> list[dict]:
+    path = Path(job["work"]) / f"{job_key(job)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    out = one_run(job)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)  # atomic: a killed run leaves no half result to resume from
+    best = [r for r in out if r["checkpoint"] == "best"]
+    print(f"  {job['method']:12s} {job['rules']:9s} {job['size']:2d}x{job['size']:<2d} seed "
+          f"{job['seed']}: " + ", ".join(f"{r['test_noise'] or 'succ'} {r['succ_rate']:.3f}"
+                                         for r in best)
+          + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)", flush=True)
+    return out
+
+
+def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
+    for j in jobs:
+        Path(j["work"]).mkdir(parents=True, exist_ok=True)
+    todo = sum(not (Path(j["work"]) / f"{job_key(j)}.json").exists() for j in jobs)
+    print(f"{len(jobs)} runs ({len(jobs) - todo} already done), {n_jobs} at a time", flush=True)
+    # longest first, so the pool's tail is short
+    order = sorted(jobs, key=lambda j: (-j["size"], j["method"].startswith("random")))
+    with ProcessPoolExecutor(n_jobs) as pool:
+        return pd.DataFrame([r for rows in pool.map(cached_run, order) for r in rows])
+
+
+def fmt(vals: np.ndarray) -> str:
+    if not len(vals):
+        return ""
+    return f"{vals.mean():.1f} ± {vals.std(ddof=1):.1f}" if len(vals) > 1 else f"{vals.mean():.1f}"
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for label, method, noise, paper in ROWS:
-        for metric, col, scale in (("SuccRate %", "succ_rate", 100.0), ("AvgRwd", "avg_reward", 1.0)):
-            key = "succ" if col == "succ_rate" else "rwd"
-            if key == "rwd" and method.startswith("fcn"):
-                continue  # the paper reports no AvgRwd for the FCNs
-            row = {"metric": metric, "method": label}
-            for i, size in enumerate(SIZES):
-                sel = runs[(runs.method == method) & (runs["size"] == size) & (runs.split == split)
-                           & (runs.test_noise.fillna("") == (noise or ""))]
-                vals = sel[col].to_numpy() * scale
-                row[f"{size}x{size} ours"] = (f"{vals.mean():.2f} ± {vals.std(ddof=1):.2f}"
-                                              if len(vals) > 1 else
-                                              f"{vals.mean():.2f}" if len(vals) else "")
-                row[f"{size}x{size} paper"] = PAPER.get((paper, key), ("",) * 3)[i]
-            rows.append(row)
+    for rules in sorted(runs.rules.unique()):
+        for metric, col, scale, key in (("SuccRate %", "succ_rate", 100.0, "succ"),
+                                        ("AvgRwd", "avg_reward", 1.0, "rwd")):
+            for label, method, noise, paper in ROWS:
+                row = {"rules": rules, "metric": metric, "method": label}
+                for size in sorted(runs["size"].unique()):
+                    sel = runs[(runs.rules == rules) & (runs.method == method)
+                               & (runs["size"] == size) & (runs.test_noise.fillna("") == noise)]
+                    for ckpt in ("best", "last"):
+                        vals = sel[sel.checkpoint == ckpt][col].to_numpy() * scale
+                        row[f"{size}x{size} ours {ckpt}"] = fmt(vals)
+                    row[f"{size}x{size} seeds"] = sel.seed.nunique()
+                    row[f"{size}x{size} paper"] = paper_value(paper, key, size)
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
-def plot(runs: pd.DataFrame, split: str, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
+    sizes = sorted(runs["size"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False)
     labels = [r[0] for r in ROWS]
     x = np.arange(len(labels))
-    sizes = sorted(runs["size"].unique())
-    for ax, col, scale, title in ((axes[0], "succ_rate", 100, "SuccRate (%)"),
-                                  (axes[1], "avg_reward", 1, "AvgRwd")):
-        for j, size in enumerate(sizes):
-            means, stds = [], []
+    for ax, size in zip(axes[0], sizes):
+        for j, ckpt in enumerate(("best", "last")):
+            means, sds = [], []
             for _, method, noise, _ in ROWS:
-                sel = runs[(runs.method == method) & (runs["size"] == size) & (runs.split == split)
-                           & (runs.test_noise.fillna("") == (noise or ""))][col] * scale
-                means.append(sel.mean() if len(sel) else np.nan)
-                stds.append(sel.std(ddof=1) if len(sel) > 1 else 0)
-            ax.bar(x + (j - (len(sizes) - 1) / 2) * 0.25, means, 0.25, yerr=stds,
-                   label=f"{size}x{size}", capsize=2)
-        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"{title}, {split} maps (ours, mean ± sd over seeds)")
-        ax.legend()
+                sel = runs[(runs.rules == rules) & (runs.method == method) & (runs["size"] == size)
+                           & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
+                v = sel.succ_rate.to_numpy() * 100
+                means.append(v.mean() if len(v) else np.nan)
+                sds.append(v.std(ddof=1) if len(v) > 1 else 0)
+            ax.bar(x + (j - 1) * 0.28, means, 0.28, yerr=sds, capsize=2,
+                   label=f"ours, {ckpt} checkpoint (mean ± sd)")
+        paper = [np.nan if not p else np.mean([PAPER[(k, "succ")][SIZES.index(size)] for k in p])
+                 for *_, p in ROWS]
+        lo = [np.nan if not p else min(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
+              for *_, p in ROWS]
+        hi = [np.nan if not p else max(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
+              for *_, p in ROWS]
+        ax.bar(x + 0.28, paper, 0.28, color="none", edgecolor="k", hatch="//",
+               yerr=[np.subtract(paper, lo), np.subtract(hi, paper)], label="paper Table 1")
+        ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+        ax.set_ylim(0, 105)
+        ax.set_title(f"{size}x{size}, {rules} rules: SuccRate %")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def parse_rounds(text: str, sizes) -> dict[int, int]:
+    """'300' -> every size 300; '8=300,16=400' -> per size (DEFAULT_ROUNDS for the rest)."""
+    out = dict(DEFAULT_ROUNDS)
+    try:
+        if "=" not in text:
+            out = {s: int(text) for s in sizes}
+        else:
+            out.update({int(k): int(v) for k, v in (p.split("=") for p in text.split(","))})
+    except ValueError:
+        raise ValueError(f"--rounds: expected N or SIZE=N,SIZE=N, got {text!r}") from None
+    if any(v <= 0 for v in out.values()):
+        raise ValueError(f"--rounds must be positive, got {text!r}")
+    return out
+
+
+def common_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--eval-every", type=int, default=10, help="valid every k rounds")
+    ap.add_argument("--map-dir", default="", help="folder of gridworld_o_<n>.mat (paper maps)")
+    for k in ("train", "valid", "test"):
+        ap.add_argument(f"--{k}-maps", default="", help=f"{k} map range FIRST-LAST")
+    ap.add_argument("--run-config", default="", help='fedrl.* overrides, e.g. "fedrl.history=4"')
+    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
+    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_table1"),
+                    help="where finished runs are kept (resume)")
+    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
+
+
+def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
+    """Validated run-config overrides and map file per size (ValueError names the flag)."""
+    from server.config import merged, parse_overrides
+    if args.jobs <= 0 or args.eval_every <= 0:
+        raise ValueError("--jobs and --eval-every must be positive")
+    try:
+        extra = parse_overrides(args.run_config) if args.run_config else {}
+    except Exception as e:
+        raise ValueError(f"--run-config: {e}") from None
+    unknown = [k for k in extra if k not in merged({})]
+    if unknown:
+        raise ValueError(f"--run-config: unknown key(s) {', '.join(unknown)}")
+    files = {}
+    for size in sizes:
+        f = Path(args.map_dir) / f"gridworld_o_{size}.mat" if args.map_dir else None
+        if f is not None and not f.is_file():
+            raise ValueError(f"--map-dir: {f} not found")
+        files[size] = str(f.resolve()) if f else ""
+    return extra, files
+
+
+def refuse_overwrite(paths: list[Path], force: bool) -> None:
+    there = [str(p.relative_to(ROOT)) for p in paths if p.exists()]
+    if there and not force:
+        raise ValueError(f"{', '.join(there)} exist: pass --force to overwrite, or --name")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), choices=SIZES)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--rounds", type=int, default=300)
-    ap.add_argument("--methods", nargs="+",
-                    default=["fcn-alpha", "dqn-alpha", "fedrl", "fcn-full", "dqn-full"])
-    ap.add_argument("--map-dir", default="", help="folder of gridworld_o_<n>.mat (paper maps)")
-    ap.add_argument("--eval-episodes", type=int, default=0,
-                    help="episodes per evaluation (0 = every map of the split)")
-    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
+    ap.add_argument("--rules", nargs="+", default=["paper", "reference"],
+                    choices=["paper", "reference"])
+    ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    ap.add_argument("--rounds", default="", help="N, or SIZE=N,... (default 8=300,16=400,32=500)")
     ap.add_argument("--name", default="fedrl_table1")
+    common_args(ap)
     args = ap.parse_args(argv)
-    if args.map_dir:
-        for size in args.sizes:
-            f = Path(args.map_dir) / f"gridworld_o_{size}.mat"
-            if not f.is_file():
-                print(f"--map-dir: {f} not found", file=sys.stderr)
-                return 2
-    extra = {"fedrl.eval-episodes": args.eval_episodes}
-    jobs = [(m, size, seed, args.rounds, args.map_dir, extra)
-            for size in args.sizes for seed in args.seeds for m in args.methods]
-    print(f"{len(jobs)} runs, {args.jobs} at a time", flush=True)
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = [r for rows in pool.map(one_run, jobs) for r in rows]
-    runs = pd.DataFrame(results)
+    out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
+    pngs = [RESULTS / f"{args.name}_{r}.png" for r in args.rules]
+    try:
+        rounds = parse_rounds(args.rounds, args.sizes) if args.rounds else dict(DEFAULT_ROUNDS)
+        extra, files = check_common(args, args.sizes)
+        refuse_overwrite([out_csv, runs_csv, *pngs], args.force)
+        ranges = {size: splits_for(files[size], args) for size in args.sizes}
+    except (ValueError, OSError) as e:
+        print(f"fedrl_table1: {e}", file=sys.stderr)
+        return 2
+    jobs = [{"method": m, "rules": r, "size": size, "seed": seed, "rounds": rounds[size],
+             "eval_every": args.eval_every, "map_file": files[size], "ranges": ranges[size],
+             "extra": extra, "work": args.work}
+            for size in args.sizes for r in args.rules for seed in args.seeds
+            for m in args.methods]
+    for size in args.sizes:
+        print(f"{size}x{size}: maps {ranges[size]} from {files[size] or 'generated maps'}")
+    runs = run_jobs(jobs, args.jobs)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(RESULTS / f"{args.name}_runs.csv", index=False)
-    tables = []
-    for split in sorted(runs.split.unique(), key=["valid", "test"].index):
-        t = summarize(runs, split)
-        t.insert(0, "split", split)
-        tables.append(t)
-        print(f"\n{split} maps ({command_line()}):")
-        print(t.to_string(index=False))
-        plot(runs, split, RESULTS / f"{args.name}_{split}.png")
-    pd.concat(tables).to_csv(RESULTS / f"{args.name}.csv", index=False)
+    runs.to_csv(runs_csv, index=False)
+    table = summarize(runs)
+    table.to_csv(out_csv, index=False)
+    print(f"\n{command_line()}\n" + table.to_string(index=False))
+    for rules, png in zip(args.rules, pngs):
+        plot(runs, rules, png, command_line())
     return 0
 
 

@@ -1,13 +1,20 @@
 """Server side of FedRL: the ServerApp orchestrates the two parties and relays what they send.
 
-It holds no data and no private network: per round it sends beta and alpha S acting messages
-each (B environments per message), draws K x batch transition ids, and relays beta's noised Q
-outputs to alpha, alpha's targets Y, C_alpha and theta_g to beta, and beta's theta_g back to alpha
-(see `clients/fedrl_party.py` for the protocol and `clients/fedrl.py` for what a party may send).
-Evaluation (every `eval-every` rounds and the last) plays one greedy episode per map of the valid
-split (and of the test split in the last round), twice: test_noise=on and test_noise=off. Each
-step of it costs two messages, so on 32x32 (T_m = 178) one evaluation is ~700 messages: choose
-`eval-every` accordingly.
+It holds no data and no private network. `Protocol` is the exchange itself, written once over a
+`send(role, step, data, theta_g, evaluation, **config)` callable: the ServerApp gives it Flower
+messages (`Exchange`), `experiments/fedrl_local.py` direct calls to the same party code. Per
+round it sends beta and alpha S acting messages each (B environments per message), draws K x
+batch transition ids, and relays beta's noised Q outputs to alpha, alpha's targets Y, C_alpha and
+theta_g to beta, and beta's theta_g back to alpha (see `clients/fedrl_party.py` for the protocol
+and who acts on what, and `clients/fedrl.py` for what a party may send).
+
+Model selection (as the reference's main.py, which tests at the best valid epoch): every
+`eval-every` rounds and in the last, one greedy episode per usable valid map, test_noise on and
+off; when valid SuccRate with test_noise=on beats the best so far, each party keeps a copy of its
+own networks ("keep-best"). In the last round the test split (if the run has one) is scored at
+the last and at the best checkpoint: `test-...` and `best-test-...` columns; `best-valid-...`
+is the valid score of the kept checkpoint. Each evaluation step costs two messages, so on 32x32
+(T_m = 178) one evaluation is ~700 messages: choose `eval-every` accordingly.
 """
 from __future__ import annotations
 
@@ -21,10 +28,13 @@ from flwr.common import log
 from clients.fedrl import array_record
 from clients.fedrl_party import Settings, sample_ids
 from envs.errors import DataError
+from envs.gridworld import max_steps_for
 from server.config import ConfigError, positive
 from server.recorder import Recorder, out_dir
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
+
+SELECT = "valid-succ-rate-test_noise=on"  # the score model selection maximises
 
 
 def check_config(cfg: dict) -> Settings:
@@ -87,17 +97,84 @@ class Exchange:
         return out, theta, metrics
 
 
-def evaluate(send: Exchange, split: str, test_noise: bool) -> dict:
-    prev, first = None, True
-    while True:
-        b, _, _ = send("beta", "eval-act", {"prev-alpha": prev}, evaluation=True,
-                       split=split, start=first)
-        a, _, m = send("alpha", "eval-act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
-                       evaluation=True, split=split, start=first, **{"test-noise": test_noise})
-        prev, first = a["a-alpha"], False
-        if not m["active"]:
-            tag = "on" if test_noise else "off"
-            return {f"{split}-{k}-test_noise={tag}": m[k] for k in ("succ-rate", "avg-reward")}
+class Protocol:
+    """Algorithms 1-2 in rounds, model selection and evaluation, over any `send`."""
+
+    def __init__(self, s: Settings, send):
+        self.s, self.send = s, send
+        self.rng = np.random.default_rng([s.seed, 99])
+        self.theta_g = None
+        self.prev = None          # alpha's last action ids, not yet seen by beta
+        self.c_alpha = None       # C_alpha of alpha's current observation (paper action mode)
+        self.transitions = self.updates = self.samples = 0
+        self.best = -np.inf
+        self.best_metrics: dict = {}
+
+    def train_round(self) -> dict:
+        s, send = self.s, self.send
+        metrics: dict = {}
+        if s.mode == "paper" and self.c_alpha is None:  # the run's first step only
+            self.c_alpha = send("alpha", "observe")[0]["c-alpha"]
+        for step in range(s.act_steps):
+            b, _, _ = send("beta", "act", {"prev-alpha": self.prev, "c-alpha": self.c_alpha})
+            a, _, m = send("alpha", "act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
+                           theta_g=self.theta_g if step == 0 else None,
+                           report=step == s.act_steps - 1)
+            self.prev, self.c_alpha = a["a-alpha"], a.get("c-alpha")
+            metrics.update(m)
+        self.transitions += s.envs * s.act_steps
+        ids = sample_ids(self.rng, self.transitions, s)
+        if ids is not None:
+            q, _, _ = self.send("beta", "q-outputs", {"ids": ids, "prev-alpha": self.prev})
+            self.prev = None
+            u, theta_alpha, ma = send("alpha", "update", {"ids": ids, "c-beta": q["c-beta"],
+                                                          "c-beta-next": q["c-beta-next"]})
+            self.c_alpha = u.get("c-alpha-now")
+            _, self.theta_g, mb = send("beta", "update", {"ids": ids, "y": u["y"],
+                                                          "c-alpha": u["c-alpha"]},
+                                       theta_g=theta_alpha)
+            self.updates += len(ids)
+            self.samples += ids.size
+            metrics.update({**ma, **mb})
+        metrics.update({"env-steps": self.transitions, "updates": self.updates,
+                        "train-samples": self.samples})
+        return metrics
+
+    def evaluate(self, split: str, test_noise: bool, weights: str = "last") -> dict:
+        """One greedy episode per usable map of `split`, both parties on their federated Q
+        (`weights`: the live networks or the kept best)."""
+        send, paper = self.send, self.s.mode == "paper"
+        conf = {"split": split, "weights": weights, "test-noise": test_noise}
+        c_alpha, prev, first = None, None, True
+        if paper:
+            c_alpha = send("alpha", "eval-observe", theta_g=self.theta_g, evaluation=True,
+                           start=True, **conf)[0]["c-alpha"]
+        for _ in range(max_steps_for(self.s.size, self.s.max_steps) + 1):
+            b, _, _ = send("beta", "eval-act", {"prev-alpha": prev, "c-alpha": c_alpha},
+                           evaluation=True, start=first, **conf)
+            a, _, m = send("alpha", "eval-act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
+                           theta_g=self.theta_g if first and not paper else None,
+                           evaluation=True, start=first and not paper, **conf)
+            prev, c_alpha, first = a["a-alpha"], a.get("c-alpha"), False
+            if not m["active"]:
+                tag = "on" if test_noise else "off"
+                pre = "best-" if weights == "best" else ""
+                return {f"{pre}{split}-{k}-test_noise={tag}": m[k]
+                        for k in ("succ-rate", "avg-reward")}
+        raise FederationError(f"evaluation on {split} did not end")
+
+    def evaluate_all(self, split: str, weights: str = "last") -> dict:
+        return {**self.evaluate(split, True, weights), **self.evaluate(split, False, weights)}
+
+    def select(self, valid: dict) -> bool:
+        """Keep the parties' networks when valid improves (both parties keep their own)."""
+        if valid[SELECT] <= self.best:
+            return False
+        self.best = valid[SELECT]
+        self.best_metrics = {f"best-{k}": v for k, v in valid.items()}
+        for role in ("alpha", "beta"):
+            self.send(role, "keep-best", theta_g=self.theta_g)
+        return True
 
 
 def run(grid, cfg: dict, name: str) -> None:
@@ -107,51 +184,38 @@ def run(grid, cfg: dict, name: str) -> None:
     nodes = wait_for_nodes(grid, 2, float(cfg["node-wait-timeout"]))
     roles = query_roles(grid, nodes, float(cfg["node-wait-timeout"]))
     send = Exchange(grid, roles, recorder, float(cfg["round-timeout"]))
-    rng = np.random.default_rng([s.seed, 99])  # the same id stream as experiments/fedrl_local
-    theta_g, prev, transitions, train_steps = None, None, 0, 0
-    splits = ["valid"] + (["test"] if len(s.test) else [])
+    proto = Protocol(s, send)
+    maps = s.map_report()
+    for split, rep in maps.items():
+        log(INFO, "[fedembodied] %s maps: %s", split, rep)
     privacy: dict = {}
-    log(INFO, "[fedembodied] FedRL %s mode, %dx%d, B=%d envs x %d steps, K=%d updates/round",
-        s.mode, s.size, s.size, s.envs, s.act_steps, s.updates)
+    log(INFO, "[fedembodied] FedRL %s rules, %s mode, %dx%d, B=%d envs x %d steps, K=%d "
+        "updates/round (%.3g per transition)", s.rules, s.mode, s.size, s.size, s.envs,
+        s.act_steps, s.updates, s.update_ratio)
     t_start = time.perf_counter()
     for rnd in range(1, rounds + 1):
         recorder.start_round(rnd)
-        metrics: dict = {}
-        for step in range(s.act_steps):
-            b, _, _ = send("beta", "act", {"prev-alpha": prev})
-            a, _, m = send("alpha", "act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
-                           theta_g=theta_g if step == 0 else None,
-                           report=step == s.act_steps - 1)
-            prev = a["a-alpha"]
-            metrics.update(m)
-        transitions += s.envs * s.act_steps
-        ids = sample_ids(rng, transitions, s)
-        if ids is not None:
-            q, _, _ = send("beta", "q-outputs", {"ids": ids, "prev-alpha": prev})
-            prev = None
-            u, theta_alpha, ma = send("alpha", "update", {"ids": ids, "c-beta": q["c-beta"],
-                                                          "c-beta-next": q["c-beta-next"]})
-            _, theta_g, mb = send("beta", "update", {"ids": ids, "y": u["y"],
-                                                     "c-alpha": u["c-alpha"]},
-                                  theta_g=theta_alpha)
-            train_steps += ids.size
-            metrics.update(ma)
-            metrics.update(mb)
-            privacy = {k: v for k, v in {**ma, **mb}.items() if "epsilon" in k or "releases" in k}
-        metrics.update({"env-steps": transitions, "train-steps": train_steps,
-                        "messages": send.messages})
+        metrics = proto.train_round()
+        privacy = {k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k} or privacy
+        metrics["messages"] = send.messages
         if rnd == rounds or rnd % eval_every == 0:
-            for split in splits if rnd == rounds else ["valid"]:
-                for noise in (True, False):
-                    metrics.update(evaluate(send, split, noise))
+            valid = proto.evaluate_all("valid")
+            metrics.update(valid)
+            proto.select(valid)
+            metrics.update(proto.best_metrics)
+            if rnd == rounds and len(s.test):
+                metrics.update(proto.evaluate_all("test"))
+                metrics.update(proto.evaluate_all("test", "best"))
         recorder.add_metrics(metrics)
         recorder.add_client(node=roles["alpha"], partition="alpha", status="ok")
         recorder.add_client(node=roles["beta"], partition="beta", status="ok")
-        row = recorder.end_round(theta_g)
-        log(INFO, "[fedembodied] round %d/%d  valid succ %s  eps_alpha=%s  wall=%.2fs", rnd,
-            rounds, row.get("valid-succ-rate-test_noise=on", "-"),
-            row.get("alpha-epsilon", "-"), row["wall_s"])
+        row = recorder.end_round(proto.theta_g)
+        log(INFO, "[fedembodied] round %d/%d  valid succ %s  alpha privacy epsilon=%s  "
+            "wall=%.2fs", rnd, rounds, row.get(SELECT, "-"),
+            row.get("alpha-privacy-epsilon", "-"), row["wall_s"])
     recorder.write_config(privacy={**privacy, "delta": s.delta, "sigma": s.sigma,
                                    "clip": s.clip},
+                          maps=maps, rules=s.rules, action_mode=s.mode,
+                          update_ratio=s.update_ratio,
                           wall_s=round(time.perf_counter() - t_start, 2))
     log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, privacy)

@@ -77,11 +77,11 @@ def test_simulation_engine_fedrl_two_parties(tmp_path):
     assert "privacy at delta=1e-05" in res.stdout  # epsilon printed at the end
     rounds = pd.read_csv(out / "rounds.csv")
     assert list(rounds["round"]) == [1, 2] and (rounds["n_clients"] == 2).all()
-    assert rounds["train-steps"].tolist() == [0, 16]  # updates start after the warm-up
+    assert rounds["train-samples"].tolist() == [0, 16]  # updates start after the warm-up
     assert rounds["valid-succ-rate-test_noise=on"].iloc[1] >= 0
     assert rounds["bytes_up"].iloc[1] > rounds["bytes_up"].iloc[0]  # Q outputs + theta_g
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["privacy"]["beta-epsilon"] > 0 and cfg["privacy"]["beta-max-releases"] >= 2
+    assert cfg["privacy"]["beta-privacy-epsilon"] > 0 and cfg["privacy"]["beta-max-releases"] >= 2
     assert run_tokens_alive(token) == []
 
 

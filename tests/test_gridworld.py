@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from envs.errors import DataError
-from envs.gridworld import (STAY, GridWorld, Maps, generate_maps, load_mat, max_steps_for,
-                            parse_range)
+from envs.gridworld import (STAY, GridWorld, Maps, distance, generate_maps, load_mat,
+                            max_steps_for, parse_range)
 from tests.conftest import SHARED_DATA
 
 MAT = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"
@@ -19,20 +19,74 @@ def _is_shortest(grid, path):
             and nx.shortest_path_length(g, tuple(path[0]), tuple(path[-1])) == len(path) - 1)
 
 
-def test_paper_map_file_reads_as_the_readme_says():
+@pytest.mark.parametrize("size", [8, 16, 32])
+def test_paper_maps_read_one_based_give_free_adjacent_shortest_paths(size):
+    mat = SHARED_DATA / "gridworld" / f"gridworld_o_{size}.mat"
+    if not mat.is_file():
+        pytest.skip(f"{mat} not found")
+    maps = load_mat(mat)
+    assert maps.size == size and maps.count == 7200  # maps 0-7199 only
+    checked = 0
+    for i in range(0, 7200, 61):  # every stored path of ~118 maps
+        grid = maps.grid(i)
+        assert grid.shape == (size, size) and set(np.unique(grid)) <= {0, 1}
+        assert (grid[0] == 0).all() and (grid[:, -1] == 0).all()  # wall border
+        for p in maps.paths(i):
+            assert _is_shortest(grid, p), f"map {i}: stored path not free/adjacent/shortest"
+            checked += 1
+    assert checked > 600
+    with pytest.raises(DataError, match="fedrl.test-maps 7200-7999 goes past the 7200 maps"):
+        maps.check_range(parse_range("7200-7999"), "fedrl.test-maps")
+
+
+def test_split_report_counts_used_and_skipped_maps():
     if not MAT.is_file():
         pytest.skip(f"{MAT} not found")
     maps = load_mat(MAT)
-    assert maps.size == 8 and maps.count == 7200  # maps 0-7199 only
-    usable = [i for i in range(0, 7200, 97) if maps.paths(i)]
-    assert len(usable) > 0.3 * len(range(0, 7200, 97))  # stored paths repaired where needed
-    for i in usable[:20]:
-        grid = maps.grid(i)
-        assert grid.shape == (8, 8) and set(np.unique(grid)) <= {0, 1}
-        assert (grid[0] == 0).all() and (grid[:, -1] == 0).all()  # wall border
-        assert maps.paths(i) and all(_is_shortest(grid, p) for p in maps.paths(i))
-    with pytest.raises(DataError, match="fedrl.test-maps 7200-7999 goes past the 7200 maps"):
-        maps.check_range(parse_range("7200-7999"), "fedrl.test-maps")
+    paper, ref = maps.report(range(6400, 7200), "paper"), maps.report(range(6400, 7200), "reference")
+    assert paper["maps"] == ref["maps"] == 800
+    assert paper["used"] + paper["skipped-no-stored-path"] + paper[
+        "skipped-every-start-already-met"] == 800
+    assert ref["skipped-every-start-already-met"] == 0  # the reference keeps met starts
+    assert ref["used"] >= paper["used"] > 750
+    # a split with no usable map is refused, naming the key (paper rules: every start met)
+    adjacent = _corridor(2, path=np.array([[1, 1], [1, 2]]))
+    with pytest.raises(DataError, match="no usable map"):
+        GridWorld(adjacent, range(1), 1, rules="paper")
+    assert GridWorld(adjacent, range(1), 1, rules="reference").B == 1
+    from clients.fedrl_party import Settings
+    from server import fedrl as fedrl_server
+    from server.config import ConfigError, merged
+    with pytest.raises(ConfigError, match="fedrl.valid-maps: no usable map"):
+        fedrl_server.check_config(merged({"method": "fedrl", "fedrl.map-file": str(MAT),
+                                          "fedrl.valid-maps": _no_path_range(maps),
+                                          "fedrl.test-maps": ""}))
+    s = Settings.from_config(merged({"fedrl.map-file": str(MAT), "fedrl.test-maps": ""}))
+    assert set(s.map_report()) == {"train", "valid"}
+
+
+def _no_path_range(maps) -> str:
+    i = next(i for i in range(7200) if not maps.paths(i))
+    return f"{i}-{i}"
+
+
+def test_reference_rules_distance_rewards_and_meeting():
+    """The reference's |dr + dc|, N_g / (md + 1) and both agents' r_l (environment.py l. 103-132)."""
+    grid = np.zeros((6, 6), np.uint8)
+    grid[1:5, 1:5] = 1
+    maps = Maps(6, 1, lambda i: grid, lambda i: [np.array([[1, 1], [1, 2], [2, 2], [3, 2]])], "sq")
+    ref = GridWorld(maps, range(1), 1, rules="reference", evaluation=True)
+    # alpha (1,1) -> north wall (-10), beta (3,2) -> east (3,3) (-1): |dr + dc| = |2 + 2| = 4
+    r, done, *_ = ref.step(np.array([3]), np.array([0]))
+    assert r[0] == pytest.approx(-10 - 1 + 6 / 5) and not done[0]
+    # alpha east (1,2); beta north (2,3): dr = 1, dc = 1 -> 2; then alpha south (2,2), beta
+    # stays: dr = 0, dc = 1 -> met, +50
+    ref.step(np.array([0]), np.array([3]))
+    r, done, met, *_ = ref.step(np.array([1]), np.array([STAY]))
+    assert met[0] and done[0] and r[0] == pytest.approx(-1 + 6 / 2 + 50)
+    # diagonal neighbours at (1,1) and (2,2)... and anti-diagonal (1,2)/(2,1): |1 - 1| = 0 met
+    assert distance(np.array([1, 2]), np.array([2, 1]), "reference") == 0
+    assert distance(np.array([1, 2]), np.array([2, 1]), "paper") == 2
 
 
 def test_bad_map_files_are_named(tmp_path):
@@ -79,21 +133,21 @@ def test_rewards_collisions_meeting_and_observations():
     # alpha east (-1): md 4
     r, *_ = w.step(np.array([0]), np.array([STAY]))
     assert r[0] == pytest.approx(-1 + 8 / 4)
-    # both move toward each other: md 2, then meeting (md 0 -> max(md, 1)) +50, done
+    # both move toward each other: md 2, then meeting: alpha's r_l is +50 (paper rules), done
     r, done, met, *_ = w.step(np.array([0]), np.array([2]))
     assert r[0] == pytest.approx(-1 + 8 / 2) and not done[0]
     r, done, met, *_ = w.step(np.array([0]), np.array([2]))
-    assert met[0] and done[0] and r[0] == pytest.approx(-1 + 8 / 1 + 50)
+    assert met[0] and done[0] and r[0] == pytest.approx(50 + 8 / 1)
     assert not w.active[0]  # evaluation: the slot is over, later steps change nothing
     r, done, *_ = w.step(np.array([0]), np.array([0]))
     assert r[0] == 0 and not done[0]
 
 
-def test_joint_mode_sums_both_moves_and_episodes_end_at_t_max():
+def test_reference_rules_sum_both_moves_and_episodes_end_at_t_max():
     maps = _corridor(6)
-    w = GridWorld(maps, range(1), 1, max_steps=2, action_mode="joint-action", evaluation=True)
+    w = GridWorld(maps, range(1), 1, max_steps=2, rules="reference", evaluation=True)
     r, done, *_ = w.step(np.array([3]), np.array([3]))  # both into the north wall
-    assert r[0] == pytest.approx(-20 + 8 / 5)
+    assert r[0] == pytest.approx(-20 + 8 / 6)  # |dr + dc| = 5 -> N_g / (5 + 1)
     r, done, met, *_ = w.step(np.array([3]), np.array([3]))
     assert done[0] and not met[0]  # T_m reached
     assert max_steps_for(8) == 38 and max_steps_for(16) == 86 and max_steps_for(32) == 178

@@ -1,0 +1,78 @@
+"""The FedRL paper's Figure 4: SuccRate against the observation history H, one size.
+
+    python -m experiments.fedrl_history --map-dir ../shared/data/gridworld [--size 8]
+           [--histories 1 2 4 8 16] [--methods fedrl dqn-alpha dqn-full] [--rules paper]
+           [--seeds 0 1 2] [--rounds 150] [--jobs 2] [--name fedrl_history] [--force]
+
+Same training, maps, model selection and resume as experiments/fedrl_table1.py (whose runs it
+shares, in --work); only `fedrl.history` changes. Writes experiments/results/<name>.csv (mean ±
+sd per H and method, best and last checkpoint) and <name>.png. The paper draws Figure 4 without
+printing its values, so there are no paper numbers to put beside ours; its text says success
+grows with H and converges past H = 16 at 8x8 and 16x16.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.fedrl_table1 import (check_common, common_args, refuse_overwrite,  # noqa: E402
+                                      run_jobs, splits_for)
+from experiments.simulate import RESULTS, command_line  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=int, default=8, choices=[8, 16, 32])
+    ap.add_argument("--histories", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--methods", nargs="+", default=["fedrl", "dqn-alpha", "dqn-full"],
+                    choices=["fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
+    ap.add_argument("--rules", default="paper", choices=["paper", "reference"])
+    ap.add_argument("--rounds", type=int, default=150)
+    ap.add_argument("--name", default="fedrl_history")
+    common_args(ap)
+    args = ap.parse_args(argv)
+    csv, png = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}.png"
+    try:
+        if args.rounds <= 0 or min(args.histories) <= 0:
+            raise ValueError("--rounds and --histories must be positive")
+        extra, files = check_common(args, [args.size])
+        refuse_overwrite([csv, png], args.force)
+        ranges = splits_for(files[args.size], args)
+    except (ValueError, OSError) as e:
+        print(f"fedrl_history: {e}", file=sys.stderr)
+        return 2
+    jobs = [{"method": m, "rules": args.rules, "size": args.size, "seed": seed,
+             "rounds": args.rounds, "eval_every": args.eval_every, "map_file": files[args.size],
+             "ranges": ranges, "extra": {**extra, "fedrl.history": h}, "work": args.work}
+            for h in args.histories for seed in args.seeds for m in args.methods]
+    runs = run_jobs(jobs, args.jobs)
+    runs["label"] = runs.method + np.where(runs.test_noise != "", " test_noise=" + runs.test_noise, "")
+    g = runs.groupby(["label", "history", "checkpoint"]).succ_rate
+    table = (g.mean() * 100).round(1).to_frame("succ_mean").join((g.std() * 100).round(1).rename(
+        "succ_sd")).join(g.count().rename("seeds")).reset_index()
+    table.to_csv(csv, index=False)
+    print(f"\n{command_line()}\n" + table.to_string(index=False))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, ckpt in zip(axes, ("best", "last")):
+        for label, t in table[table.checkpoint == ckpt].groupby("label"):
+            ax.errorbar(t.history, t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("history length H")
+        ax.set_title(f"{args.size}x{args.size}, {args.rules} rules, {ckpt} checkpoint")
+        ax.set_ylabel("SuccRate % (mean ± sd over seeds)")
+        ax.legend(fontsize=7)
+    fig.suptitle(command_line(), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
