@@ -126,7 +126,9 @@ def one_run(job: dict) -> list[dict]:
                         "best_round": last["best-round"], "rounds": job["rounds"],
                         "transitions": job["rounds"] * s.envs * s.act_steps,
                         "updates": job["rounds"] * s.updates, "update_ratio": s.update_ratio,
-                        "history": s.history, "wall_s": round(last["wall_s"], 1),
+                        "history": s.history, "updates_per_round": s.updates,
+                        "eps_decay": s.eps_decay, "target_update": s.target_update,
+                        "envs": s.envs, "lr": s.lr, "wall_s": round(last["wall_s"], 1),
                         "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
                         "maps_skipped": json.dumps({k: v["maps"] - v["used"]
                                                     for k, v in maps.items()})})

@@ -1,12 +1,16 @@
-"""The FedRL paper's Figure 4: SuccRate against the observation history H, one size.
+"""SuccRate against one `fedrl.*` setting, one size: the paper's Figure 4 (the history H) and the
+measurements behind our defaults (updates per round, exploration decay, target-update period).
 
-    python -m experiments.fedrl_history --map-dir ../shared/data/gridworld [--size 8]
-           [--histories 1 2 4 8 16] [--methods fedrl dqn-alpha dqn-full] [--rules paper]
-           [--seeds 0 1 2] [--rounds 150] [--jobs 2] [--name fedrl_history] [--force]
+    python -m experiments.fedrl_sweep --map-dir ../shared/data/gridworld --knob history \
+           --values 1 2 4 8 16                                   # Figure 4 at 8x8
+    python -m experiments.fedrl_sweep --map-dir ../shared/data/gridworld --knob updates \
+           --values 16 64 128                                    # update ratio 1/8, 1/2, 1
+           [--size 8] [--methods fedrl dqn-alpha dqn-full] [--rules paper] [--seeds 0 1 2]
+           [--rounds 150] [--run-config "..."] [--jobs 2] [--name fedrl_sweep_<knob>] [--force]
 
 Same training, maps, model selection and resume as experiments/fedrl_table1.py (whose runs it
-shares, in --work); only `fedrl.history` changes. Writes experiments/results/<name>.csv (mean ±
-sd per H and method, best and last checkpoint) and <name>.png. The paper draws Figure 4 without
+shares, in --work); only the knob changes. Writes experiments/results/<name>.csv (mean ± sd per
+value and method, best and last checkpoint) and <name>.png. The paper draws Figure 4 without
 printing its values, so there are no paper numbers to put beside ours; its text says success
 grows with H and converges past H = 16 at 8x8 and 16x16.
 """
@@ -30,18 +34,22 @@ from experiments.simulate import RESULTS, command_line  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=8, choices=[8, 16, 32])
-    ap.add_argument("--histories", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--knob", default="history", choices=["history", "updates", "eps-decay",
+                                                           "target-update", "envs", "lr"])
+    ap.add_argument("--values", type=float, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--methods", nargs="+", default=["fedrl", "dqn-alpha", "dqn-full"],
                     choices=["fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
     ap.add_argument("--rules", default="paper", choices=["paper", "reference"])
     ap.add_argument("--rounds", type=int, default=150)
-    ap.add_argument("--name", default="fedrl_history")
+    ap.add_argument("--name", default="")
     common_args(ap)
     args = ap.parse_args(argv)
-    csv, png = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}.png"
+    name = args.name or f"fedrl_sweep_{args.knob}"
+    csv, png = RESULTS / f"{name}.csv", RESULTS / f"{name}.png"
+    values = [v if args.knob == "lr" else int(v) for v in args.values]
     try:
-        if args.rounds <= 0 or min(args.histories) <= 0:
-            raise ValueError("--rounds and --histories must be positive")
+        if args.rounds <= 0 or min(values) <= 0:
+            raise ValueError("--rounds and --values must be positive")
         extra, files = check_common(args, [args.size])
         refuse_overwrite([csv, png], args.force)
         ranges = splits_for(files[args.size], args)
@@ -50,21 +58,26 @@ def main(argv=None) -> int:
         return 2
     jobs = [{"method": m, "rules": args.rules, "size": args.size, "seed": seed,
              "rounds": args.rounds, "eval_every": args.eval_every, "map_file": files[args.size],
-             "ranges": ranges, "extra": {**extra, "fedrl.history": h}, "work": args.work}
-            for h in args.histories for seed in args.seeds for m in args.methods]
+             "ranges": ranges, "extra": {**extra, f"fedrl.{args.knob}": v}, "work": args.work}
+            for v in values for seed in args.seeds for m in args.methods]
     runs = run_jobs(jobs, args.jobs)
+    col = {"updates": "updates_per_round"}.get(args.knob, args.knob.replace("-", "_"))
+    runs[args.knob] = runs[col]
     runs["label"] = runs.method + np.where(runs.test_noise != "", " test_noise=" + runs.test_noise, "")
-    g = runs.groupby(["label", "history", "checkpoint"]).succ_rate
+    g = runs.groupby(["label", args.knob, "checkpoint"]).succ_rate
     table = (g.mean() * 100).round(1).to_frame("succ_mean").join((g.std() * 100).round(1).rename(
         "succ_sd")).join(g.count().rename("seeds")).reset_index()
     table.to_csv(csv, index=False)
+    table.insert(0, "rules", args.rules)
+    table.insert(1, "size", args.size)
+    table.insert(2, "rounds", args.rounds)
     print(f"\n{command_line()}\n" + table.to_string(index=False))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, ckpt in zip(axes, ("best", "last")):
         for label, t in table[table.checkpoint == ckpt].groupby("label"):
-            ax.errorbar(t.history, t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=label)
+            ax.errorbar(t[args.knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=label)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("history length H")
+        ax.set_xlabel(f"fedrl.{args.knob}")
         ax.set_title(f"{args.size}x{args.size}, {args.rules} rules, {ckpt} checkpoint")
         ax.set_ylabel("SuccRate % (mean ± sd over seeds)")
         ax.legend(fontsize=7)
