@@ -271,7 +271,7 @@ def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
 
 
 def refuse_overwrite(paths: list[Path], force: bool) -> None:
-    there = [str(p.relative_to(ROOT)) for p in paths if p.exists()]
+    there = [str(p) for p in paths if p.exists()]
     if there and not force:
         raise ValueError(f"{', '.join(there)} exist: pass --force to overwrite, or --name")
 

@@ -249,3 +249,30 @@ def test_floors_and_model_selection_report_best_and_last(tmp_path):
     assert rows[last["best-round"] - 1]["valid-succ-rate"] == max(evals)
     floor = train("random-alpha", s, 6, log=None)
     assert len(floor) == 1 and 0 <= floor[0]["best-test-succ-rate"] <= 1
+
+
+def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, monkeypatch, capsys):
+    import experiments.fedrl_table1 as t1
+    monkeypatch.setattr(t1, "RESULTS", tmp_path / "results")
+    args = ["--sizes", "8", "--rules", "paper", "--methods", "random-both", "dqn-alpha",
+            "--seeds", "0", "1", "--rounds", "3", "--eval-every", "1", "--jobs", "1",
+            "--work", str(tmp_path / "work"), "--run-config",
+            "fedrl.eval-episodes=10 fedrl.warmup=32 fedrl.envs=8 fedrl.batch-size=8"]
+    assert t1.main(args) == 0
+    runs = pd.read_csv(tmp_path / "results" / "fedrl_table1_runs.csv")
+    assert set(runs.checkpoint) == {"best", "last"} and runs.seed.nunique() == 2
+    assert set(runs.split) == {"test"}  # generated maps hold the paper's test split
+    table = pd.read_csv(tmp_path / "results" / "fedrl_table1.csv")
+    dqn = table[(table.method == "DQN-alpha") & (table.metric == "SuccRate %")].iloc[0]
+    assert str(dqn["8x8 paper"]) == "88.27" and "±" in dqn["8x8 ours best"]
+    assert (tmp_path / "results" / "fedrl_table1_paper.png").stat().st_size > 0
+    assert t1.main(args) == 2 and "--force" in capsys.readouterr().err  # no silent overwrite
+
+    def retrain(job):
+        raise AssertionError("a finished run was trained again")
+    monkeypatch.setattr(t1, "one_run", retrain)
+    assert t1.main(args + ["--force"]) == 0  # every run resumed from --work
+    assert t1.main(args[:-2] + ["--force", "--map-dir", str(tmp_path / "none")]) == 2
+    assert "gridworld_o_8.mat not found" in capsys.readouterr().err
+    assert t1.main(args[:-2] + ["--force", "--run-config", "fedrl.nope=1"]) == 2
+    assert "fedrl.nope" in capsys.readouterr().err
