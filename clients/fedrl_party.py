@@ -2,16 +2,18 @@
 
 Each method of `Alpha` / `Beta` is one step of the exchange and takes/returns exactly what crosses
 between the parties, so the Flower handlers (`clients/fedrl.py`) and the single-process runner
-(`experiments/fedrl_local.py`, the throughput baseline) call the same code.
+(`experiments/fedrl_local.py`) call the same code.
 
-One round of the chunked exchange (B environments, S steps, K minibatches):
-  for each of S steps:  beta.act(prev alpha actions) -> C_beta, a_beta
-                        alpha.act(C_beta, a_beta)   -> alpha's action ids
+One round of the chunked exchange (B environments, S steps, K minibatches; `server/fedrl.py`'s
+`Protocol` drives it, `clients/fedrl.dispatch` maps a message to these methods):
+  for each of S steps:  beta.act(prev alpha actions, C_alpha)  -> C_beta, a_beta
+                        alpha.act(C_beta, a_beta)  -> alpha's action ids, C_alpha of s_alpha'
   beta.q_outputs(ids, last alpha actions) -> C_beta(s_j), C'_beta(s'_j)  (K minibatches at once)
-  alpha.update(ids, C_beta, C'_beta, theta_g) -> Y, C_alpha, theta_g      (K updates of Eq. 4, 6)
-  beta.update(ids, Y, C_alpha, theta_g)       -> theta_g                  (K updates of Eq. 5, 7)
+  alpha.update(ids, C_beta, C'_beta, theta_g) -> Y, C_alpha, theta_g, C_alpha now  (Eq. 4, 6)
+  beta.update(ids, Y, C_alpha, theta_g)       -> theta_g                           (Eq. 5, 7)
 The K minibatches' C_beta are computed before alpha's K updates, so they are up to K updates
-stale: `fedrl.updates` trades that staleness against messages (experiments/fedrl_k_sweep.py).
+stale: `fedrl.updates` trades that staleness against messages
+(experiments/fedrl_sweep.py --knob updates).
 
 The world: both agents move in one Grid-World. Each party holds a replica of the world simulator,
 built from the run config (maps, seed) and stepped with both parties' action ids, so the replicas
@@ -44,7 +46,7 @@ import torch
 from torch import nn
 
 from clients.fedrl_privacy import Ledger, epsilon, release
-from envs.gridworld import (REFERENCE_HISTORY, RULES, STAY, GridWorld, Maps, generate_maps,
+from envs.gridworld import (DEFAULT_HISTORY, RULES, STAY, GridWorld, Maps, generate_maps,
                             load_mat, parse_range)
 from models.fedrl_nets import N_ACTIONS, QNet, SharedMLP
 
@@ -121,7 +123,7 @@ class Settings:
             valid=parse_range(get("valid-maps"), "fedrl.valid-maps"),
             test=parse_range(get("test-maps"), "fedrl.test-maps"),
             w_alpha=w[0], w_beta=w[1],
-            history=int(get("history")) or REFERENCE_HISTORY.get(size, 4),
+            history=int(get("history")) or DEFAULT_HISTORY.get(size, 8),
             max_steps=int(get("max-steps")), rules=rules, mode=mode, sigma=float(get("sigma")),
             clip=float(get("clip")), delta=float(get("delta")), envs=ints["envs"],
             act_steps=ints["act-steps"], updates=ints["updates"], batch=ints["batch-size"],

@@ -18,9 +18,10 @@ on what (`paper` action mode | `joint-action`, which `reference` rules use):
   move and beta's move, each Q-learned on the shared reward with its own action (the same
   factorisation as FedRL, without privacy) | one 16-action head (the reference's `full`).
 - FCN-alpha / FCN-full: the same networks trained by supervised learning (cross-entropy) on the
-  first move of a BFS shortest path toward the other agent (alpha's label; -full also beta's),
-  on the states visited while following those moves; beta moves at random in FCN-alpha's paper
-  mode, as in DQN-alpha. No rewards involved.
+  first move of a BFS shortest path toward the other agent, on the states visited while
+  following those moves; no rewards involved. Labels: alpha's move (FCN-alpha; beta moves at
+  random as in DQN-alpha), alpha's and beta's moves on two heads (FCN-full) | the joint move of
+  both, 16 classes, from alpha's observations (FCN-alpha) or both parties' (FCN-full).
 - random-alpha / random-both (floors, no training): alpha moves uniformly at random and beta
   stays / both move uniformly at random.
 """
@@ -194,8 +195,9 @@ class FCNLocal(DQNLocal):
     """FCN-alpha / FCN-full: supervised on shortest-path moves, rolled out on train maps."""
 
     def labels(self, w: GridWorld) -> list[np.ndarray]:
+        """Per head: the joint label (both BFS first moves), or alpha's (and beta's)."""
         a = np.clip(w.shortest_action(0), 0, None)  # STAY (already met) -> any move
-        if not self.full:
+        if not self.full and not self.joint:
             return [a]
         b = np.clip(w.shortest_action(1), 0, None)
         return [a * N_ACTIONS + b] if self.joint else [a, b]
@@ -205,9 +207,7 @@ class FCNLocal(DQNLocal):
         for _ in range(s.act_steps):
             y = self.labels(w)
             self.replay.put(self.n, sa=w.obs_alpha, sb=w.obs_beta, a=y[0], ab=y[-1])
-            moves = self.moves(y, self.n) if not self.joint or self.full else (
-                y[0], self.random_beta(len(y[0]), self.n))
-            w.step(*moves)  # follow the expert (beta at random where it has no label)
+            w.step(*self.moves(y, self.n))  # follow the expert (beta at random if unlabelled)
             self.n += s.envs
         ids = sample_ids(self.rng, self.n, s)
         return {"loss": self.train(ids)} if ids is not None else {}
@@ -217,10 +217,6 @@ class FCNLocal(DQNLocal):
         return sum(nn.functional.cross_entropy(z, torch.as_tensor(a))
                    for z, a in zip(logits, (b["a"], b["ab"])))
 
-    def moves(self, acts, key, stream=3):
-        if self.joint and not self.full:  # FCN-alpha's label is alpha's move only
-            return acts[0], self.random_beta(len(acts[0]), key, stream)
-        return super().moves(acts, key, stream)
 
 
 class RandomLocal:

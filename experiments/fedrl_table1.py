@@ -100,16 +100,10 @@ def one_run(job: dict) -> list[dict]:
     """Train and score one (method, rules, size, seed); rows per checkpoint and noise setting."""
     import torch
 
-    from clients.fedrl_party import Settings
     from experiments.fedrl_local import train
-    from server.config import merged
 
     torch.set_num_threads(1)
-    rc = {"seed": job["seed"], "fedrl.size": job["size"], "fedrl.rules": job["rules"],
-          "fedrl.map-file": job["map_file"] or "", **{f"fedrl.{k}-maps": v
-                                                      for k, v in job["ranges"].items()},
-          **job["extra"]}
-    s = Settings.from_config(merged(rc))
+    s = settings_of(job)
     s.check_maps()
     rows = train(job["method"], s, job["rounds"], eval_every=job["eval_every"], log=None)
     last = rows[-1]
@@ -135,10 +129,29 @@ def one_run(job: dict) -> list[dict]:
     return out
 
 
+SETTINGS_COLUMNS = {"history": "history", "updates_per_round": "updates",
+                    "eps_decay": "eps_decay", "target_update": "target_update", "envs": "envs",
+                    "lr": "lr"}
+
+
+def settings_of(job: dict):
+    from clients.fedrl_party import Settings
+    from server.config import merged
+    return Settings.from_config(merged(
+        {"seed": job["seed"], "fedrl.size": job["size"], "fedrl.rules": job["rules"],
+         "fedrl.map-file": job["map_file"] or "",
+         **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()}, **job["extra"]}))
+
+
 def cached_run(job: dict) -> list[dict]:
+    """A finished run from --work, if it was trained with the settings this job resolves to
+    (defaults can change between runs: a stale result is trained again, not reused)."""
     path = Path(job["work"]) / f"{job_key(job)}.json"
     if path.exists():
-        return json.loads(path.read_text())
+        out = json.loads(path.read_text())
+        s = settings_of(job)
+        if all(out[0].get(col) == getattr(s, attr) for col, attr in SETTINGS_COLUMNS.items()):
+            return out
     out = one_run(job)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out))
@@ -154,8 +167,8 @@ def cached_run(job: dict) -> list[dict]:
 def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
     for j in jobs:
         Path(j["work"]).mkdir(parents=True, exist_ok=True)
-    todo = sum(not (Path(j["work"]) / f"{job_key(j)}.json").exists() for j in jobs)
-    print(f"{len(jobs)} runs ({len(jobs) - todo} already done), {n_jobs} at a time", flush=True)
+    there = sum((Path(j["work"]) / f"{job_key(j)}.json").exists() for j in jobs)
+    print(f"{len(jobs)} runs ({there} found in {jobs[0]['work']}), {n_jobs} at a time", flush=True)
     # longest first, so the pool's tail is short
     order = sorted(jobs, key=lambda j: (-j["size"], j["method"].startswith("random")))
     with ProcessPoolExecutor(n_jobs) as pool:
@@ -185,6 +198,23 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                     row[f"{size}x{size} paper"] = paper_value(paper, key, size)
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The summary as the README shows it: one table per rule set, best | last | paper."""
+    sizes = sorted({int(c.split("x")[0]) for c in table.columns if c.endswith(" paper")})
+    out = []
+    for rules, t in table.groupby("rules", sort=False):
+        head = ["metric", "method"] + [f"{n}x{n} {c}" for n in sizes for c in ("best", "last", "paper")]
+        out += [f"**{rules} rules**", "", "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head)]
+        for _, r in t.iterrows():
+            cells = [r.metric, r.method] + [str(r[f"{n}x{n} {c}"]) if str(r[f"{n}x{n} {c}"]) != "nan"
+                                            else "" for n in sizes
+                                            for c in ("ours best", "ours last", "paper")]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
@@ -308,7 +338,7 @@ def main(argv=None) -> int:
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(f"\n{command_line()}\n" + table.to_string(index=False))
+    print(f"\n{command_line()}\n\n" + markdown(table))
     for rules, png in zip(args.rules, pngs):
         plot(runs, rules, png, command_line())
     return 0
