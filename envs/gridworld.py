@@ -377,14 +377,37 @@ class GridWorld:
             setattr(self, k, np.array(arrays[k]))
 
 
+def _distances(grid: np.ndarray, dst: tuple, src: tuple) -> np.ndarray:
+    """BFS step counts from dst over free cells, wave by wave (numpy), until src is reached
+    (-1: not reached). Cells nearer dst than src all carry their true distance."""
+    free = grid.astype(bool)
+    dist = np.full(grid.shape, -1, np.int64)
+    dist[dst] = 0
+    front = np.zeros(grid.shape, bool)
+    front[dst] = True
+    d = 0
+    while front.any() and dist[src] < 0:
+        d += 1
+        grown = np.zeros_like(front)
+        grown[1:] |= front[:-1]
+        grown[:-1] |= front[1:]
+        grown[:, 1:] |= front[:, :-1]
+        grown[:, :-1] |= front[:, 1:]
+        front = grown & free & (dist < 0)
+        dist[front] = d
+    return dist
+
+
 @lru_cache(maxsize=65536)
 def _first_move(grid_bytes: bytes, n: int, src: tuple, dst: tuple) -> int:
+    """The first move (in the paper's east, south, west, north order) of a shortest path."""
     if abs(src[0] - dst[0]) + abs(src[1] - dst[1]) <= 1:
         return STAY
-    grid = np.frombuffer(grid_bytes, np.uint8).reshape(n, n)
-    try:  # agents only ever stand on free cells, so both ends are in the graph
-        path = nx.shortest_path(free_graph(grid), src, dst)
-    except nx.NetworkXNoPath:
-        return STAY
-    step = np.array(path[1]) - np.array(src)
-    return int(np.flatnonzero((MOVES == step).all(1))[0])
+    dist = _distances(np.frombuffer(grid_bytes, np.uint8).reshape(n, n), dst, src)
+    if dist[src] <= 0:
+        return STAY  # unreachable
+    for k, (dr, dc) in enumerate(MOVES):
+        r, c = src[0] + dr, src[1] + dc
+        if 0 <= r < n and 0 <= c < n and dist[r, c] == dist[src] - 1:
+            return k
+    return STAY

@@ -50,7 +50,8 @@ METHODS = ("fedrl", *BASELINES, *FLOORS)
 
 
 class FedRLLocal:
-    """Algorithms 1-2 with the Flower app's protocol, as direct calls."""
+    """Algorithms 1-2 with the Flower app's protocol, as direct calls. Who acts: alpha on
+    Q_f^alpha, beta on Q_f^beta (paper mode) | alpha's 16-action head moves both."""
 
     def __init__(self, s: Settings):
         self.s = s
@@ -75,7 +76,9 @@ class FedRLLocal:
 
 
 class DQNLocal:
-    """DQN-alpha / DQN-full with the same replay, schedule and exploration as FedRL."""
+    """DQN-alpha / DQN-full with the same replay, schedule and exploration as FedRL.
+    Who acts: paper mode, DQN-alpha moves alpha (beta at random), DQN-full moves both from two
+    heads; joint-action mode, one 16-action head moves both (alpha's or both observations)."""
 
     def __init__(self, s: Settings, full: bool):
         self.s, self.full = s, full
@@ -192,7 +195,8 @@ SELECT_BASELINE = "valid-succ-rate"
 
 
 class FCNLocal(DQNLocal):
-    """FCN-alpha / FCN-full: supervised on shortest-path moves, rolled out on train maps."""
+    """FCN-alpha / FCN-full: supervised on shortest-path moves, rolled out on train maps.
+    Who acts: as DQNLocal (same heads), greedy on the logits."""
 
     def labels(self, w: GridWorld) -> list[np.ndarray]:
         """Per head: the joint label (both BFS first moves), or alpha's (and beta's)."""
