@@ -159,8 +159,9 @@ class Settings:
         for name in ("train", "valid", "test"):
             maps.check_range(self.split(name), f"fedrl.{name}-maps")
             if len(self.split(name)) and not maps.usable(self.split(name), self.rules):
+                report = maps.report(self.split(name), self.rules)
                 raise ValueError(f"fedrl.{name}-maps: no usable map in {maps.source} "
-                                 f"under {self.rules} rules ({maps.report(self.split(name), self.rules)})")
+                                 f"under {self.rules} rules ({report})")
 
     def map_report(self) -> dict[str, dict]:
         """Per split: maps in the range, maps used, and why the others were skipped."""
@@ -398,7 +399,8 @@ class Party:
 
 class Beta(Party):
     """Agent beta (Algorithm 2): states and actions, no rewards. In `paper` action mode it acts
-    on Q_f^beta = MLP_beta([C_alpha | Q_hat_beta(s_beta)]); in `joint-action` mode alpha moves it."""
+    on Q_f^beta = MLP_beta([C_alpha | Q_hat_beta(s_beta)]); in `joint-action` mode alpha's joint
+    action moves it."""
 
     role, head = "beta", 1
     EXTRA = ("pending_s", "pending_a", "has_pending", "eval_pending")

@@ -42,11 +42,12 @@ from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes, 
                                  explore, sample_ids, split_joint)
 from envs.gridworld import STAY, GridWorld
 from models.fedrl_nets import N_ACTIONS, FullQNet, QNet
-from server.fedrl import SELECT, Protocol
+from server.fedrl import Protocol
 
 BASELINES = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 FLOORS = ("random-alpha", "random-both")
 METHODS = ("fedrl", *BASELINES, *FLOORS)
+SELECT_BASELINE = "valid-succ-rate"  # what a baseline's model selection maximises
 
 
 class FedRLLocal:
@@ -94,7 +95,8 @@ class DQNLocal:
         self.best = None
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         wa, wb = s.w_alpha, s.w_beta
-        self.replay = Replay(s.replay, {"sa": ((H, wa, wa), np.uint8), "sb": ((H, wb, wb), np.uint8),
+        self.replay = Replay(s.replay, {"sa": ((H, wa, wa), np.uint8),
+                                        "sb": ((H, wb, wb), np.uint8),
                                         "a": ((), np.int64), "ab": ((), np.int64),
                                         "r": ((), np.float32), "sa2": ((H, wa, wa), np.uint8),
                                         "sb2": ((H, wb, wb), np.uint8), "done": ((), np.float32)})
@@ -190,8 +192,6 @@ class DQNLocal:
             return self.moves(acts, t, stream=5)
         return act
 
-
-SELECT_BASELINE = "valid-succ-rate"
 
 
 class FCNLocal(DQNLocal):
@@ -306,7 +306,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", choices=METHODS, default="fedrl")
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--eval-every", type=int, default=20, help="valid every k rounds (model selection)")
+    ap.add_argument("--eval-every", type=int, default=20,
+                    help="valid every k rounds (model selection)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--run-config", default="", help='fedrl.* overrides, e.g. "fedrl.size=16"')
     args = ap.parse_args(argv)

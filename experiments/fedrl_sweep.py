@@ -24,7 +24,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 
 from experiments.fedrl_table1 import (check_common, common_args, refuse_overwrite,  # noqa: E402
                                       run_jobs, splits_for)
@@ -63,7 +62,8 @@ def main(argv=None) -> int:
     runs = run_jobs(jobs, args.jobs)
     col = {"updates": "updates_per_round"}.get(args.knob, args.knob.replace("-", "_"))
     runs[args.knob] = runs[col]
-    runs["label"] = runs.method + np.where(runs.test_noise != "", " test_noise=" + runs.test_noise, "")
+    noise = np.where(runs.test_noise != "", " test_noise=" + runs.test_noise, "")
+    runs["label"] = runs.method + noise
     g = runs.groupby(["label", args.knob, "checkpoint"]).succ_rate
     table = (g.mean() * 100).round(1).to_frame("succ_mean").join((g.std() * 100).round(1).rename(
         "succ_sd")).join(g.count().rename("seeds")).reset_index()
@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, ckpt in zip(axes, ("best", "last")):
         for label, t in table[table.checkpoint == ckpt].groupby("label"):
-            ax.errorbar(t[args.knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=label)
+            ax.errorbar(t[args.knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3,
+                        label=label)
         ax.set_xscale("log", base=2)
         ax.set_xlabel(f"fedrl.{args.knob}")
         ax.set_title(f"{args.size}x{args.size}, {args.rules} rules, {ckpt} checkpoint")

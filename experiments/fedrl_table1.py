@@ -1,4 +1,4 @@
-"""The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's numbers beside ours.
+"""The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's beside ours.
 
     python -m experiments.fedrl_table1 --map-dir ../shared/data/gridworld
            [--sizes 8 16 32] [--rules paper reference] [--seeds 0 1 2] [--rounds 8=300,16=400]
@@ -205,12 +205,12 @@ def markdown(table: pd.DataFrame) -> str:
     sizes = sorted({int(c.split("x")[0]) for c in table.columns if c.endswith(" paper")})
     out = []
     for rules, t in table.groupby("rules", sort=False):
-        head = ["metric", "method"] + [f"{n}x{n} {c}" for n in sizes for c in ("best", "last", "paper")]
+        head = ["metric", "method"] + [f"{n}x{n} {c}" for n in sizes
+                                       for c in ("best", "last", "paper")]
         out += [f"**{rules} rules**", "", "| " + " | ".join(head) + " |",
                 "|" + "---|" * len(head)]
         for _, r in t.iterrows():
-            cells = [r.metric, r.method] + [str(r[f"{n}x{n} {c}"]) if str(r[f"{n}x{n} {c}"]) != "nan"
-                                            else "" for n in sizes
+            cells = [r.metric, r.method] + [str(r[f"{n}x{n} {c}"]) for n in sizes
                                             for c in ("ours best", "ours last", "paper")]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
