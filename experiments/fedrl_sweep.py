@@ -67,10 +67,11 @@ def main(argv=None) -> int:
     g = runs.groupby(["label", args.knob, "checkpoint"]).succ_rate
     table = (g.mean() * 100).round(1).to_frame("succ_mean").join((g.std() * 100).round(1).rename(
         "succ_sd")).join(g.count().rename("seeds")).reset_index()
-    table.to_csv(csv, index=False)
     table.insert(0, "rules", args.rules)
     table.insert(1, "size", args.size)
     table.insert(2, "rounds", args.rounds)
+    table.insert(3, "settings", args.run_config)
+    table.to_csv(csv, index=False)
     print(f"\n{command_line()}\n" + table.to_string(index=False))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, ckpt in zip(axes, ("best", "last")):
