@@ -244,9 +244,10 @@ def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
         ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_title(f"{size}x{size}, {rules} rules: SuccRate %")
-        ax.legend(fontsize=7, loc="lower right")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
