@@ -20,7 +20,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from strategies.nodes import FederationError, query_partitions, wait_for_nodes
+from strategies.nodes import (FederationError, answered, query_partitions,
+                             wait_for_nodes)
 from strategies.screened_fedavg import ClientsFailed
 from strategies.screening import message_bytes, screen_update
 from strategies.topology import Topology, consensus_distance, mix
@@ -58,22 +59,21 @@ class TopologyRelay:
                         dst_node_id=self.node_of[i], message_type=MessageType.TRAIN)
                 for i in range(len(models))]
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
-        part_of = {node: p for p, node in self.node_of.items()}
-        replies = sorted(grid.send_and_receive(msgs, timeout=self.timeout_s),
-                         key=lambda m: part_of.get(m.metadata.src_node_id, -1))
-        if replies and all(r.has_error() for r in replies):
+        replies = answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))
+        if replies and all(r.has_error() for _, r in replies):
             raise ClientsFailed(f"every silo failed in round {rnd}; first: "
-                                f"{replies[0].error.reason}")
-        new = list(mixes)  # a silo that did not answer keeps its mix
-        losses, weights = [], []
-        for rep in replies:
-            i = part_of[rep.metadata.src_node_id]
+                                f"{replies[0][1].error.reason}")
+        new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
+        losses, weights, cd = [], [], []
+        for i, rep in replies:
             reference = msgs[i].content["arrays"]
             problem = screen_update(rep, reference)
             m = {} if rep.has_error() else dict(rep.content["metrics"])
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
-            self.recorder.add_client(node=rep.metadata.src_node_id, partition=i,
+                if "cd-loss" in m:
+                    cd.append(float(m["cd-loss"]))
+            self.recorder.add_client(node=self.node_of[i], partition=i,
                                      num_examples=m.get("num-examples", 0),
                                      train_loss=m.get("train-loss"), fit_s=m.get("fit-s"),
                                      status=problem or "ok")
@@ -85,9 +85,8 @@ class TopologyRelay:
         metrics = {"n_accepted": len(losses),
                    "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
                    "consensus_distance": consensus_distance(new)}
-        if losses and "cd-loss" in replies[0].content.get("metrics", {}):
-            metrics["cd_loss"] = float(np.mean([float(r.content["metrics"]["cd-loss"])
-                                                for r in replies if not r.has_error()]))
+        if cd:
+            metrics["cd_loss"] = float(np.mean(cd))
         self.recorder.add_metrics(metrics)
         return new
 
@@ -106,13 +105,11 @@ class TopologyRelay:
                 {"server-round": rnd})}), dst_node_id=self.node_of[i],
                 message_type=MessageType.EVALUATE))
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs), evaluation=True)
-        part_of = {node: p for p, node in self.node_of.items()}
         answers = {}
-        for rep in grid.send_and_receive(msgs, timeout=self.timeout_s):
+        for i, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s)):
             if not rep.has_error():
                 m = rep.content["metrics"]
-                answers[part_of[rep.metadata.src_node_id]] = (
-                    float(m["num-examples"]), list(m["mse"]), list(m["mae"]))
+                answers[i] = (float(m["num-examples"]), list(m["mse"]), list(m["mae"]))
         if not answers:
             return []
         total = sum(a[0] for a in answers.values())

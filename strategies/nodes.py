@@ -57,3 +57,18 @@ def partitions_of(identities: dict[int, dict]) -> dict[int, int]:
         raise FederationError(f"two nodes claim the same partition-id: {sorted(out.values())}; "
                               "give each SuperNode its own --node-config partition-id")
     return out
+
+
+def answered(messages: list[Message], replies) -> list[tuple[int, Message]]:
+    """(index of the message it answers, reply), in message order. Matched by
+    `reply_to_message_id`, which Flower's grids set on every reply: an error reply that the
+    SuperLink makes for an unavailable node comes from the SuperLink's own node id, not from
+    the node it was sent to, so `src_node_id` cannot tell which silo it is about."""
+    index = {m.metadata.message_id: i for i, m in enumerate(messages) if m.metadata.message_id}
+    dst = {m.metadata.dst_node_id: i for i, m in enumerate(messages)}
+    out = []
+    for rep in replies:
+        i = index.get(rep.metadata.reply_to_message_id, dst.get(rep.metadata.src_node_id))
+        if i is not None:
+            out.append((i, rep))
+    return sorted(out, key=lambda x: x[0])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,8 @@ class InProcessGrid:
 
     def send_and_receive(self, messages, timeout=None):
         out = []
-        for msg in messages:
+        for msg in messages:  # ids as Flower's grids set them on push (replies refer to them)
+            msg.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             self.sent.append(msg)
             reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
             out.append(reply)

@@ -143,3 +143,42 @@ def test_bad_cdl_config_is_named(bad, match):
 
     with pytest.raises(ConfigError, match=match):
         check_config(merged({**SMALL, **bad}))
+
+
+class _OneSiloDown(InProcessGrid):
+    """Silo `down` is unreachable from round 2 on: the SuperLink answers for it with an error
+    reply from its own node id (1), as Flower does for an unavailable node."""
+
+    def __init__(self, *args, down: int = 1, **kw):
+        super().__init__(*args, **kw)
+        self.down, self.trains = 5000 + down, 0
+
+    def send_and_receive(self, messages, timeout=None):
+        from flwr.app import Error, Message
+        out = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"
+            self.sent.append(msg)
+            self.trains += msg.metadata.message_type == "train"
+            if msg.metadata.dst_node_id == self.down and self.trains > 3:
+                rep = Message(Error(code=0, reason="node unavailable"), reply_to=msg)
+                rep.metadata.__dict__["_src_node_id"] = 1
+            else:
+                rep = self.app(msg, self.contexts[msg.metadata.dst_node_id])
+            out.append(rep)
+        self.replies.extend(out)
+        return out
+
+
+@pytest.mark.parametrize("method", ["cdl", "gossip"])
+def test_an_unavailable_silo_keeps_its_mix_and_is_named_in_clients_csv(tmp_path, method):
+    from clients.app import app
+    from server.methods import server_module
+    run_cfg = merged({**SMALL, "method": method, "num-clients": 3, "out-dir": str(tmp_path),
+                      "topology": "ring"})
+    server_module(method).run(_OneSiloDown(app, run_cfg, 3), run_cfg, method)
+    clients = pd.read_csv(tmp_path / "clients.csv")
+    failed = clients[clients.status.str.startswith("failed")]
+    assert len(failed) == 1 and failed.partition.iloc[0] == 1 and failed.node.iloc[0] == 5001
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert rounds.n_accepted.tolist() == [3, 2]  # round 2 aggregated the two live silos only
