@@ -124,8 +124,6 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
             if not active:
                 metrics.update(party.eval_result())
                 party.end_evaluation()
-        if bool(conf.get("last", False)):
-            party.end_evaluation()
     return out, theta, metrics
 
 

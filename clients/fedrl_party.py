@@ -324,6 +324,10 @@ class Party:
         """Copy this party's Q-network and theta_g aside (the server saw valid improve)."""
         self.q_best, self.mlp_best = copy.deepcopy(self.q), copy.deepcopy(self.mlp)
 
+    def _saved(self) -> tuple[str, ...]:
+        """Names of the networks context.state holds: the live ones and the kept best."""
+        return self.NETS + (("q_best", "mlp_best") if self.q_best is not None else ())
+
     def nets(self) -> tuple[nn.Module, nn.Module]:
         """The (Q, MLP) an evaluation acts with: the live ones, or the kept best."""
         if self.eval_world is not None and self.eval_weights == "best" and self.q_best is not None:
@@ -333,8 +337,7 @@ class Party:
     # -- context.state ----------------------------------------------------------------------
     def state_arrays(self) -> dict[str, np.ndarray]:
         out = {}
-        nets = self.NETS + (("q_best", "mlp_best") if self.q_best is not None else ())
-        for name in nets:
+        for name in self._saved():
             out.update({f"{name}.{k}": v.numpy().copy()
                         for k, v in getattr(self, name).state_dict().items()})
         for idx, st in self.opt.state_dict()["state"].items():
@@ -358,7 +361,7 @@ class Party:
     def load_arrays(self, a: dict[str, np.ndarray]) -> None:
         if any(k.startswith("q_best.") for k in a):
             self.q_best, self.mlp_best = copy.deepcopy(self.q), copy.deepcopy(self.mlp)
-        for name in self.NETS + (("q_best", "mlp_best") if self.q_best is not None else ()):
+        for name in self._saved():
             getattr(self, name).load_state_dict({k[len(name) + 1:]: _t(v) for k, v in a.items()
                                                  if k.startswith(name + ".")})
         opt = self.opt.state_dict()

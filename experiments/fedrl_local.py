@@ -42,7 +42,7 @@ from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes, 
                                  explore, sample_ids, split_joint)
 from envs.gridworld import STAY, GridWorld
 from models.fedrl_nets import N_ACTIONS, FullQNet, QNet
-from server.fedrl import Protocol
+from server.fedrl import SELECT, Protocol, Selection
 
 BASELINES = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 FLOORS = ("random-alpha", "random-both")
@@ -70,10 +70,10 @@ class FedRLLocal:
         return self.proto.train_round()
 
     def evaluate(self, split: str, weights: str = "last") -> dict:
-        return self.proto.evaluate_all(split, weights)
+        return self.proto.evaluate(split, weights)
 
-    def select(self, valid: dict) -> bool:
-        return self.proto.select(valid)
+    def keep_best(self) -> None:
+        self.proto.keep_best()
 
 
 class DQNLocal:
@@ -179,11 +179,8 @@ class DQNLocal:
         pre = "best-" if weights == "best" else ""
         return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, self.policy(net)).items()}
 
-    def select(self, valid: dict) -> bool:
-        if valid[SELECT_BASELINE] <= getattr(self, "best_score", -np.inf):
-            return False
-        self.best_score, self.best = valid[SELECT_BASELINE], copy.deepcopy(self.net)
-        return True
+    def keep_best(self) -> None:
+        self.best = copy.deepcopy(self.net)
 
     def policy(self, net):
         def act(w: GridWorld, t: int):
@@ -232,8 +229,8 @@ class RandomLocal:
     def round(self) -> dict:
         return {}
 
-    def select(self, valid: dict) -> bool:
-        return False
+    def keep_best(self) -> None:
+        pass  # nothing is trained
 
     def evaluate(self, split: str, weights: str = "last") -> dict:
         def act(w: GridWorld, t: int):
@@ -275,23 +272,15 @@ def train(method: str, s: Settings, rounds: int, eval_every: int = 0, log=print)
     (if any) at the last (`test-...`) and best (`best-test-...`) checkpoint, and the valid score
     of the best (`best-valid-...`). Floors train nothing and are scored once."""
     runner = make(method, s)
+    select = Selection(SELECT if method == "fedrl" else SELECT_BASELINE)
     rows, t0 = [], time.perf_counter()
-    best: dict = {}
     if method in FLOORS:
         rounds, eval_every = 1, 1
     for rnd in range(1, rounds + 1):
         row = {"round": rnd, **runner.round()}
         last = rnd == rounds
         if last or (eval_every and rnd % eval_every == 0):
-            valid = runner.evaluate("valid")
-            row.update(valid)
-            if runner.select(valid) or not best:
-                best = {f"best-{k}": v for k, v in valid.items()}
-                best["best-round"] = rnd
-            row.update(best)
-            if last and len(s.test):
-                row.update(runner.evaluate("test"))
-                row.update(runner.evaluate("test", "best"))
+            row.update(select(runner, rnd, last, bool(len(s.test))))
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         if log and (last or (eval_every and rnd % eval_every == 0)):

@@ -34,7 +34,7 @@ from server.recorder import Recorder, out_dir
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
 
-SELECT = "valid-succ-rate-test_noise=on"  # the score model selection maximises
+SELECT = "valid-succ-rate-test_noise=on"  # the score FedRL's model selection maximises
 
 
 def check_config(cfg: dict) -> Settings:
@@ -107,8 +107,6 @@ class Protocol:
         self.prev = None          # alpha's last action ids, not yet seen by beta
         self.c_alpha = None       # C_alpha of alpha's current observation (paper action mode)
         self.transitions = self.updates = self.samples = 0
-        self.best = -np.inf
-        self.best_metrics: dict = {}
 
     def train_round(self) -> dict:
         s, send = self.s, self.send
@@ -140,9 +138,12 @@ class Protocol:
                         "train-samples": self.samples})
         return metrics
 
-    def evaluate(self, split: str, test_noise: bool, weights: str = "last") -> dict:
-        """One greedy episode per usable map of `split`, both parties on their federated Q
-        (`weights`: the live networks or the kept best)."""
+    def evaluate(self, split: str, weights: str = "last") -> dict:
+        """Scores on `split` with test_noise on and off (`weights`: live or kept best)."""
+        return {**self.play(split, True, weights), **self.play(split, False, weights)}
+
+    def play(self, split: str, test_noise: bool, weights: str = "last") -> dict:
+        """One greedy episode per usable map of `split`, both parties on their federated Q."""
         send, paper = self.send, self.s.mode == "paper"
         conf = {"split": split, "weights": weights, "test-noise": test_noise}
         c_alpha, prev, first = None, None, True
@@ -163,18 +164,32 @@ class Protocol:
                         for k in ("succ-rate", "avg-reward")}
         raise FederationError(f"evaluation on {split} did not end")
 
-    def evaluate_all(self, split: str, weights: str = "last") -> dict:
-        return {**self.evaluate(split, True, weights), **self.evaluate(split, False, weights)}
-
-    def select(self, valid: dict) -> bool:
-        """Keep the parties' networks when valid improves (both parties keep their own)."""
-        if valid[SELECT] <= self.best:
-            return False
-        self.best = valid[SELECT]
-        self.best_metrics = {f"best-{k}": v for k, v in valid.items()}
+    def keep_best(self) -> None:
+        """Each party keeps a copy of its own networks (none leaves a party)."""
         for role in ("alpha", "beta"):
             self.send(role, "keep-best", theta_g=self.theta_g)
-        return True
+
+
+class Selection:
+    """Model selection for any runner with `evaluate(split, weights)` and `keep_best()`: the
+    ServerApp's FedRL and every method of experiments/fedrl_local.py go through it."""
+
+    def __init__(self, key: str):
+        self.key, self.score, self.best = key, -np.inf, {}
+
+    def __call__(self, runner, rnd: int, last: bool, has_test: bool) -> dict:
+        """Valid; keep the networks when `key` improves; in the last round, test at the last
+        and at the kept checkpoint. Returns the round's metrics, `best-...` included."""
+        valid = runner.evaluate("valid")
+        if valid[self.key] > self.score:
+            self.score = valid[self.key]
+            self.best = {**{f"best-{k}": v for k, v in valid.items()}, "best-round": rnd}
+            runner.keep_best()
+        out = {**valid, **self.best}
+        if last and has_test:
+            out.update(runner.evaluate("test"))
+            out.update(runner.evaluate("test", "best"))
+        return out
 
 
 def run(grid, cfg: dict, name: str) -> None:
@@ -185,6 +200,7 @@ def run(grid, cfg: dict, name: str) -> None:
     roles = query_roles(grid, nodes, float(cfg["node-wait-timeout"]))
     send = Exchange(grid, roles, recorder, float(cfg["round-timeout"]))
     proto = Protocol(s, send)
+    select = Selection(SELECT)
     maps = s.map_report()
     for split, rep in maps.items():
         log(INFO, "[fedembodied] %s maps: %s", split, rep)
@@ -199,13 +215,7 @@ def run(grid, cfg: dict, name: str) -> None:
         privacy = {k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k} or privacy
         metrics["messages"] = send.messages
         if rnd == rounds or rnd % eval_every == 0:
-            valid = proto.evaluate_all("valid")
-            metrics.update(valid)
-            proto.select(valid)
-            metrics.update(proto.best_metrics)
-            if rnd == rounds and len(s.test):
-                metrics.update(proto.evaluate_all("test"))
-                metrics.update(proto.evaluate_all("test", "best"))
+            metrics.update(select(proto, rnd, rnd == rounds, bool(len(s.test))))
         recorder.add_metrics(metrics)
         recorder.add_client(node=roles["alpha"], partition="alpha", status="ok")
         recorder.add_client(node=roles["beta"], partition="beta", status="ok")

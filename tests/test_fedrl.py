@@ -124,15 +124,11 @@ def test_flower_exchange_equals_the_single_process_run(tmp_path):
     fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
     flower = pd.read_csv(tmp_path / "rounds.csv")
     local = FedRLLocal(Settings.from_config(cfg))
+    select = fedrl_server.Selection(fedrl_server.SELECT)
     for rnd in range(1, 5):
         row = local.round()
         if rnd % 2 == 0:
-            valid = local.evaluate("valid")
-            local.select(valid)
-            row.update({**valid, **local.proto.best_metrics})
-        if rnd == 4:
-            row.update(local.evaluate("test"))
-            row.update(local.evaluate("test", "best"))
+            row.update(select(local, rnd, rnd == 4, True))
         got = flower[flower["round"] == rnd].iloc[0]
         for k, v in row.items():
             assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k
