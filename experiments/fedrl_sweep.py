@@ -5,7 +5,7 @@ measurements behind our defaults (updates per round, exploration decay, target-u
            --values 1 2 4 8 16                                   # Figure 4 at 8x8
     python -m experiments.fedrl_sweep --map-dir ../shared/data/gridworld --knob updates \
            --values 16 64 128                                    # update ratio 1/8, 1/2, 1
-           [--size 8] [--methods fedrl dqn-alpha dqn-full] [--rules paper] [--seeds 0 1 2]
+           [--size 8] [--methods fedrl dqn-alpha dqn-full random-both] [--rules paper] [--seeds 0 1 2]
            [--rounds 150] [--run-config "..."] [--jobs 2] [--name fedrl_sweep_<knob>] [--force]
 
 Same training, maps, model selection and resume as experiments/fedrl_table1.py (whose runs it
@@ -36,8 +36,11 @@ def main(argv=None) -> int:
     ap.add_argument("--knob", default="history", choices=["history", "updates", "eps-decay",
                                                            "target-update", "envs", "lr"])
     ap.add_argument("--values", type=float, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--methods", nargs="+", default=["fedrl", "dqn-alpha", "dqn-full"],
-                    choices=["fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
+    ap.add_argument("--methods", nargs="+",
+                    default=["fedrl", "dqn-alpha", "dqn-full", "random-both"],
+                    choices=["fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full",
+                             "random-alpha", "random-both"],
+                    help="random-both is the floor (both agents move at random)")
     ap.add_argument("--rules", default="paper", choices=["paper", "reference"])
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--name", default="")
