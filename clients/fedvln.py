@@ -6,9 +6,9 @@ the seen-then-unseen house order (`clients.vln_house`). Whether it is seen or
 unseen follows from its data. Messages (config `step`):
 
 * `setup`: may carry the starting follower (kept in `context.state` as this house's local
-  model) and the speaker, with which the house writes its own augmented episodes (routes
-  sampled in the house, sampled instructions), kept in `context.state` too. Nothing but
-  counts goes back.
+  model) and the speaker, which the house keeps with routes it samples in itself; during
+  training the speaker re-writes the instructions of every route batch (back-translation with
+  environmental dropout, `clients.vln_agent.BackTranslation`). Nothing but counts goes back.
 * `follower` / `speaker`: load the global arrays (over the local model, when the stage keeps
   one), train `epochs` passes over this house's instructions, and send back only the arrays
   whose names start with a prefix in `share` (`*` = all, "" = none) and the instruction count.
@@ -27,8 +27,10 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import vln_agent, vln_speaker
-from clients.vln_house import (House, house_of_partition, local_iterations, open_house,
-                               open_setup, speaker_episodes)
+from clients.vln_house import (House, follower_steps, house_of_partition, local_iterations,
+                               open_house, open_setup, speaker_routes)
+from clients.vln_loop import make_optimizer
+from clients.vln_recipe import recipe_of
 from envs.vln_data import Episode
 from envs.vln_houses import HouseSpec
 from models.envdrop import Follower, FollowerSize
@@ -36,7 +38,8 @@ from models.speaker import Speaker, SpeakerSize
 from server.config import merged
 
 LOCAL = "fedvln-follower"     # this house's own follower (pre-exploration)
-AUG = "fedvln-augmented"      # this house's speaker-written episodes
+SPEAKER = "fedvln-speaker"    # the speaker this house back-translates its routes with
+ROUTES = "fedvln-routes"      # routes this house sampled in itself for the speaker
 
 
 def spec_of(cfg: dict) -> HouseSpec:
@@ -55,9 +58,10 @@ def house_of(context: Context) -> House:
 
 def agent_settings(cfg: dict) -> vln_agent.AgentSettings:
     return vln_agent.AgentSettings(batch_size=int(cfg["fedvln.batch-size"]),
-                                   lr=float(cfg["fedvln.lr"]),
+                                   lr=recipe_of(cfg).lr,
                                    feedback=str(cfg["fedvln.feedback"]),
-                                   ml_weight=float(cfg["fedvln.ml-weight"]))
+                                   ml_weight=float(cfg["fedvln.ml-weight"]),
+                                   aug_ml_weight=float(cfg["fedvln.aug-ml-weight"]))
 
 
 def follower_size(cfg: dict, vocab: int, feature: int) -> FollowerSize:
@@ -103,14 +107,21 @@ def shared_part(model, share: str) -> ArrayRecord:
     return ArrayRecord({k: v for k, v in state.items() if prefixes and k.startswith(prefixes)})
 
 
-def augmented(context: Context, h: House) -> list[Episode]:
-    if AUG not in context.state:
+def routes_of(context: Context, h: House) -> list[Episode]:
+    if ROUTES not in context.state:
         return []
-    rec = context.state[AUG]
-    return [Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), str(t),
-                    10 ** 7 + k)
-            for k, (p, hd, t) in enumerate(zip(rec["paths"], rec["headings"],
-                                               rec["instructions"]))]
+    rec = context.state[ROUTES]
+    return [Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), "",
+                    10 ** 7 + k) for k, (p, hd) in enumerate(zip(rec["paths"], rec["headings"]))]
+
+
+def back_translation(context: Context, cfg: dict, h: House) -> vln_agent.BackTranslation | None:
+    if SPEAKER not in context.state:
+        return None
+    speaker = _model("speaker", cfg, h)
+    _load(speaker, context.state[SPEAKER])
+    return vln_agent.BackTranslation(speaker, vln_speaker.PathInputs(h.setup.world),
+                                     h.setup.vocab, agent_settings(cfg).max_words)
 
 
 def _seed(cfg: dict, context: Context, rnd: int) -> int:
@@ -122,15 +133,12 @@ def setup(msg: Message, context: Context, cfg: dict, h: House) -> RecordDict:
         context.state[LOCAL] = msg.content["follower"]
     n_aug = 0
     if "speaker" in msg.content:
-        speaker = _model("speaker", cfg, h)
-        _load(speaker, msg.content["speaker"])
-        routes = int(msg.content["config"]["routes"])
-        eps = speaker_episodes(speaker, h, routes, int(cfg["seed"]))
-        context.state[AUG] = ConfigRecord({
-            "paths": [" ".join(e.path) for e in eps],
-            "headings": [float(e.heading) for e in eps],
-            "instructions": [e.instruction for e in eps]})
-        n_aug = len(eps)
+        context.state[SPEAKER] = msg.content["speaker"]
+        routes = speaker_routes(h, int(msg.content["config"]["routes"]), int(cfg["seed"]))
+        context.state[ROUTES] = ConfigRecord({
+            "paths": [" ".join(e.path) for e in routes],
+            "headings": [float(e.heading) for e in routes]})
+        n_aug = len(routes)
     return RecordDict({"metrics": MetricRecord({"num-examples": len(h.train) + n_aug,
                                                 "num-augmented": n_aug})})
 
@@ -153,31 +161,35 @@ def train(msg: Message, context: Context) -> Message:
     keep_local = bool(conf.get("keep-local", False))
     model = _model(step, cfg, h)
     _load(model, context.state.get(LOCAL) if keep_local else None, msg.content["arrays"])
-    # the follower trains on the house's labelled instructions plus whatever speaker-written
-    # episodes its setup made (augment: seen houses; pre-exploration: unseen houses)
-    episodes = list(h.train) + (augmented(context, h) if step == "follower" else [])
-    if not episodes:
+    # the follower trains on the house's labelled instructions and on whatever routes its
+    # setup sampled for the speaker (augment: seen houses; pre-exploration: unseen houses)
+    routes = routes_of(context, h) if step == "follower" else []
+    if not h.train and not routes:
         raise ValueError(f"house {h.name} ({h.role}) has nothing to train on in this stage")
-    iters = local_iterations(len(episodes), float(conf["epochs"]),
-                             int(cfg["fedvln.batch-size"]), int(cfg["fedvln.max-local-steps"]))
-    opt = torch.optim.Adam(model.parameters(), lr=float(cfg["fedvln.lr"]))
+    batch, cap = int(cfg["fedvln.batch-size"]), int(cfg["fedvln.max-local-steps"])
+    epochs = float(conf["epochs"])
+    recipe = recipe_of(cfg)
+    opt = make_optimizer(recipe.optimizer, model.parameters(), recipe.lr)
     t0 = time.perf_counter()
     if step == "follower":
+        iters = follower_steps(len(h.train), len(routes), epochs, batch, cap)
         s = agent_settings(cfg)
-        loss = vln_agent.train_batches(model, opt, h.setup.world, episodes,
+        loss = vln_agent.train_batches(model, opt, h.setup.world, list(h.train),
                                        vln_agent.Tokens(h.setup.vocab, s.max_words), s,
-                                       iterations=iters, rng=rng)
+                                       iterations=iters, rng=rng, routes=routes,
+                                       back_translate=back_translation(context, cfg, h))
     else:
-        s = vln_speaker.SpeakerSettings(batch_size=int(cfg["fedvln.batch-size"]),
-                                        lr=float(cfg["fedvln.lr"]))
+        iters = local_iterations(len(h.train), epochs, batch, cap)
+        s = vln_speaker.SpeakerSettings(batch_size=batch, lr=recipe.lr)
         loss = vln_speaker.train_batches(model, opt, vln_speaker.PathInputs(h.setup.world),
-                                         episodes, h.setup.vocab, s, iterations=iters, rng=rng)
+                                         list(h.train), h.setup.vocab, s, iterations=iters,
+                                         rng=rng)
     if keep_local:
         context.state[LOCAL] = ArrayRecord(model.state_dict())
     return Message(RecordDict({
         "arrays": shared_part(model, str(conf["share"])),
-        "metrics": MetricRecord({"num-examples": len(episodes), "train-loss": loss,
-                                 "local-steps": iters,
+        "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),
+                                 "train-loss": loss, "local-steps": iters,
                                  "fit-s": time.perf_counter() - t0})}), reply_to=msg)
 
 

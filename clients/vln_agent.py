@@ -4,8 +4,19 @@ The training objective is Envdrop's mixed one: a teacher-forcing pass (cross-ent
 the shortest-path action, weighted by `ml_weight`) plus a sampling pass trained by A2C with
 Envdrop's rewards (+-1 for getting closer/farther, +-2 for stopping within/outside 3 m), the
 critic's value as baseline and bootstrap, discount 0.9 and an entropy bonus. `feedback =
-"teacher"` trains by imitation only. Both losses are means over the valid (not yet finished)
-steps, so `ml_weight` weighs comparable quantities.
+"teacher"` trains by imitation only.
+
+Loss scaling is Envdrop's (`r2r_src/agent.py` l. 324, 403-446 of eric-ai-lab/FedVLN@2f98fd9):
+the imitation cross-entropy is summed over steps and divided by the batch size, the A2C term is
+divided by the number of valid steps (`--normalize total`). So `ml_weight` = 0.2 weighs a
+per-episode sum against a per-step mean, as in the official code.
+
+Back-translation (`train_batches(..., back_translate=...)`, Envdrop's `rollout(speaker=...)`,
+l. 246-264): for each batch of speaker-made routes the speaker writes a fresh greedy instruction
+while seeing the features through the same environmental-dropout mask the follower then uses on
+that batch, so every pass over a route sees a new "environment" and a new instruction.
+Choice: the mask is drawn per episode (as the follower's environmental dropout is here), not
+one mask for the whole batch as in Envdrop; it is shared by speaker and follower as there.
 """
 from __future__ import annotations
 
@@ -15,12 +26,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.vln_loop import train_steps
+from clients.vln_loop import Batches, train_steps
 from envs.vln_data import Episode
 from envs.vln_env import NavBatch, World
 from envs.vln_features import ANGLE_DIM
 from envs.vln_metrics import episode_metrics, summarize
-from envs.vln_vocab import Vocab
+from envs.vln_vocab import EOS, PAD, Vocab
 from models.envdrop import Follower
 
 
@@ -34,6 +45,7 @@ class AgentSettings:
     entropy: float = 0.01
     max_actions: int = 35
     max_words: int = 80
+    aug_ml_weight: float = 0.6     # mlWeight on speaker-written batches (official train.py l. 316)
 
 
 class Tokens:
@@ -55,14 +67,19 @@ class Tokens:
 
 
 def rollout(model: Follower, world: World, episodes: list[Episode], tokens: Tokens,
-            mode: str, s: AgentSettings):
+            mode: str, s: AgentSettings, *, token_ids: torch.Tensor | None = None,
+            drop: torch.Tensor | None = None):
     """Run a batch to the end. mode: `teacher` (follow and imitate the shortest path),
-    `sample` (A2C) or `greedy` (evaluation). Returns (loss or None, NavBatch)."""
+    `sample` (A2C) or `greedy` (evaluation). `token_ids` replace the episodes' instructions
+    (back-translation); `drop` is the environmental-dropout mask to use (default: a fresh
+    one). Returns (loss or None, NavBatch)."""
     dev = next(model.parameters()).device
     nb = NavBatch(world, episodes, s.max_actions)
     B = len(episodes)
-    ctx, ctx_mask, h, c = model.lang_encoder(tokens(episodes).to(dev))
-    drop = model.env_drop_mask(B, dev)
+    ids = token_ids if token_ids is not None else tokens(episodes)
+    ctx, ctx_mask, h, c = model.lang_encoder(ids.to(dev))
+    if drop is None:
+        drop = model.env_drop_mask(B, dev)
     prev = torch.zeros(B, ANGLE_DIM, device=dev)
     ce, logps, ents, values, rewards, masks = [], [], [], [], [], []
     last_dist = nb.distance_to_goal()
@@ -98,8 +115,8 @@ def rollout(model: Follower, world: World, episodes: list[Episode], tokens: Toke
             rewards.append(r * was_active)
             masks.append(was_active.astype(np.float32))
             last_dist = dist_now
-    if mode == "teacher":
-        return torch.stack(ce).sum() / torch.stack(masks).sum().clamp(min=1), nb
+    if mode == "teacher":   # summed over steps, divided by the batch (Envdrop l. 445)
+        return torch.stack(ce).sum() / B, nb
     if mode == "sample":
         return _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev), nb
     return None, nb
@@ -127,20 +144,67 @@ def _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev):
     return policy + value + entropy
 
 
+class BackTranslation:
+    """What a house needs to back-translate its speaker-made routes: the speaker and its path
+    inputs. `ids(batch, drop)` gives follower token ids `<BOS> words <EOS>` for a batch."""
+
+    def __init__(self, speaker, inputs, vocab: Vocab, max_words: int = 80):
+        self.speaker, self.inputs, self.vocab, self.max_words = speaker, inputs, vocab, max_words
+
+    @torch.no_grad()
+    def ids(self, batch: list[Episode], drop: torch.Tensor) -> torch.Tensor:
+        was = self.speaker.training
+        self.speaker.eval()
+        acts, panos, mask = self.inputs(batch, drop.device)
+        words = self.speaker.generate(acts, panos, mask, self.vocab.bos, self.max_words - 2,
+                                      feature_mask=drop)
+        self.speaker.train(was)
+        bos = torch.full((len(batch), 1), self.vocab.bos, dtype=torch.long, device=drop.device)
+        ids = torch.cat([bos, words, torch.zeros_like(bos)], 1)
+        # an instruction cut at max_words ends with <EOS>, as Envdrop forces (l. 257-258)
+        ended = (words == EOS).any(1)
+        lengths = (ids != PAD).sum(1)
+        ids[~ended, lengths[~ended]] = EOS
+        return ids
+
+
+def _mixed_loss(model, world, batch, tokens, s, ml_weight, bt: BackTranslation | None):
+    dev = next(model.parameters()).device
+    drop = model.env_drop_mask(len(batch), dev)
+    ids = bt.ids(batch, drop) if bt is not None else None
+    loss, _ = rollout(model, world, batch, tokens, "teacher", s, token_ids=ids, drop=drop)
+    if s.feedback == "mixed":
+        rl, _ = rollout(model, world, batch, tokens, "sample", s, token_ids=ids, drop=drop)
+        loss = ml_weight * loss + rl
+    return loss
+
+
 def train_batches(model: Follower, optimizer, world: World, episodes: list[Episode],
                   tokens: Tokens, s: AgentSettings, *, iterations: int,
-                  rng: np.random.Generator, progress=None) -> float:
-    """`iterations` minibatch updates of the mixed (or teacher-only) objective; returns the
-    mean loss."""
-    def loss_of(batch):
-        loss, _ = rollout(model, world, batch, tokens, "teacher", s)
-        if s.feedback == "mixed":
-            rl, _ = rollout(model, world, batch, tokens, "sample", s)
-            loss = s.ml_weight * loss + rl
-        return loss
+                  rng: np.random.Generator, progress=None, routes: list[Episode] = (),
+                  back_translate: BackTranslation | None = None) -> float:
+    """`iterations` optimizer steps of the mixed (or teacher-only) objective; returns the
+    mean loss.
 
-    return train_steps(model, optimizer, episodes, s.batch_size, iterations, rng, loss_of,
-                       progress)
+    With speaker-made `routes` and labelled `episodes` (Envdrop's and FedVLN's `--accumulateGrad`
+    back-translation, official train.py l. 492-508), each step adds the gradients of one
+    labelled batch (mlWeight `ml_weight`) and one back-translated route batch (`aug_ml_weight`).
+    With routes only (pre-exploration in an unseen house, l. 708-711), each step is one
+    back-translated batch."""
+    if not routes:
+        return train_steps(model, optimizer, episodes, s.batch_size, iterations, rng,
+                           lambda b: _mixed_loss(model, world, b, tokens, s, s.ml_weight, None),
+                           progress)
+    if back_translate is None:
+        raise ValueError("speaker-made routes need a BackTranslation (the house's speaker)")
+    aug = lambda b: _mixed_loss(model, world, b, tokens, s, s.aug_ml_weight, back_translate)  # noqa: E731
+    if not episodes:
+        return train_steps(model, optimizer, list(routes), s.batch_size, iterations, rng, aug,
+                           progress)
+    labelled = Batches(episodes, s.batch_size, rng)
+    return train_steps(model, optimizer, list(routes), s.batch_size, iterations, rng,
+                       lambda b: _mixed_loss(model, world, labelled.next(), tokens, s,
+                                             s.ml_weight, None) + aug(b), progress)
 
 
 @torch.no_grad()

@@ -9,18 +9,16 @@ simulation is always the same house.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from clients import vln_speaker
 from envs.errors import DataError
 from envs.vln_data import Episode
 from envs.vln_houses import HouseSpec
 from envs.vln_routes import sample_routes
 from envs.vln_setup import VLNSetup, open_vln
-from models.speaker import Speaker
 
 
 @dataclass
@@ -68,21 +66,30 @@ def house_of_partition(setup: VLNSetup, partition: int) -> str:
     return order[partition]
 
 
-def speaker_episodes(speaker: Speaker, house: House, n_routes: int, seed: int) -> list[Episode]:
-    """Routes sampled in this house with instructions the speaker writes by sampling; the
-    same (speaker, house, n_routes, seed) always gives the same episodes, so the centralized
-    reference can rebuild exactly what each client made."""
+def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
+    """Routes (start heading, node path) sampled in this house for the speaker to describe;
+    their instructions are written batch by batch during training (back-translation,
+    `clients.vln_agent.BackTranslation`). The same (house, n_routes, seed) always gives the
+    same routes, so the centralized reference can rebuild exactly what each house samples."""
     scan = house.setup.world.scan(house.name)
     rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])
-    routes = sample_routes(scan, n_routes, rng)
-    inputs = vln_speaker.PathInputs(house.setup.world)
-    eps = vln_speaker.augmented_episodes(speaker, inputs, house.name, routes, scan.ids,
-                                         house.setup.vocab, first_path_id=10 ** 7,
-                                         seed=seed + zlib.crc32(house.name.encode()) % 9973)
-    return [replace(e, instr_id=f"aug-{house.name}-{k}") for k, e in enumerate(eps)]
+    return [Episode(f"aug-{house.name}-{k}", house.name, tuple(scan.ids[v] for v in path),
+                    float(heading), "", 10 ** 7 + k)
+            for k, (path, heading) in enumerate(sample_routes(scan, n_routes, rng))]
 
 
 def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0) -> int:
     """Minibatch updates in `epochs` passes over n_items (at least one), capped if cap > 0."""
     it = max(1, int(np.ceil(epochs * n_items / batch_size)))
     return min(it, cap) if cap > 0 else it
+
+
+def follower_steps(n_labelled: int, n_routes: int, epochs: float, batch_size: int,
+                   cap: int = 0) -> int:
+    """Optimizer steps of one local follower training, as the official code counts them
+    (train.py l. 478-495, 708): with labelled data and speaker routes, half the labelled
+    batches of `epochs` passes, each step one labelled plus one route batch; with routes only
+    (an unseen house pre-exploring), `epochs` passes over the routes; else over the labels."""
+    if n_labelled and n_routes:
+        return -(-local_iterations(n_labelled, epochs, batch_size, cap) // 2)
+    return local_iterations(n_labelled or n_routes, epochs, batch_size, cap)

@@ -8,7 +8,7 @@ which leaves clipped counts and the closest reference length unchanged.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import sacrebleu
@@ -123,13 +123,3 @@ def bleu_stats(speaker: Speaker, inputs: PathInputs, episodes: list[Episode],
         out[f"correct_{i + 1}"] = int(score.counts[i])
         out[f"total_{i + 1}"] = int(score.totals[i])
     return out
-
-
-def augmented_episodes(speaker: Speaker, inputs: PathInputs, scan: str, routes, ids: list[str],
-                       vocab: Vocab, *, first_path_id: int, seed: int) -> list[Episode]:
-    """Episodes on sampled routes (node paths, start heading) of one house, with instructions
-    the speaker writes (sampled, so the same route gets varied wording)."""
-    eps = [Episode(f"aug{first_path_id + k}_0", scan, tuple(ids[v] for v in path), heading,
-                   "", first_path_id + k) for k, (path, heading) in enumerate(routes)]
-    texts = write_instructions(speaker, inputs, eps, vocab, sample=True, seed=seed)
-    return [replace(e, instruction=t) for e, t in zip(eps, texts)]

@@ -1,27 +1,38 @@
-"""FedVLN's whole pipeline in Flower's simulation engine, resumable per stage, and the layouts
-of the paper's Tables 2, 4 and 5 with the paper's numbers beside ours.
+"""FedVLN's whole pipeline over several seeds, with the centralized baselines at an equal number
+of local updates, and the paper's Tables 2, 4, 5 and 9 (paper numbers beside ours).
 
-    python -m experiments.fedvln_pipeline                    # embedded houses (CPU)
-    python -m experiments.fedvln_pipeline --data-dir ../shared/data --tag r2r   # real R2R
+    python -m experiments.fedvln_pipeline                    # embedded houses, seeds 0 1 2
+    python -m experiments.fedvln_pipeline --data-dir ../shared/data --tag r2r --seeds 0 \\
+        --agent-rounds 8 ...                                 # real R2R (61 + 11 houses)
 
-Stages, each one `python simulation.py fedvln --stage ...` run in OUT/<stage>:
-agent -> speaker -> augment (agent + speaker) -> preexplore-<variant> for env-based, fed-full,
-fed-lan and fed-lan+seen (each from the agent stage's model, with the federated speaker), then
-the non-private centralized pre-exploration reference in this process
-(OUT/preexplore-centralized/log.csv). A stage whose rounds.csv reached its rounds is skipped on
-rerun, so an interrupted pipeline resumes where it stopped.
+Per seed, in OUT/seed<S>/ (each federated stage is `python simulation.py fedvln --stage ...`
+in Flower's simulation engine):
 
-Centralized rows of Tables 2 and 4 come from `experiments/results/vln_centralized[_TAG].csv`
-(`python -m experiments.vln_centralized`). Centralized pre-exploration trains one follower on
-the pooled speaker-written episodes of every unseen house (the same episodes the houses make
-for themselves) for as many updates per round as env-based makes in all houses together.
-Reported numbers are those of the last evaluation, not a checkpoint picked on val_unseen;
-Table 5 adds the mean SR of the last three evaluations, as single evaluations are noisy.
+1. `agent` -> `speaker` -> `augment` (from the agent's best.pt, with the speaker's best.pt) ->
+   `preexplore-<variant>` for env-based, fed-full, fed-lan, fed-lan+seen (from the augmented
+   agent's best.pt, as the official pre-exploration scripts load `agent_bt_.../best_val_unseen`).
+2. `central/`: centralized Envdrop, speaker and Envdrop_aug (`experiments.vln_centralized`) with
+   exactly as many optimizer steps as the federated stage made in all houses together (read from
+   the federated `rounds.csv`), evaluated at the same step counts.
+3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
+   back-translated by the same speaker, with as many steps per round as env-based makes.
+
+Every stage resumes: a finished one is skipped on rerun. Checkpoints reported (the issue's and
+the paper's convention): `best` is the evaluation with the highest val_unseen SR (BLEU for the
+speaker), all other metrics from that same evaluation; `last` is the final evaluation. Tables
+give mean, sd and n over seeds, and `se_eval`, the binomial standard error of one SR evaluation
+(sqrt(p (1 - p) / n_episodes)), so a reader can tell what is within noise.
+
+Table 9 counts optimizer steps summed over houses until the first evaluation at or above a
+target SR. The paper's targets (44% seen training, 62% pre-exploration on R2R) do not transfer;
+ours are 90% of the way from the starting SR (0 for seen training, the augmented agent's for
+pre-exploration) to the lowest mean best SR among the compared methods, so each reaches it.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -29,10 +40,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clients import vln_agent
+from clients import vln_agent, vln_speaker
 from clients.fedvln import agent_settings, spec_of
-from clients.vln_house import (house_names, local_iterations, open_house, open_setup,
-                               speaker_episodes)
+from clients.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
+from clients.vln_loop import make_optimizer
+from clients.vln_recipe import recipe_of
+from experiments import vln_centralized
 from experiments.simulate import RESULTS, ROOT, simulate
 from models import vln_checkpoint
 
@@ -56,6 +69,11 @@ PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "fed-lan": ([3.52, 77.6, 63.6, 67.2, 73.2, 67.6], "24.6%"),
     "fed-lan+seen": ([3.47, 78.1, 64.8, 68.3, 73.5, 67.3], "24.6%"),
 }
+PAPER_T9 = {  # optimizer steps (x 10^2) to 44% (seen training) / 62% (pre-exploration), R2R
+    ("seen", "centralized"): 356, ("seen", "federated"): 825,
+    ("preexplore", "centralized"): 105, ("preexplore", "env-based"): 7,
+    ("preexplore", "fed-full"): 97, ("preexplore", "fed-lan+seen"): 13,
+}
 
 
 def parse_args(argv=None):
@@ -63,14 +81,15 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
     p.add_argument("--tag", default="", help="suffix of run and results names (e.g. r2r)")
     p.add_argument("--out", default="", help="runs folder (default runs/fedvln[-TAG])")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--agent-rounds", type=int, default=30)
     p.add_argument("--speaker-rounds", type=int, default=20)
     p.add_argument("--aug-rounds", type=int, default=15)
     p.add_argument("--pre-rounds", type=int, default=15)
-    p.add_argument("--eval-every", type=int, default=5, help="agent/speaker/augment stages")
+    p.add_argument("--eval-every", type=int, default=3, help="agent/speaker/augment stages")
     p.add_argument("--pre-eval-every", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-config", default="", help="extra run config for every stage")
+    p.add_argument("--tables-only", action="store_true", help="only rebuild tables from runs")
     p.add_argument("--results-dir", default=str(RESULTS))
     return p.parse_args(argv)
 
@@ -83,172 +102,343 @@ def stage_config(a, stage: str, extra: str = "") -> str:
     return " ".join(items + [extra, a.run_config]).strip()
 
 
-def run_pipeline(a, out: Path) -> None:
-    simulate("fedvln", out / "agent", rounds=a.agent_rounds, seed=a.seed,
-             run_config=stage_config(a, "agent"))
-    simulate("fedvln", out / "speaker", rounds=a.speaker_rounds, seed=a.seed,
-             run_config=stage_config(a, "speaker"))
-    inits = (f'fedvln.agent-init="{out / "agent" / "model.pt"}" '
-             f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"')
-    simulate("fedvln", out / "augment", rounds=a.aug_rounds, seed=a.seed,
-             run_config=stage_config(a, "augment", inits))
+def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
+    """One federated stage, resumed if finished; an interrupted one is redone."""
+    done = run / "rounds.csv"
+    if done.is_file() and (pd.read_csv(done)["round"].max() < rounds
+                           or not (run / "config.json").is_file()
+                           or "wall_s" not in json.loads((run / "config.json").read_text())):
+        shutil.rmtree(run)
+    simulate("fedvln", run, rounds=rounds, seed=seed, run_config=config)
+
+
+def run_seed(a, out: Path, seed: int) -> None:
+    _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
+    _stage(a, out / "speaker", a.speaker_rounds, seed, stage_config(a, "speaker"))
+    spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
+    _stage(a, out / "augment", a.aug_rounds, seed,
+           stage_config(a, "augment", f'fedvln.agent-init="{out / "agent" / "best.pt"}" {spk}'))
+    pre = f'fedvln.agent-init="{out / "augment" / "best.pt"}" {spk}'
     for v in VARIANTS:
-        simulate("fedvln", out / f"preexplore-{v}", rounds=a.pre_rounds, seed=a.seed,
-                 run_config=stage_config(a, "preexplore", f'{inits} fedvln.variant="{v}"'))
-    centralized_preexplore(a, out)
+        _stage(a, out / f"preexplore-{v}", a.pre_rounds, seed,
+               stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'))
+    centralized(a, out, seed)
+    centralized_preexplore(a, out, seed)
 
 
-def centralized_preexplore(a, out: Path) -> Path:
-    """One follower on every unseen house's speaker-written episodes, pooled (non-private)."""
+def _eval_steps(rounds_csv: Path, col: str) -> list[int]:
+    """Cumulative optimizer steps (all houses) at each evaluated round of a federated run."""
+    df = pd.read_csv(rounds_csv)
+    df = df[df["round"] > 0]
+    df["steps"] = df["local_steps"].fillna(0).cumsum()
+    return [int(x) for x in df.loc[df[col].notna(), "steps"]]
+
+
+def centralized(a, out: Path, seed: int) -> None:
+    """Envdrop, speaker and Envdrop_aug on pooled data, step for step with the federated runs:
+    as many optimizer steps as each federated stage made, evaluated every as many steps as one
+    federated evaluation interval (the federated runs' own evaluation points)."""
+    steps = {s: _eval_steps(out / s / "rounds.csv", c) for s, c in
+             (("agent", "val_unseen_sr"), ("speaker", "val_unseen_bleu"),
+              ("augment", "val_unseen_sr"))}
+    cfg = json.loads((out / "agent" / "config.json").read_text())
+    every = max(1, steps["agent"][-1] // max(1, len(steps["agent"])))
+    args = ["--iters", str(steps["agent"][-1]), "--speaker-iters", str(steps["speaker"][-1]),
+            "--aug-iters", str(steps["augment"][-1]), "--eval-every", str(every),
+            "--aug-routes", str(cfg["fedvln.aug-routes"]),
+            "--seed", str(seed), "--threads", "2", "--out", str(out / "central"),
+            "--results-dir", str(out / "central"),
+            "--embedding", str(cfg["fedvln.embedding"]), "--hidden", str(cfg["fedvln.hidden"]),
+            "--batch-size", str(cfg["fedvln.batch-size"]),
+            "--train-houses", str(cfg["fedvln.train-houses"]),
+            "--unseen-houses", str(cfg["fedvln.unseen-houses"])]
+    if a.data_dir:
+        args += ["--data-dir", str(Path(a.data_dir).resolve())]
+    if vln_centralized.main(args) != 0:
+        raise SystemExit(f"centralized baselines failed in {out / 'central'}")
+
+
+def centralized_preexplore(a, out: Path, seed: int) -> Path:
+    """One follower on every unseen house's routes pooled (non-private), from the same
+    augmented agent, back-translated by the same speaker, with the recipe's optimizer and as
+    many steps per round as env-based makes in all houses together."""
     dest = out / "preexplore-centralized"
     log_path = dest / "log.csv"
     if log_path.is_file() and pd.read_csv(log_path)["round"].max() >= a.pre_rounds:
         return log_path
     dest.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((out / "preexplore-env-based" / "config.json").read_text())
-    torch.manual_seed(a.seed)
+    torch.manual_seed(seed)
     setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]), spec_of(cfg))
     follower, _, _ = vln_checkpoint.load(cfg["fedvln.agent-init"])
     speaker, _, _ = vln_checkpoint.load(cfg["fedvln.speaker-init"])
     houses = [open_house(setup, h) for h in house_names(setup)[1]]
-    train, val, per_round = [], [], 0
+    routes, val, per_round = [], [], 0
     for h in houses:
-        eps = speaker_episodes(speaker, h, int(cfg["fedvln.preexplore-routes"]), int(cfg["seed"]))
-        train += eps
+        mine = speaker_routes(h, int(cfg["fedvln.preexplore-routes"]), int(cfg["seed"]))
+        routes += mine
         val += h.val
-        per_round += local_iterations(len(eps), float(cfg["fedvln.preexplore-epochs"]),
-                                      int(cfg["fedvln.batch-size"]),
-                                      int(cfg["fedvln.max-local-steps"]))
+        per_round += follower_steps(0, len(mine), float(cfg["fedvln.preexplore-epochs"]),
+                                    int(cfg["fedvln.batch-size"]),
+                                    int(cfg["fedvln.max-local-steps"]))
     s = agent_settings(cfg)
     tokens = vln_agent.Tokens(setup.vocab, s.max_words)
-    opt = torch.optim.Adam(follower.parameters(), lr=s.lr)
-    rng = np.random.default_rng(a.seed)
+    bt = vln_agent.BackTranslation(speaker, vln_speaker.PathInputs(setup.world), setup.vocab,
+                                   s.max_words)
+    r = recipe_of(cfg)
+    rng = np.random.default_rng(seed)
     rows, t0 = [], time.time()
     for rnd in range(1, a.pre_rounds + 1):
-        loss = vln_agent.train_batches(follower, opt, setup.world, train, tokens, s,
-                                       iterations=per_round, rng=rng)
+        opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)   # as fresh as a house's
+        loss = vln_agent.train_batches(follower, opt, setup.world, [], tokens, s,
+                                       iterations=per_round, rng=rng, routes=routes,
+                                       back_translate=bt)
         if rnd % a.pre_eval_every == 0 or rnd == a.pre_rounds:
             m, _ = vln_agent.evaluate(follower, setup.world, val, tokens, s)
-            rows.append({"round": rnd, "updates": rnd * per_round, "train_loss": loss,
+            rows.append({"round": rnd, "local_steps_cum": rnd * per_round, "train_loss": loss,
+                         "val_unseen_n": len(val),
                          **{f"val_unseen_{k}": v for k, v in m.items()},
                          "wall_s": time.time() - t0})
             pd.DataFrame(rows).to_csv(log_path, index=False)
             print(f"[centralized pre-exploration] round {rnd}/{a.pre_rounds} "
-                  f"({per_round} updates each): unseen SR {m['sr']:.1f} SPL {m['spl']:.1f}",
+                  f"({per_round} steps each): unseen SR {m['sr']:.1f} SPL {m['spl']:.1f}",
                   flush=True)
     return log_path
 
 
-def last_eval(path: Path, col: str) -> pd.Series | None:
-    if not path.is_file():
+# ---------------------------------------------------------------- reading runs back
+
+
+def curve(out: Path, run: str) -> pd.DataFrame | None:
+    """Evaluations of one run of one seed, with `steps` (cumulative optimizer steps, all
+    houses) and the metric columns; None if the run is missing."""
+    if run.startswith("central/"):
+        stage = run.split("/")[1]
+        f = out / "central" / f"{stage}_log.csv"
+        if not f.is_file():
+            return None
+        df = pd.read_csv(f).rename(columns={"iteration": "steps"})
+        for split in ("val_seen", "val_unseen"):
+            if f"{split}_n" not in df:
+                df[f"{split}_n"] = np.nan
+        return df
+    if run == "preexplore-centralized":
+        f = out / run / "log.csv"
+        return pd.read_csv(f).rename(columns={"local_steps_cum": "steps"}) if f.is_file() else None
+    f = out / run / "rounds.csv"
+    if not f.is_file():
         return None
-    df = pd.read_csv(path)
-    df = df[df[col].notna()] if col in df else df.iloc[0:0]
-    return df.iloc[-1] if len(df) else None
+    df = pd.read_csv(f)
+    df = df[df["round"] > 0].copy()
+    df["steps"] = df["local_steps"].fillna(0).cumsum()
+    key = "val_unseen_sr" if "val_unseen_sr" in df else "val_unseen_bleu"
+    return df[df[key].notna()].reset_index(drop=True)
+
+
+def pick(df: pd.DataFrame, key: str) -> dict[str, pd.Series]:
+    """{'best': the evaluation with the highest `key`, 'last': the final one}."""
+    return {"best": df.loc[df[key].idxmax()], "last": df.iloc[-1]}
+
+
+def se_eval(sr: float, n: float) -> float:
+    """Binomial standard error (SR points) of one evaluation on n episodes."""
+    return float(np.sqrt(sr * (100 - sr) / n)) if n and n == n else float("nan")
+
+
+def summary(rows: list[dict], keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """Mean, sd and n over seeds of `metrics`, grouped by `keys`."""
+    df = pd.DataFrame(rows)
+    out = []
+    for group, g in df.groupby(keys, sort=False):
+        row = dict(zip(keys, group if isinstance(group, tuple) else (group,)))
+        row["n_seeds"] = len(g)
+        for m in metrics:
+            if m in g:
+                row[m] = g[m].mean()
+                row[f"{m}_sd"] = g[m].std(ddof=1) if len(g) > 1 else float("nan")
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def seed_dirs(out: Path, seeds: list[int]) -> dict[int, Path]:
+    return {s: out / f"seed{s}" for s in seeds if (out / f"seed{s}").is_dir()}
+
+
+def table2(dirs: dict[int, Path]) -> pd.DataFrame:
+    rows = []
+    for seed, out in dirs.items():
+        for model, run in (("Envdrop", "central/agent"), ("FedEnvdrop", "agent"),
+                           ("Envdrop_aug", "central/augment"), ("FedEnvdrop_aug", "augment")):
+            df = curve(out, run)
+            if df is None or not len(df):
+                continue
+            n_unseen = df["val_unseen_n"].dropna()
+            for ck, r in pick(df, "val_unseen_sr").items():
+                for split in ("val_seen", "val_unseen"):
+                    if f"{split}_sr" not in r or r[f"{split}_sr"] != r[f"{split}_sr"]:
+                        continue
+                    n = r.get(f"{split}_n", np.nan)
+                    if n != n and split == "val_unseen" and len(n_unseen):
+                        n = n_unseen.iloc[0]
+                    rows.append({"model": model, "split": split, "checkpoint": ck, "seed": seed,
+                                 "steps": int(r["steps"]), "n_eval": n,
+                                 "se_eval": se_eval(r[f"{split}_sr"], n),
+                                 **{k: r[f"{split}_{k}"] for k in NAV}})
+    if not rows:
+        return pd.DataFrame()
+    t = summary(rows, ["model", "split", "checkpoint"], NAV + ["se_eval", "steps"])
+    return _with_paper(t, lambda r: PAPER_T2[(r["model"], r["split"])], NAV,
+                       ["model", "split"])
+
+
+def _with_paper(t: pd.DataFrame, paper_of, cols: list[str], keys: list[str]) -> pd.DataFrame:
+    t = t.assign(source="ours")
+    papers = []
+    for _, r in t.drop_duplicates(keys).iterrows():
+        papers.append({**{k: r[k] for k in keys}, "source": "paper",
+                       **dict(zip(cols, paper_of(r)))})
+    return pd.concat([t, pd.DataFrame(papers)], ignore_index=True)
+
+
+def table4(dirs: dict[int, Path]) -> pd.DataFrame:
+    rows = []
+    for seed, out in dirs.items():
+        for name, run in (("Cent", "central/speaker"), ("Fed", "speaker")):
+            df = curve(out, run)
+            if df is None or not len(df):
+                continue
+            for ck, r in pick(df, "val_unseen_bleu").items():
+                rows.append({"speaker": name, "checkpoint": ck, "seed": seed,
+                             "steps": int(r["steps"]), "val_seen_bleu": r["val_seen_bleu"],
+                             "val_unseen_bleu": r["val_unseen_bleu"]})
+    if not rows:
+        return pd.DataFrame()
+    t = summary(rows, ["speaker", "checkpoint"], ["val_seen_bleu", "val_unseen_bleu", "steps"])
+    return _with_paper(t, lambda r: PAPER_T4[r["speaker"]], ["val_seen_bleu", "val_unseen_bleu"],
+                       ["speaker"])
+
+
+def _pre_run(v: str) -> str:
+    return "preexplore-centralized" if v == "centralized" else f"preexplore-{v}"
+
+
+def table5(dirs: dict[int, Path]) -> pd.DataFrame:
+    rows = []
+    for seed, out in dirs.items():
+        start = curve(out, "augment")
+        for v in ("centralized",) + VARIANTS:
+            df = curve(out, _pre_run(v))
+            if df is None or not len(df):
+                continue
+            mb = float("nan")
+            if v != "centralized":
+                mb = pd.read_csv(out / _pre_run(v) / "rounds.csv")["bytes_up"].sum() / 1e6
+            for ck, r in pick(df, "val_unseen_sr").items():
+                rows.append({"method": v, "checkpoint": ck, "seed": seed,
+                             "start_sr": start["val_unseen_sr"].max() if start is not None
+                             else np.nan, "mb_up": mb, "steps": int(r["steps"]),
+                             "n_eval": r["val_unseen_n"],
+                             "se_eval": se_eval(r["val_unseen_sr"], r["val_unseen_n"]),
+                             **{k: r[f"val_unseen_{k}"] for k in NAV}})
+    if not rows:
+        return pd.DataFrame()
+    t = summary(rows, ["method", "checkpoint"], NAV + ["se_eval", "start_sr", "mb_up", "steps"])
+    return _with_paper(t, lambda r: PAPER_T5[r["method"]][0], NAV, ["method"])
+
+
+def steps_to(df: pd.DataFrame, target: float) -> float:
+    hit = df[df["val_unseen_sr"] >= target]
+    return float(hit["steps"].iloc[0]) if len(hit) else float("nan")
+
+
+def table9(dirs: dict[int, Path]) -> pd.DataFrame:
+    groups = {"seen": {"centralized": "central/agent", "federated": "agent"},
+              "preexplore": {v: _pre_run(v) for v in ("centralized",) + VARIANTS}}
+    rows = []
+    for phase, runs in groups.items():
+        curves = {(s, m): curve(out, r) for s, out in dirs.items() for m, r in runs.items()}
+        curves = {k: c for k, c in curves.items() if c is not None and len(c)}
+        if not curves:
+            continue
+        best = pd.DataFrame([{"m": m, "best": c["val_unseen_sr"].max()}
+                             for (_, m), c in curves.items()]).groupby("m")["best"].mean()
+        start = 0.0
+        if phase == "preexplore":
+            starts = [curve(out, "augment")["val_unseen_sr"].max() for out in dirs.values()
+                      if curve(out, "augment") is not None]
+            start = float(np.mean(starts)) if starts else 0.0
+        target = round(start + 0.9 * (best.min() - start), 1)
+        for (seed, m), c in curves.items():
+            rows.append({"phase": phase, "method": m, "seed": seed, "target_sr": target,
+                         "steps": steps_to(c, target), "reached": float(steps_to(c, target) ==
+                                                                        steps_to(c, target))})
+    if not rows:
+        return pd.DataFrame()
+    t = summary(rows, ["phase", "method"], ["target_sr", "steps", "reached"])
+    t["reached"] = (t["reached"] * t["n_seeds"]).round().astype(int)
+    paper = [{"phase": p, "method": m, "source": "paper (R2R)",
+              "target_sr": 44.0 if p == "seen" else 62.0, "steps": 100 * v}
+             for (p, m), v in PAPER_T9.items()]
+    return pd.concat([t.assign(source="ours"), pd.DataFrame(paper)], ignore_index=True)
 
 
 def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
     suffix = f"_{a.tag}" if a.tag else ""
-    cent = RESULTS / f"vln_centralized{suffix}.csv"
-    cent = pd.read_csv(cent) if cent.is_file() else pd.DataFrame(columns=["model", "source"])
-    ours = cent[cent["source"] == "ours"]
-    rows2 = []
-    for model, run in (("Envdrop", None), ("FedEnvdrop", "agent"),
-                       ("Envdrop_aug", None), ("FedEnvdrop_aug", "augment")):
-        for split in ("val_seen", "val_unseen"):
-            if run is None:
-                r = ours[(ours["model"] == model) & (ours["split"] == split)]
-                vals = [r.iloc[0][k] for k in NAV] if len(r) else None
-                size = f"{int(r.iloc[0]['iterations'])} it" if len(r) else ""
-            else:
-                last = last_eval(out / run / "rounds.csv", f"{split}_sr")
-                vals = [last[f"{split}_{k}"] for k in NAV] if last is not None else None
-                size = f"{int(last['round'])} rounds" if last is not None else ""
-            if vals is not None:
-                rows2.append({"model": model, "split": split, "source": "ours",
-                              "trained": size, **dict(zip(NAV, vals))})
-            rows2.append({"model": model, "split": split, "source": "paper",
-                          **dict(zip(NAV, PAPER_T2[(model, split)]))})
-    rows4 = []
-    spk = ours[ours["model"] == "Speaker"] if "model" in ours else ours.iloc[0:0]
-    if len(spk):
-        rows4.append({"speaker": "Cent", "source": "ours",
-                      "val_seen_bleu": spk[spk["split"] == "val_seen"].iloc[0]["bleu"],
-                      "val_unseen_bleu": spk[spk["split"] == "val_unseen"].iloc[0]["bleu"]})
-    if (out / "speaker" / "rounds.csv").is_file():
-        df = pd.read_csv(out / "speaker" / "rounds.csv").dropna(subset=["val_seen_bleu"])
-        best = df.loc[df["val_seen_bleu"].idxmax()]
-        rows4.append({"speaker": "Fed", "source": "ours", "round": int(best["round"]),
-                      "val_seen_bleu": best["val_seen_bleu"],
-                      "val_unseen_bleu": best["val_unseen_bleu"]})
-    for k, (s, u) in PAPER_T4.items():
-        rows4.append({"speaker": k, "source": "paper", "val_seen_bleu": s, "val_unseen_bleu": u})
-    rows5 = []
-    for v in ("centralized",) + VARIANTS:
-        if v == "centralized":
-            last = last_eval(out / "preexplore-centralized" / "log.csv", "val_unseen_sr")
-            shared, up = "data", float("nan")
-        else:
-            run = out / f"preexplore-{v}"
-            last = last_eval(run / "rounds.csv", "val_unseen_sr")
-            shared, up = "", float("nan")
-            if (run / "config.json").is_file():
-                c = json.loads((run / "config.json").read_text())
-                shared = f"{100 * c['shared_fraction']:.1f}%" if v != "env-based" else "nothing"
-                up = pd.read_csv(run / "rounds.csv")["bytes_up"].sum() / 1e6
-        if last is not None:
-            log = (out / "preexplore-centralized" / "log.csv" if v == "centralized"
-                   else out / f"preexplore-{v}" / "rounds.csv")
-            sr = pd.read_csv(log)["val_unseen_sr"].dropna()
-            rows5.append({"method": v, "source": "ours", "rounds": int(last["round"]),
-                          "shared": shared, "mb_up": round(up, 2),
-                          **{k: last[f"val_unseen_{k}"] for k in NAV},
-                          "sr_mean_last3": sr.iloc[-3:].mean()})
-        vals, shared_p = PAPER_T5[v]
-        rows5.append({"method": v, "source": "paper", "shared": shared_p,
-                      **dict(zip(NAV, vals))})
-    out_tables = {"table2": pd.DataFrame(rows2), "table4": pd.DataFrame(rows4),
-                  "table5": pd.DataFrame(rows5)}
+    dirs = seed_dirs(out, a.seeds)
+    result = {"table2": table2(dirs), "table4": table4(dirs), "table5": table5(dirs),
+              "table9": table9(dirs)}
     dest.mkdir(parents=True, exist_ok=True)
-    for name, t in out_tables.items():
-        t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
-        print(f"\n{name}\n{t.round(1).to_string(index=False)}")
-    plot(out, dest / f"fedvln_pipeline{suffix}.png")
-    return out_tables
+    for name, t in result.items():
+        if len(t):
+            t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
+            print(f"\n{name}\n{t.round(1).to_string(index=False)}")
+    plot(dirs, dest / f"fedvln_pipeline{suffix}.png")
+    return result
 
 
-def plot(out: Path, png: Path) -> None:
+def _band(ax, dirs, run, col, label, style="-"):
+    """Mean over seeds (solid) and min-max band of `col` against optimizer steps."""
+    cs = [c for c in (curve(o, run) for o in dirs.values()) if c is not None and len(c)]
+    if not cs or col not in cs[0]:
+        return
+    n = min(len(c) for c in cs)
+    x = cs[0]["steps"].iloc[:n].to_numpy()
+    y = np.stack([c[col].iloc[:n].to_numpy() for c in cs])
+    line, = ax.plot(x, y.mean(0), style, marker=".", label=f"{label} (n={len(cs)})")
+    ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
+
+
+def plot(dirs: dict[int, Path], png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    offset = 0      # the augment stage continues from the agent stage's last round
-    for stage, style in (("agent", "-"), ("augment", "--")):
-        f = out / stage / "rounds.csv"
-        if f.is_file():
-            df = pd.read_csv(f).dropna(subset=["val_unseen_sr"])
-            for split in ("val_seen", "val_unseen"):
-                axes[0].plot(offset + df["round"], df[f"{split}_sr"], style, marker=".",
-                             label=f"{stage} {split}")
-            offset += int(pd.read_csv(f)["round"].max())
-    axes[0].set(xlabel="round", ylabel="SR (%)", title="federated follower (global model)")
-    axes[0].legend(fontsize=8)
-    f = out / "speaker" / "rounds.csv"
-    if f.is_file():
-        df = pd.read_csv(f).dropna(subset=["val_seen_bleu"])
-        for split in ("val_seen", "val_unseen"):
-            axes[1].plot(df["round"], df[f"{split}_bleu"], marker=".", label=split)
-        axes[1].legend(fontsize=8)
-    axes[1].set(xlabel="round", ylabel="BLEU-4", title="federated speaker")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    for run, label, style in (("agent", "FedEnvdrop", "-"), ("central/agent", "Envdrop", "--"),
+                              ("augment", "FedEnvdrop_aug", "-"),
+                              ("central/augment", "Envdrop_aug", "--")):
+        _band(axes[0], dirs, run, "val_unseen_sr", label, style)
+    for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
+        axes[0].axhline(PAPER_T2[(model, "val_unseen")][3], color="grey", ls=ls, lw=0.8,
+                        label=f"paper {model} (R2R)")
+    axes[0].set(xlabel="optimizer steps, all houses (augment: from its start)",
+                ylabel="val_unseen SR (%)", title="Table 2: follower")
+    for run, label, style in (("speaker", "Fed", "-"), ("central/speaker", "Cent", "--")):
+        _band(axes[1], dirs, run, "val_unseen_bleu", label, style)
+    for name, ls in (("Cent", "--"), ("Fed", "-")):
+        axes[1].axhline(PAPER_T4[name][1], color="grey", ls=ls, lw=0.8, label=f"paper {name}")
+    axes[1].set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
     for v in ("centralized",) + VARIANTS:
-        f = (out / "preexplore-centralized" / "log.csv" if v == "centralized"
-             else out / f"preexplore-{v}" / "rounds.csv")
-        if f.is_file():
-            df = pd.read_csv(f).dropna(subset=["val_unseen_sr"])
-            axes[2].plot(df["round"], df["val_unseen_sr"], marker=".", label=v)
-    axes[2].set(xlabel="round", ylabel="val_unseen SR (%)", title="pre-exploration")
-    axes[2].legend(fontsize=8)
+        _band(axes[2], dirs, _pre_run(v), "val_unseen_sr", v)
+    for v in ("centralized",) + VARIANTS:
+        axes[2].plot([], [])   # keep colours aligned with the curves above
+    axes[2].set(xlabel="optimizer steps, all houses", ylabel="val_unseen SR (%)",
+                title="Table 5: pre-exploration (paper R2R SR in legend)")
+    handles, labels = axes[2].get_legend_handles_labels()
+    axes[2].legend(handles, [f"{lab}; paper {PAPER_T5[lab.split(' (')[0]][0][3]}"
+                             for lab in labels], fontsize=7)
+    for ax in axes[:2]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
@@ -261,7 +451,10 @@ def main(argv=None) -> int:
         if getattr(a, flag) < 1:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
     out = Path(a.out) if a.out else ROOT / "runs" / ("fedvln" + (f"-{a.tag}" if a.tag else ""))
-    run_pipeline(a, out)
+    if not a.tables_only:
+        for seed in a.seeds:
+            run_seed(a, out / f"seed{seed}", seed)
+            tables(a, out, Path(a.results_dir))
     tables(a, out, Path(a.results_dir))
     return 0
 

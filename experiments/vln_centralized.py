@@ -11,11 +11,14 @@ learning curve `OUT/<stage>_log.csv`; a rerun skips finished stages (`--redo` re
 The summary, with the paper's R2R numbers beside ours, goes to
 `experiments/results/vln_centralized[_TAG].csv` and the curves to the matching `.png`.
 
-Choices: the augmented stage starts from the trained follower, as Envdrop's back-translation
-script does, and draws its batches from the pool of original and augmented episodes (Envdrop
-alternates one batch of each). Augmented routes are sampled in the training houses only, with
-instructions the best speaker (by val_seen BLEU, as FedVLN selects it) writes by sampling.
-Numbers are those of the last iteration, not of a checkpoint picked on val_unseen.
+Choices: the augmented stage starts from the follower's best val_unseen checkpoint, as the
+official back-translation scripts do (`--load .../best_val_unseen`); each of its steps adds one
+labelled batch (mlWeight 0.2) and one batch of sampled routes whose instructions the best
+speaker (by val_unseen BLEU) re-writes through the batch's environmental dropout (mlWeight
+0.6), as `clients.vln_agent.train_batches` documents. Augmented routes are sampled in the
+training houses only. Optimizers and learning rates are the CPU recipe's
+(`clients/vln_recipe.py`). The summary reports the last evaluation; the logs hold every one
+(`experiments.fedvln_pipeline` reports best and last over seeds).
 """
 from __future__ import annotations
 
@@ -29,9 +32,11 @@ import pandas as pd
 import torch
 
 from clients import vln_agent, vln_speaker
+from clients.vln_house import open_house, speaker_routes
+from clients.vln_loop import OPTIMIZERS, make_optimizer
+from clients.vln_recipe import CPU
 from envs.errors import DataError
 from envs.vln_houses import HouseSpec
-from envs.vln_routes import sample_routes
 from envs.vln_setup import open_vln
 from experiments.simulate import RESULTS, ROOT
 from models import vln_checkpoint
@@ -77,7 +82,11 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=_positive, default=250)
     p.add_argument("--eval-size", type=int, default=0, help="episodes per split (0 = all)")
     p.add_argument("--batch-size", type=_positive, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=CPU["agent"].lr, help="follower learning rate")
+    p.add_argument("--optimizer", default=CPU["agent"].optimizer, choices=sorted(OPTIMIZERS),
+                   help="follower optimizer (clients/vln_recipe.py)")
+    p.add_argument("--speaker-lr", type=float, default=CPU["speaker"].lr,
+                   help="speaker learning rate (Adam, clients/vln_recipe.py)")
     p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
     p.add_argument("--ml-weight", type=float, default=0.2)
     p.add_argument("--max-actions", type=_positive, default=35, help="moves before an episode ends")
@@ -97,20 +106,26 @@ def _subset(eps, n, seed):
     return [eps[i] for i in sorted(idx)]
 
 
-def train_follower(a, vln, model, train, evals, stage, out, tokens, settings):
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+def train_follower(a, vln, model, train, evals, stage, out, tokens, settings, routes=(),
+                   back_translate=None):
+    opt = make_optimizer(a.optimizer, model.parameters(), a.lr)
     rng = np.random.default_rng(a.seed)
     iters = a.iters if stage == "agent" else a.aug_iters
-    rows, t0 = [], time.time()
+    rows, best, t0 = [], -1.0, time.time()
     for start in range(0, iters, a.eval_every):
         n = min(a.eval_every, iters - start)
         loss = vln_agent.train_batches(model, opt, vln.world, train, tokens, settings,
-                                       iterations=n, rng=rng)
+                                       iterations=n, rng=rng, routes=routes,
+                                       back_translate=back_translate)
         row = {"iteration": start + n, "loss": loss, "wall_s": time.time() - t0}
         for split, eps in evals.items():
             m, _ = vln_agent.evaluate(model, vln.world, eps, tokens, settings)
-            row.update({f"{split}_{k}": v for k, v in m.items()})
+            row.update({f"{split}_n": len(eps), **{f"{split}_{k}": v for k, v in m.items()}})
         rows.append(row)
+        if row["val_unseen_sr"] > best:   # the paper's checkpoint: best val_unseen SR
+            best = row["val_unseen_sr"]
+            vln_checkpoint.save(out / "checkpoints" / f"{stage}_best.pt", model, vln.vocab,
+                                log=rows, best_iteration=row["iteration"])
         pd.DataFrame(rows).to_csv(out / f"{stage}_log.csv", index=False)
         print(f"[{stage}] it {row['iteration']}/{iters} loss {loss:.3f} "
               f"seen SR {row['val_seen_sr']:.1f} SPL {row['val_seen_spl']:.1f} | "
@@ -121,9 +136,9 @@ def train_follower(a, vln, model, train, evals, stage, out, tokens, settings):
 
 
 def train_speaker(a, vln, speaker, train, evals, out, inputs):
-    opt = torch.optim.Adam(speaker.parameters(), lr=a.lr)
+    opt = make_optimizer(CPU["speaker"].optimizer, speaker.parameters(), a.speaker_lr)
     rng = np.random.default_rng(a.seed)
-    s = vln_speaker.SpeakerSettings(batch_size=a.batch_size, lr=a.lr)
+    s = vln_speaker.SpeakerSettings(batch_size=a.batch_size, lr=a.speaker_lr)
     rows, best, t0 = [], -1.0, time.time()
     for start in range(0, a.speaker_iters, a.eval_every):
         n = min(a.eval_every, a.speaker_iters - start)
@@ -137,8 +152,8 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
         print(f"[speaker] it {row['iteration']}/{a.speaker_iters} loss {loss:.3f} BLEU seen "
               f"{row['val_seen_bleu']:.1f} unseen {row['val_unseen_bleu']:.1f} "
               f"({row['wall_s']:.0f} s)", flush=True)
-        if row["val_seen_bleu"] > best:
-            best = row["val_seen_bleu"]
+        if row["val_unseen_bleu"] > best:   # as FedVLN's best_val_unseen_bleu
+            best = row["val_unseen_bleu"]
             vln_checkpoint.save(out / "checkpoints" / "speaker.pt", speaker, vln.vocab,
                                 log=rows, best_iteration=row["iteration"])
     return rows
@@ -193,24 +208,19 @@ def run(a) -> int:
     if "speaker" in a.stages and not done("speaker"):
         train_speaker(a, vln, Speaker(ssize), train, evals, out, inputs)
     if "augment" in a.stages and not done("augment"):
-        for need in ("speaker", "agent"):
+        for need, stage in (("speaker", "speaker"), ("agent_best", "agent")):
             if not (ck / f"{need}.pt").is_file():
                 raise DataError(f"{ck / need}.pt not found: the augment stage needs the "
-                                f"{need} stage first (--stages {need} augment)")
+                                f"{stage} stage first (--stages {stage} augment)")
         speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
-        follower, _, _ = vln_checkpoint.load(ck / "agent.pt")
-        rng = np.random.default_rng(a.seed + 1)
-        aug, pid = [], 10 ** 7
-        t0 = time.time()
-        for name in sorted({e.scan for e in train}):
-            scan = vln.world.scan(name)
-            routes = sample_routes(scan, a.aug_routes, rng)
-            aug += vln_speaker.augmented_episodes(speaker, inputs, name, routes, scan.ids,
-                                                  vln.vocab, first_path_id=pid, seed=a.seed)
-            pid += len(routes)
-        print(f"[augment] {len(aug)} speaker-written episodes ({time.time() - t0:.0f} s), "
-              f"e.g. {aug[0].instruction!r}", flush=True)
-        train_follower(a, vln, follower, train + aug, evals, "augment", out, tokens, settings)
+        follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
+        routes = [r for name in sorted({e.scan for e in train})
+                  for r in speaker_routes(open_house(vln, name), a.aug_routes, a.seed)]
+        bt = vln_agent.BackTranslation(speaker, inputs, vln.vocab, settings.max_words)
+        print(f"[augment] {len(routes)} sampled routes in the train houses, back-translated "
+              f"batch by batch", flush=True)
+        train_follower(a, vln, follower, train, evals, "augment", out, tokens, settings,
+                       routes=routes, back_translate=bt)
     summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}")
     return 0
 

@@ -48,11 +48,13 @@ class Speaker(nn.Module):
         visual = self.size.feature - ANGLE_DIM
         return torch.cat([x[..., :visual] * mask, x[..., visual:]], -1)
 
-    def encode(self, actions, panos, step_mask):
-        """actions (B, T, F), panos (B, T, 36, F), step_mask (B, T) -> ctx (B, T, H), (h, c)."""
+    def encode(self, actions, panos, step_mask, feature_mask=None):
+        """actions (B, T, F), panos (B, T, 36, F), step_mask (B, T) -> ctx (B, T, H), (h, c).
+        `feature_mask` (B, 1, visual dims) replaces the speaker's own environmental dropout:
+        back-translation shows the speaker the follower's dropped-out environment."""
         B, T, _ = actions.shape
-        mask = self.feat_drop(torch.ones(B, 1, self.size.feature - ANGLE_DIM,
-                                         device=actions.device))
+        mask = feature_mask if feature_mask is not None else self.feat_drop(
+            torch.ones(B, 1, self.size.feature - ANGLE_DIM, device=actions.device))
         actions = self._drop_visual(actions, mask)
         panos = self._drop_visual(panos, mask.unsqueeze(1))
         h, _ = self.action_lstm(actions)
@@ -84,9 +86,10 @@ class Speaker(nn.Module):
 
     @torch.no_grad()
     def generate(self, actions, panos, step_mask, bos: int, max_len: int = 80,
-                 sample: bool = False, generator: torch.Generator | None = None):
+                 sample: bool = False, generator: torch.Generator | None = None,
+                 feature_mask: torch.Tensor | None = None):
         """(B, <= max_len) token ids, starting after <BOS>, PAD after each <EOS>."""
-        ctx, state = self.encode(actions, panos, step_mask)
+        ctx, state = self.encode(actions, panos, step_mask, feature_mask)
         B = actions.shape[0]
         word = torch.full((B, 1), bos, dtype=torch.long, device=actions.device)
         out, finished = [], torch.zeros(B, dtype=torch.bool, device=actions.device)

@@ -6,10 +6,16 @@
   `server-lr`, 2). Every house scores the global model on its own validation split (seen
   houses val_seen, unseen houses val_unseen) and the server pools the metrics.
 * `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU on each
-  house's paths; the global speaker with the best pooled val_seen BLEU is kept as `best.pt`.
-* `augment`: in a setup round every seen house receives the speaker and writes instructions for
-  routes it samples in itself (`aug-routes`); then the follower (from `agent-init`) trains
-  federated on original + augmented data. No route or instruction leaves its house.
+  house's paths.
+* `augment`: in a setup round every seen house receives the speaker and samples routes in
+  itself (`aug-routes`); then the follower (from `agent-init`) trains federated on labelled
+  batches plus route batches the speaker back-translates inside the house. No route or
+  instruction leaves its house.
+
+Whenever the whole model is global, the one with the best pooled val_unseen score (SR, or BLEU
+for the speaker) is kept as `best.pt`, as the paper and the official code select checkpoints
+(`best_val_unseen`, `best_val_unseen_bleu`); `model.pt` is the last round's. The local
+optimizer, its learning rate and the server learning rate come from `clients/vln_recipe.py`.
 * `preexplore` (Algorithm 1), starting from `agent-init`, on routes each unseen house samples
   and the speaker (`speaker-init`) describes; variant:
     - `env-based`: every unseen house trains its own follower each round; nothing is sent up;
@@ -20,12 +26,12 @@
   Each unseen house scores its own model (after its last local training) on its val_unseen
   instructions; the pooled number is their instruction-weighted mean, as in the paper.
   `centralized` pre-exploration pools every house's data in one place, so it is not a
-  federated run: `experiments/fedvln_tables.py` runs it in one process for Table 5.
+  federated run: `experiments/fedvln_pipeline.py` runs it in one process for Table 5.
 
 Choices where the paper is silent: env-based houses train every round (with no communication
 there is nothing to schedule); the server's model in pre-exploration is what is shared (the
-language encoder in fed-lan), so `checkpoints/` hold only that part; the local Adam state is
-reset every round.
+language encoder in fed-lan), so `checkpoints/` hold only that part; the local optimizer state
+is reset every round (see `clients/vln_recipe.py`).
 """
 from __future__ import annotations
 
@@ -39,6 +45,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
 from clients.fedvln import follower_size, shared_part, speaker_size
+from clients.vln_loop import OPTIMIZERS
+from clients.vln_recipe import recipe_of
 from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.speaker import Speaker
@@ -102,8 +110,8 @@ def check_config(cfg: dict) -> Plan:
                           f"got {stage!r}")
     if stage == "preexplore" and variant == "centralized":
         raise ConfigError("fedvln.variant 'centralized' pools every house's data in one place "
-                          "and is not a federated run; `python -m experiments.fedvln_tables "
-                          "--table 5` runs it beside the federated variants")
+                          "and is not a federated run; `python -m experiments.fedvln_pipeline` "
+                          "runs it beside the federated variants (Table 5)")
     if stage == "preexplore" and variant not in VARIANTS:
         raise ConfigError(f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, "
                           f"got {variant!r}")
@@ -111,13 +119,24 @@ def check_config(cfg: dict) -> Plan:
                 "fedvln.hidden", "fedvln.aug-routes", "fedvln.preexplore-routes",
                 "fedvln.train-houses", "fedvln.unseen-houses"):
         positive(cfg, key)
-    for key in ("fedvln.server-lr", "fedvln.lr", "fedvln.local-epochs", "fedvln.speaker-epochs",
-                "fedvln.preexplore-epochs"):
+    for key in ("fedvln.local-epochs", "fedvln.speaker-epochs", "fedvln.preexplore-epochs"):
         positive(cfg, key, float)
-    for key in ("fedvln.seen-rate", "fedvln.unseen-rate", "fedvln.preexplore-seen-rate",
-                "fedvln.server-lr-decay"):
+    for key in ("fedvln.server-lr", "fedvln.lr", "fedvln.ml-weight", "fedvln.aug-ml-weight"):
+        if float(cfg[key]) < 0:
+            raise ConfigError(f"run config {key!r} must be >= 0, got {cfg[key]}")
+    for key in ("fedvln.seen-rate", "fedvln.unseen-rate", "fedvln.preexplore-seen-rate"):
         if not 0 < float(cfg[key]) <= 1:
             raise ConfigError(f"run config {key!r} must be in (0, 1], got {cfg[key]}")
+    if not 0 <= float(cfg["fedvln.server-lr-decay"]) <= 1:
+        raise ConfigError(f"run config 'fedvln.server-lr-decay' must be in [0, 1] (0 = the "
+                          f"recipe's), got {cfg['fedvln.server-lr-decay']}")
+    try:
+        r = recipe_of(cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if r.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"run config 'fedvln.optimizer' must be one of "
+                          f"{', '.join(OPTIMIZERS)} or empty, got {r.optimizer!r}")
     if int(cfg["fedvln.max-local-steps"]) < 0:
         raise ConfigError("run config 'fedvln.max-local-steps' must be >= 0")
     if str(cfg["fedvln.feedback"]) not in ("mixed", "teacher"):
@@ -219,25 +238,28 @@ def run(grid, cfg: dict, name: str) -> None:
     if plan.speaker_to or plan.follower_to:
         _setup_round(grid, cfg, plan, parts, idents, recorder, follower, speaker)
 
+    recipe = recipe_of(cfg)
+    recorder.write_config(recipe=recipe.__dict__)
     strategy = FedVLNStrategy(
         roles=roles, rates=plan.rates, eval_roles=plan.eval_roles,
-        server_lr=float(cfg["fedvln.server-lr"]), lr_decay=float(cfg["fedvln.server-lr-decay"]),
+        server_lr=recipe.server_lr, lr_decay=recipe.server_lr_decay,
         send_global_for_eval=not plan.keep_local, recorder=recorder,
         num_clients=len(parts), seed=int(cfg["seed"]), node_wait_s=float(cfg["node-wait-timeout"]),
         eval_every=int(cfg["eval-every"]), num_rounds=rounds, min_train_nodes=1,
         min_evaluate_nodes=1)
     strategy.partitions = parts
-    best = {"bleu": -1.0}
+    best = {"score": -1.0}
+    key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
     t0 = time.perf_counter()
 
     def end_of_round(server_round: int, arrays: ArrayRecord):
         if server_round == 0:
             return None
         row = recorder.end_round(arrays)
-        if plan.model == "speaker" and row.get("val_seen_bleu", -1) > best["bleu"]:
-            best["bleu"] = row["val_seen_bleu"]
+        if plan.share == "*" and row.get(key, -1) > best["score"]:
+            best["score"] = row[key]
             _save(model, arrays, recorder.out / "best.pt", round=server_round,
-                  val_seen_bleu=best["bleu"])
+                  **{key: best["score"]})
         scores = "  ".join(f"{s} {m} {row[f'{s}_{m}']:.1f}" for s in ("val_seen", "val_unseen")
                            for m in ("sr", "spl", "bleu") if f"{s}_{m}" in row)
         log(INFO, "[fedembodied] round %d/%d  %s  loss %.3f  clients %d  up %.1f MB  wall %.1fs",

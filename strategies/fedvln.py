@@ -103,9 +103,13 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
         arrays, metrics = super().aggregate_train(server_round, replies)
-        if metrics is not None:
-            self.recorder.add_metrics({"server_lr": self.server_learning_rate})
+        if metrics is not None:   # local_steps: optimizer steps summed over houses (Table 9)
+            steps = sum(int(next(iter(r.content.metric_records.values())).get("local-steps", 0))
+                        for r in replies if not r.has_error())
+            self.recorder.add_metrics({"server_lr": self.server_learning_rate,
+                                       "local_steps": steps})
         return arrays, metrics
 
     def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],

@@ -170,8 +170,16 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
     grid, aug = _run(tmp_path, "augment", **{"fedvln.stage": "augment"}, **inits)
     _audit(grid, None)
     assert pd.read_csv(aug / "rounds.csv").loc[0, "augmented_episodes"] == 3 * 4
-    seen_ctx = grid.contexts[5000]
-    assert len(seen_ctx.state["fedvln-augmented"]["instructions"]) == 4   # kept in the house
+    seen_ctx = grid.contexts[5000]   # routes and speaker kept in the house, never sent
+    assert len(seen_ctx.state["fedvln-routes"]["paths"]) == 4
+    assert "fedvln-speaker" in seen_ctx.state
+    # best.pt is the round with the best pooled val_unseen SR (the paper's checkpoint)
+    from models import vln_checkpoint as ck
+    rounds = pd.read_csv(agent / "rounds.csv")
+    _, _, extra = ck.load(agent / "best.pt")
+    assert extra["round"] == int(rounds.loc[rounds["val_unseen_sr"].idxmax(), "round"])
+    assert extra["val_unseen_sr"] == pytest.approx(rounds["val_unseen_sr"].max())
+    assert (aug / "best.pt").is_file()
 
     grid, lan = _run(tmp_path, "fed-lan", **{"fedvln.stage": "preexplore",
                                              "fedvln.variant": "fed-lan",
@@ -195,3 +203,76 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
                                          "fedvln.variant": "env-based"}, **inits)
     _audit(grid, "")
     assert pd.read_csv(env / "rounds.csv")["bytes_up"].sum() == 0
+
+
+# ---- the training recipe ---------------------------------------------------------------
+def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
+    from clients.vln_recipe import recipe_of
+    from server.config import merged
+
+    official = merged({"fedvln.recipe": "official", "fedvln.stage": "speaker"})
+    assert recipe_of(official).__dict__ == {"optimizer": "adam", "lr": 5e-5, "server_lr": 1.6,
+                                            "server_lr_decay": 1.0}
+    agent = recipe_of(merged({"fedvln.recipe": "official"}))
+    assert (agent.optimizer, agent.lr, agent.server_lr) == ("rms", 1e-4, 2.0)
+    cpu = recipe_of(merged({"fedvln.stage": "preexplore"}))
+    assert (cpu.optimizer, cpu.server_lr) == ("rms", 1.0)
+    mine = recipe_of(merged({"fedvln.server-lr": 2.0, "fedvln.lr": 3e-4,
+                             "fedvln.optimizer": "adam"}))
+    assert (mine.optimizer, mine.lr, mine.server_lr) == ("adam", 3e-4, 2.0)
+
+
+@pytest.mark.parametrize("key,value,named", [("fedvln.recipe", "paper", "fedvln.recipe"),
+                                             ("fedvln.optimizer", "sgd", "fedvln.optimizer"),
+                                             ("fedvln.server-lr-decay", 1.5,
+                                              "fedvln.server-lr-decay"),
+                                             ("fedvln.aug-ml-weight", -1.0,
+                                              "fedvln.aug-ml-weight")])
+def test_bad_recipe_keys_are_named(key, value, named):
+    from server import fedvln
+    from server.config import ConfigError, merged
+
+    with pytest.raises(ConfigError, match=named):
+        fedvln.check_config(merged({key: value}))
+
+
+def test_local_steps_count_as_the_official_code_does():
+    from clients.vln_house import follower_steps
+
+    assert follower_steps(120, 0, 3, 32) == 12              # ceil(3 * 120 / 32)
+    assert follower_steps(120, 40, 3, 32) == 6              # half, each labelled + routes
+    assert follower_steps(0, 120, 1, 32) == 4               # routes only (pre-exploration)
+    assert follower_steps(120, 40, 3, 32, cap=5) == 3
+
+
+def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp_path):
+    from experiments import fedvln_pipeline as fp
+
+    for seed, (srs, aug) in enumerate([([10, 30, 20], [20, 25]), ([12, 18, 26], [22, 24])]):
+        out = tmp_path / f"seed{seed}"
+        for run, vals in (("agent", srs), ("augment", aug)):
+            (out / run).mkdir(parents=True)
+            rows = [{"round": 0, "local_steps": None, "val_unseen_sr": None}]
+            rows += [{"round": r + 1, "local_steps": 24, "val_unseen_sr": v,
+                      "val_unseen_n": 400, "val_seen_sr": v + 1, "val_seen_n": 100,
+                      **{f"{sp}_{k}": 1.0 for sp in ("val_seen", "val_unseen")
+                         for k in ("ne", "osr", "spl", "cls", "ndtw")}}
+                     for r, v in enumerate(vals)]
+            pd.DataFrame(rows).to_csv(out / run / "rounds.csv", index=False)
+    dirs = fp.seed_dirs(tmp_path, [0, 1, 2])
+    assert list(dirs) == [0, 1]
+    t2 = fp.table2(dirs)
+    fed = t2[(t2["model"] == "FedEnvdrop") & (t2["split"] == "val_unseen")].set_index("checkpoint")
+    assert fed.loc["best", "sr"] == 28 and fed.loc["best", "sr_sd"] == pytest.approx(2 ** 0.5 * 2)
+    assert fed.loc["last", "sr"] == 23 and fed.loc["best", "n_seeds"] == 2
+    assert fed.loc["best", "steps"] == 60                   # round 2 (48) and round 3 (72)
+    assert fed.loc["best", "se_eval"] == pytest.approx(np.mean(
+        [np.sqrt(30 * 70 / 400), np.sqrt(26 * 74 / 400)]))
+    seen = t2[(t2["model"] == "FedEnvdrop") & (t2["split"] == "val_seen")
+              & (t2["checkpoint"] == "best")]
+    assert seen["sr"].iloc[0] == 29                         # val_seen of the same evaluation
+    assert set(t2.loc[t2["source"] == "paper", "sr"]) >= {47.5, 51.3}
+    t9 = fp.table9(dirs)
+    row = t9[(t9["phase"] == "seen") & (t9["method"] == "federated")].iloc[0]
+    assert row["target_sr"] == pytest.approx(0.9 * 28)      # 90% of the lowest mean best
+    assert row["steps"] == 60 and row["reached"] == 2       # seed 0 at 48, seed 1 at 72

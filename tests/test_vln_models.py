@@ -8,7 +8,6 @@ import torch
 
 from clients import vln_agent, vln_speaker
 from envs.vln_houses import HouseSpec
-from envs.vln_routes import sample_routes
 from envs.vln_setup import open_vln
 from envs.vln_vocab import split_sentence
 from models import vln_checkpoint
@@ -107,17 +106,78 @@ def test_speaker_learns_and_bleu_is_sacrebleus_corpus_bleu(vln, monkeypatch):
     assert vln_speaker.bleu(speaker, inputs, eps, vln.vocab) == pytest.approx(expect) == 100
 
 
-def test_augmented_episodes_follow_sampled_routes_with_written_instructions(vln):
-    e = vln.split("train")[0]
-    scan = vln.world.scan(e.scan)
-    routes = sample_routes(scan, 3, np.random.default_rng(0))
+def test_imitation_loss_is_summed_over_steps_and_averaged_over_the_batch(vln):
+    """Envdrop's scaling: a per-episode sum of step cross-entropies, averaged over the batch;
+    a per-step mean would weigh episodes by their length and shrink the term ~T times."""
+    model = _follower(vln).eval()          # no dropout: the same episode gives the same loss
+    tokens = vln_agent.Tokens(vln.vocab, 80)
+    s = vln_agent.AgentSettings()
+    eps = sorted(vln.split("train"), key=lambda e: len(e.path))
+    short, long = eps[0], eps[-1]
+    assert len(short.path) != len(long.path)
+    one = [vln_agent.rollout(model, vln.world, [e], tokens, "teacher", s)[0].item()
+           for e in (short, long)]
+    both = vln_agent.rollout(model, vln.world, [short, long], tokens, "teacher", s)[0].item()
+    assert both == pytest.approx(sum(one) / 2, rel=1e-4)
+
+
+class _SpyBT(vln_agent.BackTranslation):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.masks = []
+
+    def ids(self, batch, drop):
+        self.masks.append(drop)
+        return super().ids(batch, drop)
+
+
+def test_back_translation_rewrites_every_route_batch_through_the_followers_dropout(
+        vln, monkeypatch):
+    routes_of = [e for e in vln.split("train")][:8]
+    routes = [e.__class__(f"r{k}", e.scan, e.path, e.heading, "", 10 ** 7 + k)
+              for k, e in enumerate(routes_of)]                # no instruction: a bare route
     speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim))
-    aug = vln_speaker.augmented_episodes(speaker, vln_speaker.PathInputs(vln.world), e.scan,
-                                         routes, scan.ids, vln.vocab, first_path_id=100,
-                                         seed=0)
-    assert [a.path for a in aug] == [tuple(scan.ids[v] for v in p) for p, _ in routes]
-    assert all(a.instruction and a.scan == e.scan for a in aug)
-    assert [a.path_id for a in aug] == [100, 101, 102]
+    bt = _SpyBT(speaker, vln_speaker.PathInputs(vln.world), vln.vocab)
+    seen = []                                                  # (ml weight, token ids, drop)
+    real = vln_agent.rollout
+
+    def spy(model, world, episodes, tokens, mode, s, *, token_ids=None, drop=None):
+        if mode == "teacher":
+            seen.append((episodes[0].instr_id, token_ids, drop))
+        return real(model, world, episodes, tokens, mode, s, token_ids=token_ids, drop=drop)
+
+    monkeypatch.setattr(vln_agent, "rollout", spy)
+    model = _follower(vln)
+    s = vln_agent.AgentSettings(batch_size=4)
+    labelled = vln.split("train")[8:16]
+    vln_agent.train_batches(model, torch.optim.RMSprop(model.parameters(), 1e-3), vln.world,
+                            labelled, vln_agent.Tokens(vln.vocab, 80), s, iterations=3,
+                            rng=np.random.default_rng(0), routes=routes, back_translate=bt)
+    # each step: one labelled batch (its own words) and one route batch (the speaker's words)
+    assert [k.startswith("r") for k, _, _ in seen] == [False, True] * 3
+    assert len(bt.masks) == 3
+    for (_, ids, drop), mask in zip(seen[1::2], bt.masks):
+        assert drop is mask                                    # speaker saw the follower's mask
+        assert (ids[:, 0] == vln.vocab.bos).all() and ((ids == 2).sum(1) == 1).all()
+    assert all(ids is None for _, ids, _ in seen[0::2])
+    with pytest.raises(ValueError, match="BackTranslation"):
+        vln_agent.train_batches(model, torch.optim.RMSprop(model.parameters(), 1e-3),
+                                vln.world, [], vln_agent.Tokens(vln.vocab, 80), s,
+                                iterations=1, rng=np.random.default_rng(0), routes=routes)
+
+
+def test_speaker_sees_the_given_dropout_mask_not_its_own(vln):
+    speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim)).eval()
+    eps = vln.split("train")[:2]
+    acts, panos, mask = vln_speaker.PathInputs(vln.world)(eps, "cpu")
+    visual = vln.world.feature_dim - 128
+    ones = torch.ones(2, 1, visual)
+    zeros = torch.zeros(2, 1, visual)
+    a = speaker.generate(acts, panos, mask, vln.vocab.bos, 20, feature_mask=ones)
+    b = speaker.generate(acts, panos, mask, vln.vocab.bos, 20)
+    c = speaker.encode(acts, panos, mask, zeros)[0]
+    assert torch.equal(a, b)                    # eval mode: its own dropout is the identity
+    assert not torch.allclose(c, speaker.encode(acts, panos, mask, ones)[0])
 
 
 def test_checkpoint_round_trip_rebuilds_the_same_model(vln, tmp_path):
