@@ -14,6 +14,12 @@ threshold d_th = 3 m:
 - SDTW SR * nDTW
 - CLS  PC * LS with PC = mean over reference nodes of exp(-d(r, trajectory) / d_th),
        EPL = PC * PL(reference), LS = EPL / (EPL + |EPL - PL(trajectory)|)
+
+A trajectory is scored as given, back-to-back repeated viewpoints included, as the official
+evaluator does (eric-ai-lab/FedVLN@2f98fd9 `r2r_src/eval.py` l. 51-61, 100: DTW over every
+simulator step). Only nDTW/SDTW can change with repeats (each adds d(v, r) >= 0 to the DTW
+cost); the other metrics cannot. This project's environment never repeats a viewpoint, but
+trajectories from a simulator that turns in place do.
 """
 from __future__ import annotations
 
@@ -39,8 +45,7 @@ def dtw(dist: np.ndarray, pred: list[int], ref: list[int]) -> float:
 
 def episode_metrics(scan: Scan, pred: list[int], ref: list[int]) -> dict[str, float]:
     """All metrics of one episode; `pred` and `ref` are node indices into `scan`, and `pred`
-    starts at the reference's start (consecutive repeats are allowed and ignored)."""
-    pred = [v for k, v in enumerate(pred) if k == 0 or v != pred[k - 1]]
+    starts at the reference's start (repeats are kept, as the official evaluator keeps them)."""
     d = scan.dist
     goal = ref[-1]
     ne = float(d[pred[-1], goal])

@@ -242,3 +242,20 @@ def test_metrics_match_hand_computed_values_for_a_detour_that_fails():
     pc = (3 + math.exp(-2 / 3) + math.exp(-4 / 3)) / 5
     epl = pc * 8
     assert m["cls"] == pytest.approx(pc * epl / (epl + abs(epl - 8)))
+
+
+def test_repeated_viewpoints_are_scored_as_the_official_evaluator_scores_them():
+    """A turn in place repeats a viewpoint; the official eval.py runs DTW over every step."""
+    scan = _line_scan()
+    plain = episode_metrics(scan, [0, 1, 2], [0, 1, 2, 3])
+    turned = episode_metrics(scan, [0, 1, 1, 2, 2], [0, 1, 2, 3])
+    for k in ("ne", "sr", "osr", "tl", "spl", "cls"):
+        assert turned[k] == pytest.approx(plain[k]), k
+    # repeats on the reference align at no cost: (0,0)(1,1)(1,1)(2,2)(2,3) = 2, as without
+    assert turned["ndtw"] == pytest.approx(math.exp(-2 / 12))
+    assert episode_metrics(scan, [0, 0, 0, 1, 2, 3], [0, 1, 2, 3])["ndtw"] == pytest.approx(1)
+    # a repeat off the reference costs its distance again: 5 twice against 1 is 2 + 2
+    off = episode_metrics(scan, [0, 1, 5, 5, 1, 2, 3], [0, 1, 2, 3])
+    once = episode_metrics(scan, [0, 1, 5, 1, 2, 3], [0, 1, 2, 3])
+    assert off["ndtw"] == pytest.approx(math.exp(-4 / 12)) and once["ndtw"] == pytest.approx(
+        math.exp(-2 / 12))
