@@ -382,6 +382,65 @@ def table9(dirs: dict[int, Path]) -> pd.DataFrame:
     return pd.concat([t.assign(source="ours"), pd.DataFrame(paper)], ignore_index=True)
 
 
+def _pm(r: pd.Series, col: str, digits: int = 1) -> str:
+    """'mean ± sd' of one summary row (sd omitted with one seed)."""
+    m, sd = r.get(col), r.get(f"{col}_sd")
+    if m is None or m != m:
+        return "–"
+    return f"{m:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd == sd and sd is not None else "")
+
+
+def markdown(result: dict[str, pd.DataFrame]) -> str:
+    """README-ready tables from the summaries (the CSVs hold the same numbers)."""
+    lines = []
+    t = result["table2"]
+    if len(t):
+        lines += ["| Table 2 | checkpoint | seeds | steps | val_seen SR | val_unseen SR | "
+                  "val_unseen SPL | SE of one eval | paper val_unseen SR / SPL |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        ours = t[t["source"] == "ours"]
+        for (model, ck), g in ours.groupby(["model", "checkpoint"], sort=False):
+            u = g[g["split"] == "val_unseen"].iloc[0]
+            s_ = g[g["split"] == "val_seen"]
+            p = PAPER_T2[(model, "val_unseen")]
+            lines.append(f"| {model} | {ck} | {int(u['n_seeds'])} | {u['steps']:.0f} | "
+                         f"{_pm(s_.iloc[0], 'sr') if len(s_) else '–'} | {_pm(u, 'sr')} | "
+                         f"{_pm(u, 'spl')} | {u['se_eval']:.1f} | {p[3]} / {p[2]} |")
+        lines.append("")
+    t = result["table4"]
+    if len(t):
+        lines += ["| Table 4 (BLEU-4) | checkpoint | seeds | val_seen | val_unseen | "
+                  "paper val_seen / val_unseen |", "|---|---|---|---|---|---|"]
+        for _, r in t[t["source"] == "ours"].iterrows():
+            p = PAPER_T4[r["speaker"]]
+            lines.append(f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
+                         f"{_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
+                         f"{p[0]} / {p[1]} |")
+        lines.append("")
+    t = result["table5"]
+    if len(t):
+        lines += ["| Table 5 (val_unseen) | checkpoint | seeds | SR | SPL | nDTW | "
+                  "SE of one eval | start SR | MB up | paper SR |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for _, r in t[t["source"] == "ours"].iterrows():
+            mb = "–" if r["mb_up"] != r["mb_up"] else f"{r['mb_up']:.1f}"
+            lines.append(f"| {r['method']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
+                         f"{_pm(r, 'sr')} | {_pm(r, 'spl')} | {_pm(r, 'ndtw')} | "
+                         f"{r['se_eval']:.1f} | {_pm(r, 'start_sr')} | {mb} | "
+                         f"{PAPER_T5[r['method']][0][3]} |")
+        lines.append("")
+    t = result["table9"]
+    if len(t):
+        lines += ["| Table 9 | method | target SR | steps to target | seeds reaching it | "
+                  "paper steps (R2R) |", "|---|---|---|---|---|---|"]
+        for _, r in t[t["source"] == "ours"].iterrows():
+            paper = PAPER_T9.get((r["phase"], r["method"]))
+            lines.append(f"| {r['phase']} | {r['method']} | {r['target_sr']:.1f} | "
+                         f"{_pm(r, 'steps', 0)} | {int(r['reached'])} / {int(r['n_seeds'])} | "
+                         f"{'–' if paper is None else paper * 100} |")
+    return "\n".join(lines)
+
+
 def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
     suffix = f"_{a.tag}" if a.tag else ""
     dirs = seed_dirs(out, a.seeds)
@@ -393,6 +452,7 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
             t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
             print(f"\n{name}\n{t.round(1).to_string(index=False)}")
     plot(dirs, dest / f"fedvln_pipeline{suffix}.png")
+    print("\n" + markdown(result))
     return result
 
 
@@ -451,6 +511,7 @@ def main(argv=None) -> int:
         if getattr(a, flag) < 1:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
     out = Path(a.out) if a.out else ROOT / "runs" / ("fedvln" + (f"-{a.tag}" if a.tag else ""))
+    out = out.resolve()   # checkpoints are handed to the stages by absolute path
     if not a.tables_only:
         for seed in a.seeds:
             run_seed(a, out / f"seed{seed}", seed)
