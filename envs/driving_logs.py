@@ -6,6 +6,9 @@
   Only the centre camera is used, as in DroNet/FADNet.
 * The CDL/FADNet reference's per-silo `.npz`: `ground_truths` (N steering values) with either
   `imgs` (N x H x W [x C] images) or `file_names` (N image paths, resolved like the CSV's).
+* SullyChen's dash-cam `data.txt`: one line `N.jpg angle_deg` (the 2018 log adds
+  `,timestamp`), the steering-wheel angle in degrees (`read_sullychen_log` says how it becomes
+  Udacity's [-1, 1]).
 
 `load_silo` maps a silo id onto a data folder (see its docstring for the layouts it accepts).
 Every failure raises DataError naming the file, the line or the field.
@@ -72,11 +75,54 @@ def read_udacity_log(csv_path: Path) -> list[tuple[str, float]]:
     return rows
 
 
-def load_udacity_log(csv_path: Path, image_size: int, channels: int = 1,
-                     rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-    """Centre-camera images and steering of (a slice of) a driving log."""
-    csv_path = Path(csv_path)
-    entries = read_udacity_log(csv_path)[rows]
+# SullyChen: steering-wheel degrees -> Udacity's normalised steering. Udacity's [-1, 1] spans
+# +-25 degrees of road-wheel angle; a passenger car's steering ratio is ~15:1 (assumed: the
+# dataset does not state its car's), so one unit is 15 * 25 = 375 wheel degrees.
+WHEEL_DEG_PER_UNIT = 15.0 * 25.0
+LOG_NAMES = ("driving_log.csv", "data.txt")   # Udacity, SullyChen
+
+
+def read_sullychen_log(path: Path) -> list[tuple[str, float]]:
+    """(image name, steering in [-1, 1]) per line of a SullyChen `data.txt`: the wheel angle
+    divided by WHEEL_DEG_PER_UNIT and clipped to [-1, 1]."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: steering log not found")
+    rows = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            parts = line.split(maxsplit=1)     # the 2018 log's timestamp has a space
+            if len(parts) != 2:
+                raise DataError(f"{path}:{lineno}: expected 'image angle_deg', got {line.strip()!r}")
+            try:
+                deg = float(parts[1].split(",")[0])
+            except ValueError:
+                raise DataError(f"{path}:{lineno}: field 'angle_deg' is not a number: "
+                                f"{parts[1]!r}") from None
+            if not np.isfinite(deg):
+                raise DataError(f"{path}:{lineno}: field 'angle_deg' is not finite")
+            rows.append((parts[0], float(np.clip(deg / WHEEL_DEG_PER_UNIT, -1.0, 1.0))))
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    return rows
+
+
+def read_log(path: Path) -> list[tuple[str, float]]:
+    """A Udacity `driving_log.csv` or a SullyChen `data.txt`, by file name."""
+    return read_sullychen_log(path) if Path(path).name == "data.txt" else read_udacity_log(path)
+
+
+def _find_log(folder: Path) -> Path | None:
+    return next((folder / n for n in LOG_NAMES if (folder / n).is_file()), None)
+
+
+def load_log(log_path: Path, image_size: int, channels: int = 1,
+             rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+    """Centre-camera images and steering of (a slice of) a driving log (either layout)."""
+    csv_path = Path(log_path)
+    entries = read_log(csv_path)[rows]
     x = np.stack([load_image(_resolve_image(p, csv_path.parent), image_size, channels)
                   for p, _ in entries]) if entries else np.zeros((0, channels, image_size, image_size), np.float32)
     y = np.array([s for _, s in entries], dtype=np.float32)
@@ -138,6 +184,7 @@ def load_silo(data_dir: Path, silo_id: int, num_silos: int, image_size: int, cha
       reference splits sequences between silos); each chunk's last `test_fraction` is its test set.
     * `<silo_id>/train.npz` and `<silo_id>/test.npz` (the reference's per-silo files).
     * `<silo_id>/driving_log.csv` (one recording per silo), split in time like the first case.
+    Wherever a `driving_log.csv` is accepted, a SullyChen `data.txt` is too.
     A deployed SuperNode can instead be given its own folder by node config (`data-dir`), in
     which case it is the only silo of that folder: call with silo_id=0, num_silos=1.
     """
@@ -149,25 +196,25 @@ def load_silo(data_dir: Path, silo_id: int, num_silos: int, image_size: int, cha
         xtr, ytr = load_npz(per_silo / "train.npz", image_size, channels)
         xte, yte = load_npz(per_silo / "test.npz", image_size, channels)
         return SiloData(xtr, ytr, xte, yte)
-    if (per_silo / "driving_log.csv").is_file():
-        return _time_split(per_silo / "driving_log.csv", 0, 1, image_size, channels, test_fraction)
-    if (data_dir / "driving_log.csv").is_file():
-        return _time_split(data_dir / "driving_log.csv", silo_id, num_silos, image_size, channels,
+    if _find_log(per_silo):
+        return _time_split(_find_log(per_silo), 0, 1, image_size, channels, test_fraction)
+    if _find_log(data_dir):
+        return _time_split(_find_log(data_dir), silo_id, num_silos, image_size, channels,
                            test_fraction)
-    raise DataError(f"{data_dir}: no driving_log.csv, {silo_id}/train.npz or "
+    raise DataError(f"{data_dir}: no driving_log.csv / data.txt, {silo_id}/train.npz or "
                     f"{silo_id}/driving_log.csv for silo {silo_id}")
 
 
 def _time_split(csv_path: Path, silo_id: int, num_silos: int, image_size: int, channels: int,
                 test_fraction: float) -> SiloData:
-    n = len(read_udacity_log(csv_path))
+    n = len(read_log(csv_path))
     bounds = np.linspace(0, n, num_silos + 1).astype(int)
     lo, hi = bounds[silo_id], bounds[silo_id + 1]
     if hi - lo < 2:
         raise DataError(f"{csv_path}: {n} rows are too few for {num_silos} silos")
     cut = hi - max(1, int(round((hi - lo) * test_fraction)))
-    xtr, ytr = load_udacity_log(csv_path, image_size, channels, slice(lo, cut))
-    xte, yte = load_udacity_log(csv_path, image_size, channels, slice(cut, hi))
+    xtr, ytr = load_log(csv_path, image_size, channels, slice(lo, cut))
+    xte, yte = load_log(csv_path, image_size, channels, slice(cut, hi))
     return SiloData(xtr, ytr, xte, yte)
 
 
@@ -181,21 +228,21 @@ def validate_data_dir(data_dir: Path, num_silos: int) -> None:
         if (per_silo / "train.npz").is_file():
             for split in ("train", "test"):
                 _check_npz(per_silo / f"{split}.npz")
-        elif (per_silo / "driving_log.csv").is_file():
-            _check_log(per_silo / "driving_log.csv")
-        elif (data_dir / "driving_log.csv").is_file():
-            n = _check_log(data_dir / "driving_log.csv")
+        elif _find_log(per_silo):
+            _check_log(_find_log(per_silo))
+        elif _find_log(data_dir):
+            n = _check_log(_find_log(data_dir))
             if n < 2 * num_silos:
-                raise DataError(f"{data_dir / 'driving_log.csv'}: {n} rows are too few for "
+                raise DataError(f"{_find_log(data_dir)}: {n} rows are too few for "
                                 f"{num_silos} silos")
             return
         else:
-            raise DataError(f"{data_dir}: no driving_log.csv, {silo}/train.npz or "
+            raise DataError(f"{data_dir}: no driving_log.csv / data.txt, {silo}/train.npz or "
                             f"{silo}/driving_log.csv for silo {silo}")
 
 
 def _check_log(csv_path: Path) -> int:
-    rows = read_udacity_log(csv_path)
+    rows = read_log(csv_path)
     for raw, _ in rows:
         _resolve_image(raw, csv_path.parent)
     return len(rows)

@@ -211,7 +211,7 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
 
 def curve(out: Path, run: str) -> pd.DataFrame | None:
     """Evaluations of one run of one seed, with `steps` (cumulative optimizer steps, all
-    houses) and the metric columns; None if the run is missing."""
+    houses) and the metric columns; None if the run is missing or unfinished."""
     if run.startswith("central/"):
         stage = run.split("/")[1]
         f = out / "central" / f"{stage}_log.csv"
@@ -225,9 +225,9 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
     if run == "preexplore-centralized":
         f = out / run / "log.csv"
         return pd.read_csv(f).rename(columns={"local_steps_cum": "steps"}) if f.is_file() else None
-    f = out / run / "rounds.csv"
-    if not f.is_file():
-        return None
+    f, cfg = out / run / "rounds.csv", out / run / "config.json"
+    if not f.is_file() or not cfg.is_file() or "wall_s" not in json.loads(cfg.read_text()):
+        return None                         # missing, or still running
     df = pd.read_csv(f)
     df = df[df["round"] > 0].copy()
     df["steps"] = df["local_steps"].fillna(0).cumsum()

@@ -2,16 +2,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from envs.driving_logs import (load_npz, load_silo, load_udacity_log, read_udacity_log,
-                               validate_data_dir)
+from envs.driving_logs import (WHEEL_DEG_PER_UNIT, load_log, load_npz, load_silo,
+                               read_sullychen_log, read_udacity_log, validate_data_dir)
 from envs.errors import DataError
+from tests.conftest import SHARED_DATA
+
+SULLY = SHARED_DATA / "driving" / "sullychen_dataset1_first100"
 
 
 def test_real_udacity_log_loads_with_windows_paths(udacity_dir):
     rows = read_udacity_log(udacity_dir / "driving_log.csv")
     assert len(rows) == 613
     assert rows[0][0].startswith("C:\\")  # absolute Windows paths in the real file
-    x, y = load_udacity_log(udacity_dir / "driving_log.csv", 32, rows=slice(0, 20))
+    x, y = load_log(udacity_dir / "driving_log.csv", 32, rows=slice(0, 20))
     assert x.shape == (20, 1, 32, 32) and 0 <= x.min() and x.max() <= 1
     assert y.dtype == np.float32 and np.all(np.abs(y) <= 1)
     validate_data_dir(udacity_dir, 5)
@@ -54,7 +57,7 @@ def test_corrupt_image_is_reported(tmp_path):
     path = _write_log(tmp_path, ["a.jpg, l, r, 0.1, 0, 0, 3"] * 4)
     (tmp_path / "IMG" / "a.jpg").write_bytes(b"not a jpeg")
     with pytest.raises(DataError, match="a.jpg: not a readable image"):
-        load_udacity_log(path, 24)
+        load_log(path, 24)
 
 
 def test_npz_with_images_or_file_names(tmp_path):
@@ -77,3 +80,30 @@ def test_npz_with_images_or_file_names(tmp_path):
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 garbage")
     with pytest.raises(DataError, match="broken.npz: not a readable .npz"):
         load_npz(tmp_path / "broken.npz", 24)
+
+
+def test_real_sullychen_dash_cam_loads_as_silos_with_wheel_degrees_normalised():
+    if not (SULLY / "data.txt").is_file():
+        pytest.skip(f"real data not found at {SULLY}")
+    rows = read_sullychen_log(SULLY / "data.txt")
+    assert len(rows) == 101 and rows[0] == ("0.jpg", 0.0)
+    raw = {line.split()[0]: float(line.split()[1]) for line in open(SULLY / "data.txt")}
+    name, value = max(rows, key=lambda r: abs(r[1]))
+    assert value == pytest.approx(raw[name] / WHEEL_DEG_PER_UNIT) and abs(raw[name]) > 5
+    validate_data_dir(SULLY, 2)
+    silos = [load_silo(SULLY, i, 2, 24) for i in range(2)]
+    assert sum(len(s.y_train) + len(s.y_test) for s in silos) == 101
+    assert silos[0].x_train.shape[1:] == (1, 24, 24) and silos[0].x_train.max() <= 1
+    log2018 = SHARED_DATA / "driving" / "sullychen_2018_07_01_steering_log" / "data.txt"
+    if log2018.is_file():                     # `N.jpg angle,timestamp` (no images shipped)
+        labels = read_sullychen_log(log2018)
+        assert len(labels) == 63825 and all(-1 <= v <= 1 for _, v in labels)
+
+
+def test_bad_sullychen_line_names_file_line_and_field(tmp_path):
+    (tmp_path / "data.txt").write_text("0.jpg 1.5\n1.jpg left\n")
+    with pytest.raises(DataError, match=r"data.txt:2: field 'angle_deg'"):
+        read_sullychen_log(tmp_path / "data.txt")
+    (tmp_path / "data.txt").write_text("0.jpg\n")
+    with pytest.raises(DataError, match=r"data.txt:1: expected 'image angle_deg'"):
+        read_sullychen_log(tmp_path / "data.txt")

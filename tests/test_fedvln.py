@@ -259,6 +259,11 @@ def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp
                          for k in ("ne", "osr", "spl", "cls", "ndtw")}}
                      for r, v in enumerate(vals)]
             pd.DataFrame(rows).to_csv(out / run / "rounds.csv", index=False)
+            (out / run / "config.json").write_text('{"wall_s": 1.0}')   # finished
+    (tmp_path / "seed1" / "preexplore-fed-lan").mkdir()             # still running: left out
+    pd.DataFrame([{"round": 1, "local_steps": 4}]).to_csv(
+        tmp_path / "seed1" / "preexplore-fed-lan" / "rounds.csv", index=False)
+    assert fp.curve(tmp_path / "seed1", "preexplore-fed-lan") is None
     dirs = fp.seed_dirs(tmp_path, [0, 1, 2])
     assert list(dirs) == [0, 1]
     t2 = fp.table2(dirs)
