@@ -115,7 +115,8 @@ def check_config(cfg: dict) -> Plan:
     if stage == "preexplore" and variant not in VARIANTS:
         raise ConfigError(f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, "
                           f"got {variant!r}")
-    for key in ("num-server-rounds", "eval-every", "fedvln.batch-size", "fedvln.embedding",
+    for key in ("num-server-rounds", "eval-every", "max-empty-rounds", "fedvln.batch-size",
+                "fedvln.embedding",
                 "fedvln.hidden", "fedvln.aug-routes", "fedvln.preexplore-routes",
                 "fedvln.train-houses", "fedvln.unseen-houses"):
         positive(cfg, key)
@@ -245,7 +246,8 @@ def run(grid, cfg: dict, name: str) -> None:
         server_lr=recipe.server_lr, lr_decay=recipe.server_lr_decay,
         send_global_for_eval=not plan.keep_local, recorder=recorder,
         num_clients=len(parts), seed=int(cfg["seed"]), node_wait_s=float(cfg["node-wait-timeout"]),
-        eval_every=int(cfg["eval-every"]), num_rounds=rounds, min_train_nodes=1,
+        eval_every=int(cfg["eval-every"]), num_rounds=rounds,
+        max_empty_rounds=positive(cfg, "max-empty-rounds"), min_train_nodes=1,
         min_evaluate_nodes=1)
     strategy.partitions = parts
     best = {"score": -1.0}

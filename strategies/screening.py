@@ -7,6 +7,8 @@ global model or abort the round.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
@@ -16,11 +18,22 @@ def message_bytes(msg: Message) -> int:
     return sum(rec.count_bytes() for rec in msg.content.array_records.values())
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def one_line(reason: str, limit: int = 240) -> str:
+    """The gist of an error reason for a CSV cell: colour codes dropped, and of a multi-line
+    traceback only its last line (the exception), cut to `limit` characters."""
+    lines = [ln.strip() for ln in ANSI.sub("", str(reason)).splitlines() if ln.strip()]
+    text = lines[-1] if lines else "(no reason given)"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "arrays",
                   weight_key: str = "num-examples") -> str | None:
     """None if the reply is fit to aggregate, else why it is not."""
     if reply.has_error():
-        return f"failed: {reply.error.reason}"
+        return f"failed: {one_line(reply.error.reason)}"
     content = reply.content
     if array_key not in content.array_records:
         return f"rejected: no ArrayRecord '{array_key}'"
