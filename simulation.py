@@ -171,6 +171,13 @@ def check_data(domain: str, cfg: dict) -> None:
             validate_data_dir(Path(str(cfg["driving.data-dir"])), int(cfg["num-clients"]))
         except DataError as e:
             raise BadInput(f"driving.data-dir: {e}") from None
+    for key in ("fedvln.agent-init", "fedvln.speaker-init"):
+        if domain == "vln" and str(cfg[key]) and Path(str(cfg[key])).is_file():
+            from models import vln_checkpoint
+            try:      # read without running code (weights_only), before anything starts
+                vln_checkpoint.load(str(cfg[key]))
+            except DataError as e:
+                raise BadInput(f"{key}: {e}") from None
 
 
 def vln_houses(cfg: dict) -> int:

@@ -55,6 +55,28 @@ def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     assert not (tmp_path / "out").exists()  # nothing was started or written
 
 
+def test_a_checkpoint_that_would_run_code_is_refused_before_anything_starts(tmp_path):
+    import pickle
+
+    import torch
+
+    flag = tmp_path / "PWNED"
+
+    class Evil:
+        def __reduce__(self):
+            return (exec, (f"open({str(flag)!r}, 'w').write('x')",))
+
+    bad = tmp_path / "agent.pt"
+    torch.save({"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad,
+               pickle_module=pickle)
+    spk = tmp_path / "speaker.pt"
+    spk.write_bytes(b"junk")
+    res = _run("fedvln", "--stage", "augment", "--out", str(tmp_path / "out"), "--run-config",
+               f'fedvln.agent-init="{bad}" fedvln.speaker-init="{spk}"')
+    assert res.returncode == 2 and "fedvln.agent-init:" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not flag.exists() and not (tmp_path / "out").exists()
+
+
 def test_corrupt_data_file_is_named(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
