@@ -189,3 +189,21 @@ def test_evaluation_every_k_rounds_and_in_the_last(tmp_path):
     sent = [len(list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None)))
             for r in range(1, 8)]
     assert sent == [0, 0, 2, 0, 0, 2, 2]
+
+
+def test_a_second_array_record_or_a_forged_count_is_rejected(tmp_path):
+    s, rec = _strategy(tmp_path, n=3)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    nan = ArrayRecord({"w": Array(np.full((2, 3), np.nan, np.float32)),
+                       "b": Array(np.zeros(3, np.float32))})
+    smuggled = _reply(msgs[0], _global())
+    smuggled.content["more"] = nan                  # Flower would average it in unscreened
+    forged = _reply(msgs[1], ArrayRecord({"w": Array(np.full((2, 3), 9, np.float32)),
+                                          "b": Array(np.zeros(3, np.float32))}), n=1e30)
+    honest = _reply(msgs[2], ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
+                                          "b": Array(np.ones(3, np.float32))}), n=10)
+    arrays, metrics = s.aggregate_train(1, [smuggled, forged, honest])
+    assert metrics["n_accepted"] == 1 and np.array_equal(arrays["w"].numpy(), np.ones((2, 3)))
+    rec.end_round(arrays)
+    status = pd.read_csv(tmp_path / "clients.csv")["status"].tolist()
+    assert "unexpected records ['more']" in status[0] and "1e+30" in status[1]
