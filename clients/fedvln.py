@@ -37,6 +37,7 @@ from models.envdrop import Follower, FollowerSize
 from models.speaker import Speaker, SpeakerSize
 from server.config import merged
 
+LANG = "lang_encoder."        # the follower's language encoder (fed-lan shares only this)
 LOCAL = "fedvln-follower"     # this house's own follower (pre-exploration)
 SPEAKER = "fedvln-speaker"    # the speaker this house back-translates its routes with
 ROUTES = "fedvln-routes"      # routes this house sampled in itself for the speaker
@@ -99,6 +100,28 @@ def _load(model, *records: ArrayRecord | None) -> None:
     model.load_state_dict(state)
 
 
+def allowed_share(cfg: dict, node_config) -> str:
+    """The most this house sends up, decided in the house, not by the server's message: its
+    own node config `share` if the operator set one (e.g. `--node-config share=lang_encoder.`),
+    else what the run's stage and variant share (fed-lan: the language encoder; env-based:
+    nothing; otherwise the whole model)."""
+    if "share" in node_config:
+        return str(node_config["share"])
+    if str(cfg["fedvln.stage"]) == "preexplore":
+        variant = str(cfg["fedvln.variant"])
+        return "" if variant == "env-based" else LANG if variant.startswith("fed-lan") else "*"
+    return "*"
+
+
+def within(requested: str, allowed: str) -> bool:
+    """Whether sending the `requested` prefixes reveals nothing beyond the `allowed` ones."""
+    if allowed == "*":
+        return True
+    want = [p for p in requested.split(",") if p] if requested != "*" else ["*"]
+    have = [p for p in allowed.split(",") if p]
+    return all(any(w.startswith(h) for h in have) for w in want if w != "*") and "*" not in want
+
+
 def shared_part(model, share: str) -> ArrayRecord:
     state = model.state_dict()
     if share == "*":
@@ -155,6 +178,10 @@ def train(msg: Message, context: Context) -> Message:
     step = str(conf["step"])
     if step == "setup":
         return Message(setup(msg, context, cfg, h), reply_to=msg)
+    share, allowed = str(conf["share"]), allowed_share(cfg, context.node_config)
+    if not within(share, allowed):
+        raise PermissionError(f"house {h.name}: the server asked for share={share!r}; this "
+                              f"house sends at most {allowed!r} in this stage")
     rnd = int(conf["server-round"])
     torch.manual_seed(_seed(cfg, context, rnd))
     rng = np.random.default_rng(_seed(cfg, context, rnd))
@@ -187,7 +214,7 @@ def train(msg: Message, context: Context) -> Message:
     if keep_local:
         context.state[LOCAL] = ArrayRecord(model.state_dict())
     return Message(RecordDict({
-        "arrays": shared_part(model, str(conf["share"])),
+        "arrays": shared_part(model, share),
         "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),
                                  "train-loss": loss, "local-steps": iters,
                                  "fit-s": time.perf_counter() - t0})}), reply_to=msg)

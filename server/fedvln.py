@@ -44,7 +44,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from clients.fedvln import follower_size, shared_part, speaker_size
+from clients.fedvln import LANG, follower_size, shared_part, speaker_size
 from clients.vln_loop import OPTIMIZERS
 from clients.vln_recipe import recipe_of
 from models import vln_checkpoint
@@ -59,7 +59,6 @@ from strategies.screening import message_bytes
 
 STAGES = ("agent", "speaker", "augment", "preexplore")
 VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
-LANG = "lang_encoder."
 
 
 @dataclass

@@ -281,3 +281,26 @@ def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp
     row = t9[(t9["phase"] == "seen") & (t9["method"] == "federated")].iloc[0]
     assert row["target_sr"] == pytest.approx(0.9 * 28)      # 90% of the lowest mean best
     assert row["steps"] == 60 and row["reached"] == 2       # seed 0 at 48, seed 1 at 72
+
+
+def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_asks(tmp_path):
+    """fed-lan: the house, not the server, decides that only the language encoder leaves."""
+    from flwr.app import Context
+
+    from clients import fedvln as house
+    from server.config import merged
+
+    assert house.within("lang_encoder.", "lang_encoder.") and house.within("", "")
+    assert not house.within("*", "lang_encoder.") and not house.within("decoder.", "")
+    rc = {**TINY, "fedvln.stage": "preexplore", "fedvln.variant": "fed-lan"}
+    ctx = Context(run_id=1, node_id=5003, node_config={"partition-id": 3, "num-partitions": 5},
+                  state=RecordDict(), run_config=rc)
+    arrays = house.shared_part(house._model("follower", merged(rc), house.house_of(ctx)), "*")
+    greedy = Message(RecordDict({"arrays": arrays, "config": ConfigRecord(
+        {"step": "follower", "server-round": 1, "epochs": 1.0, "share": "*",
+         "keep-local": True})}), dst_node_id=5003, message_type="train")
+    with pytest.raises(PermissionError, match="sends at most 'lang_encoder.'"):
+        house.train(greedy, ctx)
+    # the operator's own node config is the house's policy, stricter than the run's
+    ctx.node_config["share"] = ""
+    assert house.allowed_share(merged({**TINY, "fedvln.stage": "agent"}), ctx.node_config) == ""
