@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from strategies.nodes import answered, query_partitions, wait_for_nodes
-from strategies.screening import message_bytes, one_line, screen_update
+from strategies.screening import MAX_EXAMPLES, message_bytes, one_line, screen_update
 
 
 def evaluates(server_round: int, every: int, num_rounds: int) -> bool:
@@ -175,11 +175,18 @@ class ScreenedFedAvg(FedAvg):
                            ) -> MetricRecord | None:
         rows = []
         for rep in self._sorted(replies):
-            if rep.has_error():
+            if rep.has_error() or len(rep.content.metric_records) != 1:
                 continue
             m = next(iter(rep.content.metric_records.values()))
-            rows.append((float(m["num-examples"]), float(m["mse"]), float(m["mae"])))
-        rows = [r for r in rows if r[0] > 0 and math.isfinite(r[1]) and math.isfinite(r[2])]
+            try:   # a malformed or forged reply is left out, never pooled or crashing the run
+                row = (float(m["num-examples"]), float(m["mse"]), float(m["mae"]))
+            except (KeyError, TypeError, ValueError):
+                log(WARNING, "[fedembodied] round %d: evaluation of node %d lacks "
+                    "num-examples/mse/mae; left out", server_round, rep.metadata.src_node_id)
+                continue
+            if all(math.isfinite(v) for v in row) and 0 < row[0] <= MAX_EXAMPLES \
+                    and row[1] >= 0 and row[2] >= 0:
+                rows.append(row)
         if not rows:
             return None
         n_total = sum(r[0] for r in rows)

@@ -304,3 +304,21 @@ def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_
     # the operator's own node config is the house's policy, stricter than the run's
     ctx.node_config["share"] = ""
     assert house.allowed_share(merged({**TINY, "fedvln.stage": "agent"}), ctx.node_config) == ""
+
+
+def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
+    s = _strategy(tmp_path, {0: "seen", 1: "seen", 2: "seen", 3: "seen"}, {"seen": 1.0})
+    msgs = s._messages(ArrayRecord(), ConfigRecord(), [1000, 1001, 1002, 1003], "evaluate")
+    honest = {"val_seen_n": 10, "val_seen_sr": 20.0, "val_seen_ne": 5.0}
+    forged = [{"val_seen_n": 10, "val_seen_sr": 1000.0, "val_seen_ne": 5.0},     # SR > 100
+              {"val_seen_n": 1e30, "val_seen_sr": 100.0, "val_seen_ne": 0.0},   # count
+              {"val_seen_n": 10, "val_seen_sr": float("nan"), "val_seen_ne": 1.0}]
+    replies = [Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
+               for r, m in zip([honest] + forged, msgs)]
+    assert s.aggregate_evaluate(1, replies)["val_seen_sr"] == 20.0
+    bleu = {"val_seen_n": 3, "val_seen_sys_len": 10, "val_seen_ref_len": 10,
+            **{f"val_seen_{k}_{i}": 5 for k in ("correct", "total") for i in range(1, 5)}}
+    from strategies.fedvln import eval_problem
+    assert eval_problem(bleu) is None
+    assert "negative" in eval_problem({**bleu, "val_seen_correct_2": -3})
+    assert "exceeds its total" in eval_problem({**bleu, "val_seen_correct_1": 9})

@@ -207,3 +207,16 @@ def test_a_second_array_record_or_a_forged_count_is_rejected(tmp_path):
     rec.end_round(arrays)
     status = pd.read_csv(tmp_path / "clients.csv")["status"].tolist()
     assert "unexpected records ['more']" in status[0] and "1e+30" in status[1]
+
+
+def test_malformed_or_forged_evaluation_replies_neither_crash_nor_move_the_pool(tmp_path):
+    s, _ = _strategy(tmp_path, n=4)
+    msgs = s._messages(_global(), ConfigRecord(), [1000, 1001, 1002, 1003], "evaluate")
+    rows = [{"num-examples": 10, "mse": 0.04, "mae": 0.1},
+            {"num-examples": 1e30, "mse": 0.0, "mae": 0.0},          # forged weight
+            {"mse": 0.0},                                              # missing fields
+            {"num-examples": 10, "mse": -1.0, "mae": 0.1}]             # impossible error
+    replies = [Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
+               for r, m in zip(rows, msgs)]
+    metrics = s.aggregate_evaluate(1, replies)
+    assert math.isclose(metrics["rmse"], 0.2) and metrics["n_eval_silos"] == 1
