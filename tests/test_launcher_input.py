@@ -106,3 +106,17 @@ def test_graph_topology_fixes_the_number_of_silos(tmp_path):
     res = _run("cdl", "--topology", "gaia-ring", "--num-clients", "5", "--out",
                str(tmp_path / "x"))
     assert res.returncode == 2 and "contradicts --topology gaia-ring (11 silos)" in res.stderr
+
+
+def test_certificate_recipe_always_covers_what_the_superlink_connects_to(tmp_path):
+    """The SuperLink's own process reaches it on 127.0.0.1: a SAN list given for the real host
+    must not drop it (runs would stay pending)."""
+    import shutil
+
+    if not (shutil.which("openssl") and shutil.which("ssh-keygen")):
+        pytest.skip("openssl/ssh-keygen not installed")
+    subprocess.run(["bash", str(ROOT / "deploy" / "make_certs.sh"), str(tmp_path), "1",
+                    "DNS:hostA"], check=True, capture_output=True)
+    text = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "server.pem"), "-noout",
+                           "-ext", "subjectAltName"], capture_output=True, text=True).stdout
+    assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text and "DNS:hostA" in text
