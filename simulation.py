@@ -90,6 +90,11 @@ def resolve(args) -> tuple[dict, Path]:
                             ("--timeout", args.timeout, lambda v: v > 0)]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")
+    if args.num_gpus > 0:
+        import torch
+        if not torch.cuda.is_available():   # else Ray never schedules a ClientApp: a hang
+            raise BadInput(f"--num-gpus {args.num_gpus:g}: this machine has no CUDA GPU "
+                           f"torch can use")
     try:
         overrides = parse_overrides(args.run_config)
         check_overrides(overrides)

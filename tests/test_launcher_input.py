@@ -51,6 +51,9 @@ def test_help_lists_every_method_with_one_line():
     (["fedvln", "--run-config", 'fedvln.data-dir="/no/such/vln"'], "/no/such/vln"),
     (["fedvln", "--num-clients", "3"], "one client per house"),
     (["fedavg", "--stage", "agent"], "fedvln's flags"),
+    pytest.param(["fedavg", "--num-gpus", "1"], "no CUDA GPU",
+                 marks=pytest.mark.skipif(__import__("torch").cuda.is_available(),
+                                          reason="this machine has a GPU")),
 ])
 def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     res = _run(*args, "--out", str(tmp_path / "out"))
