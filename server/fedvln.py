@@ -2,9 +2,9 @@
 
 * `agent`: decentralized federated training of the Envdrop follower (Eq. 6-7): per round a
   share r (`fedvln.seen-rate`, 0.2) of the seen houses trains tau epochs (`local-epochs`, 3) on
-  its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta =
-  `server-lr`, 2). Every house scores the global model on its own validation split (seen
-  houses val_seen, unseen houses val_unseen) and the server pools the metrics.
+  its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta from the
+  recipe, `clients/vln_recipe.py`). Every house scores the global model on its own validation
+  split (seen houses val_seen, unseen houses val_unseen) and the server pools the metrics.
 * `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU on each
   house's paths.
 * `augment`: in a setup round every seen house receives the speaker and samples routes in
@@ -204,8 +204,8 @@ def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speak
                             num_examples=int(m["num-examples"]), status="ok")
     recorder.add_metrics({"augmented_episodes": n_aug})
     recorder.end_round()
-    log(INFO, "[fedembodied] setup: %d houses received models; %d speaker-written episodes "
-        "made in the houses", len(msgs), n_aug)
+    log(INFO, "[fedembodied] setup: %d houses received models; %d routes sampled in the "
+        "houses for the speaker", len(msgs), n_aug)
 
 
 def run(grid, cfg: dict, name: str) -> None:
