@@ -29,7 +29,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from clients import vln_agent, vln_speaker
 from clients.vln_house import (House, follower_steps, house_of_partition, local_iterations,
                                open_house, open_setup, speaker_routes)
-from clients.vln_loop import make_optimizer
+from clients.vln_loop import load_optimizer_arrays, make_optimizer, optimizer_arrays
 from clients.vln_recipe import recipe_of
 from envs.vln_data import Episode
 from envs.vln_houses import HouseSpec
@@ -41,6 +41,7 @@ LANG = "lang_encoder."        # the follower's language encoder (fed-lan shares 
 LOCAL = "fedvln-follower"     # this house's own follower (pre-exploration)
 SPEAKER = "fedvln-speaker"    # the speaker this house back-translates its routes with
 ROUTES = "fedvln-routes"      # routes this house sampled in itself for the speaker
+OPTIM = "fedvln-optimizer"    # this house's optimizer state (fedvln.optimizer-state = house)
 
 
 def spec_of(cfg: dict) -> HouseSpec:
@@ -197,6 +198,9 @@ def train(msg: Message, context: Context) -> Message:
     epochs = float(conf["epochs"])
     recipe = recipe_of(cfg)
     opt = make_optimizer(recipe.optimizer, model.parameters(), recipe.lr)
+    keep_opt = str(cfg["fedvln.optimizer-state"]) == "house"
+    if keep_opt and f"{OPTIM}-{step}" in context.state:
+        load_optimizer_arrays(opt, context.state[f"{OPTIM}-{step}"].to_torch_state_dict())
     t0 = time.perf_counter()
     if step == "follower":
         iters = follower_steps(len(h.train), len(routes), epochs, batch, cap)
@@ -213,6 +217,8 @@ def train(msg: Message, context: Context) -> Message:
                                          rng=rng)
     if keep_local:
         context.state[LOCAL] = ArrayRecord(model.state_dict())
+    if keep_opt:
+        context.state[f"{OPTIM}-{step}"] = ArrayRecord(optimizer_arrays(opt))
     return Message(RecordDict({
         "arrays": shared_part(model, share),
         "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),

@@ -139,6 +139,9 @@ def check_config(cfg: dict) -> Plan:
                           f"{', '.join(OPTIMIZERS)} or empty, got {r.optimizer!r}")
     if int(cfg["fedvln.max-local-steps"]) < 0:
         raise ConfigError("run config 'fedvln.max-local-steps' must be >= 0")
+    if str(cfg["fedvln.optimizer-state"]) not in ("round", "house"):
+        raise ConfigError(f"run config 'fedvln.optimizer-state' must be round or house, "
+                          f"got {cfg['fedvln.optimizer-state']!r}")
     if str(cfg["fedvln.feedback"]) not in ("mixed", "teacher"):
         raise ConfigError(f"run config 'fedvln.feedback' must be mixed or teacher, "
                           f"got {cfg['fedvln.feedback']!r}")

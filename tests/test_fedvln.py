@@ -322,3 +322,32 @@ def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
     assert eval_problem(bleu) is None
     assert "negative" in eval_problem({**bleu, "val_seen_correct_2": -3})
     assert "exceeds its total" in eval_problem({**bleu, "val_seen_correct_1": 9})
+
+
+def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
+    """optimizer-state=house: the house's RMSprop square averages carry over (in its context,
+    never in a reply); round: a fresh optimizer each round keeps nothing."""
+    import torch
+
+    from clients.vln_loop import load_optimizer_arrays, make_optimizer, optimizer_arrays
+
+    model = torch.nn.Linear(3, 2)
+    opt = make_optimizer("rms", model.parameters(), 1e-3)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    saved = optimizer_arrays(opt)
+    again = make_optimizer("rms", model.parameters(), 1e-3)
+    load_optimizer_arrays(again, saved)
+    for (k, v) in optimizer_arrays(again).items():
+        assert torch.equal(v, saved[k])
+    grid, run = _run(tmp_path, "agent", **{"fedvln.optimizer-state": "house",
+                                           "num-server-rounds": 2, "fedvln.seen-rate": 1.0})
+    kept = [c.state["fedvln-optimizer-follower"] for c in grid.contexts.values()
+            if "fedvln-optimizer-follower" in c.state]
+    assert len(kept) == 3                                   # every seen house, none unseen
+    steps = {float(a.numpy()) for rec in kept for k, a in rec.items() if k.endswith("/step")}
+    assert steps == {4.0}                                   # 2 rounds x 2 local steps, kept
+    assert all("fedvln-optimizer" not in k for r in grid.replies
+               for k in r.content.array_records)           # never sent
+    grid, _ = _run(tmp_path, "agent-round", **{"num-server-rounds": 2})
+    assert not any("fedvln-optimizer-follower" in c.state for c in grid.contexts.values())
