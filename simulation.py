@@ -90,6 +90,11 @@ def resolve(args) -> tuple[dict, Path]:
                             ("--timeout", args.timeout, lambda v: v > 0)]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")
+    if args.num_gpus > 0:
+        import torch
+        if not torch.cuda.is_available():   # else Ray never schedules a ClientApp: a hang
+            raise BadInput(f"--num-gpus {args.num_gpus:g}: this machine has no CUDA GPU "
+                           f"torch can use")
     try:
         overrides = parse_overrides(args.run_config)
         check_overrides(overrides)
@@ -171,6 +176,13 @@ def check_data(domain: str, cfg: dict) -> None:
             validate_data_dir(Path(str(cfg["driving.data-dir"])), int(cfg["num-clients"]))
         except DataError as e:
             raise BadInput(f"driving.data-dir: {e}") from None
+    for key in ("fedvln.agent-init", "fedvln.speaker-init"):
+        if domain == "vln" and str(cfg[key]) and Path(str(cfg[key])).is_file():
+            from models import vln_checkpoint
+            try:      # read without running code (weights_only), before anything starts
+                vln_checkpoint.load(str(cfg[key]))
+            except DataError as e:
+                raise BadInput(f"{key}: {e}") from None
 
 
 def vln_houses(cfg: dict) -> int:

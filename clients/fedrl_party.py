@@ -115,6 +115,12 @@ class Settings:
                 raise ValueError(f"fedrl.{k} must be >= 0, got {get(k)}")
         if float(get("clip")) <= 0 or float(get("sigma")) < 0:
             raise ValueError("fedrl.clip must be > 0 and fedrl.sigma >= 0")
+        if not 0 < float(get("lr")) <= 1:
+            raise ValueError(f"fedrl.lr must be in (0, 1], got {get('lr')}")
+        if not 0 <= float(get("gamma")) <= 1:
+            raise ValueError(f"fedrl.gamma must be in [0, 1], got {get('gamma')}")
+        if not 0 <= float(get("eps-end")) <= float(get("eps-start")) <= 1:
+            raise ValueError("fedrl.eps-end <= fedrl.eps-start must both be in [0, 1]")
         if not 0 < float(get("delta")) < 1:
             raise ValueError(f"fedrl.delta must be in (0, 1), got {get('delta')}")
         return cls(

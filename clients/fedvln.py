@@ -29,7 +29,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from clients import vln_agent, vln_speaker
 from clients.vln_house import (House, follower_steps, house_of_partition, local_iterations,
                                open_house, open_setup, speaker_routes)
-from clients.vln_loop import make_optimizer
+from clients.vln_loop import load_optimizer_arrays, make_optimizer, optimizer_arrays
 from clients.vln_recipe import recipe_of
 from envs.vln_data import Episode
 from envs.vln_houses import HouseSpec
@@ -37,9 +37,11 @@ from models.envdrop import Follower, FollowerSize
 from models.speaker import Speaker, SpeakerSize
 from server.config import merged
 
+LANG = "lang_encoder."        # the follower's language encoder (fed-lan shares only this)
 LOCAL = "fedvln-follower"     # this house's own follower (pre-exploration)
 SPEAKER = "fedvln-speaker"    # the speaker this house back-translates its routes with
 ROUTES = "fedvln-routes"      # routes this house sampled in itself for the speaker
+OPTIM = "fedvln-optimizer"    # this house's optimizer state (fedvln.optimizer-state = house)
 
 
 def spec_of(cfg: dict) -> HouseSpec:
@@ -99,6 +101,28 @@ def _load(model, *records: ArrayRecord | None) -> None:
     model.load_state_dict(state)
 
 
+def allowed_share(cfg: dict, node_config) -> str:
+    """The most this house sends up, decided in the house, not by the server's message: its
+    own node config `share` if the operator set one (e.g. `--node-config share=lang_encoder.`),
+    else what the run's stage and variant share (fed-lan: the language encoder; env-based:
+    nothing; otherwise the whole model)."""
+    if "share" in node_config:
+        return str(node_config["share"])
+    if str(cfg["fedvln.stage"]) == "preexplore":
+        variant = str(cfg["fedvln.variant"])
+        return "" if variant == "env-based" else LANG if variant.startswith("fed-lan") else "*"
+    return "*"
+
+
+def within(requested: str, allowed: str) -> bool:
+    """Whether sending the `requested` prefixes reveals nothing beyond the `allowed` ones."""
+    if allowed == "*":
+        return True
+    want = [p for p in requested.split(",") if p] if requested != "*" else ["*"]
+    have = [p for p in allowed.split(",") if p]
+    return all(any(w.startswith(h) for h in have) for w in want if w != "*") and "*" not in want
+
+
 def shared_part(model, share: str) -> ArrayRecord:
     state = model.state_dict()
     if share == "*":
@@ -155,6 +179,10 @@ def train(msg: Message, context: Context) -> Message:
     step = str(conf["step"])
     if step == "setup":
         return Message(setup(msg, context, cfg, h), reply_to=msg)
+    share, allowed = str(conf["share"]), allowed_share(cfg, context.node_config)
+    if not within(share, allowed):
+        raise PermissionError(f"house {h.name}: the server asked for share={share!r}; this "
+                              f"house sends at most {allowed!r} in this stage")
     rnd = int(conf["server-round"])
     torch.manual_seed(_seed(cfg, context, rnd))
     rng = np.random.default_rng(_seed(cfg, context, rnd))
@@ -170,6 +198,9 @@ def train(msg: Message, context: Context) -> Message:
     epochs = float(conf["epochs"])
     recipe = recipe_of(cfg)
     opt = make_optimizer(recipe.optimizer, model.parameters(), recipe.lr)
+    keep_opt = str(cfg["fedvln.optimizer-state"]) == "house"
+    if keep_opt and f"{OPTIM}-{step}" in context.state:
+        load_optimizer_arrays(opt, context.state[f"{OPTIM}-{step}"].to_torch_state_dict())
     t0 = time.perf_counter()
     if step == "follower":
         iters = follower_steps(len(h.train), len(routes), epochs, batch, cap)
@@ -186,8 +217,10 @@ def train(msg: Message, context: Context) -> Message:
                                          rng=rng)
     if keep_local:
         context.state[LOCAL] = ArrayRecord(model.state_dict())
+    if keep_opt:
+        context.state[f"{OPTIM}-{step}"] = ArrayRecord(optimizer_arrays(opt))
     return Message(RecordDict({
-        "arrays": shared_part(model, str(conf["share"])),
+        "arrays": shared_part(model, share),
         "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),
                                  "train-loss": loss, "local-steps": iters,
                                  "fit-s": time.perf_counter() - t0})}), reply_to=msg)

@@ -49,8 +49,7 @@ class AgentSettings:
 
 
 class Tokens:
-    """Instruction token ids, encoded once per (instr_id, text): a speaker-written episode may
-    reuse an id with new words."""
+    """Instruction token ids of labelled episodes, encoded once per (instr_id, text)."""
 
     def __init__(self, vocab: Vocab, max_words: int):
         self.vocab, self.max_words, self._cache = vocab, max_words, {}

@@ -1,5 +1,5 @@
 """One house's VLN data as a FedVLN client sees it (no flwr): its labelled instructions, its
-validation split, and the speaker-written episodes it makes for itself.
+validation split, and the routes it samples in itself for the speaker to describe.
 
 A house is `seen` when it has labelled training instructions (R2R's train scans) and `unseen`
 otherwise (val_unseen scans: it only has the instructions it is evaluated on). Clients are

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Self-signed CA and SuperLink certificate for trying TLS, plus one EC key pair per SuperNode.
 #   deploy/make_certs.sh OUT_DIR NUM_NODES [SAN ...]
-# SANs default to IP:127.0.0.1 and DNS:localhost; pass the SuperLink's real host name or IP
-# (e.g. DNS:link.example.org IP:10.0.0.5) for a real deployment. For production use a CA you trust.
+# The SANs always include IP:127.0.0.1 and DNS:localhost (the SuperLink's own process that starts
+# ServerApps connects to it there; without them runs stay pending), plus any given: the
+# SuperLink's real host name or IP (e.g. DNS:link.example.org IP:10.0.0.5). For production use a
+# CA you trust.
 set -euo pipefail
 out=${1:?usage: make_certs.sh OUT_DIR NUM_NODES [SAN ...]}; n=${2:?NUM_NODES}; shift 2
-sans=${*:-"IP:127.0.0.1 DNS:localhost"}
-san=$(echo "$sans" | tr ' ' ',')
+san=$(echo "IP:127.0.0.1 DNS:localhost $*" | xargs -n1 | awk '!seen[$0]++' | paste -sd, -)
 mkdir -p "$out"; cd "$out"
 openssl genrsa -out ca.key 4096 2>/dev/null
 openssl req -new -x509 -key ca.key -sha256 -subj "/CN=fedembodied-ca" -days 365 -out ca.crt

@@ -6,16 +6,20 @@ houses, beside the pipeline's default federated and centralized runs.
 
 Runs (each `simulation.py fedvln --stage agent`, 30 rounds, in runs/fedvln-gap/<name>-s<seed>):
 
-| name | houses per round | local epochs | steps per round |
-|---|---|---|---|
-| default (the pipeline's agent stage) | 2 (r = 0.2) | 3 | 2 x 12 = 24 |
-| all-houses | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 |
+| name | houses per round | local epochs | steps per round | local optimizer |
+|---|---|---|---|---|
+| default (the pipeline's agent stage) | 2 (r = 0.2) | 3 | 2 x 12 = 24 | fresh each round |
+| all-houses | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | fresh each round |
+| kept-optimizer | 2 (r = 0.2) | 3 | 2 x 12 = 24 | kept in the house |
+| kept-optimizer-all-houses | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | kept in the house |
 
 Centralized Envdrop (24 steps per "round" on pooled data) and the default federated run come
 from `experiments.fedvln_pipeline`'s runs (runs/fedvln/seed<S>), which must exist. If spreading
 the same steps over every house closes the gap, the gap is client drift from training 2
-non-IID houses per round; if not, it is the federated step itself (averaging, fresh local
-optimizers). Best (highest val_unseen SR) and last evaluation, mean and sd over seeds.
+non-IID houses per round; keeping each house's RMSprop state between rounds
+(`fedvln.optimizer-state=house`) tests the other suspect: a fresh RMSprop has no bias
+correction, so its first steps are up to 10x lr, and with a few local steps per round every
+step is one of them. Best (highest val_unseen SR) and last evaluation, mean and sd over seeds.
 """
 from __future__ import annotations
 
@@ -28,7 +32,13 @@ import pandas as pd
 from experiments.fedvln_pipeline import curve, pick
 from experiments.simulate import RESULTS, ROOT, simulate
 
-VARIANTS = {"all-houses": "fedvln.seen-rate=1.0 fedvln.local-epochs=0.5"}
+ALL = "fedvln.seen-rate=1.0 fedvln.local-epochs=0.5"
+KEEP = 'fedvln.optimizer-state="house"'
+VARIANTS = {  # run folder name: (row label, run config)
+    "all-houses": ("all houses (12 x 2 steps), fresh optimizer", ALL),
+    "kept-optimizer": ("2 houses x 12 steps, optimizer kept in the house", KEEP),
+    "kept-optimizer-all-houses": ("all houses (12 x 2 steps), optimizer kept", f"{ALL} {KEEP}"),
+}
 
 
 def parse_args(argv=None):
@@ -46,13 +56,14 @@ def main(argv=None) -> int:
     base, pipe = ROOT / "runs" / "fedvln-gap", Path(a.pipeline_out)
     rows = []
     for seed in a.seeds:
-        runs = {"centralized": (pipe / f"seed{seed}", "central/agent"),
-                "default (2 houses x 12 steps)": (pipe / f"seed{seed}", "agent")}
-        for name, rc in VARIANTS.items():
+        runs = {"centralized (pooled data)": (pipe / f"seed{seed}", "central/agent"),
+                "2 houses x 12 steps, fresh optimizer (pipeline)": (pipe / f"seed{seed}",
+                                                                    "agent")}
+        for name, (label, rc) in VARIANTS.items():
             run = base / f"{name}-s{seed}"
             simulate("fedvln", run, rounds=a.rounds, seed=seed,
                      run_config=f'fedvln.stage="agent" eval-every={a.eval_every} {rc}')
-            runs[f"{name} (12 houses x 2 steps)"] = (run.parent, run.name)
+            runs[label] = (run.parent, run.name)
         for name, (out, run) in runs.items():
             df = curve(out, run)
             if df is None or not len(df):

@@ -7,6 +7,8 @@ unknown key or a value of the wrong type before anything starts.
 """
 from __future__ import annotations
 
+import math
+import shlex
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +37,13 @@ def parse_overrides(text: str) -> dict:
     makes of them)."""
     if not text.strip():
         return {}
+    try:   # Flower's parser silently drops a token without '=' ("driving.lr 0.1")
+        tokens = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"--run-config: cannot parse {text!r} ({e})") from None
+    loose = [t for t in tokens if "=" not in t]
+    if loose:
+        raise ConfigError(f"--run-config: {loose[0]!r} is not key=value (in {text!r})")
     try:
         return parse_config_args([text])
     except Exception as e:  # click.ClickException or TOML errors
@@ -53,6 +62,10 @@ def check_overrides(overrides: dict) -> None:
                                          and not isinstance(value, bool))
         if not ok:
             raise ConfigError(f"--run-config: {key!r} must be {want.__name__}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"--run-config: {key!r} must be a finite number, got {value!r}")
+        if key in ("round-timeout", "node-wait-timeout") and not value > 0:
+            raise ConfigError(f"--run-config: {key!r} must be > 0 seconds, got {value!r}")
 
 
 def positive(cfg: dict, key: str, kind=int):

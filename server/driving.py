@@ -21,6 +21,7 @@ def check_config(cfg: dict) -> None:
         positive(cfg, key)
     positive(cfg, "driving.lr", float)
     positive(cfg, "eval-every")
+    positive(cfg, "max-empty-rounds")
     if int(cfg["driving.local-steps"]) < 0:
         raise ConfigError("run config 'driving.local-steps' must be >= 0")
     if not 0 < float(cfg["fraction-train"]) <= 1:
@@ -54,7 +55,8 @@ def run(grid, cfg: dict, name: str) -> None:
     common = dict(recorder=recorder, num_clients=num_clients, seed=int(cfg["seed"]),
                   node_wait_s=float(cfg["node-wait-timeout"]), fraction_train=fraction,
                   fraction_evaluate=1.0, min_train_nodes=1, min_evaluate_nodes=1,
-                  eval_every=int(cfg["eval-every"]), num_rounds=rounds)
+                  eval_every=int(cfg["eval-every"]), num_rounds=rounds,
+                  max_empty_rounds=positive(cfg, "max-empty-rounds"))
     if name == "fedprox":
         strategy = ScreenedFedProx(proximal_mu=float(cfg["fedprox.proximal-mu"]), **common)
     else:

@@ -2,9 +2,9 @@
 
 * `agent`: decentralized federated training of the Envdrop follower (Eq. 6-7): per round a
   share r (`fedvln.seen-rate`, 0.2) of the seen houses trains tau epochs (`local-epochs`, 3) on
-  its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta =
-  `server-lr`, 2). Every house scores the global model on its own validation split (seen
-  houses val_seen, unseen houses val_unseen) and the server pools the metrics.
+  its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta from the
+  recipe, `clients/vln_recipe.py`). Every house scores the global model on its own validation
+  split (seen houses val_seen, unseen houses val_unseen) and the server pools the metrics.
 * `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU on each
   house's paths.
 * `augment`: in a setup round every seen house receives the speaker and samples routes in
@@ -44,7 +44,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from clients.fedvln import follower_size, shared_part, speaker_size
+from clients.fedvln import LANG, follower_size, shared_part, speaker_size
 from clients.vln_loop import OPTIMIZERS
 from clients.vln_recipe import recipe_of
 from models import vln_checkpoint
@@ -59,7 +59,6 @@ from strategies.screening import message_bytes
 
 STAGES = ("agent", "speaker", "augment", "preexplore")
 VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
-LANG = "lang_encoder."
 
 
 @dataclass
@@ -115,7 +114,8 @@ def check_config(cfg: dict) -> Plan:
     if stage == "preexplore" and variant not in VARIANTS:
         raise ConfigError(f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, "
                           f"got {variant!r}")
-    for key in ("num-server-rounds", "eval-every", "fedvln.batch-size", "fedvln.embedding",
+    for key in ("num-server-rounds", "eval-every", "max-empty-rounds", "fedvln.batch-size",
+                "fedvln.embedding",
                 "fedvln.hidden", "fedvln.aug-routes", "fedvln.preexplore-routes",
                 "fedvln.train-houses", "fedvln.unseen-houses"):
         positive(cfg, key)
@@ -139,6 +139,9 @@ def check_config(cfg: dict) -> Plan:
                           f"{', '.join(OPTIMIZERS)} or empty, got {r.optimizer!r}")
     if int(cfg["fedvln.max-local-steps"]) < 0:
         raise ConfigError("run config 'fedvln.max-local-steps' must be >= 0")
+    if str(cfg["fedvln.optimizer-state"]) not in ("round", "house"):
+        raise ConfigError(f"run config 'fedvln.optimizer-state' must be round or house, "
+                          f"got {cfg['fedvln.optimizer-state']!r}")
     if str(cfg["fedvln.feedback"]) not in ("mixed", "teacher"):
         raise ConfigError(f"run config 'fedvln.feedback' must be mixed or teacher, "
                           f"got {cfg['fedvln.feedback']!r}")
@@ -204,8 +207,8 @@ def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speak
                             num_examples=int(m["num-examples"]), status="ok")
     recorder.add_metrics({"augmented_episodes": n_aug})
     recorder.end_round()
-    log(INFO, "[fedembodied] setup: %d houses received models; %d speaker-written episodes "
-        "made in the houses", len(msgs), n_aug)
+    log(INFO, "[fedembodied] setup: %d houses received models; %d routes sampled in the "
+        "houses for the speaker", len(msgs), n_aug)
 
 
 def run(grid, cfg: dict, name: str) -> None:
@@ -245,7 +248,8 @@ def run(grid, cfg: dict, name: str) -> None:
         server_lr=recipe.server_lr, lr_decay=recipe.server_lr_decay,
         send_global_for_eval=not plan.keep_local, recorder=recorder,
         num_clients=len(parts), seed=int(cfg["seed"]), node_wait_s=float(cfg["node-wait-timeout"]),
-        eval_every=int(cfg["eval-every"]), num_rounds=rounds, min_train_nodes=1,
+        eval_every=int(cfg["eval-every"]), num_rounds=rounds,
+        max_empty_rounds=positive(cfg, "max-empty-rounds"), min_train_nodes=1,
         min_evaluate_nodes=1)
     strategy.partitions = parts
     best = {"score": -1.0}

@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 from strategies.nodes import (FederationError, answered, query_partitions,
                              wait_for_nodes)
 from strategies.screened_fedavg import ClientsFailed
-from strategies.screening import message_bytes, screen_update
+from strategies.screening import message_bytes, one_line, screen_update
 from strategies.topology import Topology, consensus_distance, mix
 
 
@@ -62,9 +62,13 @@ class TopologyRelay:
         replies = answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))
         if replies and all(r.has_error() for _, r in replies):
             raise ClientsFailed(f"every silo failed in round {rnd}; first: "
-                                f"{replies[0][1].error.reason}")
+                                f"{one_line(replies[0][1].error.reason)}")
         new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
         losses, weights, cd = [], [], []
+        for i in sorted(set(range(len(msgs))) - {i for i, _ in replies}):
+            self.recorder.add_client(node=self.node_of[i], partition=i, num_examples=0,
+                                     train_loss=None, fit_s=None,
+                                     status="failed: no reply within the round timeout")
         for i, rep in replies:
             reference = msgs[i].content["arrays"]
             problem = screen_update(rep, reference)

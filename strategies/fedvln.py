@@ -20,17 +20,44 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable
+from logging import WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvgM
 from sacrebleu.metrics import BLEU
 
 from strategies.screened_fedavg import ScreenedFedAvg
+from strategies.screening import MAX_EXAMPLES
 
 NAV_METRICS = ("ne", "sr", "osr", "spl", "tl", "ndtw", "sdtw", "cls")
 BLEU_STATS = ("sys_len", "ref_len", *(f"{k}_{n}" for k in ("correct", "total")
                                       for n in range(1, 5)))
+
+
+PERCENT = ("sr", "osr", "spl", "ndtw", "sdtw", "cls")
+
+
+def eval_problem(record: dict) -> str | None:
+    """Why a house's evaluation reply cannot be pooled, or None. A forged or broken reply
+    (missing counts, non-finite or out-of-range values, negative or inconsistent BLEU counts)
+    would crash the pool or move the pooled number arbitrarily; it is left out instead."""
+    for k, v in record.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"{k!r} is not a finite number"
+    for k, v in record.items():
+        base = k.rsplit("_", 1)[-1]
+        if k.endswith("_n") and not 0 <= v <= MAX_EXAMPLES:
+            return f"{k!r} = {v} is not a count"
+        if base in PERCENT and not 0 <= v <= 100:
+            return f"{k!r} = {v} is not a percentage"
+        if (k.endswith(("_len", "_ne", "_tl")) or "_correct_" in k or "_total_" in k) and v < 0:
+            return f"{k!r} = {v} is negative"
+    for k in record:
+        if "_correct_" in k and record[k] > record.get(k.replace("_correct_", "_total_"), -1):
+            return f"{k!r} exceeds its total"
+    return None
 
 
 def pool(records: list[dict]) -> dict[str, float]:
@@ -120,8 +147,17 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        records = [dict(next(iter(r.content.metric_records.values())))
-                   for r in self._sorted(replies) if not r.has_error()]
+        records = []
+        for r in self._sorted(replies):
+            if r.has_error() or len(r.content.metric_records) != 1:
+                continue
+            rec = dict(next(iter(r.content.metric_records.values())))
+            problem = eval_problem(rec)
+            if problem:
+                log(WARNING, "[fedembodied] round %d: evaluation of node %d left out: %s",
+                    server_round, r.metadata.src_node_id, problem)
+                continue
+            records.append(rec)
         pooled = pool(records)
         if not pooled:
             return None

@@ -6,7 +6,12 @@
 * every update is screened (strategies.screening) and a bad one is left out of the round
   instead of failing it;
 * the bytes of every array sent and received, and one row per client per round, go to the
-  recorder (server.recorder.Recorder);
+  recorder (server.recorder.Recorder): a failed client's row names the node and partition the
+  message went to (an error reply may come from the SuperLink, not the node), with a one-line
+  reason (the full one goes to the log), and a client that never answered gets a row too;
+* a round where every client failed stops the run (ClientsFailed), and so do
+  `max_empty_rounds` consecutive rounds in which no update was accepted (failed, rejected or
+  unanswered), instead of a run that "completes" without training;
 * evaluation runs on every silo's own test split; the pooled metrics are the example-weighted
   ones, which equal RMSE/MAE on the union of the test splits, so no test data leaves a silo.
 """
@@ -15,14 +20,16 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable
+from logging import WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from strategies.nodes import query_partitions, wait_for_nodes
-from strategies.screening import message_bytes, screen_update
+from strategies.nodes import answered, query_partitions, wait_for_nodes
+from strategies.screening import MAX_EXAMPLES, message_bytes, one_line, screen_update
 
 
 def evaluates(server_round: int, every: int, num_rounds: int) -> bool:
@@ -31,12 +38,14 @@ def evaluates(server_round: int, every: int, num_rounds: int) -> bool:
 
 
 class ClientsFailed(RuntimeError):
-    """No client of a round could train (e.g. all lack their data): the run cannot go on."""
+    """No client of a round could train (e.g. all lack their data), or no update was accepted
+    for `max_empty_rounds` rounds in a row: the run cannot go on."""
 
 
 class ScreenedFedAvg(FedAvg):
     def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
-                 eval_every: int = 1, num_rounds: int = 0, **kwargs):
+                 eval_every: int = 1, num_rounds: int = 0, max_empty_rounds: int = 3,
+                 **kwargs):
         kwargs.setdefault("min_available_nodes", num_clients)
         super().__init__(**kwargs)
         self.recorder = recorder
@@ -47,6 +56,9 @@ class ScreenedFedAvg(FedAvg):
         self.num_rounds = num_rounds
         self.partitions: dict[int, int] | None = None  # node id -> partition id
         self.current: ArrayRecord | None = None
+        self.max_empty_rounds = max_empty_rounds
+        self.empty_rounds = 0                    # consecutive rounds with no accepted update
+        self.sent: list[Message] = []            # this round's training messages
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -80,6 +92,8 @@ class ScreenedFedAvg(FedAvg):
             node_ids, message_type))
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs),
                                 evaluation=message_type == MessageType.EVALUATE)
+        if message_type == MessageType.TRAIN:
+            self.sent = msgs
         return msgs
 
     # ---- training ---------------------------------------------------------------------
@@ -99,26 +113,45 @@ class ScreenedFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         accepted = []
-        replies = self._sorted(replies)
-        if replies and all(rep.has_error() for rep in replies):
+        parts = self.partitions or {}
+        pairs = answered(self.sent, list(replies))
+        pairs.sort(key=lambda ir: parts.get(self.sent[ir[0]].metadata.dst_node_id, -1))
+        if pairs and all(rep.has_error() for _, rep in pairs):
             raise ClientsFailed(f"every client failed in round {server_round}; first: "
-                                f"{replies[0].error.reason}")
-        for rep in replies:
+                                f"{one_line(pairs[0][1].error.reason)}")
+        for i, rep in pairs:
+            node = self.sent[i].metadata.dst_node_id
             problem = screen_update(rep, self.current, array_key=self.arrayrecord_key,
                                     weight_key=self.weighted_by_key)
+            if rep.has_error():
+                log(WARNING, "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
+                    server_round, node, parts.get(node, -1), rep.error.reason)
+                problem = f"failed: {one_line(rep.error.reason)}"
             m = {} if rep.has_error() else dict(next(iter(rep.content.metric_records.values()),
                                                      MetricRecord()))
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
             self.recorder.add_client(
-                node=rep.metadata.src_node_id,
-                partition=(self.partitions or {}).get(rep.metadata.src_node_id, -1),
+                node=node, partition=parts.get(node, -1),
                 num_examples=m.get(self.weighted_by_key, 0), train_loss=m.get("train-loss"),
                 fit_s=m.get("fit-s"), status=problem or "ok")
             if problem is None:
                 accepted.append(rep.content)
+        answered_ix = {i for i, _ in pairs}
+        for i, msg in enumerate(self.sent):
+            if i not in answered_ix:
+                node = msg.metadata.dst_node_id
+                self.recorder.add_client(node=node, partition=parts.get(node, -1),
+                                         num_examples=0, train_loss=None, fit_s=None,
+                                         status="failed: no reply within the round timeout")
         if not accepted:
+            self.empty_rounds += 1
+            if self.empty_rounds >= self.max_empty_rounds:
+                raise ClientsFailed(f"no update was accepted in {self.empty_rounds} consecutive "
+                                    f"rounds (up to round {server_round}; run config "
+                                    f"'max-empty-rounds'); clients.csv says why")
             return None, None  # the global model stays as it was
+        self.empty_rounds = 0
         arrays = aggregate_arrayrecords(accepted, self.weighted_by_key)
         n = [float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
              for c in accepted]
@@ -142,11 +175,18 @@ class ScreenedFedAvg(FedAvg):
                            ) -> MetricRecord | None:
         rows = []
         for rep in self._sorted(replies):
-            if rep.has_error():
+            if rep.has_error() or len(rep.content.metric_records) != 1:
                 continue
             m = next(iter(rep.content.metric_records.values()))
-            rows.append((float(m["num-examples"]), float(m["mse"]), float(m["mae"])))
-        rows = [r for r in rows if r[0] > 0 and math.isfinite(r[1]) and math.isfinite(r[2])]
+            try:   # a malformed or forged reply is left out, never pooled or crashing the run
+                row = (float(m["num-examples"]), float(m["mse"]), float(m["mae"]))
+            except (KeyError, TypeError, ValueError):
+                log(WARNING, "[fedembodied] round %d: evaluation of node %d lacks "
+                    "num-examples/mse/mae; left out", server_round, rep.metadata.src_node_id)
+                continue
+            if all(math.isfinite(v) for v in row) and 0 < row[0] <= MAX_EXAMPLES \
+                    and row[1] >= 0 and row[2] >= 0:
+                rows.append(row)
         if not rows:
             return None
         n_total = sum(r[0] for r in rows)

@@ -1,11 +1,16 @@
 """Screening of client updates before aggregation.
 
-An update is aggregated only if it carries exactly the arrays of the global model (same names,
-shapes and dtypes), every value is finite, and its example count is a positive finite number.
+An update is aggregated only if it carries exactly one ArrayRecord (Flower's aggregation would
+average every ArrayRecord of a reply, so a second one would go in unscreened) with exactly the
+arrays of the global model (same names, shapes and dtypes), every value is finite, no
+ConfigRecord, and its example count is a positive number no larger than MAX_EXAMPLES (a forged
+1e30 would make one client's update the global model).
 Anything else is rejected with a reason, so one broken or malicious client cannot poison the
 global model or abort the round.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from flwr.app import ArrayRecord, Message
@@ -16,20 +21,36 @@ def message_bytes(msg: Message) -> int:
     return sum(rec.count_bytes() for rec in msg.content.array_records.values())
 
 
+MAX_EXAMPLES = 10_000_000   # per client per round; far above any silo or house here
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def one_line(reason: str, limit: int = 240) -> str:
+    """The gist of an error reason for a CSV cell: colour codes dropped, and of a multi-line
+    traceback only its last line (the exception), cut to `limit` characters."""
+    lines = [ln.strip() for ln in ANSI.sub("", str(reason)).splitlines() if ln.strip()]
+    text = lines[-1] if lines else "(no reason given)"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "arrays",
                   weight_key: str = "num-examples") -> str | None:
     """None if the reply is fit to aggregate, else why it is not."""
     if reply.has_error():
-        return f"failed: {reply.error.reason}"
+        return f"failed: {one_line(reply.error.reason)}"
     content = reply.content
     if array_key not in content.array_records:
         return f"rejected: no ArrayRecord '{array_key}'"
+    if len(content.array_records) != 1 or len(content.config_records):
+        extra = sorted(set(content.array_records) - {array_key}) + sorted(content.config_records)
+        return f"rejected: unexpected records {extra[:3]} (only '{array_key}' and metrics)"
     metrics = list(content.metric_records.values())
     if len(metrics) != 1 or weight_key not in metrics[0]:
         return f"rejected: no metric '{weight_key}'"
     n = metrics[0][weight_key]
-    if not isinstance(n, (int, float)) or not np.isfinite(n) or n <= 0:
-        return f"rejected: bad '{weight_key}' {n!r}"
+    if not isinstance(n, (int, float)) or not np.isfinite(n) or not 0 < n <= MAX_EXAMPLES:
+        return f"rejected: bad '{weight_key}' {n!r} (must be in (0, {MAX_EXAMPLES}])"
     arrays = content.array_records[array_key]
     if set(arrays.keys()) != set(reference.keys()):
         missing = sorted(set(reference.keys()) - set(arrays.keys()))[:3]

@@ -281,3 +281,73 @@ def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp
     row = t9[(t9["phase"] == "seen") & (t9["method"] == "federated")].iloc[0]
     assert row["target_sr"] == pytest.approx(0.9 * 28)      # 90% of the lowest mean best
     assert row["steps"] == 60 and row["reached"] == 2       # seed 0 at 48, seed 1 at 72
+
+
+def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_asks(tmp_path):
+    """fed-lan: the house, not the server, decides that only the language encoder leaves."""
+    from flwr.app import Context
+
+    from clients import fedvln as house
+    from server.config import merged
+
+    assert house.within("lang_encoder.", "lang_encoder.") and house.within("", "")
+    assert not house.within("*", "lang_encoder.") and not house.within("decoder.", "")
+    rc = {**TINY, "fedvln.stage": "preexplore", "fedvln.variant": "fed-lan"}
+    ctx = Context(run_id=1, node_id=5003, node_config={"partition-id": 3, "num-partitions": 5},
+                  state=RecordDict(), run_config=rc)
+    arrays = house.shared_part(house._model("follower", merged(rc), house.house_of(ctx)), "*")
+    greedy = Message(RecordDict({"arrays": arrays, "config": ConfigRecord(
+        {"step": "follower", "server-round": 1, "epochs": 1.0, "share": "*",
+         "keep-local": True})}), dst_node_id=5003, message_type="train")
+    with pytest.raises(PermissionError, match="sends at most 'lang_encoder.'"):
+        house.train(greedy, ctx)
+    # the operator's own node config is the house's policy, stricter than the run's
+    ctx.node_config["share"] = ""
+    assert house.allowed_share(merged({**TINY, "fedvln.stage": "agent"}), ctx.node_config) == ""
+
+
+def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
+    s = _strategy(tmp_path, {0: "seen", 1: "seen", 2: "seen", 3: "seen"}, {"seen": 1.0})
+    msgs = s._messages(ArrayRecord(), ConfigRecord(), [1000, 1001, 1002, 1003], "evaluate")
+    honest = {"val_seen_n": 10, "val_seen_sr": 20.0, "val_seen_ne": 5.0}
+    forged = [{"val_seen_n": 10, "val_seen_sr": 1000.0, "val_seen_ne": 5.0},     # SR > 100
+              {"val_seen_n": 1e30, "val_seen_sr": 100.0, "val_seen_ne": 0.0},   # count
+              {"val_seen_n": 10, "val_seen_sr": float("nan"), "val_seen_ne": 1.0}]
+    replies = [Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
+               for r, m in zip([honest] + forged, msgs)]
+    assert s.aggregate_evaluate(1, replies)["val_seen_sr"] == 20.0
+    bleu = {"val_seen_n": 3, "val_seen_sys_len": 10, "val_seen_ref_len": 10,
+            **{f"val_seen_{k}_{i}": 5 for k in ("correct", "total") for i in range(1, 5)}}
+    from strategies.fedvln import eval_problem
+    assert eval_problem(bleu) is None
+    assert "negative" in eval_problem({**bleu, "val_seen_correct_2": -3})
+    assert "exceeds its total" in eval_problem({**bleu, "val_seen_correct_1": 9})
+
+
+def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
+    """optimizer-state=house: the house's RMSprop square averages carry over (in its context,
+    never in a reply); round: a fresh optimizer each round keeps nothing."""
+    import torch
+
+    from clients.vln_loop import load_optimizer_arrays, make_optimizer, optimizer_arrays
+
+    model = torch.nn.Linear(3, 2)
+    opt = make_optimizer("rms", model.parameters(), 1e-3)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    saved = optimizer_arrays(opt)
+    again = make_optimizer("rms", model.parameters(), 1e-3)
+    load_optimizer_arrays(again, saved)
+    for (k, v) in optimizer_arrays(again).items():
+        assert torch.equal(v, saved[k])
+    grid, run = _run(tmp_path, "agent", **{"fedvln.optimizer-state": "house",
+                                           "num-server-rounds": 2, "fedvln.seen-rate": 1.0})
+    kept = [c.state["fedvln-optimizer-follower"] for c in grid.contexts.values()
+            if "fedvln-optimizer-follower" in c.state]
+    assert len(kept) == 3                                   # every seen house, none unseen
+    steps = {float(a.numpy()) for rec in kept for k, a in rec.items() if k.endswith("/step")}
+    assert steps == {4.0}                                   # 2 rounds x 2 local steps, kept
+    assert all("fedvln-optimizer" not in k for r in grid.replies
+               for k in r.content.array_records)           # never sent
+    grid, _ = _run(tmp_path, "agent-round", **{"num-server-rounds": 2})
+    assert not any("fedvln-optimizer-follower" in c.state for c in grid.contexts.values())

@@ -27,6 +27,9 @@ def test_help_lists_every_method_with_one_line():
     (["fedavg", "--num-clients", "two"], "--num-clients"),
     (["fedavg", "--run-config", "driving.lr=-1"], "'driving.lr'"),
     (["fedavg", "--run-config", "lr=0.1"], "unknown key 'lr'"),
+    (["fedavg", "--run-config", "driving.lr 0.1"], "'driving.lr' is not key=value"),
+    (["fedavg", "--run-config", "driving.lr=inf"], "'driving.lr' must be a finite number"),
+    (["fedavg", "--run-config", "round-timeout=0"], "'round-timeout' must be > 0"),
     (["fedavg", "--run-config", 'driving.image-size="big"'], "'driving.image-size' must be int"),
     (["fedavg", "--run-config", "driving.channels=2"], "'driving.channels'"),
     (["fedavg", "--run-config", 'driving.data-dir="/no/such/dir"'], "/no/such/dir"),
@@ -36,6 +39,8 @@ def test_help_lists_every_method_with_one_line():
     (["fedrl", "--num-clients", "3"], "exactly two parties"),
     (["fedrl", "--run-config", 'fedrl.map-file="/no/such.mat"'], "/no/such.mat"),
     (["fedrl", "--run-config", 'fedrl.windows="4,5"'], "fedrl.windows"),
+    (["fedrl", "--run-config", "fedrl.gamma=5.0"], "fedrl.gamma"),
+    (["fedrl", "--run-config", "fedrl.lr=-0.1"], "fedrl.lr"),
     (["fedvln", "--stage", "pretrain"], "'fedvln.stage'"),
     (["fedvln", "--stage", "preexplore"], "'fedvln.agent-init'"),
     (["fedvln", "--stage", "preexplore", "--variant", "centralized"], "not a federated run"),
@@ -46,6 +51,9 @@ def test_help_lists_every_method_with_one_line():
     (["fedvln", "--run-config", 'fedvln.data-dir="/no/such/vln"'], "/no/such/vln"),
     (["fedvln", "--num-clients", "3"], "one client per house"),
     (["fedavg", "--stage", "agent"], "fedvln's flags"),
+    pytest.param(["fedavg", "--num-gpus", "1"], "no CUDA GPU",
+                 marks=pytest.mark.skipif(__import__("torch").cuda.is_available(),
+                                          reason="this machine has a GPU")),
 ])
 def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     res = _run(*args, "--out", str(tmp_path / "out"))
@@ -53,6 +61,28 @@ def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     assert culprit in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()  # nothing was started or written
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_before_anything_starts(tmp_path):
+    import pickle
+
+    import torch
+
+    flag = tmp_path / "PWNED"
+
+    class Evil:
+        def __reduce__(self):
+            return (exec, (f"open({str(flag)!r}, 'w').write('x')",))
+
+    bad = tmp_path / "agent.pt"
+    torch.save({"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad,
+               pickle_module=pickle)
+    spk = tmp_path / "speaker.pt"
+    spk.write_bytes(b"junk")
+    res = _run("fedvln", "--stage", "augment", "--out", str(tmp_path / "out"), "--run-config",
+               f'fedvln.agent-init="{bad}" fedvln.speaker-init="{spk}"')
+    assert res.returncode == 2 and "fedvln.agent-init:" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not flag.exists() and not (tmp_path / "out").exists()
 
 
 def test_corrupt_data_file_is_named(tmp_path):
@@ -79,3 +109,17 @@ def test_graph_topology_fixes_the_number_of_silos(tmp_path):
     res = _run("cdl", "--topology", "gaia-ring", "--num-clients", "5", "--out",
                str(tmp_path / "x"))
     assert res.returncode == 2 and "contradicts --topology gaia-ring (11 silos)" in res.stderr
+
+
+def test_certificate_recipe_always_covers_what_the_superlink_connects_to(tmp_path):
+    """The SuperLink's own process reaches it on 127.0.0.1: a SAN list given for the real host
+    must not drop it (runs would stay pending)."""
+    import shutil
+
+    if not (shutil.which("openssl") and shutil.which("ssh-keygen")):
+        pytest.skip("openssl/ssh-keygen not installed")
+    subprocess.run(["bash", str(ROOT / "deploy" / "make_certs.sh"), str(tmp_path), "1",
+                    "DNS:hostA"], check=True, capture_output=True)
+    text = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "server.pem"), "-noout",
+                           "-ext", "subjectAltName"], capture_output=True, text=True).stdout
+    assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text and "DNS:hostA" in text

@@ -55,12 +55,48 @@ def test_bad_updates_are_rejected_and_the_round_completes(tmp_path):
     assert list(clients.partition) == [0, 1, 2, 3]  # replies sorted by partition
 
 
-def test_all_rejected_keeps_global_model(tmp_path):
-    s, _ = _strategy(tmp_path, n=1)
-    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+def test_all_rejected_keeps_global_model_then_fails_after_max_empty_rounds(tmp_path):
+    from strategies.screened_fedavg import ClientsFailed
+
+    s, rec = _strategy(tmp_path, n=1, max_empty_rounds=2)
     bad = ArrayRecord({"w": Array(np.ones((2, 3), np.float32))})  # missing "b"
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
     arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], bad)])
-    assert arrays is None and metrics is None
+    assert arrays is None and metrics is None                     # round 1: model kept
+    msgs = list(s.configure_train(2, _global(), ConfigRecord(), grid=None))
+    assert s.aggregate_train(2, [_reply(msgs[0], _global())])[0] is not None   # resets
+    for rnd in (3, 4):
+        msgs = list(s.configure_train(rnd, _global(), ConfigRecord(), grid=None))
+        if rnd == 3:
+            assert s.aggregate_train(rnd, [_reply(msgs[0], bad)]) == (None, None)
+        else:   # the second empty round in a row (here: nobody answered) stops the run
+            with pytest.raises(ClientsFailed, match="2 consecutive rounds.*max-empty-rounds"):
+                s.aggregate_train(rnd, [])
+
+
+def test_failed_and_silent_clients_are_named_with_one_line_reasons(tmp_path):
+    """An error reply that the SuperLink makes comes from its own node id (1): the row must
+    still name the node and partition the message went to; a Ray traceback becomes its last
+    line; a node that never answered gets a row."""
+    from flwr.app import Error
+
+    s, rec = _strategy(tmp_path, n=3)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    for k, m in enumerate(msgs):
+        m.metadata.__dict__["_message_id"] = f"id{k}"
+    trace = ("\x1b[31mTraceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
+             "    raise ValueError('house 7 has no data')\n"
+             "ValueError: house 7 has no data\x1b[0m\n")
+    err = Message(Error(code=0, reason=trace), reply_to=msgs[1])
+    err.metadata.__dict__["_src_node_id"] = 1                      # from the SuperLink
+    arrays, _ = s.aggregate_train(1, [err, _reply(msgs[0], _global())])
+    assert arrays is not None
+    rec.end_round(arrays)
+    rows = pd.read_csv(tmp_path / "clients.csv").set_index("partition")
+    assert rows.loc[1, "node"] == 1001
+    assert rows.loc[1, "status"] == "failed: ValueError: house 7 has no data"
+    assert rows.loc[2, "node"] == 1002 and "no reply" in rows.loc[2, "status"]
+    assert rows.loc[0, "status"] == "ok"
 
 
 def test_a_round_where_every_client_failed_stops_the_run(tmp_path):
@@ -153,3 +189,34 @@ def test_evaluation_every_k_rounds_and_in_the_last(tmp_path):
     sent = [len(list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None)))
             for r in range(1, 8)]
     assert sent == [0, 0, 2, 0, 0, 2, 2]
+
+
+def test_a_second_array_record_or_a_forged_count_is_rejected(tmp_path):
+    s, rec = _strategy(tmp_path, n=3)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    nan = ArrayRecord({"w": Array(np.full((2, 3), np.nan, np.float32)),
+                       "b": Array(np.zeros(3, np.float32))})
+    smuggled = _reply(msgs[0], _global())
+    smuggled.content["more"] = nan                  # Flower would average it in unscreened
+    forged = _reply(msgs[1], ArrayRecord({"w": Array(np.full((2, 3), 9, np.float32)),
+                                          "b": Array(np.zeros(3, np.float32))}), n=1e30)
+    honest = _reply(msgs[2], ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
+                                          "b": Array(np.ones(3, np.float32))}), n=10)
+    arrays, metrics = s.aggregate_train(1, [smuggled, forged, honest])
+    assert metrics["n_accepted"] == 1 and np.array_equal(arrays["w"].numpy(), np.ones((2, 3)))
+    rec.end_round(arrays)
+    status = pd.read_csv(tmp_path / "clients.csv")["status"].tolist()
+    assert "unexpected records ['more']" in status[0] and "1e+30" in status[1]
+
+
+def test_malformed_or_forged_evaluation_replies_neither_crash_nor_move_the_pool(tmp_path):
+    s, _ = _strategy(tmp_path, n=4)
+    msgs = s._messages(_global(), ConfigRecord(), [1000, 1001, 1002, 1003], "evaluate")
+    rows = [{"num-examples": 10, "mse": 0.04, "mae": 0.1},
+            {"num-examples": 1e30, "mse": 0.0, "mae": 0.0},          # forged weight
+            {"mse": 0.0},                                              # missing fields
+            {"num-examples": 10, "mse": -1.0, "mae": 0.1}]             # impossible error
+    replies = [Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
+               for r, m in zip(rows, msgs)]
+    metrics = s.aggregate_evaluate(1, replies)
+    assert math.isclose(metrics["rmse"], 0.2) and metrics["n_eval_silos"] == 1

@@ -222,3 +222,28 @@ def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkey
     with pytest.raises(SystemExit) as e:
         vln_centralized.main(["--iters", "0"])
     assert e.value.code == 2 and "--iters: must be a positive integer" in capsys.readouterr().err
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(vln, tmp_path):
+    """torch.load(weights_only=True): a pickle that calls a function is a DataError naming the
+    file, and the function never runs."""
+    import pickle
+
+    from envs.errors import DataError
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    bad = tmp_path / "evil.pt"
+    torch.save({"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad,
+               pickle_module=pickle)
+    with pytest.raises(DataError, match="evil.pt: not a follower/speaker checkpoint"):
+        vln_checkpoint.load(bad)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="junk.pt"):
+        vln_checkpoint.load(tmp_path / "junk.pt")
+    good = tmp_path / "ok.pt"
+    vln_checkpoint.save(good, _follower(vln), vln.vocab, score=np.float64(1.5), at=(1, 2))
+    _, _, extra = vln_checkpoint.load(good)
+    assert extra == {"score": 1.5, "at": [1, 2]}
