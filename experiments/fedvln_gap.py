@@ -11,7 +11,6 @@ Runs (each `simulation.py fedvln --stage agent`, 30 rounds, in runs/fedvln-gap/<
 | default (the pipeline's agent stage) | 2 (r = 0.2) | 3 | 2 x 12 = 24 | fresh each round |
 | all-houses | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | fresh each round |
 | kept-optimizer | 2 (r = 0.2) | 3 | 2 x 12 = 24 | kept in the house |
-| kept-optimizer-all-houses | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | kept in the house |
 
 Centralized Envdrop (24 steps per "round" on pooled data) and the default federated run come
 from `experiments.fedvln_pipeline`'s runs (runs/fedvln/seed<S>), which must exist. If spreading
@@ -37,7 +36,6 @@ KEEP = 'fedvln.optimizer-state="house"'
 VARIANTS = {  # run folder name: (row label, run config)
     "all-houses": ("all houses (12 x 2 steps), fresh optimizer", ALL),
     "kept-optimizer": ("2 houses x 12 steps, optimizer kept in the house", KEEP),
-    "kept-optimizer-all-houses": ("all houses (12 x 2 steps), optimizer kept", f"{ALL} {KEEP}"),
 }
 
 
