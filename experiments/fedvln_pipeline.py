@@ -440,6 +440,11 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
                   "paper steps (R2R) |", "|---|---|---|---|---|---|"]
         for _, r in t[t["source"] == "ours"].iterrows():
             paper = PAPER_T9.get((r["phase"], r["method"]))
+            if r["target_sr"] != r["target_sr"]:
+                lines.append(f"| {r['phase']} | {r['method']} | none: no method's mean best "
+                             f"beats the start | – | – | "
+                             f"{'–' if paper is None else paper * 100} |")
+                continue
             lines.append(f"| {r['phase']} | {r['method']} | {r['target_sr']:.1f} | "
                          f"{_pm(r, 'steps', 0)} | {int(r['reached'])} / {int(r['n_seeds'])} | "
                          f"{'–' if paper is None else paper * 100} |")
@@ -495,8 +500,12 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
     axes[1].set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
     for v in ("centralized",) + VARIANTS:
         _band(axes[2], dirs, _pre_run(v), "val_unseen_sr", v)
-    for v in ("centralized",) + VARIANTS:
-        axes[2].plot([], [])   # keep colours aligned with the curves above
+    starts = [c["val_unseen_sr"].max() for c in (curve(o, "augment") for o in dirs.values())
+              if c is not None and len(c)]
+    if starts:   # where every pre-exploration starts: the augmented agent's best checkpoint
+        axes[2].axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
+        axes[2].annotate("start (augmented agent, best)", (0.01, float(np.mean(starts))),
+                         xycoords=("axes fraction", "data"), fontsize=7, va="bottom")
     axes[2].set(xlabel="optimizer steps, all houses", ylabel="val_unseen SR (%)",
                 title="Table 5: pre-exploration (paper R2R SR in legend)")
     handles, labels = axes[2].get_legend_handles_labels()
