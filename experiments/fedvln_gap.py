@@ -18,7 +18,10 @@ the same steps over every house closes the gap, the gap is client drift from tra
 non-IID houses per round; keeping each house's RMSprop state between rounds
 (`fedvln.optimizer-state=house`) tests the other suspect: a fresh RMSprop has no bias
 correction, so its first steps are up to 10x lr, and with a few local steps per round every
-step is one of them. Best (highest val_unseen SR) and last evaluation, mean and sd over seeds.
+step is one of them. A last row cuts the centralized curve at the federated run's sequential
+steps (rounds x one house's local steps): averaging K houses that each took s steps from the
+same model moves it about as far as s steps on K times the batch, not K x s steps. Best
+(highest val_unseen SR) and last evaluation, mean and sd over seeds.
 """
 from __future__ import annotations
 
@@ -62,11 +65,20 @@ def main(argv=None) -> int:
             simulate("fedvln", run, rounds=a.rounds, seed=seed,
                      run_config=f'fedvln.stage="agent" eval-every={a.eval_every} {rc}')
             runs[label] = (run.parent, run.name)
+        curves = {}
         for name, (out, run) in runs.items():
             df = curve(out, run)
             if df is None or not len(df):
                 raise SystemExit(f"fedvln_gap: {out / run} is missing or unfinished; run "
                                  f"`python -m experiments.fedvln_pipeline` first")
+            curves[name] = df
+        # the federated run's sequential steps: rounds x one house's local steps per round
+        fed = pd.read_csv(pipe / f"seed{seed}" / "agent" / "rounds.csv").query("round > 0")
+        sequential = int(a.rounds * (fed["local_steps"] / fed["n_clients"]).median())
+        cent = curves["centralized (pooled data)"]
+        curves[f"centralized, first {sequential} steps (the federated run's sequential "
+               f"steps)"] = cent[cent["steps"] <= sequential].reset_index(drop=True)
+        for name, df in curves.items():
             for ck, r in pick(df, "val_unseen_sr").items():
                 rows.append({"run": name, "checkpoint": ck, "seed": seed,
                              "steps": int(r["steps"]), "val_unseen_sr": r["val_unseen_sr"],
