@@ -32,7 +32,7 @@ from envs.gridworld import max_steps_for
 from server.config import ConfigError, positive
 from server.recorder import Recorder, out_dir
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
-from strategies.screening import message_bytes
+from strategies.screening import message_bytes, one_line
 
 SELECT = "valid-succ-rate-test_noise=on"  # the score FedRL's model selection maximises
 
@@ -84,8 +84,9 @@ class Exchange:
         if not replies:
             raise FederationError(f"{role} did not answer {step!r} within {self.timeout:.0f} s")
         rep = replies[0]
-        if rep.has_error():
-            raise FederationError(f"{role} failed in {step!r}: {rep.error.reason}")
+        if rep.has_error():   # two parties cannot lose one: the run stops, naming it
+            log(INFO, "[fedembodied] %s failed in %r:\n%s", role, step, rep.error.reason)
+            raise FederationError(f"{role} failed in {step!r}: {one_line(rep.error.reason)}")
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
         out = {k: v.numpy() for k, v in rep.content["data"].items()}
         theta = rep.content.get("theta-g")
