@@ -21,7 +21,8 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients.cdl_training import train_cdl
-from clients.driving import build_model, evaluate, inject_fault, silo_data  # noqa: F401
+from clients.driving import build_model, evaluate, silo_data  # noqa: F401
+from clients.faults import maybe_raise, nan_state
 from models.state import load_shared_state, shared_state
 from server.config import merged
 
@@ -35,6 +36,7 @@ def train(msg: Message, context: Context) -> Message:
     variant = str(cfg["cdl.variant"])
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
     torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)
+    maybe_raise(pid, cfg, "training")
     data = silo_data(context)
     received = msg.content["arrays"].to_torch_state_dict()
     backbone = build_model(cfg, received)
@@ -60,7 +62,7 @@ def train(msg: Message, context: Context) -> Message:
         context.state[SUB_STATE] = ArrayRecord(shared_state(sub))
     else:
         out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
-    out = inject_fault(out, pid, cfg)
+    out = nan_state(out, pid, cfg)
     return Message(RecordDict({
         "arrays": ArrayRecord(out),
         "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": stats["mse"],

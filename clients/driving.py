@@ -13,6 +13,7 @@ from functools import lru_cache
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
+from clients.faults import maybe_raise, nan_state
 from clients.steering_training import evaluate_steering, train_steering
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
@@ -62,20 +63,13 @@ def models_in(arrays: ArrayRecord) -> list[dict]:
     return [groups[k] for k in sorted(groups)]
 
 
-def inject_fault(state: dict, pid: int, cfg: dict) -> dict:
-    """Robustness studies: the partition named by `faults.nan-partition` sends NaN weights."""
-    if pid == int(cfg["faults.nan-partition"]):
-        first = next(iter(state))
-        state[first] = torch.full_like(state[first], float("nan"))
-    return state
-
-
 def train(msg: Message, context: Context) -> Message:
     cfg = merged(dict(context.run_config))
     pid = int(context.node_config["partition-id"])
     rnd = int(msg.content["config"]["server-round"])
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
     torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)  # actors are shared by nodes
+    maybe_raise(pid, cfg, "training")
     data = silo_data(context)
     model = build_model(cfg, msg.content["arrays"].to_torch_state_dict())
     t0 = time.perf_counter()
@@ -87,7 +81,7 @@ def train(msg: Message, context: Context) -> Message:
                           seed=int(cfg["seed"]) + 1000 * rnd + pid,
                           proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
     fit_s = time.perf_counter() - t0
-    state = inject_fault(shared_state(model), pid, cfg)
+    state = nan_state(shared_state(model), pid, cfg)
     return Message(RecordDict({
         "arrays": ArrayRecord(state),
         "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": loss,

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
+from clients import faults
 from clients.fedrl_party import Alpha, Beta, Settings
 from server.config import merged
 
@@ -135,8 +136,13 @@ def handle(msg: Message, context: Context) -> Message:
     step = str(conf["step"])
     role = role_of(context.node_config)
     party = _load(context, s)
+    pid = faults.partition(context.node_config)
+    if msg.metadata.message_type == "train":
+        faults.maybe_raise(pid, cfg, f"{step!r}")
     out, theta, metrics = dispatch(party, role, step, _arrays(msg.content.get("data")),
                                    _arrays(msg.content.get("theta-g")) or None, conf)
+    if msg.metadata.message_type == "train":   # NaN in what it releases (clients/faults.py)
+        out = faults.nan_state(dict(out), pid, cfg)
     reply = _reply(msg, role, step, out, theta, metrics)
     _save(context, party)
     return reply

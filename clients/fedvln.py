@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import vln_agent, vln_speaker
+from clients import faults, vln_agent, vln_speaker
 from clients.vln_house import (House, follower_steps, house_of_partition, local_iterations,
                                open_house, open_setup, speaker_routes)
 from clients.vln_loop import load_optimizer_arrays, make_optimizer, optimizer_arrays
@@ -183,6 +183,8 @@ def train(msg: Message, context: Context) -> Message:
     if not within(share, allowed):
         raise PermissionError(f"house {h.name}: the server asked for share={share!r}; this "
                               f"house sends at most {allowed!r} in this stage")
+    pid = faults.partition(context.node_config)
+    faults.maybe_raise(pid, cfg, "training")
     rnd = int(conf["server-round"])
     torch.manual_seed(_seed(cfg, context, rnd))
     rng = np.random.default_rng(_seed(cfg, context, rnd))
@@ -220,7 +222,8 @@ def train(msg: Message, context: Context) -> Message:
     if keep_opt:
         context.state[f"{OPTIM}-{step}"] = ArrayRecord(optimizer_arrays(opt))
     return Message(RecordDict({
-        "arrays": shared_part(model, share),
+        "arrays": ArrayRecord(faults.nan_state(dict(shared_part(model, share)
+                                                    .to_torch_state_dict()), pid, cfg)),
         "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),
                                  "train-loss": loss, "local-steps": iters,
                                  "fit-s": time.perf_counter() - t0})}), reply_to=msg)

@@ -25,14 +25,14 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from clients.fedrl import array_record
+from clients.fedrl import SENDS, array_record
 from clients.fedrl_party import Settings, sample_ids
 from envs.errors import DataError
 from envs.gridworld import max_steps_for
 from server.config import ConfigError, positive
 from server.recorder import Recorder, out_dir
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
-from strategies.screening import message_bytes
+from strategies.screening import message_bytes, one_line
 
 SELECT = "valid-succ-rate-test_noise=on"  # the score FedRL's model selection maximises
 
@@ -84,8 +84,9 @@ class Exchange:
         if not replies:
             raise FederationError(f"{role} did not answer {step!r} within {self.timeout:.0f} s")
         rep = replies[0]
-        if rep.has_error():
-            raise FederationError(f"{role} failed in {step!r}: {rep.error.reason}")
+        if rep.has_error():   # two parties cannot lose one: the run stops, naming it
+            log(INFO, "[fedembodied] %s failed in %r:\n%s", role, step, rep.error.reason)
+            raise FederationError(f"{role} failed in {step!r}: {one_line(rep.error.reason)}")
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
         out = {k: v.numpy() for k, v in rep.content["data"].items()}
         theta = rep.content.get("theta-g")
@@ -93,8 +94,30 @@ class Exchange:
         bad = [k for k, v in sent.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
         if bad:  # relaying NaN/inf would poison the other party's network
             raise FederationError(f"{role} sent non-finite values in {step!r}: {', '.join(bad)}")
+        self.check_relayed(role, step, out, theta)
         metrics = dict(rep.content["metrics"]) if "metrics" in rep.content else {}
         return out, theta, metrics
+
+
+    def check_relayed(self, role: str, step: str, out: dict, theta) -> None:
+        """What the server relays to the other party must be what the protocol allows:
+        only the arrays `SENDS` lists, action ids as non-negative integers below 16 (4 moves,
+        or 4 x 4 joint actions), and theta_g with the names and shapes it had the first time
+        (a wrong one would reach the other party's network unchecked)."""
+        extra = sorted(set(out) - SENDS.get((role, step), set()))
+        if extra:
+            raise FederationError(f"{role} sent arrays {extra} in {step!r}, which the protocol "
+                                  f"does not relay")
+        for k in ("a-alpha", "a-beta"):
+            if k in out and out[k].size and (out[k].dtype.kind not in "iu" or out[k].min() < 0
+                                             or out[k].max() >= 16):
+                raise FederationError(f"{role} sent {k} that are not action ids in {step!r}")
+        if theta is not None:
+            shapes = {k: tuple(v.shape) for k, v in theta.items()}
+            self.theta_shapes = getattr(self, "theta_shapes", None) or shapes
+            if shapes != self.theta_shapes:
+                raise FederationError(f"{role} sent a theta_g of other names or shapes in "
+                                      f"{step!r}")
 
 
 class Protocol:

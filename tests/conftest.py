@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 import uuid
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def run_tokens_alive(token: str) -> list[int]:
 
 class InProcessGrid:
     """A Grid that delivers each message to the ClientApp of its node in this process, so
-    whole strategies run without Ray; it keeps every message sent and every reply."""
+    whole strategies run without Ray; it keeps every message sent and every reply. A ClientApp
+    that raises answers with an error reply carrying the traceback, as Flower's engines do."""
 
     def __init__(self, app, run_config: dict, num_nodes: int, node_config_extra=None):
         from flwr.app import Context, RecordDict
@@ -60,7 +62,11 @@ class InProcessGrid:
         for msg in messages:  # ids as Flower's grids set them on push (replies refer to them)
             msg.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             self.sent.append(msg)
-            reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
+            try:
+                reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
+            except Exception:   # as Flower does: a ClientApp that raises sends an error reply
+                from flwr.app import Error, Message
+                reply = Message(Error(code=0, reason=traceback.format_exc()), reply_to=msg)
             out.append(reply)
         self.replies.extend(out)
         return out

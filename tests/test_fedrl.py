@@ -272,3 +272,20 @@ def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, mo
     assert "gridworld_o_8.mat not found" in capsys.readouterr().err
     assert t1.main(args[:-2] + ["--force", "--run-config", "fedrl.nope=1"]) == 2
     assert "fedrl.nope" in capsys.readouterr().err
+
+
+def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
+    """Action ids out of range or an extra array are not relayed to the other party."""
+    real_act = Beta.act
+
+    def bad_act(self, prev, c_alpha=None):
+        c, a = real_act(self, prev, c_alpha)
+        return c, a + 100
+    monkeypatch.setattr(Beta, "act", bad_act)
+    cfg = merged({**SMALL, "out-dir": str(tmp_path)})
+    with pytest.raises(fedrl_server.FederationError, match="beta sent a-beta that are not action"):
+        fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+    ex = fedrl_server.Exchange.__new__(fedrl_server.Exchange)
+    with pytest.raises(fedrl_server.FederationError, match=r"arrays \['secret'\]"):
+        ex.check_relayed("alpha", "act", {"a-alpha": np.zeros(2, np.int64),
+                                          "secret": np.zeros(1)}, None)

@@ -220,3 +220,27 @@ def test_malformed_or_forged_evaluation_replies_neither_crash_nor_move_the_pool(
                for r, m in zip(rows, msgs)]
     metrics = s.aggregate_evaluate(1, replies)
     assert math.isclose(metrics["rmse"], 0.2) and metrics["n_eval_silos"] == 1
+
+
+def test_a_restarted_node_is_used_again_and_the_newest_claim_to_a_partition_wins(tmp_path):
+    """A SuperNode restarted without authentication comes back with a new node id: the next
+    round asks it who it is and sends it work; the dead id gets nothing."""
+    from clients.app import app
+    from tests.conftest import InProcessGrid
+
+    rc = {"method": "fedavg", "num-clients": 3, "driving.train-per-silo": 8,
+          "driving.test-per-silo": 4, "driving.image-size": 16, "driving.local-epochs": 1}
+    grid = InProcessGrid(app, rc, 3)
+    s, _ = _strategy(tmp_path, n=3)
+    s.partitions = None
+    first = [m.metadata.dst_node_id for m in s.configure_train(1, _global(), ConfigRecord(), grid)]
+    assert first == [5000, 5001, 5002]
+    ctx = grid.contexts.pop(5001)                          # node 5001 dies and restarts ...
+    ctx.__dict__["node_id"] = 6001
+    grid.contexts[6001] = ctx                              # ... as node 6001, partition 1
+    again = [m.metadata.dst_node_id for m in s.configure_train(2, _global(), ConfigRecord(), grid)]
+    assert again == [5000, 6001, 5002] and s.partitions[6001] == 1 and 5001 not in s.partitions
+    grid.contexts[7000] = type(ctx)(run_id=1, node_id=7000, state=ctx.state, run_config=rc,
+                                   node_config={"partition-id": 0, "num-partitions": 3})
+    third = [m.metadata.dst_node_id for m in s.configure_train(3, _global(), ConfigRecord(), grid)]
+    assert third == [7000, 6001, 5002]                     # newest claim to partition 0 wins
