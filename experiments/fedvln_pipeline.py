@@ -43,13 +43,15 @@ import pandas as pd
 import torch
 
 from clients import vln_agent, vln_speaker
-from clients.fedvln import agent_settings, spec_of
+from clients.fedvln import agent_settings, follower_size, spec_of, speaker_size
 from clients.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
 from clients.vln_loop import make_optimizer
 from clients.vln_recipe import recipe_of
 from experiments import vln_centralized
 from experiments.simulate import RESULTS, ROOT, simulate
 from models import vln_checkpoint
+from models.envdrop import Follower
+from models.speaker import Speaker
 
 VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw"]
@@ -126,6 +128,31 @@ def run_seed(a, out: Path, seed: int) -> None:
                stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'))
     centralized(a, out, seed)
     centralized_preexplore(a, out, seed)
+    floor(out, seed)
+
+
+def floor(out: Path, seed: int) -> None:
+    """The floor row of Tables 2, 4 and 5: an untrained follower and speaker (this seed's
+    initialisation, the run's sizes) scored on every house's validation split, written as a
+    one-evaluation run `untrained/log.csv`."""
+    dest = out / "untrained" / "log.csv"
+    if dest.is_file() or not (out / "agent" / "config.json").is_file():
+        return
+    cfg = json.loads((out / "agent" / "config.json").read_text())
+    setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]), spec_of(cfg))
+    v, f = len(setup.vocab), setup.world.feature_dim
+    torch.manual_seed(seed)
+    follower, speaker = Follower(follower_size(cfg, v, f)), Speaker(speaker_size(cfg, v, f))
+    s = agent_settings(cfg)
+    tokens, row = vln_agent.Tokens(setup.vocab, s.max_words), {"round": 0, "steps": 0}
+    for split in ("val_seen", "val_unseen"):
+        eps = setup.split(split)
+        m, _ = vln_agent.evaluate(follower, setup.world, eps, tokens, s)
+        row.update({f"{split}_n": len(eps), **{f"{split}_{k}": x for k, x in m.items()},
+                    f"{split}_bleu": vln_speaker.bleu(speaker, vln_speaker.PathInputs(
+                        setup.world), eps, setup.vocab)})
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([row]).to_csv(dest, index=False)
 
 
 def _eval_steps(rounds_csv: Path, col: str) -> list[int]:
@@ -224,6 +251,9 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
             if f"{split}_n" not in df:
                 df[f"{split}_n"] = np.nan
         return df
+    if run == "untrained":
+        f = out / run / "log.csv"
+        return pd.read_csv(f) if f.is_file() else None
     if run == "preexplore-centralized":
         f = out / run / "log.csv"
         return pd.read_csv(f).rename(columns={"local_steps_cum": "steps"}) if f.is_file() else None
@@ -269,7 +299,8 @@ def seed_dirs(out: Path, seeds: list[int]) -> dict[int, Path]:
 def table2(dirs: dict[int, Path]) -> pd.DataFrame:
     rows = []
     for seed, out in dirs.items():
-        for model, run in (("Envdrop", "central/agent"), ("FedEnvdrop", "agent"),
+        for model, run in (("untrained (floor)", "untrained"),
+                           ("Envdrop", "central/agent"), ("FedEnvdrop", "agent"),
                            ("Envdrop_aug", "central/augment"), ("FedEnvdrop_aug", "augment")):
             df = curve(out, run)
             if df is None or not len(df):
@@ -289,7 +320,7 @@ def table2(dirs: dict[int, Path]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["model", "split", "checkpoint"], NAV + ["se_eval", "steps"])
-    return _with_paper(t, lambda r: PAPER_T2[(r["model"], r["split"])], NAV,
+    return _with_paper(t, lambda r: PAPER_T2.get((r["model"], r["split"]), [np.nan] * 6), NAV,
                        ["model", "split"])
 
 
@@ -305,7 +336,8 @@ def _with_paper(t: pd.DataFrame, paper_of, cols: list[str], keys: list[str]) -> 
 def table4(dirs: dict[int, Path]) -> pd.DataFrame:
     rows = []
     for seed, out in dirs.items():
-        for name, run in (("Cent", "central/speaker"), ("Fed", "speaker")):
+        for name, run in (("untrained (floor)", "untrained"), ("Cent", "central/speaker"),
+                          ("Fed", "speaker")):
             df = curve(out, run)
             if df is None or not len(df):
                 continue
@@ -316,8 +348,8 @@ def table4(dirs: dict[int, Path]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["speaker", "checkpoint"], ["val_seen_bleu", "val_unseen_bleu", "steps"])
-    return _with_paper(t, lambda r: PAPER_T4[r["speaker"]], ["val_seen_bleu", "val_unseen_bleu"],
-                       ["speaker"])
+    return _with_paper(t, lambda r: PAPER_T4.get(r["speaker"], [np.nan] * 2),
+                       ["val_seen_bleu", "val_unseen_bleu"], ["speaker"])
 
 
 def _pre_run(v: str) -> str:
@@ -407,7 +439,7 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
         for (model, ck), g in ours.groupby(["model", "checkpoint"], sort=False):
             u = g[g["split"] == "val_unseen"].iloc[0]
             s_ = g[g["split"] == "val_seen"]
-            p = PAPER_T2[(model, "val_unseen")]
+            p = PAPER_T2.get((model, "val_unseen"), ["–"] * 6)
             lines.append(f"| {model} | {ck} | {int(u['n_seeds'])} | {u['steps']:.0f} | "
                          f"{_pm(s_.iloc[0], 'sr') if len(s_) else '–'} | {_pm(u, 'sr')} | "
                          f"{_pm(u, 'spl')} | {u['se_eval']:.1f} | {p[3]} / {p[2]} |")
@@ -417,7 +449,7 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
         lines += ["| Table 4 (BLEU-4) | checkpoint | seeds | val_seen | val_unseen | "
                   "paper val_seen / val_unseen |", "|---|---|---|---|---|---|"]
         for _, r in t[t["source"] == "ours"].iterrows():
-            p = PAPER_T4[r["speaker"]]
+            p = PAPER_T4.get(r["speaker"], ("–", "–"))
             lines.append(f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                          f"{_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
                          f"{p[0]} / {p[1]} |")
@@ -454,6 +486,8 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
 def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
     suffix = f"_{a.tag}" if a.tag else ""
     dirs = seed_dirs(out, a.seeds)
+    for seed, d in dirs.items():
+        floor(d, seed)
     result = {"table2": table2(dirs), "table4": table4(dirs), "table5": table5(dirs),
               "table9": table9(dirs)}
     dest.mkdir(parents=True, exist_ok=True)
