@@ -15,13 +15,15 @@ sub-network's statistics stay local like the rest of it.
 from __future__ import annotations
 
 import copy
+import math
 import time
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients.cdl_training import train_cdl
-from clients.driving import build_model, evaluate, silo_data  # noqa: F401
+from clients.driving import (build_model, evaluate, keep_optimizers,  # noqa: F401
+                             kept_optimizers, local_optimizer, silo_data)
 from clients.faults import maybe_raise, nan_state
 from models.state import load_shared_state, shared_state
 from server.config import merged
@@ -46,15 +48,17 @@ def train(msg: Message, context: Context) -> Message:
         load_shared_state(sub, {k[4:]: v for k, v in received.items() if k.startswith("sub.")})
     elif variant == "paper" and SUB_STATE in context.state:
         sub = build_model(cfg, context.state[SUB_STATE].to_torch_state_dict())
+    resume, step0 = kept_optimizers(cfg, context)
     t0 = time.perf_counter()
     stats = train_cdl(backbone, sub, data.x_train, data.y_train,
-                      epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
+                      epochs=int(cfg["driving.local-epochs"]), optim=local_optimizer(cfg),
                       batch_size=int(cfg["driving.batch-size"]),
-                      optimizer=str(cfg["driving.optimizer"]),
                       max_steps=int(cfg["driving.local-steps"]),
-                      beta=float(cfg["cdl.beta"]),
-                      seed=int(cfg["seed"]) + 1000 * rnd + pid, variant=variant)
+                      beta=float(cfg["cdl.beta"]), temperature=float(cfg["cdl.temperature"]),
+                      seed=int(cfg["seed"]) + 1000 * rnd + pid, variant=variant,
+                      resume=resume, step0=step0)
     fit_s = time.perf_counter() - t0
+    keep_optimizers(cfg, context, stats, step0)
     if sub is None:
         sub = copy.deepcopy(backbone)
     out = shared_state(backbone)
@@ -63,7 +67,10 @@ def train(msg: Message, context: Context) -> Message:
     else:
         out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
     out = nan_state(out, pid, cfg)
-    return Message(RecordDict({
-        "arrays": ArrayRecord(out),
-        "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": stats["mse"],
-                                 "cd-loss": stats["cd"], "fit-s": fit_s})}), reply_to=msg)
+    metrics = {"num-examples": len(data.y_train), "train-loss": stats["mse"],
+               "cd-loss": stats["cd"], "fit-s": fit_s}
+    for key in ("cd_grad_ratio", "pb_entropy"):  # measured only once a sub-network exists
+        if math.isfinite(stats[key]):
+            metrics[key.replace("_", "-")] = stats[key]
+    return Message(RecordDict({"arrays": ArrayRecord(out), "metrics": MetricRecord(metrics)}),
+                   reply_to=msg)

@@ -17,9 +17,20 @@ i.e. PyTorch's pointwise KL term on the two scalar outputs with beta = 1, gradie
 into both branches. (The official model also shares its stem convolution between the two
 branches; here the two ResNet-8s are separate.)
 Without a sub-network yet (a silo's first round) only L_lr is used.
+
+Temperature (`cdl.temperature`, not in the article, whose T is 1): P = softmax(features / T).
+At T = 1 the softmax over 512 non-negative ReLU features of mean ~0.1 is close to uniform, so
+the KL term is tiny; T < 1 sharpens P and makes the term bite. The KL is not rescaled by T^2
+(distillation's convention), so beta keeps its meaning as the weight of the KL as computed.
+
+The signal (issue 14): on the first minibatch of every round with a sub-network, the ratio
+||grad_backbone L_cd+|| / ||grad_backbone L_lr|| (beta not applied; the effective share is
+beta times it) and the mean entropy of P_b (its maximum is log(feature_dim), uniform).
 """
+
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -27,36 +38,55 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.steering_training import device, make_optimizer, minibatches
+from clients.optimizer_state import optimizer_arrays
+from clients.steering_training import LocalOptimizer, device, minibatches
 from models.resnet8 import ResNet8
 
 
-def kl_softmax(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """Batch mean of KL(softmax(p) || softmax(q)) over the feature dimension."""
-    logp = F.log_softmax(p_logits, dim=1)
-    logq = F.log_softmax(q_logits, dim=1)
+def kl_softmax(p_logits: torch.Tensor, q_logits: torch.Tensor,
+               temperature: float = 1.0) -> torch.Tensor:
+    """Batch mean of KL(softmax(p / T) || softmax(q / T)) over the feature dimension."""
+    logp = F.log_softmax(p_logits / temperature, dim=1)
+    logq = F.log_softmax(q_logits / temperature, dim=1)
     return (logp.exp() * (logp - logq)).sum(dim=1).mean()
 
 
+def softmax_entropy(logits: torch.Tensor, temperature: float = 1.0) -> float:
+    """Mean entropy (nats) of softmax(logits / T) over the batch."""
+    logp = F.log_softmax(logits.detach() / temperature, dim=1)
+    return float(-(logp.exp() * logp).sum(dim=1).mean())
+
+
+def _grad_norm(loss: torch.Tensor, params: list) -> float:
+    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    return math.sqrt(sum(float((g.detach() ** 2).sum()) for g in grads if g is not None))
+
+
 def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarray, *,
-              epochs: int, lr: float, batch_size: int, seed: int, beta: float = 0.5,
-              variant: str = "paper", optimizer: str = "sgd", max_steps: int = 0
-              ) -> dict[str, float]:
-    """Train the pair in place; returns the last epoch's mean MSE and mean L_cd+ (0 without a
-    sub-network), as train_steering reports its loss."""
+              epochs: int, batch_size: int, seed: int, optim: LocalOptimizer = LocalOptimizer(),
+              beta: float = 0.5, temperature: float = 1.0, variant: str = "paper",
+              max_steps: int = 0, resume: dict | None = None, step0: int = 0) -> dict:
+    """Train the pair in place. Returns the last epoch's mean MSE and mean L_cd+ ("mse", "cd"; 0
+    without a sub-network), the signal of the round's first minibatch ("cd_grad_ratio",
+    "pb_entropy"; NaN when not measured), "steps" and the optimizers' states ("optimizers":
+    {"backbone": ..., "sub": ...}) that `resume` takes back next round (see train_steering)."""
     dev = device()
+    resume = resume or {}
     backbone.to(dev).train()
-    params = list(backbone.parameters())
+    b_params = list(backbone.parameters())
+    params = list(b_params)
     if sub is not None:
         sub.to(dev).train()
         if variant == "reference":
             params += list(sub.parameters())
-    opt_b = make_optimizer(params, optimizer, lr)
-    opt_s = (make_optimizer(sub.parameters(), optimizer, lr)
+    # a silo's first round has no sub-network: its backbone state would not fit the pair's
+    opt_b = optim.build(params, resume.get("backbone") if len(params) == _n_state(resume) else None)
+    opt_s = (optim.build(sub.parameters(), resume.get("sub"))
              if sub is not None and variant == "paper" else None)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     mse_sum = cd_sum = 0.0
-    count = 0
+    count = steps = 0
+    ratio = entropy = math.nan
     for new_epoch, idx in minibatches(len(xt), batch_size, epochs=epochs, seed=seed,
                                       device=dev, max_steps=max_steps):
         if new_epoch:
@@ -69,10 +99,12 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
             mse = F.mse_loss(backbone.head(backbone.dropout(fb)).squeeze(-1), yb)
             if sub is not None:
                 fs = sub.features(xb)
-                cd = kl_softmax(fb, fs.detach())
+                cd = kl_softmax(fb, fs.detach(), temperature)
+                if steps == 0:
+                    entropy = softmax_entropy(fb, temperature)
                 opt_s.zero_grad()
-                ((1 - beta) * kl_softmax(fs, fb.detach())).backward()
-                opt_s.step()
+                ((1 - beta) * kl_softmax(fs, fb.detach(), temperature)).backward()
+                optim.step(opt_s, list(sub.parameters()), step0 + steps)
             loss = mse + beta * cd
         else:
             pb = backbone(xb)
@@ -83,10 +115,22 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
                     cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb),
                                                         torch.sigmoid(sub(xb)))
             loss = mse + cd
+        if steps == 0 and sub is not None:
+            ratio = _grad_norm(cd, b_params) / max(_grad_norm(mse, b_params), 1e-12)
         opt_b.zero_grad()
         loss.backward()
-        opt_b.step()
+        optim.step(opt_b, params, step0 + steps)
+        steps += 1
         mse_sum += float(mse.detach()) * len(idx)
         cd_sum += float(cd.detach()) * len(idx)
         count += len(idx)
-    return {"mse": mse_sum / max(count, 1), "cd": cd_sum / max(count, 1)}
+    states = {"backbone": optimizer_arrays(opt_b)}
+    if opt_s is not None:
+        states["sub"] = optimizer_arrays(opt_s)
+    return {"mse": mse_sum / max(count, 1), "cd": cd_sum / max(count, 1), "steps": steps,
+            "cd_grad_ratio": ratio, "pb_entropy": entropy, "optimizers": states}
+
+
+def _n_state(resume: dict) -> int:
+    """How many parameters the kept backbone optimizer state covers (0: none kept)."""
+    return len({k.split("/", 1)[0] for k in resume.get("backbone", {})})

@@ -11,10 +11,10 @@ import time
 from functools import lru_cache
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from clients.faults import maybe_raise, nan_state
-from clients.steering_training import evaluate_steering, train_steering
+from clients.steering_training import LocalOptimizer, evaluate_steering, train_steering
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
@@ -22,12 +22,16 @@ from models.state import load_shared_state, shared_state
 from server.config import merged
 
 
+OPTIMIZER_STATE = "driving-optimizer"  # + "-<network>": kept here when optimizer-state = silo
+LOCAL_STEPS = "driving-local-steps"    # this silo's updates so far (the sqrt decay's clock)
+
+
 @lru_cache(maxsize=128)
 def _silo_data(data_dir: str, silo: int, num_silos: int, seed: int, n_train: int, n_test: int,
-               image_size: int, channels: int) -> SiloData:
+               image_size: int, channels: int, non_iid: float) -> SiloData:
     if data_dir:
         return load_silo(data_dir, silo, num_silos, image_size, channels)
-    return make_silo(silo, seed, n_train, n_test, image_size, channels)
+    return make_silo(silo, seed, n_train, n_test, image_size, channels, non_iid)
 
 
 def silo_data(context: Context) -> SiloData:
@@ -39,7 +43,33 @@ def silo_data(context: Context) -> SiloData:
         data_dir, silo, num = str(nc["data-dir"]), 0, 1
     return _silo_data(data_dir, silo, num, int(cfg["seed"]), int(cfg["driving.train-per-silo"]),
                       int(cfg["driving.test-per-silo"]), int(cfg["driving.image-size"]),
-                      int(cfg["driving.channels"]))
+                      int(cfg["driving.channels"]), float(cfg["driving.non-iid"]))
+
+
+def local_optimizer(cfg: dict) -> LocalOptimizer:
+    return LocalOptimizer(str(cfg["driving.optimizer"]), float(cfg["driving.lr"]),
+                          float(cfg["driving.weight-decay"]), str(cfg["driving.lr-decay"]),
+                          float(cfg["driving.grad-clip"]))
+
+
+def kept_optimizers(cfg: dict, context: Context) -> tuple[dict, int]:
+    """(optimizer states to resume, local steps made so far) from this silo's context; the
+    states only when `driving.optimizer-state = silo`."""
+    steps = int(context.state[LOCAL_STEPS]["n"]) if LOCAL_STEPS in context.state else 0
+    resume = {}
+    if str(cfg["driving.optimizer-state"]) == "silo":
+        prefix = OPTIMIZER_STATE + "-"
+        resume = {k[len(prefix):]: v.to_torch_state_dict()
+                  for k, v in context.state.array_records.items() if k.startswith(prefix)}
+    return resume, steps
+
+
+def keep_optimizers(cfg: dict, context: Context, stats: dict, steps_before: int) -> None:
+    """Store what kept_optimizers reads back next round (never sent)."""
+    context.state[LOCAL_STEPS] = ConfigRecord({"n": steps_before + int(stats["steps"])})
+    if str(cfg["driving.optimizer-state"]) == "silo":
+        for name, arrays in stats["optimizers"].items():
+            context.state[f"{OPTIMIZER_STATE}-{name}"] = ArrayRecord(arrays)
 
 
 def build_model(cfg: dict, state: dict | None = None) -> ResNet8:
@@ -72,19 +102,20 @@ def train(msg: Message, context: Context) -> Message:
     maybe_raise(pid, cfg, "training")
     data = silo_data(context)
     model = build_model(cfg, msg.content["arrays"].to_torch_state_dict())
+    resume, step0 = kept_optimizers(cfg, context)
     t0 = time.perf_counter()
-    loss = train_steering(model, data.x_train, data.y_train,
-                          epochs=int(cfg["driving.local-epochs"]), lr=float(cfg["driving.lr"]),
-                          batch_size=int(cfg["driving.batch-size"]),
-                          optimizer=str(cfg["driving.optimizer"]),
-                          max_steps=int(cfg["driving.local-steps"]),
-                          seed=int(cfg["seed"]) + 1000 * rnd + pid,
-                          proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
+    stats = train_steering(model, data.x_train, data.y_train,
+                           epochs=int(cfg["driving.local-epochs"]), optim=local_optimizer(cfg),
+                           batch_size=int(cfg["driving.batch-size"]),
+                           max_steps=int(cfg["driving.local-steps"]),
+                           seed=int(cfg["seed"]) + 1000 * rnd + pid, resume=resume, step0=step0,
+                           proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
     fit_s = time.perf_counter() - t0
+    keep_optimizers(cfg, context, stats, step0)
     state = nan_state(shared_state(model), pid, cfg)
     return Message(RecordDict({
         "arrays": ArrayRecord(state),
-        "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": loss,
+        "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": stats["mse"],
                                  "fit-s": fit_s})}), reply_to=msg)
 
 

@@ -5,9 +5,14 @@ this is exactly FedAvg's local SGD.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
+
+from clients.optimizer_state import load_optimizer_arrays, optimizer_arrays
 
 
 def device() -> torch.device:
@@ -15,14 +20,45 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def make_optimizer(params, name: str, lr: float) -> torch.optim.Optimizer:
-    """`sgd` (momentum 0.9) or `adam` (what the CDL/FADNet reference code trains with). A fresh
-    optimizer per round: optimizer state is not averaged and would be stale after mixing."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r} (sgd or adam)")
+@dataclass(frozen=True)
+class LocalOptimizer:
+    """How a silo's networks are optimized locally.
+
+    `sgd` (momentum 0.9) or `adam` (what the CDL/FADNet official code trains with, `utils/optim.py`:
+    Adam with weight_decay 1e-5). `decay = "sqrt"` is the official `--decay sqrt`: lr / sqrt(t)
+    at the silo's t-th local step (t counted over the whole run, LambdaLR stepped per batch,
+    `models/model.py` l. 39). `clip` > 0 clips the gradient norm (not in the papers; a stability
+    limit for strong CDL settings). The caller keeps `state` between rounds when the optimizer
+    persists (`driving.optimizer-state = silo`, as the official code's one optimizer per worker);
+    by default each round starts a fresh optimizer, since its state is not averaged."""
+
+    name: str = "sgd"
+    lr: float = 0.01
+    weight_decay: float = 0.0
+    decay: str = "none"
+    clip: float = 0.0
+
+    def build(self, params, state: dict | None = None) -> torch.optim.Optimizer:
+        params = list(params)
+        if self.name == "sgd":
+            opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9,
+                                  weight_decay=self.weight_decay)
+        elif self.name == "adam":
+            opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        else:
+            raise ValueError(f"unknown optimizer {self.name!r} (sgd or adam)")
+        if state:
+            load_optimizer_arrays(opt, state)
+        return opt
+
+    def step(self, opt: torch.optim.Optimizer, params, t: int) -> None:
+        """One update at the silo's local step t (0-based, over the run)."""
+        lr = self.lr / math.sqrt(t) if self.decay == "sqrt" and t > 0 else self.lr
+        for group in opt.param_groups:
+            group["lr"] = lr
+        if self.clip > 0:
+            nn.utils.clip_grad_norm_(params, self.clip)
+        opt.step()
 
 
 def minibatches(n: int, batch_size: int, *, epochs: int, seed: int, device: torch.device,
@@ -49,19 +85,22 @@ def minibatches(n: int, batch_size: int, *, epochs: int, seed: int, device: torc
         epoch += 1
 
 
-def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float,
-                   batch_size: int, seed: int, proximal_mu: float = 0.0,
-                   optimizer: str = "sgd", max_steps: int = 0) -> float:
-    """Run `epochs` of minibatch SGD on MSE (or exactly `max_steps` minibatches when > 0);
-    returns the mean training MSE of the last epoch. The model is trained on device() and
-    left there."""
+def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int,
+                   batch_size: int, seed: int, optim: LocalOptimizer = LocalOptimizer(),
+                   proximal_mu: float = 0.0, max_steps: int = 0, resume: dict | None = None,
+                   step0: int = 0) -> dict:
+    """Run `epochs` of minibatch training on MSE (or exactly `max_steps` minibatches when > 0).
+    Returns {"mse": mean training MSE of the last epoch, "steps": updates made, "optimizers":
+    {"model": optimizer state}}; `resume` is such a dict from the silo's previous round, `step0`
+    the updates it made before. The model is trained on device() and left there."""
     dev = device()
     model.to(dev)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
-    opt = make_optimizer(model.parameters(), optimizer, lr)
+    params = list(model.parameters())
+    opt = optim.build(params, (resume or {}).get("model"))
     model.train()
-    total, count = 0.0, 0
+    total, count, steps = 0.0, 0, 0
     for new_epoch, idx in minibatches(len(xt), batch_size, epochs=epochs, seed=seed,
                                       device=dev, max_steps=max_steps):
         if new_epoch:
@@ -74,9 +113,10 @@ def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: in
             loss = loss + 0.5 * proximal_mu * prox
         opt.zero_grad()
         loss.backward()
-        opt.step()
-    last = total / count if count else float("nan")
-    return last
+        optim.step(opt, params, step0 + steps)
+        steps += 1
+    return {"mse": total / count if count else float("nan"), "steps": steps,
+            "optimizers": {"model": optimizer_arrays(opt)}}
 
 
 @torch.no_grad()

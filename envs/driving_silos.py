@@ -6,10 +6,16 @@ mounting offset and pitch (horizon). Label shift: each silo's curvature is drawn
 N(mu_i, sd_i) with a silo-specific mean (some silos drive mostly left-hand bends, some mostly
 right-hand, some mostly straight) and spread. The steering label is the bicycle-model angle of
 the curve plus Gaussian sensor noise of a silo-specific level.
+
+`non_iid` in [0, 1] sets how far each silo is from a shared profile (drawn from the seed alone):
+every numeric field of the profile, style and label distribution alike, is
+(1 - non_iid) * shared + non_iid * own. 1 (the default) is the silos above, unchanged; 0 makes
+every silo draw from the same distribution (IID; the samples still differ). One knob moves the
+label skew and the style shift together, so the sweep from IID to the default is one line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -36,9 +42,31 @@ class SiloProfile:
     label_noise: float
 
 
-def silo_profile(silo_id: int, seed: int) -> SiloProfile:
-    """The style and curve distribution of one silo (same ids and seed -> same silo)."""
-    r = np.random.default_rng([seed, silo_id, 7919])
+def _blend(shared, own, k: float):
+    """(1 - k) * shared + k * own, field by field (tuples element-wise); exact `own` at k = 1."""
+    if isinstance(own, tuple):
+        return tuple(_blend(a, b, k) for a, b in zip(shared, own))
+    if isinstance(own, RoadStyle):
+        return replace(own, **{f.name: _blend(getattr(shared, f.name), getattr(own, f.name), k)
+                               for f in fields(RoadStyle)})
+    return (1.0 - k) * shared + k * own
+
+
+def silo_profile(silo_id: int, seed: int, non_iid: float = 1.0) -> SiloProfile:
+    """The style and curve distribution of one silo (same ids, seed and non_iid -> same silo)."""
+    if not 0.0 <= non_iid <= 1.0:
+        raise ValueError(f"non_iid must be in [0, 1], got {non_iid}")
+    own = _drawn_profile([seed, silo_id, 7919])
+    if non_iid == 1.0:
+        return own
+    shared = _drawn_profile([seed, 104729])
+    return SiloProfile(style=_blend(shared.style, own.style, non_iid),
+                       **{f: _blend(getattr(shared, f), getattr(own, f), non_iid)
+                          for f in ("curve_mean", "curve_sd", "label_noise")})
+
+
+def _drawn_profile(rng_seed: list[int]) -> SiloProfile:
+    r = np.random.default_rng(rng_seed)
 
     def jitter(base, amount):
         return tuple(float(np.clip(b + r.uniform(-amount, amount), 0, 1)) for b in base)
@@ -77,9 +105,9 @@ def render_samples(profile: SiloProfile, n: int, image_size: int, channels: int,
 
 
 def make_silo(silo_id: int, seed: int, n_train: int, n_test: int, image_size: int,
-              channels: int = 1) -> SiloData:
+              channels: int = 1, non_iid: float = 1.0) -> SiloData:
     """Deterministic train/test split of one embedded silo."""
-    profile = silo_profile(silo_id, seed)
+    profile = silo_profile(silo_id, seed, non_iid)
     xtr, ytr = render_samples(profile, n_train, image_size, channels,
                               np.random.default_rng([seed, silo_id, 1]))
     xte, yte = render_samples(profile, n_test, image_size, channels,

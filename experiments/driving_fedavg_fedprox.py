@@ -34,7 +34,7 @@ def centralized_reference(args, seed: int) -> dict:
     import numpy as np
     import torch
 
-    from clients.steering_training import evaluate_steering, train_steering
+    from clients.steering_training import LocalOptimizer, evaluate_steering, train_steering
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
     from server.config import defaults, parse_overrides
@@ -52,7 +52,7 @@ def centralized_reference(args, seed: int) -> dict:
     torch.set_num_threads(2)
     model = ResNet8(size, ch)
     epochs = args.rounds * int(cfg["driving.local-epochs"])
-    train_steering(model, x, y, epochs=epochs, lr=float(cfg["driving.lr"]),
+    train_steering(model, x, y, epochs=epochs, optim=LocalOptimizer(lr=float(cfg["driving.lr"])),
                    batch_size=int(cfg["driving.batch-size"]), seed=seed)
     mse, mae = evaluate_steering(model, xt, yt)
     const = float(y.mean())

@@ -42,6 +42,18 @@ def check_config(cfg: dict) -> None:
                           f"got {cfg['cdl.variant']!r}")
     if not 0 <= float(cfg["cdl.beta"]) <= 1:
         raise ConfigError(f"run config 'cdl.beta' must be in [0, 1], got {cfg['cdl.beta']}")
+    positive(cfg, "cdl.temperature", float)
+    if not 0 <= float(cfg["driving.non-iid"]) <= 1:
+        raise ConfigError(f"run config 'driving.non-iid' must be in [0, 1], "
+                          f"got {cfg['driving.non-iid']}")
+    for key, allowed in (("driving.lr-decay", ("none", "sqrt")),
+                         ("driving.optimizer-state", ("round", "silo"))):
+        if str(cfg[key]) not in allowed:
+            raise ConfigError(f"run config {key!r} must be {' or '.join(allowed)}, "
+                              f"got {cfg[key]!r}")
+    for key in ("driving.weight-decay", "driving.grad-clip"):
+        if float(cfg[key]) < 0:
+            raise ConfigError(f"run config {key!r} must be >= 0, got {cfg[key]}")
 
 
 def run(grid, cfg: dict, name: str) -> None:

@@ -23,8 +23,8 @@ from flwr.serverapp import Grid
 from strategies.nodes import (FederationError, answered, query_partitions,
                              wait_for_nodes)
 from strategies.screened_fedavg import ClientsFailed
-from strategies.screening import message_bytes, one_line, screen_update
-from strategies.topology import Topology, consensus_distance, mix
+from strategies.screening import mean_signals, message_bytes, one_line, screen_update
+from strategies.topology import Topology, consensus_distance, mix, parameter_names
 
 
 def to_record(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, Array]:
@@ -64,7 +64,7 @@ class TopologyRelay:
             raise ClientsFailed(f"every silo failed in round {rnd}; first: "
                                 f"{one_line(replies[0][1].error.reason)}")
         new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
-        losses, weights, cd = [], [], []
+        losses, weights, accepted = [], [], []
         for i in sorted(set(range(len(msgs))) - {i for i, _ in replies}):
             self.recorder.add_client(node=self.node_of[i], partition=i, num_examples=0,
                                      train_loss=None, fit_s=None,
@@ -75,8 +75,6 @@ class TopologyRelay:
             m = {} if rep.has_error() else dict(rep.content["metrics"])
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
-                if "cd-loss" in m:
-                    cd.append(float(m["cd-loss"]))
             self.recorder.add_client(node=self.node_of[i], partition=i,
                                      num_examples=m.get("num-examples", 0),
                                      train_loss=m.get("train-loss"), fit_s=m.get("fit-s"),
@@ -86,11 +84,11 @@ class TopologyRelay:
                 new[i] = {k: arrays[k].numpy() for k in reference.keys()}
                 losses.append(float(m["train-loss"]))
                 weights.append(float(m["num-examples"]))
+                accepted.append(m)
         metrics = {"n_accepted": len(losses),
                    "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
-                   "consensus_distance": consensus_distance(new)}
-        if cd:
-            metrics["cd_loss"] = float(np.mean(cd))
+                   "consensus_distance": consensus_distance(new, parameter_names(new[0]))}
+        metrics.update(mean_signals(accepted))
         self.recorder.add_metrics(metrics)
         return new
 

@@ -29,7 +29,8 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from strategies.nodes import FederationError, answered, query_partitions, wait_for_nodes
-from strategies.screening import MAX_EXAMPLES, message_bytes, one_line, screen_update
+from strategies.screening import (MAX_EXAMPLES, mean_signals, message_bytes, one_line,
+                                  screen_update)
 
 
 def evaluates(server_round: int, every: int, num_rounds: int) -> bool:
@@ -181,7 +182,9 @@ class ScreenedFedAvg(FedAvg):
         loss = [float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
                 for c in accepted]
         metrics = MetricRecord({"train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
-                                "n_accepted": len(accepted)})
+                                "n_accepted": len(accepted),
+                                **mean_signals([dict(next(iter(c.metric_records.values())))
+                                                for c in accepted])})
         self.recorder.add_metrics(dict(metrics))
         return arrays, metrics
 

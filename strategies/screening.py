@@ -65,3 +65,17 @@ def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "a
         if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
             return f"rejected: '{name}' has NaN/Inf"
     return None
+
+
+SIGNALS = ("cd-loss", "cd-grad-ratio", "pb-entropy")   # CDL clients' training diagnostics
+
+
+def mean_signals(metrics: list[dict]) -> dict[str, float]:
+    """Round means of the SIGNALS the accepted clients reported (finite values only), named as
+    rounds.csv columns (cd_loss, cd_grad_ratio, pb_entropy)."""
+    out = {}
+    for key in SIGNALS:
+        vals = [float(m[key]) for m in metrics if key in m and np.isfinite(float(m[key]))]
+        if vals:
+            out[key.replace("-", "_")] = float(np.mean(vals))
+    return out

@@ -137,8 +137,22 @@ def mix(arrays: list[dict[str, np.ndarray]], weights: np.ndarray) -> dict[str, n
     return out
 
 
-def consensus_distance(arrays: list[dict[str, np.ndarray]]) -> float:
-    """Mean over silos of the squared distance of their model from the average model."""
-    mean = mix(arrays, np.full(len(arrays), 1.0 / len(arrays)))
-    return float(np.mean([sum(float(np.sum((a[k].astype(np.float64) - mean[k]) ** 2))
-                              for k in mean) for a in arrays]))
+BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def parameter_names(arrays: dict[str, np.ndarray]) -> list[str]:
+    """The backbone's trainable parameters among a model's arrays: BatchNorm buffers and a CDL
+    reference-variant sub-network (`sub.*`) left out."""
+    return [k for k in arrays if not k.endswith(BUFFERS) and not k.startswith("sub.")]
+
+
+def consensus_distance(arrays: list[dict[str, np.ndarray]], names: list[str] | None = None
+                       ) -> float:
+    """The official CDL code's "Consensus" (`communication.py` l. 122-129): the mean, over silos
+    and over every entry of the named arrays (all when None), of the squared deviation from
+    the silos' average."""
+    names = list(arrays[0]) if names is None else names
+    mean = mix([{k: a[k] for k in names} for a in arrays], np.full(len(arrays), 1.0 / len(arrays)))
+    total = sum(float(np.sum((a[k].astype(np.float64) - mean[k]) ** 2)) for a in arrays
+                for k in names)
+    return total / (len(arrays) * sum(mean[k].size for k in names))

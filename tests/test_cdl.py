@@ -7,7 +7,7 @@ import torch
 
 from clients.app import app
 from clients.cdl_training import kl_softmax, train_cdl
-from clients.steering_training import train_steering
+from clients.steering_training import LocalOptimizer, train_steering
 from envs.driving_silos import make_silo
 from models.resnet8 import ResNet8
 from models.state import shared_state
@@ -39,7 +39,7 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
     with torch.no_grad():  # make the pair differ so the KL terms are not zero
         for p in b.parameters():
             p.add_(0.01 * torch.randn_like(p))
-    stats = train_cdl(b, s, data.x_train, data.y_train, epochs=1, lr=0.01, batch_size=8,
+    stats = train_cdl(b, s, data.x_train, data.y_train, epochs=1, optim=LocalOptimizer(lr=0.01), batch_size=8,
                       seed=1, beta=1.0)
     assert stats["cd"] > 0
     after = {k: v for k, v in s.state_dict().items() if "running" not in k}
@@ -48,10 +48,10 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
     b1, s1 = _pair(3)
     b2, _ = _pair(3)
     torch.manual_seed(9)
-    train_cdl(b1, s1, data.x_train, data.y_train, epochs=1, lr=0.01, batch_size=8, seed=1,
+    train_cdl(b1, s1, data.x_train, data.y_train, epochs=1, optim=LocalOptimizer(lr=0.01), batch_size=8, seed=1,
               beta=0.0)
     torch.manual_seed(9)
-    train_steering(b2, data.x_train, data.y_train, epochs=1, lr=0.01, batch_size=8, seed=1)
+    train_steering(b2, data.x_train, data.y_train, epochs=1, optim=LocalOptimizer(lr=0.01), batch_size=8, seed=1)
     for k, v in b1.state_dict().items():
         assert torch.allclose(v, b2.state_dict()[k]), k
 
@@ -81,8 +81,9 @@ def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
             assert set(record.keys()) == backbone_keys, name
         assert set(rep.content.keys()) <= {"arrays", "metrics", "identity"}
         for rec in rep.content.metric_records.values():
+            # scalars only: the round's losses and the CDL signal (gradient-norm ratio, entropy)
             assert set(rec.keys()) <= {"num-examples", "train-loss", "cd-loss", "fit-s", "mse",
-                                       "mae"}
+                                       "mae", "cd-grad-ratio", "pb-entropy"}
     for ctx in grid.contexts.values():  # the sub-network exists, on the silo only
         sub = ctx.state["cdl-sub-network"]
         assert set(sub.keys()) == backbone_keys

@@ -329,7 +329,8 @@ def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
     never in a reply); round: a fresh optimizer each round keeps nothing."""
     import torch
 
-    from clients.vln_loop import load_optimizer_arrays, make_optimizer, optimizer_arrays
+    from clients.optimizer_state import load_optimizer_arrays, optimizer_arrays
+    from clients.vln_loop import make_optimizer
 
     model = torch.nn.Linear(3, 2)
     opt = make_optimizer("rms", model.parameters(), 1e-3)

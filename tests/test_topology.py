@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from strategies.topology import (TopologyError, build, consensus_distance, metropolis_hastings,
+                                 parameter_names,
                                  mix, ring_mixing)
 from tests.conftest import SHARED_DATA
 
@@ -74,5 +75,11 @@ def test_mix_and_consensus_distance():
     a = [{"w": np.array([0.0, 0.0], np.float32)}, {"w": np.array([2.0, 4.0], np.float32)}]
     assert np.allclose(mix(a, np.array([0.5, 0.5]))["w"], [1, 2])
     assert mix(a, np.array([0.5, 0.5]))["w"].dtype == np.float32
-    assert np.isclose(consensus_distance(a), (1 + 4 + 1 + 4) / 2)
+    # the official definition: a mean over silos and entries ((1 + 4 + 1 + 4) / (2 * 2))
+    assert np.isclose(consensus_distance(a), 2.5)
     assert consensus_distance([a[0], a[0]]) == 0
+    # parameters only: BatchNorm buffers and a sub-network do not count
+    b = [dict(x, **{"bn.running_var": np.full(3, 9.0 * i), "sub.w": x["w"] * 7}) for i, x in
+         enumerate(a)]
+    assert parameter_names(b[0]) == ["w"]
+    assert np.isclose(consensus_distance(b, parameter_names(b[0])), 2.5)
