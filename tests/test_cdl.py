@@ -137,7 +137,13 @@ def test_cdl_under_a_server_is_fedavg_of_backbones(tmp_path):
 
 @pytest.mark.parametrize("bad, match", [({"cdl.variant": "official"}, "cdl.variant"),
                                         ({"cdl.beta": 1.5}, "cdl.beta"),
-                                        ({"topology": "torus"}, "unknown topology")])
+                                        ({"topology": "torus"}, "unknown topology"),
+                                        ({"cdl.temperature": 0.0}, "cdl.temperature"),
+                                        ({"driving.non-iid": 1.5}, "driving.non-iid"),
+                                        ({"driving.lr-decay": "cubic"}, "driving.lr-decay"),
+                                        ({"driving.optimizer-state": "x"},
+                                         "driving.optimizer-state"),
+                                        ({"driving.grad-clip": -1.0}, "driving.grad-clip")])
 def test_bad_cdl_config_is_named(bad, match):
     from server.config import ConfigError
     from server.decentralized import check_config
@@ -183,3 +189,64 @@ def test_an_unavailable_silo_keeps_its_mix_and_is_named_in_clients_csv(tmp_path,
     assert len(failed) == 1 and failed.partition.iloc[0] == 1 and failed.node.iloc[0] == 5001
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     assert rounds.n_accepted.tolist() == [3, 2]  # round 2 aggregated the two live silos only
+
+
+def test_temperature_sharpens_p_and_strengthens_the_measured_signal():
+    data = make_silo(0, 0, 32, 4, 24)
+    signal = {}
+    for t in (1.0, 0.3):
+        b, s = _pair()
+        with torch.no_grad():
+            for p in s.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        st = train_cdl(b, s, data.x_train, data.y_train, epochs=1, batch_size=8, seed=1,
+                       temperature=t)
+        signal[t] = st
+    log_dim = np.log(ResNet8(24).feature_dim)
+    assert signal[0.3]["pb_entropy"] < signal[1.0]["pb_entropy"] <= log_dim + 1e-6
+    assert signal[0.3]["cd_grad_ratio"] > signal[1.0]["cd_grad_ratio"] > 0
+    b, _ = _pair()  # no sub-network yet: nothing to measure
+    st = train_cdl(b, None, data.x_train, data.y_train, epochs=1, batch_size=8, seed=1)
+    assert np.isnan(st["cd_grad_ratio"]) and st["cd"] == 0
+
+
+def test_sqrt_decay_follows_the_silo_step_count():
+    model = torch.nn.Linear(2, 1)
+    optim = LocalOptimizer("adam", 1e-3, weight_decay=1e-5, decay="sqrt")
+    opt = optim.build(model.parameters())
+    assert opt.param_groups[0]["weight_decay"] == 1e-5
+    for t, want in ((0, 1e-3), (1, 1e-3), (4, 5e-4), (100, 1e-4)):
+        model(torch.ones(1, 2)).sum().backward()
+        optim.step(opt, list(model.parameters()), t)
+        assert np.isclose(opt.param_groups[0]["lr"], want)
+
+
+@pytest.mark.parametrize("method", ["gossip", "cdl"])
+def test_optimizer_state_persists_in_the_silo_and_is_never_sent(tmp_path, method):
+    """optimizer-state=silo: one Adam per silo across rounds, as the official code; its state
+    stays in the node's context (the replies carry the model's arrays only)."""
+    grid = _run(tmp_path, method, topology="ring", **{
+        "driving.optimizer": "adam", "driving.lr": 0.001, "driving.optimizer-state": "silo",
+        "driving.local-steps": 1, "num-server-rounds": 3})
+    network = "model" if method == "gossip" else "backbone"
+    for ctx in grid.contexts.values():
+        assert int(ctx.state["driving-local-steps"]["n"]) == 3
+        kept = ctx.state[f"driving-optimizer-{network}"].to_torch_state_dict()
+        assert {float(v) for k, v in kept.items() if k.endswith("/step")} == {3.0}
+        if method == "cdl":  # the sub-network's own Adam starts with it, in round 2
+            sub = ctx.state["driving-optimizer-sub"].to_torch_state_dict()
+            assert {float(v) for k, v in sub.items() if k.endswith("/step")} == {2.0}
+    backbone_keys = set(shared_state(ResNet8(24)))
+    for rep in _sent_by_clients(grid):
+        assert set(rep.content["arrays"].keys()) == backbone_keys
+    fresh = _run(tmp_path / "fresh", method, topology="ring", **{"num-server-rounds": 2})
+    assert not any(k.startswith("driving-optimizer") for ctx in fresh.contexts.values()
+                   for k in ctx.state.keys())
+
+
+def test_signal_reaches_rounds_csv_under_a_server_and_on_a_ring(tmp_path):
+    for method in ("cdl-sfl", "cdl"):
+        _run(tmp_path / method, method, topology="ring")
+        rounds = pd.read_csv(tmp_path / method / "rounds.csv")
+        assert np.isnan(rounds.cd_grad_ratio[0])   # round 1: no sub-network yet
+        assert rounds.cd_grad_ratio.iloc[-1] > 0 and 0 < rounds.pb_entropy.iloc[-1] <= np.log(512)

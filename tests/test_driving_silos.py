@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from envs.driving_silos import make_silo, pooled_test, silo_profile
 from envs.road_renderer import RoadStyle, render_road, steering_from_curvature
@@ -46,3 +47,21 @@ def test_pooled_test_is_union_of_silo_tests():
     parts = [make_silo(i, 1, 7, 5, 24) for i in range(3)]
     assert np.array_equal(y, np.concatenate([p.y_test for p in parts]))
     assert x.shape == (15, 1, 24, 24)
+
+
+def test_non_iid_knob_runs_from_iid_to_the_default_silos():
+    # 1 is the default silos exactly; 0 gives every silo the same distribution
+    assert silo_profile(4, 0, 1.0) == silo_profile(4, 0)
+    assert silo_profile(1, 0, 0.0) == silo_profile(7, 0, 0.0)
+    assert np.array_equal(make_silo(2, 0, 6, 2, 24, 1, 1.0).x_train, make_silo(2, 0, 6, 2, 24).x_train)
+    spread = {}
+    for k in (0.0, 0.5, 1.0):
+        silos = [make_silo(i, 0, 150, 1, 24, 1, k) for i in range(8)]
+        ys = np.concatenate([s.y_train for s in silos])
+        spread[k] = np.var([s.y_train.mean() for s in silos]) / np.var(ys)  # between-silo share
+    assert spread[0.0] < 0.05 < spread[0.5] < spread[1.0]
+    half = silo_profile(3, 0, 0.5)
+    mean = (silo_profile(3, 0, 0.0).curve_mean + silo_profile(3, 0).curve_mean) / 2
+    assert np.isclose(half.curve_mean, mean)
+    with pytest.raises(ValueError, match="non_iid"):
+        silo_profile(0, 0, 1.5)
