@@ -78,7 +78,8 @@ def toml_value(v) -> str:
 def resolve(args) -> tuple[dict, Path]:
     """Validate flags and run config; returns (run-config overrides, out dir)."""
     from server import methods
-    from server.config import ConfigError, check_overrides, defaults, parse_overrides
+    from server.config import (ConfigError, check_faults, check_overrides, defaults,
+                               parse_overrides)
 
     if args.method not in methods.METHODS:
         raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
@@ -133,6 +134,10 @@ def resolve(args) -> tuple[dict, Path]:
             raise BadInput(f"--num-clients {args.num_clients}: FedVLN has one client per house "
                            f"and this data has {houses}")
         overrides["num-clients"] = cfg["num-clients"] = houses
+    try:
+        check_faults(cfg, int(cfg["num-clients"]))
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
     return overrides, out
 

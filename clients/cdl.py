@@ -24,7 +24,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from clients.cdl_training import train_cdl
 from clients.driving import (build_model, evaluate, keep_optimizers,  # noqa: F401
                              kept_optimizers, local_optimizer, silo_data)
-from clients.faults import maybe_raise, nan_state
+from clients import faults
 from models.state import load_shared_state, shared_state
 from server.config import merged
 
@@ -38,7 +38,7 @@ def train(msg: Message, context: Context) -> Message:
     variant = str(cfg["cdl.variant"])
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
     torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)
-    maybe_raise(pid, cfg, "training")
+    fault = faults.before_training(cfg, pid, rnd, "training")
     data = silo_data(context)
     received = msg.content["arrays"].to_torch_state_dict()
     backbone = build_model(cfg, received)
@@ -66,7 +66,7 @@ def train(msg: Message, context: Context) -> Message:
         context.state[SUB_STATE] = ArrayRecord(shared_state(sub))
     else:
         out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
-    out = nan_state(out, pid, cfg)
+    out = faults.nan_state(out, fault)
     metrics = {"num-examples": len(data.y_train), "train-loss": stats["mse"],
                "cd-loss": stats["cd"], "fit-s": fit_s}
     for key in ("cd_grad_ratio", "pb_entropy"):  # measured only once a sub-network exists

@@ -13,7 +13,7 @@ from functools import lru_cache
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients.faults import maybe_raise, nan_state
+from clients import faults
 from clients.steering_training import LocalOptimizer, evaluate_steering, train_steering
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
@@ -99,7 +99,7 @@ def train(msg: Message, context: Context) -> Message:
     rnd = int(msg.content["config"]["server-round"])
     torch.set_num_threads(max(1, int(cfg["client-threads"])))
     torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)  # actors are shared by nodes
-    maybe_raise(pid, cfg, "training")
+    fault = faults.before_training(cfg, pid, rnd, "training")
     data = silo_data(context)
     model = build_model(cfg, msg.content["arrays"].to_torch_state_dict())
     resume, step0 = kept_optimizers(cfg, context)
@@ -112,7 +112,7 @@ def train(msg: Message, context: Context) -> Message:
                            proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
     fit_s = time.perf_counter() - t0
     keep_optimizers(cfg, context, stats, step0)
-    state = nan_state(shared_state(model), pid, cfg)
+    state = faults.nan_state(shared_state(model), fault)
     return Message(RecordDict({
         "arrays": ArrayRecord(state),
         "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": stats["mse"],

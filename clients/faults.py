@@ -1,32 +1,77 @@
 """Fault injection for robustness studies, the same for every method (run config `faults.*`).
 
-* `faults.nan-partition = p`: partition p's training replies carry NaN (driving/CDL: its model
-  update; FedVLN: the arrays it shares; FedRL: its released Q outputs). The server must leave
-  the update out (FedAvg, FedProx, CDL, FedVLN) or stop the run naming the party (FedRL, whose
-  two parties cannot lose one).
-* `faults.raise-partition = p`: partition p's training calls raise, as a client whose data or
-  code broke would; the server records a failed row and goes on (FedRL: stops, naming it).
+Which training calls are faulty:
+* `faults.raise-partitions`, `faults.nan-partitions`, `faults.hang-partitions`: comma-separated
+  partition ids ("1,3"; "" = none) whose training calls raise / carry NaN / hang;
+* `faults.fraction` with `faults.fraction-kind`: besides those, each training call of every
+  partition is faulty with this probability, drawn from (seed, round, partition, attempt,
+  call), so a run is reproducible and a retried call (FedRL) draws again;
+* `faults.rounds`: only in these rounds ("2-4,7"; "" = every round). A partition listed for
+  `hang` in some rounds is a client that drops out for those rounds.
 
--1 turns a fault off. A deployed SuperNode's partition is its `partition-id` node config.
+What a faulty call does:
+* raise: the ClientApp raises InjectedFault, as a client whose data or code broke would;
+* nan: the reply's first floating array is NaN (driving/CDL: the model update; FedVLN: the
+  arrays it shares; FedRL: its released Q outputs);
+* hang: the ClientApp sleeps `faults.hang-s` seconds (0 = the run's round-timeout + 5) before
+  answering normally, so the server has moved on without it.
+The server must leave the update out (FedAvg, FedProx, CDL, gossip, FedVLN) and record why, or
+retry the step and stop the run naming the party if it keeps failing (FedRL, whose two parties
+cannot lose one). A deployed SuperNode's partition is its `partition-id` node config.
 """
 from __future__ import annotations
+
+import time
+import zlib
 
 import numpy as np
 import torch
 
+from server.config import FAULT_KINDS as KINDS
+from server.config import id_ranges
+
 
 class InjectedFault(RuntimeError):
-    """Raised by `faults.raise-partition`, so a log or a clients.csv row says it was meant."""
+    """Raised by a `raise` fault, so a log or a clients.csv row says it was meant."""
 
 
 def partition(context_node_config) -> int:
     return int(context_node_config.get("partition-id", -1))
 
 
-def nan_state(state: dict, pid: int, cfg: dict) -> dict:
-    """`state` with its first floating array (torch or numpy) all NaN when pid is
-    `faults.nan-partition`; unchanged otherwise."""
-    if pid != int(cfg["faults.nan-partition"]):
+def fault_of(cfg: dict, pid: int, rnd: int, attempt: int = 0, call: str = "training"
+             ) -> str | None:
+    """The fault of this training call (partition pid, server round rnd, attempt, and which
+    call of the round: FedRL makes several), or None."""
+    rounds = id_ranges(cfg["faults.rounds"], "faults.rounds")
+    if rounds and rnd not in rounds:
+        return None
+    for kind in KINDS:
+        if pid in id_ranges(cfg[f"faults.{kind}-partitions"], f"faults.{kind}-partitions"):
+            return kind
+    fraction = float(cfg["faults.fraction"])
+    if fraction > 0:
+        draw = np.random.default_rng([int(cfg["seed"]), rnd, pid, attempt,
+                                      zlib.crc32(call.encode())]).random()
+        if draw < fraction:
+            return str(cfg["faults.fraction-kind"])
+    return None
+
+
+def before_training(cfg: dict, pid: int, rnd: int, what: str, attempt: int = 0) -> str | None:
+    """Raise or hang here if this call is faulty; returns its fault (nan is applied later)."""
+    kind = fault_of(cfg, pid, rnd, attempt, what)
+    if kind == "raise":
+        raise InjectedFault(f"injected fault: partition {pid} fails its {what} in round {rnd}")
+    if kind == "hang":
+        time.sleep(float(cfg["faults.hang-s"]) or float(cfg["round-timeout"]) + 5.0)
+    return kind
+
+
+def nan_state(state: dict, kind: str | None) -> dict:
+    """`state` with its first floating array (torch or numpy) all NaN when kind is "nan";
+    unchanged otherwise."""
+    if kind != "nan":
         return state
     for k, v in state.items():
         a = np.asarray(v.detach() if torch.is_tensor(v) else v)
@@ -35,9 +80,3 @@ def nan_state(state: dict, pid: int, cfg: dict) -> dict:
                 np.full_like(a, np.nan)
             break
     return state
-
-
-def maybe_raise(pid: int, cfg: dict, what: str) -> None:
-    if pid == int(cfg["faults.raise-partition"]):
-        raise InjectedFault(f"injected fault: partition {pid} fails its {what} "
-                            f"(faults.raise-partition)")

@@ -136,13 +136,14 @@ def handle(msg: Message, context: Context) -> Message:
     step = str(conf["step"])
     role = role_of(context.node_config)
     party = _load(context, s)
-    pid = faults.partition(context.node_config)
-    if msg.metadata.message_type == "train":
-        faults.maybe_raise(pid, cfg, f"{step!r}")
+    fault = None
+    if msg.metadata.message_type == "train":   # round and attempt: stamped by the server
+        fault = faults.before_training(cfg, faults.partition(context.node_config),
+                                       int(conf.get("server-round", 0)), f"{step!r}",
+                                       int(conf.get("attempt", 0)))
     out, theta, metrics = dispatch(party, role, step, _arrays(msg.content.get("data")),
                                    _arrays(msg.content.get("theta-g")) or None, conf)
-    if msg.metadata.message_type == "train":   # NaN in what it releases (clients/faults.py)
-        out = faults.nan_state(dict(out), pid, cfg)
+    out = faults.nan_state(dict(out), fault)   # NaN in what it releases (clients/faults.py)
     reply = _reply(msg, role, step, out, theta, metrics)
     _save(context, party)
     return reply

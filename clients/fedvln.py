@@ -184,9 +184,8 @@ def train(msg: Message, context: Context) -> Message:
     if not within(share, allowed):
         raise PermissionError(f"house {h.name}: the server asked for share={share!r}; this "
                               f"house sends at most {allowed!r} in this stage")
-    pid = faults.partition(context.node_config)
-    faults.maybe_raise(pid, cfg, "training")
     rnd = int(conf["server-round"])
+    fault = faults.before_training(cfg, faults.partition(context.node_config), rnd, "training")
     torch.manual_seed(_seed(cfg, context, rnd))
     rng = np.random.default_rng(_seed(cfg, context, rnd))
     keep_local = bool(conf.get("keep-local", False))
@@ -224,7 +223,7 @@ def train(msg: Message, context: Context) -> Message:
         context.state[f"{OPTIM}-{step}"] = ArrayRecord(optimizer_arrays(opt))
     return Message(RecordDict({
         "arrays": ArrayRecord(faults.nan_state(dict(shared_part(model, share)
-                                                    .to_torch_state_dict()), pid, cfg)),
+                                                    .to_torch_state_dict()), fault)),
         "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),
                                  "train-loss": loss, "local-steps": iters,
                                  "fit-s": time.perf_counter() - t0})}), reply_to=msg)

@@ -64,8 +64,10 @@ def check_overrides(overrides: dict) -> None:
             raise ConfigError(f"--run-config: {key!r} must be {want.__name__}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"--run-config: {key!r} must be a finite number, got {value!r}")
-        if key in ("round-timeout", "node-wait-timeout") and not value > 0:
+        if key in ("round-timeout", "node-wait-timeout", "timeout-floor") and not value > 0:
             raise ConfigError(f"--run-config: {key!r} must be > 0 seconds, got {value!r}")
+        if key == "timeout-factor" and value < 0:
+            raise ConfigError(f"--run-config: 'timeout-factor' must be >= 0, got {value!r}")
 
 
 def positive(cfg: dict, key: str, kind=int):
@@ -74,3 +76,43 @@ def positive(cfg: dict, key: str, kind=int):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
         raise ConfigError(f"run config {key!r} must be a positive number, got {v!r}")
     return kind(v)
+
+
+def id_ranges(text: str, key: str) -> set[int]:
+    """"1,3,5-7" -> {1, 3, 5, 6, 7} ("" -> none); ConfigError naming `key` otherwise."""
+    out: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, dash, hi = part.partition("-")
+        try:
+            if dash and not hi:
+                raise ValueError
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ConfigError(f"run config {key!r}: {part!r} is not an id or a range a-b "
+                              f"(in {text!r})") from None
+    return out
+
+
+FAULT_KINDS = ("raise", "nan", "hang")
+
+
+def check_faults(cfg: dict, num_partitions: int) -> None:
+    """ConfigError naming the key for a `faults.*` setting that cannot apply to this run (the
+    faults themselves: clients/faults.py)."""
+    for kind in FAULT_KINDS:
+        key = f"faults.{kind}-partitions"
+        bad = sorted(p for p in id_ranges(cfg[key], key) if not 0 <= p < num_partitions)
+        if bad:
+            raise ConfigError(f"run config {key!r}: partition {bad[0]} does not exist in this "
+                              f"run (0..{num_partitions - 1})")
+    id_ranges(cfg["faults.rounds"], "faults.rounds")
+    if not 0.0 <= float(cfg["faults.fraction"]) <= 1.0:
+        raise ConfigError(f"run config 'faults.fraction' must be in [0, 1], "
+                          f"got {cfg['faults.fraction']}")
+    if str(cfg["faults.fraction-kind"]) not in FAULT_KINDS:
+        raise ConfigError(f"run config 'faults.fraction-kind' must be one of "
+                          f"{', '.join(FAULT_KINDS)}, got {cfg['faults.fraction-kind']!r}")
+    if float(cfg["faults.hang-s"]) < 0:
+        raise ConfigError("run config 'faults.hang-s' must be >= 0")

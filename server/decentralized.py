@@ -12,7 +12,7 @@ from flwr.common import log
 
 from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
-from server.config import ConfigError
+from server.config import ConfigError, positive
 from server.driving import check_config as check_driving_config
 from server.recorder import Recorder, out_dir
 from strategies.decentralized import TopologyRelay
@@ -50,7 +50,8 @@ def run(grid, cfg: dict, name: str) -> None:
                           mixing_matrix=topology.mixing.round(6).tolist())
     cross = topology.num_silos <= int(cfg["cross-eval-max-silos"])
     relay = TopologyRelay(topology, recorder, node_wait_s=float(cfg["node-wait-timeout"]),
-                          timeout_s=float(cfg["round-timeout"]), cross_eval=cross)
+                          timeout_s=float(cfg["round-timeout"]), cross_eval=cross,
+                          max_empty_rounds=positive(cfg, "max-empty-rounds"))
     log(INFO, "[fedembodied] %s on topology %s: %d silos, ResNet-8 with %d parameters, "
         "results in %s", name, topology.name, topology.num_silos, n_params, recorder.out)
     relay.connect(grid)

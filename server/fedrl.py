@@ -40,6 +40,8 @@ SELECT = "valid-succ-rate-test_noise=on"  # the score FedRL's model selection ma
 def check_config(cfg: dict) -> Settings:
     for key in ("num-server-rounds", "eval-every"):
         positive(cfg, key)
+    if int(cfg["fedrl.retries"]) < 0:
+        raise ConfigError(f"run config 'fedrl.retries' must be >= 0, got {cfg['fedrl.retries']}")
     try:
         s = Settings.from_config(cfg)
         s.check_maps()
@@ -64,40 +66,65 @@ def query_roles(grid, node_ids: list[int], timeout: float) -> dict[str, int]:
 
 
 class Exchange:
-    """Sends one message to one party and returns its reply, counting the bytes."""
+    """Sends one message to one party and returns its reply, counting the bytes.
 
-    def __init__(self, grid, roles: dict[str, int], recorder: Recorder, timeout: float):
+    A party whose call raised (an error reply) is sent the same step again, up to `retries`
+    times, each attempt stamped with its number and a row in clients.csv: the party rebuilds
+    its state from its context on every call and saves it only after a step succeeded, so a
+    failed call changed nothing. No reply within the timeout, or non-finite values, stop the
+    run at once: the party may have acted on the step (a late reply, a released NaN), and
+    sending it again would put the two parties out of step."""
+
+    def __init__(self, grid, roles: dict[str, int], recorder: Recorder, timeout: float,
+                 retries: int = 0):
         self.grid, self.roles, self.rec, self.timeout = grid, roles, recorder, timeout
+        self.retries = retries
         self.messages = 0
+        self.round = 0          # the server round, stamped on every message
 
     def __call__(self, role: str, step: str, data: dict | None = None, theta_g=None,
                  evaluation: bool = False, **conf):
-        content = RecordDict({"config": ConfigRecord({"step": step, **conf})})
-        if data:
-            content["data"] = array_record(data)
-        if theta_g is not None:
-            content["theta-g"] = theta_g
-        kind = MessageType.EVALUATE if evaluation else MessageType.TRAIN
-        msg = Message(content, dst_node_id=self.roles[role], message_type=kind)
-        replies = list(self.grid.send_and_receive([msg], timeout=self.timeout))
-        self.messages += 1
-        if not replies:
-            raise FederationError(f"{role} did not answer {step!r} within {self.timeout:.0f} s")
-        rep = replies[0]
-        if rep.has_error():   # two parties cannot lose one: the run stops, naming it
-            log(INFO, "[fedembodied] %s failed in %r:\n%s", role, step, rep.error.reason)
-            raise FederationError(f"{role} failed in {step!r}: {one_line(rep.error.reason)}")
+        for attempt in range(self.retries + 1):
+            content = RecordDict({"config": ConfigRecord(
+                {"step": step, "server-round": self.round, "attempt": attempt, **conf})})
+            if data:
+                content["data"] = array_record(data)
+            if theta_g is not None:
+                content["theta-g"] = theta_g
+            kind = MessageType.EVALUATE if evaluation else MessageType.TRAIN
+            msg = Message(content, dst_node_id=self.roles[role], message_type=kind)
+            replies = list(self.grid.send_and_receive([msg], timeout=self.timeout))
+            self.messages += 1
+            if not replies:
+                self.rec.add_client(node=self.roles[role], partition=role,
+                                    status=f"failed: no reply to {step!r} within the timeout")
+                raise FederationError(f"{role} did not answer {step!r} in round {self.round} "
+                                      f"within {self.timeout:.0f} s")
+            rep = replies[0]
+            if not rep.has_error():
+                break
+            log(INFO, "[fedembodied] %s failed in %r (attempt %d):\n%s", role, step, attempt,
+                rep.error.reason)
+            self.rec.add_client(node=self.roles[role], partition=role,
+                                status=f"failed in {step!r}, attempt {attempt + 1}: "
+                                       f"{one_line(rep.error.reason)}")
+        else:   # two parties cannot lose one: the run stops, naming it
+            raise FederationError(f"{role} failed in {step!r} in round {self.round} "
+                                  f"{self.retries + 1} times (fedrl.retries = {self.retries}); "
+                                  f"last: {one_line(rep.error.reason)}")
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
         out = {k: v.numpy() for k, v in rep.content["data"].items()}
         theta = rep.content.get("theta-g")
         sent = {**out, **({f"theta-g/{k}": v.numpy() for k, v in theta.items()} if theta else {})}
         bad = [k for k, v in sent.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
         if bad:  # relaying NaN/inf would poison the other party's network
-            raise FederationError(f"{role} sent non-finite values in {step!r}: {', '.join(bad)}")
+            self.rec.add_client(node=self.roles[role], partition=role,
+                                status=f"rejected: non-finite {', '.join(bad)} in {step!r}")
+            raise FederationError(f"{role} sent non-finite values in {step!r} in round "
+                                  f"{self.round}: {', '.join(bad)}")
         self.check_relayed(role, step, out, theta)
         metrics = dict(rep.content["metrics"]) if "metrics" in rep.content else {}
         return out, theta, metrics
-
 
     def check_relayed(self, role: str, step: str, out: dict, theta) -> None:
         """What the server relays to the other party must be what the protocol allows:
@@ -221,7 +248,8 @@ def run(grid, cfg: dict, name: str) -> None:
     recorder = Recorder(out_dir(cfg, name), cfg)
     nodes = wait_for_nodes(grid, 2, float(cfg["node-wait-timeout"]))
     roles = query_roles(grid, nodes, float(cfg["node-wait-timeout"]))
-    send = Exchange(grid, roles, recorder, float(cfg["round-timeout"]))
+    send = Exchange(grid, roles, recorder, float(cfg["round-timeout"]),
+                    retries=int(cfg["fedrl.retries"]))
     proto = Protocol(s, send)
     select = Selection(SELECT)
     maps = s.map_report()
@@ -234,6 +262,7 @@ def run(grid, cfg: dict, name: str) -> None:
     t_start = time.perf_counter()
     for rnd in range(1, rounds + 1):
         recorder.start_round(rnd)
+        send.round = rnd
         metrics = proto.train_round()
         privacy = {k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k} or privacy
         metrics["messages"] = send.messages

@@ -21,7 +21,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Rec
 from flwr.serverapp import Grid
 
 from strategies.nodes import (FederationError, answered, query_partitions,
-                             wait_for_nodes)
+                             refresh_partitions, wait_for_nodes)
 from strategies.screened_fedavg import ClientsFailed
 from strategies.screening import mean_signals, message_bytes, one_line, screen_update
 from strategies.topology import Topology, consensus_distance, mix, parameter_names
@@ -33,49 +33,62 @@ def to_record(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, Arra
 
 class TopologyRelay:
     def __init__(self, topology: Topology, recorder, *, node_wait_s: float, timeout_s: float,
-                 cross_eval: bool):
+                 cross_eval: bool, max_empty_rounds: int = 3):
         self.topology = topology
         self.recorder = recorder
         self.node_wait_s = node_wait_s
         self.timeout_s = timeout_s
         self.cross_eval = cross_eval
-        self.node_of: dict[int, int] = {}  # partition -> node id
+        self.max_empty_rounds = max_empty_rounds
+        self.empty_rounds = 0   # consecutive rounds in which no silo's update was accepted
+        self.partitions: dict[int, int] = {}  # node id -> partition
+
+    @property
+    def node_of(self) -> dict[int, int]:
+        """partition -> node id (silos of the topology only)."""
+        return {p: node for node, p in self.partitions.items() if p < self.topology.num_silos}
 
     def connect(self, grid: Grid) -> None:
         n = self.topology.num_silos
         ids = wait_for_nodes(grid, n, self.node_wait_s)
-        parts = query_partitions(grid, ids, self.node_wait_s)
-        if sorted(parts.values())[:n] != list(range(n)):
+        self.partitions = query_partitions(grid, ids, self.node_wait_s)
+        if sorted(self.partitions.values())[:n] != list(range(n)):
             raise FederationError(f"topology {self.topology.name!r} needs partitions 0..{n - 1}, "
-                                  f"nodes have {sorted(parts.values())}")
-        self.node_of = {p: node for node, p in parts.items() if p < n}
+                                  f"nodes have {sorted(self.partitions.values())}")
 
     def train_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:
-        """One accumulation + local training; returns the silos' new models."""
+        """One accumulation + local training; returns the silos' new models. Who holds which
+        silo is checked every round (a restarted node is used again)."""
+        refresh_partitions(grid, self.partitions, self.node_wait_s)
+        node_of = self.node_of
         a = self.topology.mixing
         mixes = [mix(models, a[i]) for i in range(len(models))]
+        silos = [i for i in range(len(models)) if i in node_of]
         msgs = [Message(RecordDict({"arrays": ArrayRecord(to_record(mixes[i])),
                                     "config": ConfigRecord({"server-round": rnd})}),
-                        dst_node_id=self.node_of[i], message_type=MessageType.TRAIN)
-                for i in range(len(models))]
+                        dst_node_id=node_of[i], message_type=MessageType.TRAIN)
+                for i in silos]
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
-        replies = answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))
+        replies = [(silos[k], rep) for k, rep in
+                   answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))]
         if replies and all(r.has_error() for _, r in replies):
             raise ClientsFailed(f"every silo failed in round {rnd}; first: "
                                 f"{one_line(replies[0][1].error.reason)}")
         new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
         losses, weights, accepted = [], [], []
-        for i in sorted(set(range(len(msgs))) - {i for i, _ in replies}):
-            self.recorder.add_client(node=self.node_of[i], partition=i, num_examples=0,
-                                     train_loss=None, fit_s=None,
-                                     status="failed: no reply within the round timeout")
+        for i in sorted(set(range(len(models))) - {i for i, _ in replies}):
+            why = ("no reply within the round timeout" if i in node_of
+                   else "no node holds this silo")
+            self.recorder.add_client(node=node_of.get(i, -1), partition=i, num_examples=0,
+                                     train_loss=None, fit_s=None, status=f"failed: {why}")
+        sent = dict(zip(silos, msgs))
         for i, rep in replies:
-            reference = msgs[i].content["arrays"]
+            reference = sent[i].content["arrays"]
             problem = screen_update(rep, reference)
             m = {} if rep.has_error() else dict(rep.content["metrics"])
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
-            self.recorder.add_client(node=self.node_of[i], partition=i,
+            self.recorder.add_client(node=node_of[i], partition=i,
                                      num_examples=m.get("num-examples", 0),
                                      train_loss=m.get("train-loss"), fit_s=m.get("fit-s"),
                                      status=problem or "ok")
@@ -90,28 +103,35 @@ class TopologyRelay:
                    "consensus_distance": consensus_distance(new, parameter_names(new[0]))}
         metrics.update(mean_signals(accepted))
         self.recorder.add_metrics(metrics)
+        self.empty_rounds = 0 if losses else self.empty_rounds + 1
+        if self.empty_rounds >= self.max_empty_rounds:
+            raise ClientsFailed(f"no silo's update was accepted in {self.empty_rounds} "
+                                f"consecutive rounds (up to round {rnd}; run config "
+                                f"'max-empty-rounds'); clients.csv says why")
         return new
 
     def evaluate_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:
         """Metrics of the round; returns one row per silo (own split and pooled errors)."""
         n = len(models)
         average = mix(models, np.full(n, 1.0 / n))
+        node_of = self.node_of
+        silos = [i for i in range(n) if i in node_of]
         msgs = []
-        for i in range(n):
+        for i in silos:
             chosen = list(range(n)) if self.cross_eval else [i]
             record = {}
             for k, j in enumerate(chosen):
                 record.update(to_record(models[j], f"m{k}/"))
             record.update(to_record(average, f"m{len(chosen)}/"))
             msgs.append(Message(RecordDict({"arrays": ArrayRecord(record), "config": ConfigRecord(
-                {"server-round": rnd})}), dst_node_id=self.node_of[i],
+                {"server-round": rnd})}), dst_node_id=node_of[i],
                 message_type=MessageType.EVALUATE))
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs), evaluation=True)
         answers = {}
-        for i, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s)):
+        for k, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s)):
             if not rep.has_error():
                 m = rep.content["metrics"]
-                answers[i] = (float(m["num-examples"]), list(m["mse"]), list(m["mae"]))
+                answers[silos[k]] = (float(m["num-examples"]), list(m["mse"]), list(m["mae"]))
         if not answers:
             return []
         total = sum(a[0] for a in answers.values())

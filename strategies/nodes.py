@@ -7,8 +7,10 @@ clear message instead of waiting forever (FedAvg's own sampler would loop endles
 from __future__ import annotations
 
 import time
+from logging import WARNING
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.common import log
 from flwr.serverapp import Grid
 
 
@@ -72,3 +74,28 @@ def answered(messages: list[Message], replies) -> list[tuple[int, Message]]:
         if i is not None:
             out.append((i, rep))
     return sorted(out, key=lambda x: x[0])
+
+
+def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float) -> dict[int, int]:
+    """node id -> partition, checked against the connected nodes (call it every round): a node
+    that left is dropped, a new one (a restarted SuperNode comes back with a new id, with or
+    without node authentication) is asked who it is, and when two nodes claim one partition
+    the newest wins and the log says which node to stop. Updates `partitions` in place."""
+    online = set(grid.get_node_ids())
+    for gone in set(partitions) - online:
+        log(WARNING, "[fedembodied] node %d (partition %d) left the federation", gone,
+            partitions.pop(gone))
+    new = sorted(online - set(partitions))
+    if new:
+        try:
+            found = query_partitions(grid, new, wait_s)
+        except FederationError as e:
+            log(WARNING, "[fedembodied] new nodes %s not used: %s", new, e)
+            found = {}
+        for node, part in found.items():
+            for old in [n for n, q in partitions.items() if q == part]:
+                log(WARNING, "[fedembodied] node %d now holds partition %d; node %d, which "
+                    "held it, is no longer used (stop it)", node, part, old)
+                del partitions[old]
+            partitions[node] = part
+    return partitions

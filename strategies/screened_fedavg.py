@@ -28,7 +28,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from strategies.nodes import FederationError, answered, query_partitions, wait_for_nodes
+from strategies.nodes import (answered, query_partitions, refresh_partitions,
+                             wait_for_nodes)
 from strategies.screening import (MAX_EXAMPLES, mean_signals, message_bytes, one_line,
                                   screen_update)
 
@@ -63,33 +64,14 @@ class ScreenedFedAvg(FedAvg):
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
-        """node id -> partition, checked against the connected nodes every round: a node that
-        left is dropped, a new one (a restarted SuperNode comes back with a new id) is asked
-        who it is, and when two nodes claim one partition the newest wins."""
+        """node id -> partition, refreshed every round (strategies.nodes.refresh_partitions)."""
         if self.partitions is None:
             ids = wait_for_nodes(grid, self.num_clients, self.node_wait_s)
             self.partitions = query_partitions(grid, ids, self.node_wait_s)
             return self.partitions
         if grid is None:   # a strategy driven by hand (unit tests): the given map is the truth
             return self.partitions
-        online = set(grid.get_node_ids())
-        for gone in set(self.partitions) - online:
-            log(WARNING, "[fedembodied] node %d (partition %d) left the federation", gone,
-                self.partitions.pop(gone))
-        new = sorted(online - set(self.partitions))
-        if new:
-            try:
-                found = query_partitions(grid, new, self.node_wait_s)
-            except FederationError as e:
-                log(WARNING, "[fedembodied] new nodes %s not used: %s", new, e)
-                found = {}
-            for node, part in found.items():
-                for old in [n for n, q in self.partitions.items() if q == part]:
-                    log(WARNING, "[fedembodied] node %d now holds partition %d; node %d, which "
-                        "held it, is no longer used (stop it)", node, part, old)
-                    del self.partitions[old]
-                self.partitions[node] = part
-        return self.partitions
+        return refresh_partitions(grid, self.partitions, self.node_wait_s)
 
     def sample(self, grid: Grid, server_round: int, fraction: float) -> list[int]:
         """Node ids of a seeded sample of partitions, in partition order."""
@@ -169,6 +151,7 @@ class ScreenedFedAvg(FedAvg):
                                          num_examples=0, train_loss=None, fit_s=None,
                                          status="failed: no reply within the round timeout")
         if not accepted:
+            self.recorder.add_metrics({"n_accepted": 0})
             self.empty_rounds += 1
             if self.empty_rounds >= self.max_empty_rounds:
                 raise ClientsFailed(f"no update was accepted in {self.empty_rounds} consecutive "

@@ -42,10 +42,12 @@ class InProcessGrid:
     whole strategies run without Ray; it keeps every message sent and every reply. A ClientApp
     that raises answers with an error reply carrying the traceback, as Flower's engines do."""
 
-    def __init__(self, app, run_config: dict, num_nodes: int, node_config_extra=None):
+    def __init__(self, app, run_config: dict, num_nodes: int, node_config_extra=None,
+                 concurrent: bool = False):
         from flwr.app import Context, RecordDict
 
         self.app = app
+        self.concurrent = concurrent   # deliver at once and honour `timeout` (hang tests)
         self.contexts = {
             5000 + p: Context(run_id=1, node_id=5000 + p,
                               node_config={"partition-id": p, "num-partitions": num_nodes,
@@ -57,16 +59,26 @@ class InProcessGrid:
     def get_node_ids(self):
         return list(self.contexts)
 
+    def _deliver(self, msg):
+        try:
+            return self.app(msg, self.contexts[msg.metadata.dst_node_id])
+        except Exception:   # as Flower does: a ClientApp that raises sends an error reply
+            from flwr.app import Error, Message
+            return Message(Error(code=0, reason=traceback.format_exc()), reply_to=msg)
+
     def send_and_receive(self, messages, timeout=None):
-        out = []
+        messages = list(messages)
         for msg in messages:  # ids as Flower's grids set them on push (replies refer to them)
             msg.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             self.sent.append(msg)
-            try:
-                reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
-            except Exception:   # as Flower does: a ClientApp that raises sends an error reply
-                from flwr.app import Error, Message
-                reply = Message(Error(code=0, reason=traceback.format_exc()), reply_to=msg)
-            out.append(reply)
+        if not self.concurrent:
+            out = [self._deliver(m) for m in messages]
+        else:   # a reply that misses the timeout is lost, as with Flower's grids
+            from concurrent.futures import ThreadPoolExecutor, wait
+            pool = ThreadPoolExecutor(max_workers=len(messages))
+            futures = [pool.submit(self._deliver, m) for m in messages]
+            wait(futures, timeout=timeout)
+            pool.shutdown(wait=False)
+            out = [f.result() for f in futures if f.done()]
         self.replies.extend(out)
         return out

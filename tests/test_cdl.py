@@ -191,6 +191,48 @@ def test_an_unavailable_silo_keeps_its_mix_and_is_named_in_clients_csv(tmp_path,
     assert rounds.n_accepted.tolist() == [3, 2]  # round 2 aggregated the two live silos only
 
 
+class _Restarting(InProcessGrid):
+    """After round `at`, silo 1's SuperNode restarts: it comes back under a new node id with an
+    empty context (no authentication keeps its id). With `back=False` it never comes back."""
+
+    def __init__(self, *args, at: int = 1, back: bool = True, **kw):
+        super().__init__(*args, **kw)
+        self.at, self.back, self.trains = at, back, 0
+
+    def get_node_ids(self):
+        if self.trains >= 3 * self.at and 5001 in self.contexts:
+            from flwr.app import Context, RecordDict
+            old = self.contexts.pop(5001)
+            if self.back:
+                self.contexts[6001] = Context(run_id=1, node_id=6001,
+                                              node_config=dict(old.node_config),
+                                              state=RecordDict(), run_config=old.run_config)
+        return super().get_node_ids()
+
+    def send_and_receive(self, messages, timeout=None):
+        messages = list(messages)
+        self.trains += sum(m.metadata.message_type == "train" for m in messages)
+        return super().send_and_receive(messages, timeout)
+
+
+@pytest.mark.parametrize("back", [True, False])
+def test_a_restarted_silo_is_found_again_and_a_lost_one_is_named(tmp_path, back):
+    from clients.app import app
+    from server.methods import server_module
+    run_cfg = merged({**SMALL, "method": "cdl", "num-clients": 3, "out-dir": str(tmp_path),
+                      "topology": "ring", "num-server-rounds": 3})
+    grid = _Restarting(app, run_cfg, 3, back=back)
+    server_module("cdl").run(grid, run_cfg, "cdl")
+    clients = pd.read_csv(tmp_path / "clients.csv")
+    later = clients[(clients["round"] > 1) & (clients.partition == 1)]
+    if back:   # the new node trains silo 1 from rounds 2 on
+        assert (later.node == 6001).all() and (later.status == "ok").all() and len(later) == 2
+        assert "cdl-sub-network" in grid.contexts[6001].state
+    else:
+        assert (later.status == "failed: no node holds this silo").all() and len(later) == 2
+        assert pd.read_csv(tmp_path / "rounds.csv").n_accepted.tolist() == [3, 2, 2]
+
+
 def test_temperature_sharpens_p_and_strengthens_the_measured_signal():
     data = make_silo(0, 0, 32, 4, 24)
     signal = {}

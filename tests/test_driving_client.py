@@ -67,8 +67,8 @@ def test_evaluate_and_identity_query():
 
 def test_fault_injection_sends_nan_from_that_partition_only():
     g = _global()
-    bad = app(_msg("train", g), _ctx(pid=1, **{"faults.nan-partition": 1})).content["arrays"]
-    ok = app(_msg("train", g), _ctx(pid=0, **{"faults.nan-partition": 1})).content["arrays"]
+    bad = app(_msg("train", g), _ctx(pid=1, **{"faults.nan-partitions": "1"})).content["arrays"]
+    ok = app(_msg("train", g), _ctx(pid=0, **{"faults.nan-partitions": "1"})).content["arrays"]
     assert any(np.isnan(bad[k].numpy()).any() for k in bad.keys())
     assert not any(np.isnan(ok[k].numpy()).any() for k in ok.keys())
 

@@ -27,7 +27,7 @@ def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     token = f"test-{uuid.uuid4().hex}"
     res = _launch(
         ["fedprox", "--rounds", "2", "--num-clients", "3", "--seed", "1", "--out", str(out),
-         "--run-config", SMALL + " faults.nan-partition=2"], token)
+         "--run-config", SMALL + " faults.nan-partitions=\"2\""], token)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "round 1/2" in res.stdout and "round 2/2" in res.stdout  # progress per round
     rounds = pd.read_csv(out / "rounds.csv")

@@ -15,7 +15,7 @@ FEDVLN = {"method": "fedvln", "num-clients": 5, "num-server-rounds": 2,
           "fedvln.train-houses": 3, "fedvln.unseen-houses": 2, "fedvln.embedding": 16,
           "fedvln.hidden": 32, "fedvln.batch-size": 8, "fedvln.max-local-steps": 2,
           "fedvln.seen-rate": 1.0}
-FAULTS = {"faults.raise-partition": 1, "faults.nan-partition": 2}
+FAULTS = {"faults.raise-partitions": "1", "faults.nan-partitions": "2"}
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedprox", "cdl", "gossip", "fedvln"])
@@ -47,8 +47,10 @@ def test_fedrl_stops_naming_the_party_that_raised(tmp_path):
     cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 32,
                   "fedrl.envs": 8, "fedrl.act-steps": 2, "fedrl.updates": 3,
                   "fedrl.batch-size": 8, "fedrl.eval-episodes": 6, "fedrl.max-steps": 6,
-                  "faults.raise-partition": 1, "out-dir": str(tmp_path)})
-    with pytest.raises(server.FederationError, match="beta failed in 'act'.*InjectedFault"):
+                  "faults.raise-partitions": "1", "out-dir": str(tmp_path)})
+    with pytest.raises(server.FederationError,
+                       match=r"beta failed in 'act' in round 1 3 times \(fedrl.retries = 2\)"
+                             r".*InjectedFault"):
         server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
 
 
@@ -57,9 +59,104 @@ def test_nan_fault_marks_the_first_float_array_only():
 
     from clients.faults import nan_state
 
-    cfg = merged({"faults.nan-partition": 3})
     state = {"ids": np.arange(4), "q": np.ones(3), "w": torch.ones(2)}
-    out = nan_state(dict(state), 3, cfg)
+    out = nan_state(dict(state), "nan")
     assert np.isnan(out["q"]).all() and (out["ids"] == np.arange(4)).all()
     assert torch.equal(out["w"], torch.ones(2))
-    assert nan_state(dict(state), 2, cfg)["q"].sum() == 3
+    assert nan_state(dict(state), None)["q"].sum() == 3
+
+
+def test_fault_draws_follow_lists_rounds_and_fraction():
+    from clients.faults import fault_of
+
+    cfg = merged({"faults.hang-partitions": "0,2-3", "faults.rounds": "2-3"})
+    assert [fault_of(cfg, p, 2) for p in range(5)] == ["hang", None, "hang", "hang", None]
+    assert fault_of(cfg, 0, 1) is None and fault_of(cfg, 0, 4) is None   # other rounds
+    cfg = merged({"faults.fraction": 0.2, "faults.fraction-kind": "nan", "seed": 3})
+    draws = [fault_of(cfg, p, r) for p in range(20) for r in range(1, 51)]
+    assert 0.15 < draws.count("nan") / len(draws) < 0.25 and set(draws) == {None, "nan"}
+    assert draws == [fault_of(cfg, p, r) for p in range(20) for r in range(1, 51)]  # seeded
+    again = [fault_of(cfg, p, r, attempt=1) for p in range(20) for r in range(1, 51)]
+    assert again != draws      # a retried call draws again
+
+
+@pytest.mark.parametrize("bad, key", [({"faults.raise-partitions": "1,7"}, "raise-partitions"),
+                                      ({"faults.nan-partitions": "x"}, "nan-partitions"),
+                                      ({"faults.rounds": "2-"}, "faults.rounds"),
+                                      ({"faults.fraction": 1.5}, "faults.fraction"),
+                                      ({"faults.fraction-kind": "slow"}, "fraction-kind")])
+def test_bad_fault_settings_are_named(bad, key):
+    from server.config import ConfigError, check_faults
+
+    with pytest.raises(ConfigError, match=key):
+        check_faults(merged(bad), 3)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "cdl", "fedvln"])
+def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregated(tmp_path,
+                                                                                 method):
+    from clients.app import app
+    from clients.faults import fault_of
+    from server.methods import server_module
+
+    base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method, "num-clients": 5}
+    cfg = merged({**base, "num-server-rounds": 4, "faults.fraction": 0.2, "seed": 1,
+                  "faults.fraction-kind": "raise" if method == "cdl" else "nan",
+                  "out-dir": str(tmp_path)})
+    n = int(cfg["num-clients"])
+    grid = InProcessGrid(app, cfg, n)
+    server_module(method).run(grid, cfg, method)
+    rows = pd.read_csv(tmp_path / "clients.csv")
+    rows = rows[(rows["round"] > 0) & rows.status.notna()]
+    faulty = {(r, p) for r in range(1, 5) for p in range(n) if fault_of(cfg, p, r)}
+    assert faulty, "the seed should give some faults"
+    for _, row in rows.iterrows():
+        bad = (row["round"], row.partition) in faulty
+        assert (row.status != "ok") == bad, (row["round"], row.partition, row.status)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    rounds = rounds[rounds["round"] > 0]
+    assert len(rounds) == 4
+    ok = rows[rows.status == "ok"].groupby("round").size()
+    assert (rows.status != "ok").sum() > 0
+    for _, r in rounds.iterrows():    # accepted = the calls that were not faulty, every round
+        assert r.n_accepted == ok.get(int(r["round"]), 0)
+
+
+def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
+    """round-timeout 600 s; silo 1 hangs (20 s) in round 3 only. The adaptive limit (5 x the
+    slowest complete exchange, floor 1 s) gives up on it in seconds; it trains again after."""
+    import time
+
+    from clients.app import app
+    from server.methods import server_module
+    from strategies.timeouts import AdaptiveTimeout
+
+    cfg = merged({**DRIVING, "method": "fedavg", "num-server-rounds": 4, "round-timeout": 600.0,
+                  "faults.hang-partitions": "1", "faults.rounds": "3", "faults.hang-s": 20.0,
+                  "out-dir": str(tmp_path)})
+    grid = AdaptiveTimeout(InProcessGrid(app, cfg, 3, concurrent=True), 5.0, 1.0)
+    t0 = time.monotonic()
+    server_module("fedavg").run(grid, cfg, "fedavg")
+    took = time.monotonic() - t0
+    rows = pd.read_csv(tmp_path / "clients.csv")
+    hung = rows[(rows["round"] == 3) & (rows.partition == 1)]
+    assert len(hung) == 1 and hung.status.iloc[0].startswith("failed: no reply")
+    assert (rows[(rows["round"] == 4)].status == "ok").all() and len(rows[rows["round"] == 4]) == 3
+    rounds = pd.read_csv(tmp_path / "rounds.csv").set_index("round")
+    assert rounds.loc[3, "n_accepted"] == 2 and rounds.loc[4, "n_accepted"] == 3
+    assert took < 20, f"the hang was waited out ({took:.1f} s)"
+
+
+def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
+    from clients.app import app
+    from server import fedrl as server
+
+    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 32,
+                  "fedrl.envs": 8, "fedrl.act-steps": 2, "fedrl.updates": 3,
+                  "fedrl.batch-size": 8, "fedrl.eval-episodes": 6, "fedrl.max-steps": 6,
+                  "faults.fraction": 0.2, "seed": 2, "out-dir": str(tmp_path)})
+    server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+    rows = pd.read_csv(tmp_path / "clients.csv")
+    retried = rows[rows.status.str.startswith("failed in")]
+    assert len(retried) > 0 and retried.status.str.contains("attempt 1: .*InjectedFault").all()
+    assert len(pd.read_csv(tmp_path / "rounds.csv").query("round > 0")) == 2
