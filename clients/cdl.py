@@ -22,7 +22,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients.cdl_training import train_cdl
-from clients.driving import (build_model, evaluate, keep_optimizers,  # noqa: F401
+from clients.driving import (build_model, evaluate, keep_optimizers,  # noqa: F401 (evaluate: the handler)
                              kept_optimizers, local_optimizer, silo_data)
 from clients import faults
 from models.state import load_shared_state, shared_state

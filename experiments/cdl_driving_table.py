@@ -219,8 +219,13 @@ def main(argv=None) -> int:
     p.add_argument("--rounds-official", type=int, default=200)
     p.add_argument("--jobs", type=int, default=2, help="simulations at once")
     p.add_argument("--tables-only", action="store_true", help="use finished runs only")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the README tables from the saved CSVs and exit")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "cdl_study")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown())
+        return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
     seeds, work = args.seeds, args.work
 
@@ -294,7 +299,76 @@ def main(argv=None) -> int:
                                       left_on="non_iid", right_index=True)
         save(table, "cdl_noniid.csv")
         plot_noniid(table)
+    print("\n" + markdown())
     return 0
+
+
+def fmt(v: float, digits: int = 4) -> str:
+    return "–" if pd.isna(v) else f"{v:.{digits}g}"
+
+
+def pair_rows(df: pd.DataFrame, label) -> list[str]:
+    """Markdown rows of paired comparisons: A and B (mean ± sd), A − B and its 95% interval."""
+    out = []
+    for _, r in df.iterrows():
+        out.append(f"| {label(r)} | {r.metric} | {fmt(r.a_mean)} ± {fmt(r.a_sd, 2)} | "
+                   f"{fmt(r.b_mean)} ± {fmt(r.b_sd, 2)} | {fmt(r.diff_mean, 2)} "
+                   f"[{fmt(r.diff_lo, 2)}, {fmt(r.diff_hi, 2)}] | {r.verdict} |")
+    return out
+
+
+def markdown() -> str:
+    """The README's CDL tables, from the CSVs this script wrote (so the two always agree)."""
+    head = ["| comparison (A vs B) | metric | A | B | A − B [95% CI] | |",
+            "|---|---|---|---|---|---|"]
+    parts = []
+    f = RESULTS / "cdl_isolate.csv"
+    if f.exists():
+        t = pd.read_csv(f)
+        parts += ["**At the defaults** (`cdl_isolate.csv`):", "", *head,
+                  *pair_rows(t, lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"), ""]
+    f = RESULTS / "cdl_driving_table.csv"
+    if f.exists():
+        t = pd.read_csv(f)
+        parts += ["| method | averaged-model RMSE | local-model RMSE | consensus | "
+                  "paper RMSE (Udacity+, Gaia) |", "|---|---|---|---|---|"]
+        for _, r in t.iterrows():
+            parts.append(f"| {r.key} | {fmt(r.avg_model_rmse_mean)} ± "
+                         f"{fmt(r.avg_model_rmse_std, 2)} | {fmt(r.local_model_rmse_mean)} ± "
+                         f"{fmt(r.local_model_rmse_std, 2)} | {fmt(r.consensus_mean, 3)} | "
+                         f"{fmt(r.paper_rmse_udacity_plus)} |")
+        fl = pd.read_csv(RESULTS / "cdl_floors.csv").set_index("non_iid").loc[1.0]
+        parts += [f"| floor: untrained initial model | {fmt(fl.untrained_rmse)} | | | |",
+                  f"| floor: constant predictor (pooled training mean) | "
+                  f"{fmt(fl.constant_rmse)} | | | |", ""]
+    f = RESULTS / "cdl_signal_sweep.csv"
+    if f.exists():
+        t = pd.read_csv(f)
+        parts += ["| β | T | grad-clip | β·‖∇L_cd⁺‖/‖∇L_lr‖ | entropy of P_b (max 6.24) | "
+                  "averaged-model RMSE | consensus | diverged |", "|---|---|---|---|---|---|---|---|"]
+        for _, r in t.iterrows():
+            clip = r.key.split("clip=")[1] if "clip=" in r.key else "–"
+            parts.append(f"| {r.beta:g} | {r.temperature:g} | {clip} | "
+                         f"{fmt(r.beta * r.cd_grad_ratio, 3)} | {fmt(r.pb_entropy, 3)} | "
+                         f"{fmt(r.avg_model_rmse)} | {fmt(r.consensus, 3)} | "
+                         f"{'yes' if r.diverged else 'no'} |")
+        parts.append("")
+    for name, title in (("cdl_signal_strongest.csv", "**At the strongest stable signal**"),
+                        ("cdl_official.csv", "**In the official regime**")):
+        f = RESULTS / name
+        if f.exists():
+            t = pd.read_csv(f)
+            parts += [f"{title} (`{name}`):", "", *head,
+                      *pair_rows(t, lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"), ""]
+    f = RESULTS / "cdl_noniid.csv"
+    if f.exists():
+        t = pd.read_csv(f)
+        parts += ["**Across the non-IID knob** (`cdl_noniid.csv`; between-silo share of the "
+                  "label variance in brackets):", "", *head,
+                  *pair_rows(t, lambda r: f"non-iid {r.non_iid:g} "
+                                          f"[{r.label_variance_between_silos:.2f}]: CDL vs "
+                                          f"gossip ({r.seeds} seeds)"), ""]
+    return "\n".join(parts)
 
 
 def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame) -> None:
