@@ -34,6 +34,16 @@ SENDS = {
 }
 
 
+def enforce_noise_floor(role: str, s: Settings, node_config) -> None:
+    """The party protects itself: its operator's node config `min-sigma` is the least noise it
+    releases Q outputs with, whatever the run config (set by whoever submits the run) asks."""
+    floor = float(node_config.get("min-sigma", 0.0))
+    if s.sigma < floor:
+        raise PermissionError(f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node "
+                              f"releases Q outputs only with sigma >= {floor:g} (node config "
+                              f"min-sigma)")
+
+
 def role_of(node_config) -> str:
     role = str(node_config.get("role", "")).strip()
     if role:
@@ -135,6 +145,7 @@ def handle(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     step = str(conf["step"])
     role = role_of(context.node_config)
+    enforce_noise_floor(role, s, context.node_config)
     party = _load(context, s)
     fault = None
     if msg.metadata.message_type == "train":   # round and attempt: stamped by the server

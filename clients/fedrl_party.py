@@ -113,8 +113,11 @@ class Settings:
         for k in ("history", "max-steps", "warmup", "eval-episodes"):
             if int(get(k)) < 0:
                 raise ValueError(f"fedrl.{k} must be >= 0, got {get(k)}")
-        if float(get("clip")) <= 0 or float(get("sigma")) < 0:
-            raise ValueError("fedrl.clip must be > 0 and fedrl.sigma >= 0")
+        if not 0 < float(get("clip")) < float("inf") or float(get("sigma")) < 0:
+            raise ValueError("fedrl.clip must be finite and > 0, and fedrl.sigma >= 0")
+        if float(get("sigma")) == 0 and not bool(get("insecure-no-noise")):
+            raise ValueError("fedrl.sigma = 0 would release Q outputs without noise; set "
+                             "fedrl.insecure-no-noise=true to run that anyway")
         if not 0 < float(get("lr")) <= 1:
             raise ValueError(f"fedrl.lr must be in (0, 1], got {get('lr')}")
         if not 0 <= float(get("gamma")) <= 1:

@@ -276,7 +276,8 @@ def run(grid, cfg: dict, name: str) -> None:
             "wall=%.2fs", rnd, rounds, row.get(SELECT, "-"),
             row.get("alpha-privacy-epsilon", "-"), row["wall_s"])
     recorder.write_config(privacy={**privacy, "delta": s.delta, "sigma": s.sigma,
-                                   "clip": s.clip},
+                                   "clip": s.clip,
+                                   "insecure_no_noise": bool(cfg["fedrl.insecure-no-noise"])},
                           maps=maps, rules=s.rules, action_mode=s.mode,
                           update_ratio=s.update_ratio,
                           wall_s=round(time.perf_counter() - t_start, 2))

@@ -289,3 +289,25 @@ def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
     with pytest.raises(fedrl_server.FederationError, match=r"arrays \['secret'\]"):
         ex.check_relayed("alpha", "act", {"a-alpha": np.zeros(2, np.int64),
                                           "secret": np.zeros(1)}, None)
+
+
+def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
+    with pytest.raises(ConfigError, match="insecure-no-noise"):
+        fedrl_server.check_config(merged({**SMALL, "fedrl.sigma": 0.0}))
+    cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.0,
+                  "fedrl.insecure-no-noise": True, "out-dir": str(tmp_path)})
+    fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+    privacy = json.loads((tmp_path / "config.json").read_text())["privacy"]
+    assert privacy["insecure_no_noise"] is True and privacy["sigma"] == 0
+
+
+def test_a_party_refuses_less_noise_than_its_operator_set(tmp_path):
+    """Hostile server: the run config asks sigma 0.5 (and the insecure flag); the parties'
+    own node config says min-sigma 1: they refuse, and the run stops naming the party."""
+    cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.5,
+                  "fedrl.insecure-no-noise": True, "out-dir": str(tmp_path)})
+    grid = InProcessGrid(app, cfg, 2, node_config_extra={"min-sigma": 1.0})
+    with pytest.raises(fedrl_server.FederationError, match=r"PermissionError: party \w+: the run "
+                                                           r"asks fedrl.sigma=0.5"):
+        fedrl_server.run(grid, cfg, "fedrl")
+    assert not any("data" in r.content for r in grid.replies if not r.has_error())
