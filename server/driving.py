@@ -11,6 +11,7 @@ from models.resnet8 import ResNet8, count_parameters, feature_map_size
 from models.state import initial_state
 from server.config import ConfigError, positive
 from server.recorder import Recorder, out_dir
+from strategies.robust import AGGREGATORS
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
 
 
@@ -43,6 +44,15 @@ def check_config(cfg: dict) -> None:
     if not 0 <= float(cfg["cdl.beta"]) <= 1:
         raise ConfigError(f"run config 'cdl.beta' must be in [0, 1], got {cfg['cdl.beta']}")
     positive(cfg, "cdl.temperature", float)
+    if str(cfg["aggregator"]) not in AGGREGATORS:
+        raise ConfigError(f"run config 'aggregator' must be one of {', '.join(AGGREGATORS)}, "
+                          f"got {cfg['aggregator']!r}")
+    if not 0 <= float(cfg["trim-fraction"]) < 0.5:
+        raise ConfigError(f"run config 'trim-fraction' must be in [0, 0.5), "
+                          f"got {cfg['trim-fraction']}")
+    if float(cfg["max-update-norm"]) < 0:
+        raise ConfigError(f"run config 'max-update-norm' must be >= 0 (0 = off), "
+                          f"got {cfg['max-update-norm']}")
     if not 0 <= float(cfg["driving.non-iid"]) <= 1:
         raise ConfigError(f"run config 'driving.non-iid' must be in [0, 1], "
                           f"got {cfg['driving.non-iid']}")
@@ -68,7 +78,9 @@ def run(grid, cfg: dict, name: str) -> None:
                   node_wait_s=float(cfg["node-wait-timeout"]), fraction_train=fraction,
                   fraction_evaluate=1.0, min_train_nodes=1, min_evaluate_nodes=1,
                   eval_every=int(cfg["eval-every"]), num_rounds=rounds,
-                  max_empty_rounds=positive(cfg, "max-empty-rounds"))
+                  max_empty_rounds=positive(cfg, "max-empty-rounds"),
+                  aggregator=str(cfg["aggregator"]), trim=float(cfg["trim-fraction"]),
+                  max_update_norm=float(cfg["max-update-norm"]))
     if name == "fedprox":
         strategy = ScreenedFedProx(proximal_mu=float(cfg["fedprox.proximal-mu"]), **common)
     else:

@@ -26,10 +26,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from strategies.nodes import (answered, query_partitions, refresh_partitions,
                              wait_for_nodes)
+from strategies.robust import aggregate, update_norm
 from strategies.screening import (MAX_EXAMPLES, mean_signals, message_bytes, one_line,
                                   screen_update)
 
@@ -47,6 +47,7 @@ class ClientsFailed(RuntimeError):
 class ScreenedFedAvg(FedAvg):
     def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
                  eval_every: int = 1, num_rounds: int = 0, max_empty_rounds: int = 3,
+                 aggregator: str = "mean", trim: float = 0.2, max_update_norm: float = 0.0,
                  **kwargs):
         kwargs.setdefault("min_available_nodes", num_clients)
         super().__init__(**kwargs)
@@ -61,6 +62,8 @@ class ScreenedFedAvg(FedAvg):
         self.max_empty_rounds = max_empty_rounds
         self.empty_rounds = 0                    # consecutive rounds with no accepted update
         self.sent: list[Message] = []            # this round's training messages
+        self.aggregator, self.trim = aggregator, trim      # strategies/robust.py
+        self.max_update_norm = max_update_norm             # 0 = no bound
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -133,6 +136,11 @@ class ScreenedFedAvg(FedAvg):
                 log(WARNING, "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
                     server_round, node, parts.get(node, -1), rep.error.reason)
                 problem = f"failed: {one_line(rep.error.reason)}"
+            elif problem is None and self.max_update_norm > 0:
+                norm = update_norm(rep.content[self.arrayrecord_key], self.current)
+                if norm > self.max_update_norm:
+                    problem = (f"rejected: update norm {norm:.3g} > max-update-norm "
+                               f"{self.max_update_norm:g}")
             m = {} if rep.has_error() else dict(next(iter(rep.content.metric_records.values()),
                                                      MetricRecord()))
             if not rep.has_error():
@@ -159,9 +167,10 @@ class ScreenedFedAvg(FedAvg):
                                     f"'max-empty-rounds'); clients.csv says why")
             return None, None  # the global model stays as it was
         self.empty_rounds = 0
-        arrays = aggregate_arrayrecords(accepted, self.weighted_by_key)
         n = [float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
              for c in accepted]
+        arrays = aggregate([c[self.arrayrecord_key] for c in accepted], n, self.aggregator,
+                           self.trim)
         loss = [float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
                 for c in accepted]
         metrics = MetricRecord({"train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),

@@ -244,3 +244,60 @@ def test_a_restarted_node_is_used_again_and_the_newest_claim_to_a_partition_wins
                                    node_config={"partition-id": 0, "num-partitions": 3})
     third = [m.metadata.dst_node_id for m in s.configure_train(3, _global(), ConfigRecord(), grid)]
     assert third == [7000, 6001, 5002]                     # newest claim to partition 0 wins
+
+
+def _poisoning(partition: int, factor: float):
+    """The ClientApp, except that `partition` scales its model update by `factor` (finite, so
+    screening for NaN/Inf lets it through)."""
+    from flwr.app import Array, ArrayRecord
+
+    from clients.app import app
+
+    def poisoned(msg, ctx):
+        rep = app(msg, ctx)
+        if msg.metadata.message_type == "train" and int(ctx.node_config["partition-id"]) == \
+                partition:
+            arrays = rep.content["arrays"]
+            rep.content["arrays"] = ArrayRecord({
+                k: Array(v.numpy() * factor if v.numpy().dtype.kind == "f" else v.numpy())
+                for k, v in arrays.items()})
+        return rep
+    return poisoned
+
+
+@pytest.mark.parametrize("defence", [{}, {"aggregator": "median"},
+                                     {"aggregator": "trimmed-mean", "trim-fraction": 0.2},
+                                     {"max-update-norm": 100.0}])
+def test_a_scaled_update_wrecks_the_mean_but_not_the_defences(tmp_path, defence):
+    import pandas as pd
+
+    from server import driving
+    from server.config import merged
+    from tests.conftest import InProcessGrid
+
+    cfg = merged({"method": "fedavg", "num-clients": 5, "num-server-rounds": 1,
+                  "driving.image-size": 24, "driving.train-per-silo": 16,
+                  "driving.test-per-silo": 8, "driving.local-epochs": 1,
+                  "driving.batch-size": 8, "out-dir": str(tmp_path), **defence})
+    driving.run(InProcessGrid(_poisoning(2, 30.0), cfg, 5), cfg, "fedavg")
+    rmse = pd.read_csv(tmp_path / "rounds.csv").rmse.iloc[-1]
+    status = pd.read_csv(tmp_path / "clients.csv").set_index("partition").status
+    if not defence:
+        assert rmse > 5        # the mean follows the poisoned update
+    else:
+        assert rmse < 1
+    if "max-update-norm" in defence:
+        assert status[2].startswith("rejected: update norm") and (status.drop(2) == "ok").all()
+
+
+def test_robust_aggregates_by_hand():
+    from flwr.app import Array, ArrayRecord
+
+    from strategies.robust import aggregate
+
+    recs = [ArrayRecord({"w": Array(np.array([v, -v], np.float32))}) for v in (1, 2, 3, 100)]
+    mean = aggregate(recs, [1, 1, 1, 1], "mean")["w"].numpy()
+    assert np.allclose(mean, [26.5, -26.5])
+    assert np.allclose(aggregate(recs, [1, 1, 1, 3], "mean")["w"].numpy(), [51.0, -51.0])
+    assert np.allclose(aggregate(recs, [1, 1, 1, 1e9], "median")["w"].numpy(), [2.5, -2.5])
+    assert np.allclose(aggregate(recs, [1] * 4, "trimmed-mean", 0.25)["w"].numpy(), [2.5, -2.5])
