@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", default=None, help="results folder (default runs/<method>-<time>)")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run in DIR after its last finished round, with its saved "
+                        "run config (--rounds may raise the total); fedavg, fedprox, cdl-sfl, "
+                        "gossip, cdl")
     p.add_argument("--topology", default=None,
                    help="peer topology: ring, complete, <graph>-ring, <graph>-mst (e.g. gaia-ring); "
                         "a graph's topology fixes the number of silos")
@@ -83,6 +87,8 @@ def resolve(args) -> tuple[dict, Path]:
 
     if args.method not in methods.METHODS:
         raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
+    if args.resume:
+        return resume_overrides(args)
     for flag, value, ok in [("--rounds", args.rounds, lambda v: v >= 1),
                             ("--num-clients", args.num_clients, lambda v: v >= 1),
                             ("--fraction", args.fraction, lambda v: 0 < v <= 1),
@@ -139,6 +145,39 @@ def resolve(args) -> tuple[dict, Path]:
     except ConfigError as e:
         raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
+    return overrides, out
+
+
+def resume_overrides(args) -> tuple[dict, Path]:
+    """The run config saved in DIR/config.json, with resume = true (the ServerApp then goes on
+    after the last round of DIR/rounds.csv)."""
+    import json
+
+    from server.config import defaults
+    from server.methods import RESUMABLE
+
+    out = Path(args.resume).resolve()
+    if args.method not in RESUMABLE:
+        raise BadInput(f"--resume: {args.method} cannot resume yet (only {', '.join(RESUMABLE)})")
+    shaping = [f for f, v in (("--num-clients", args.num_clients), ("--fraction", args.fraction),
+                              ("--seed", args.seed), ("--out", args.out),
+                              ("--topology", args.topology), ("--run-config", args.run_config))
+               if v]
+    if shaping:
+        raise BadInput(f"--resume takes the run config from {out}/config.json; {shaping[0]} "
+                       f"cannot change it (only --rounds can)")
+    try:
+        saved = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--resume {out}: no readable config.json ({e})") from None
+    if saved.get("method") != args.method:
+        raise BadInput(f"--resume {out}: that run is {saved.get('method')!r}, not {args.method!r}")
+    if not (out / "rounds.csv").exists():
+        raise BadInput(f"--resume {out}: no rounds.csv (no round finished); start it again")
+    overrides = {k: v for k, v in saved.items() if k in defaults()}
+    if args.rounds is not None:
+        overrides["num-server-rounds"] = args.rounds
+    overrides.update({"resume": True, "out-dir": str(out)})
     return overrides, out
 
 

@@ -2,6 +2,7 @@
 training) and `cdl` (CDL DFL: contrastive-divergence clients). The server only relays."""
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from logging import INFO
 
@@ -14,6 +15,7 @@ from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
 from server.config import ConfigError, positive
 from server.driving import check_config as check_driving_config
+from server.driving import trailing_empty_rounds
 from server.recorder import Recorder, out_dir
 from strategies.decentralized import TopologyRelay
 from strategies.screened_fedavg import evaluates
@@ -39,6 +41,27 @@ def initial_arrays(cfg: dict, name: str) -> OrderedDict:
                          with_sub=name.startswith("cdl") and cfg["cdl.variant"] == "reference")
 
 
+def save_silos(recorder: Recorder, rnd: int, models: list[dict]) -> None:
+    """Every silo's model after round `rnd`, written atomically, in one of two files by the
+    round's parity: whichever moment the run dies, the round rounds.csv ends at is on disk."""
+    path = recorder.out / "checkpoints" / f"silos_{rnd % 2}.pt"
+    tmp = path.with_suffix(".tmp")
+    torch.save({"round": rnd, "models": [{k: torch.from_numpy(np.ascontiguousarray(v))
+                                          for k, v in m.items()} for m in models]}, tmp)
+    os.replace(tmp, path)
+
+
+def load_silos(recorder: Recorder, rnd: int) -> list[dict]:
+    path = recorder.out / "checkpoints" / f"silos_{rnd % 2}.pt"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume: {path} is missing")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if int(saved["round"]) != rnd:
+        raise ConfigError(f"cannot resume: {path} holds round {saved['round']}, rounds.csv "
+                          f"ends at {rnd}")
+    return [{k: v.numpy() for k, v in m.items()} for m in saved["models"]]
+
+
 def run(grid, cfg: dict, name: str) -> None:
     check_config(cfg)
     topology = topology_of(cfg)
@@ -56,9 +79,17 @@ def run(grid, cfg: dict, name: str) -> None:
         "results in %s", name, topology.name, topology.num_silos, n_params, recorder.out)
     relay.connect(grid)
     models = [{k: v.numpy() for k, v in initial_arrays(cfg, name).items()}] * topology.num_silos
-    for rnd in range(1, rounds + 1):
+    done = recorder.last_round()
+    if done:
+        models = load_silos(recorder, done)
+        relay.empty_rounds = trailing_empty_rounds(recorder)
+        log(INFO, "[fedembodied] resuming %s after round %d of %d (silo models of round %d; "
+            "a silo's own state, such as a CDL sub-network, starts again)", name, done,
+            rounds, done)
+    for rnd in range(done + 1, rounds + 1):
         recorder.start_round(rnd)
         models = relay.train_round(grid, rnd, models)
+        save_silos(recorder, rnd, models)
         if evaluates(rnd, int(cfg["eval-every"]), rounds):
             recorder.add_silo_rows(relay.evaluate_round(grid, rnd, models))
         average = {k: np.mean([m[k] for m in models], axis=0).astype(models[0][k].dtype)

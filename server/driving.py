@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from logging import INFO
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
@@ -66,6 +67,23 @@ def check_config(cfg: dict) -> None:
             raise ConfigError(f"run config {key!r} must be >= 0, got {cfg[key]}")
 
 
+def load_round(recorder: Recorder, rnd: int) -> dict:
+    """The global model the run checkpointed after round `rnd` (tensors only)."""
+    path = recorder.out / "checkpoints" / f"round_{rnd:04d}.pt"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume: {path} is missing")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def trailing_empty_rounds(recorder: Recorder) -> int:
+    n = 0
+    for row in reversed(recorder.rounds):
+        if float(row.get("n_accepted", 1) or 0) > 0:
+            break
+        n += 1
+    return n
+
+
 def run(grid, cfg: dict, name: str) -> None:
     check_config(cfg)
     rounds = int(cfg["num-server-rounds"])
@@ -89,6 +107,7 @@ def run(grid, cfg: dict, name: str) -> None:
     def end_of_round(server_round: int, arrays: ArrayRecord):
         if server_round == 0:
             return None
+        server_round += strategy.round_offset
         row = recorder.end_round(arrays)
         log(INFO, "[fedembodied] round %d/%d  rmse=%.4f  mae=%.4f  silo_rmse_mean=%.4f  "
             "train_loss=%.4f  clients=%d  wall=%.2fs", server_round, rounds,
@@ -102,7 +121,13 @@ def run(grid, cfg: dict, name: str) -> None:
     initial = ArrayRecord(initial_state(
         int(cfg["driving.image-size"]), int(cfg["driving.channels"]), int(cfg["seed"]),
         with_sub=name == "cdl-sfl" and cfg["cdl.variant"] == "reference"))
-    strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds,
+    done = recorder.last_round()
+    if done:   # resume: the global model of the last finished round, and the empty-round count
+        initial = ArrayRecord(load_round(recorder, done))
+        strategy.round_offset = done
+        strategy.empty_rounds = trailing_empty_rounds(recorder)
+        log(INFO, "[fedembodied] resuming %s after round %d of %d", name, done, rounds)
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds - done,
                    timeout=float(cfg["round-timeout"]), train_config=ConfigRecord(),
                    evaluate_fn=end_of_round)
     log(INFO, "[fedembodied] done: %s", recorder.out)

@@ -9,7 +9,8 @@ DIR/silos.csv      decentralized methods: per silo per round, its model's RMSE/M
                    test split and on the pooled test set
 DIR/checkpoints/   the global model (decentralized: the silos' average) after every round
 
-Files are rewritten after every round, so an interrupted run keeps what it finished.
+Files are rewritten after every round, so an interrupted run keeps what it finished; with
+`resume` a Recorder takes those rows back and the run continues after its last round.
 """
 from __future__ import annotations
 
@@ -40,13 +41,30 @@ class Recorder:
         self.stage = stage
         self.rounds: list[dict] = []
         self.clients: list[dict] = []
+        self.silos: list[dict] = []
+        if bool(self.config.get("resume", False)):
+            self._take_back()
         self._round = 0
         self._t0 = time.perf_counter()
         self._up = self._down = self._eval_down = 0
         self._n_clients = 0
         self._metrics: dict = {}
-        self.silos: list[dict] = []
         self.write_config()
+
+    def _take_back(self) -> None:
+        """The rows of the run being resumed, up to its last complete round."""
+        if not (self.out / "rounds.csv").exists():
+            return
+        self.rounds = pd.read_csv(self.out / "rounds.csv").to_dict("records")
+        done = self.last_round()
+        for name, rows in (("clients.csv", self.clients), ("silos.csv", self.silos)):
+            if (self.out / name).exists():
+                table = pd.read_csv(self.out / name)
+                rows.extend(table[table["round"] <= done].to_dict("records"))
+
+    def last_round(self) -> int:
+        """The last round this folder finished (0: none)."""
+        return int(max((r["round"] for r in self.rounds), default=0))
 
     def write_config(self, **extra) -> None:
         self.config.update(extra)

@@ -62,6 +62,7 @@ class ScreenedFedAvg(FedAvg):
         self.max_empty_rounds = max_empty_rounds
         self.empty_rounds = 0                    # consecutive rounds with no accepted update
         self.sent: list[Message] = []            # this round's training messages
+        self.round_offset = 0    # a resumed run: Flower counts its rounds from 1 again
         self.aggregator, self.trim = aggregator, trim      # strategies/robust.py
         self.max_update_norm = max_update_norm             # 0 = no bound
 
@@ -108,6 +109,7 @@ class ScreenedFedAvg(FedAvg):
     # ---- training ---------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
+        server_round += self.round_offset
         self.recorder.start_round(server_round)
         self.current = arrays
         config = ConfigRecord({**dict(config), **self._extra_train_config(),
@@ -121,6 +123,7 @@ class ScreenedFedAvg(FedAvg):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        server_round += self.round_offset
         accepted = []
         parts = self.partitions or {}
         pairs = answered(self.sent, list(replies))
@@ -183,6 +186,7 @@ class ScreenedFedAvg(FedAvg):
     # ---- evaluation on every silo -----------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
+        server_round += self.round_offset
         if not evaluates(server_round, self.eval_every, self.num_rounds):
             return []
         config = ConfigRecord({**dict(config), "server-round": server_round})
@@ -191,6 +195,7 @@ class ScreenedFedAvg(FedAvg):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
+        server_round += self.round_offset
         rows = []
         for rep in self._sorted(replies):
             if rep.has_error() or len(rep.content.metric_records) != 1:

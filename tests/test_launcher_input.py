@@ -51,6 +51,11 @@ def test_help_lists_every_method_with_one_line():
     (["fedvln", "--run-config", 'fedvln.data-dir="/no/such/vln"'], "/no/such/vln"),
     (["fedvln", "--num-clients", "3"], "one client per house"),
     (["fedavg", "--stage", "agent"], "fedvln's flags"),
+    (["fedavg", "--run-config", 'faults.raise-partitions="12"'], "partition 12 does not exist"),
+    (["fedavg", "--run-config", 'faults.rounds="3-"'], "'faults.rounds'"),
+    (["fedrl", "--run-config", "fedrl.sigma=0.0"], "fedrl.insecure-no-noise"),
+    (["fedavg", "--run-config", 'aggregator="mode"'], "'aggregator'"),
+    (["fedavg", "--run-config", "timeout-factor=-1.0"], "'timeout-factor'"),
     pytest.param(["fedavg", "--num-gpus", "1"], "no CUDA GPU",
                  marks=pytest.mark.skipif(__import__("torch").cuda.is_available(),
                                           reason="this machine has a GPU")),
@@ -123,3 +128,19 @@ def test_certificate_recipe_always_covers_what_the_superlink_connects_to(tmp_pat
     text = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "server.pem"), "-noout",
                            "-ext", "subjectAltName"], capture_output=True, text=True).stdout
     assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text and "DNS:hostA" in text
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path):
+    import json
+
+    res = _run("fedavg", "--resume", str(tmp_path / "none"))
+    assert res.returncode == 2 and "no readable config.json" in res.stderr
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"method": "gossip"}))
+    res = _run("fedavg", "--resume", str(tmp_path / "run"))
+    assert res.returncode == 2 and "that run is 'gossip'" in res.stderr
+    res = _run("gossip", "--resume", str(tmp_path / "run"), "--seed", "3")
+    assert res.returncode == 2 and "--seed cannot change it" in res.stderr
+    res = _run("fedvln", "--resume", str(tmp_path / "run"))
+    assert res.returncode == 2 and "cannot resume yet" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
