@@ -100,7 +100,7 @@ def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregate
     from server.methods import server_module
 
     base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method, "num-clients": 5}
-    cfg = merged({**base, "num-server-rounds": 4, "faults.fraction": 0.2, "seed": 1,
+    cfg = merged({**base, "num-server-rounds": 4, "faults.fraction": 0.2, "seed": 2,
                   "faults.fraction-kind": "raise" if method == "cdl" else "nan",
                   "out-dir": str(tmp_path)})
     n = int(cfg["num-clients"])
