@@ -188,7 +188,8 @@ def test_a_party_sending_nan_stops_the_run_with_its_name(monkeypatch, tmp_path):
         return c, a
     monkeypatch.setattr(Beta, "act", nan_act)
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
-    with pytest.raises(fedrl_server.FederationError, match="beta sent non-finite values in 'act': c-beta"):
+    with pytest.raises(fedrl_server.FederationError,
+                       match="beta sent non-finite values in 'act' in round 1: c-beta"):
         fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
 
 
