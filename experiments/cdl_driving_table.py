@@ -275,9 +275,13 @@ def main(argv=None) -> int:
             clip = float(best.split("clip=")[1]) if "clip=" in best else 0.0
             strong = [Run("signal", best, "cdl", "gaia-ring", s, cell_config(b, t, clip))
                       for s in seeds]
-            both = pd.concat([done(strong), done([Run("isolate", "gossip gaia-ring", "gossip",
-                                                      "gaia-ring", s) for s in seeds])])
-            save(comparisons(both, [(best, "gossip gaia-ring")], setting="strongest stable"),
+            # the pair: gossip trained exactly alike (gradient clipping included), so the
+            # difference is the CDL loss alone
+            base = ([Run("signal", f"gossip clip={clip}", "gossip", "gaia-ring", s,
+                         f"driving.grad-clip={clip}") for s in seeds] if clip else
+                    [Run("isolate", "gossip gaia-ring", "gossip", "gaia-ring", s) for s in seeds])
+            both = pd.concat([done(strong), done(base)])
+            save(comparisons(both, [(best, base[0].key)], setting="strongest stable"),
                  "cdl_signal_strongest.csv")
         plot_signal(grid)
     if "official" in args.parts:
