@@ -114,8 +114,9 @@ def official_runs(seeds, rounds: int) -> list[Run]:
 
 
 def noniid_runs(seeds) -> list[Run]:
+    """IID first over every seed, then the middle of the knob (1.0 is the isolate part's)."""
     return [Run("noniid", f"{m} non-iid={k}", m, "gaia-ring", s, f"driving.non-iid={k}")
-            for s in seeds for k in NON_IID if k != 1.0 for m in ("gossip", "cdl")]
+            for k in NON_IID if k != 1.0 for s in seeds for m in ("gossip", "cdl")]
 
 
 def run_all(runs: list[Run], work: Path, jobs: int) -> None:
