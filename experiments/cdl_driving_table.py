@@ -416,12 +416,22 @@ def plot_signal(grid: pd.DataFrame) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for b, g in grid[~grid.key.str.contains("clip")].groupby("beta"):
         g = g.sort_values("temperature")
-        axes[0].plot(g.temperature, b * g.cd_grad_ratio, marker="o", label=f"beta {b}")
-        axes[1].plot(g.temperature, g.consensus, marker="o", label=f"beta {b}")
+        for ax, y in zip(axes, (b * g.cd_grad_ratio, g.consensus)):
+            ax.plot(g.temperature, y, marker="o", label=f"beta {b}")
+    for ax, col in zip(axes, ("effective", "consensus")):
+        bad = grid[grid.diverged]
+        clip = grid[grid.key.str.contains("clip")]
+        for rows, marker, label in ((bad, "x", "diverged (SGD)"),
+                                    (clip, "*", "beta 0.9, gradient clipped at 1")):
+            if len(rows):
+                y = rows.beta * rows.cd_grad_ratio if col == "effective" else rows.consensus
+                ax.scatter(rows.temperature, y, marker=marker, s=90, c="tab:red", zorder=4,
+                           label=label)
     axes[0].set_ylabel("beta ||grad L_cd+|| / ||grad L_lr|| (backbone)")
-    axes[1].set_ylabel("consensus distance, last round")
+    axes[1].set_ylabel("consensus distance, last round (log)")
+    axes[1].set_yscale("log")
     for ax in axes:
-        ax.set_xlabel("softmax temperature T")
+        ax.set_xlabel("softmax temperature T (seed 0)")
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
