@@ -81,8 +81,7 @@ class Run:
 
 
 def cell(beta: float, temperature: float, clip: float = 0.0) -> str:
-    key = f"beta={beta} T={temperature}" + (f" clip={clip}" if clip else "")
-    return key
+    return f"beta={beta} T={temperature}" + (f" clip={clip}" if clip else "")
 
 
 def cell_config(beta: float, temperature: float, clip: float = 0.0) -> str:
@@ -327,11 +326,15 @@ def markdown() -> str:
     head = ["| comparison (A vs B) | metric | A | B | A − B [95% CI] | |",
             "|---|---|---|---|---|---|"]
     parts = []
-    f = RESULTS / "cdl_isolate.csv"
-    if f.exists():
-        t = pd.read_csv(f)
-        parts += ["**At the defaults** (`cdl_isolate.csv`):", "", *head,
-                  *pair_rows(t, lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"), ""]
+
+    def paired_table(name: str, title: str, note: str = "",
+                     label=lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"):
+        f = RESULTS / name
+        if f.exists():
+            parts.extend([f"{title} (`{name}`{note}):", "", *head,
+                          *pair_rows(pd.read_csv(f), label), ""])
+
+    paired_table("cdl_isolate.csv", "**At the defaults**")
     f = RESULTS / "cdl_driving_table.csv"
     if f.exists():
         t = pd.read_csv(f)
@@ -358,21 +361,12 @@ def markdown() -> str:
                          f"{fmt(r.avg_model_rmse)} | {fmt(r.consensus, 3)} | "
                          f"{'yes' if r.diverged else 'no'} |")
         parts.append("")
-    for name, title in (("cdl_signal_strongest.csv", "**At the strongest stable signal**"),
-                        ("cdl_official.csv", "**In the official regime**")):
-        f = RESULTS / name
-        if f.exists():
-            t = pd.read_csv(f)
-            parts += [f"{title} (`{name}`):", "", *head,
-                      *pair_rows(t, lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"), ""]
-    f = RESULTS / "cdl_noniid.csv"
-    if f.exists():
-        t = pd.read_csv(f)
-        parts += ["**Across the non-IID knob** (`cdl_noniid.csv`; between-silo share of the "
-                  "label variance in brackets):", "", *head,
-                  *pair_rows(t, lambda r: f"non-iid {r.non_iid:g} "
-                                          f"[{r.label_variance_between_silos:.2f}]: CDL vs "
-                                          f"gossip ({r.seeds} seeds)"), ""]
+    paired_table("cdl_signal_strongest.csv", "**At the strongest stable signal**")
+    paired_table("cdl_official.csv", "**In the official regime**")
+    paired_table("cdl_noniid.csv", "**Across the non-IID knob**",
+                 "; between-silo share of the label variance in brackets",
+                 lambda r: f"non-iid {r.non_iid:g} [{r.label_variance_between_silos:.2f}]: "
+                           f"CDL vs gossip ({r.seeds} seeds)")
     return "\n".join(parts)
 
 
