@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -82,8 +83,8 @@ def toml_value(v) -> str:
 def resolve(args) -> tuple[dict, Path]:
     """Validate flags and run config; returns (run-config overrides, out dir)."""
     from server import methods
-    from server.config import (ConfigError, check_faults, check_overrides, defaults,
-                               parse_overrides)
+    from server.config import (ConfigError, check_faults, check_overrides, check_ranges,
+                               defaults, parse_overrides)
 
     if args.method not in methods.METHODS:
         raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
@@ -94,7 +95,7 @@ def resolve(args) -> tuple[dict, Path]:
                             ("--fraction", args.fraction, lambda v: 0 < v <= 1),
                             ("--num-cpus", args.num_cpus, lambda v: v >= 1),
                             ("--num-gpus", args.num_gpus, lambda v: v >= 0),
-                            ("--timeout", args.timeout, lambda v: v > 0)]:
+                            ("--timeout", args.timeout, lambda v: 0 < v < math.inf)]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")
     if args.num_gpus > 0:
@@ -117,6 +118,13 @@ def resolve(args) -> tuple[dict, Path]:
     if vln:  # FedVLN samples houses per role; --fraction is r, the seen houses' rate
         flags["fedvln.seen-rate"] = flags.pop("fraction-train")
     overrides.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        check_ranges(overrides)
+    except ConfigError as e:
+        flag = {"num-server-rounds": "--rounds", "num-clients": "--num-clients",
+                "fraction-train": "--fraction", "fedvln.seen-rate": "--fraction", "seed": "--seed"}
+        key = next((k for k in flag if repr(k) in str(e) and flags.get(k) is not None), None)
+        raise BadInput(f"{flag[key]}: {e}" if key else str(e)) from None
     cfg.update(overrides)
     absolute_paths(cfg, overrides)
     silos_from_graph(args, cfg, overrides)
@@ -127,6 +135,7 @@ def resolve(args) -> tuple[dict, Path]:
         overrides["num-clients"] = cfg["num-clients"] = 2
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    check_out(out)
     if (out / "rounds.csv").exists():
         raise BadInput(f"--out {out} already holds a run (rounds.csv); choose another folder")
     overrides["out-dir"] = str(out)
@@ -146,6 +155,23 @@ def resolve(args) -> tuple[dict, Path]:
         raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
     return overrides, out
+
+
+SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/boot", "/etc", "/bin", "/sbin", "/usr", "/lib")
+
+
+def check_out(out: Path) -> None:
+    """--out must be a folder we may create and write, outside the system's own folders."""
+    if out == Path(out.anchor) or any(out == Path(d) or Path(d) in out.parents
+                                      for d in SYSTEM_DIRS):
+        raise BadInput(f"--out {out}: a system folder; choose a folder of your own")
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BadInput(f"--out {out}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise BadInput(f"--out {out}: {probe} is not writable")
 
 
 def resume_overrides(args) -> tuple[dict, Path]:
@@ -236,8 +262,10 @@ def vln_houses(cfg: dict) -> int:
     from envs.errors import DataError
 
     try:
-        seen, unseen = house_names(open_setup(str(cfg["fedvln.data-dir"]),
-                                              str(cfg["fedvln.features-tsv"]), spec_of(cfg)))
+        setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]),
+                           spec_of(cfg))
+        setup.data.validate()
+        seen, unseen = house_names(setup)
     except (DataError, OSError) as e:
         raise BadInput(f"fedvln.data-dir: {e}") from None
     return len(seen) + len(unseen)

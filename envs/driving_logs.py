@@ -25,6 +25,36 @@ from envs.driving_silos import SiloData
 from envs.errors import DataError
 
 UDACITY_COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "speed")
+# |label| above these is not a steering value: Udacity's logs are normalised to [-1, 1]; a car's
+# steering wheel turns at most ~1.5 turns each way (SullyChen logs wheel degrees); the CDL
+# reference's npz labels do not state a unit, so they get a generous bound.
+MAX_STEERING = {"steering": 1.0, "angle_deg": 720.0, "ground_truths": 10.0}
+MIN_IMAGE_SIDE = 8    # smaller images carry no road (a 1x1 "image" is a broken export)
+
+
+def _lines(path: Path):
+    """The file's text lines; a file that is not UTF-8 text is a DataError naming it."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            yield from f
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the log as "
+                        "UTF-8") from None
+
+
+def _label(path: Path, lineno: int, field: str, raw: str) -> float:
+    """A finite steering label with |label| <= MAX_STEERING[field], or DataError."""
+    try:
+        v = float(raw)
+    except ValueError:
+        raise DataError(f"{path}:{lineno}: field {field!r} is not a number: "
+                        f"{raw.strip()[:40]!r}") from None
+    if not np.isfinite(v):
+        raise DataError(f"{path}:{lineno}: field {field!r} is not finite")
+    if abs(v) > MAX_STEERING[field]:
+        raise DataError(f"{path}:{lineno}: field {field!r} = {v:g} is not a steering value "
+                        f"(|value| <= {MAX_STEERING[field]:g})")
+    return v
 
 
 def _resolve_image(raw: str, base: Path) -> Path:
@@ -40,9 +70,14 @@ def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
     """Read, resize to image_size x image_size and scale to [0, 1]; returns C x H x W float32."""
     try:
         with Image.open(path) as im:
+            if min(im.size) < MIN_IMAGE_SIDE:
+                raise DataError(f"{path}: image is {im.size[0]}x{im.size[1]}, smaller than "
+                                f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
             im = im.convert("L" if channels == 1 else "RGB").resize((image_size, image_size))
             a = np.asarray(im, dtype=np.float32) / 255.0
-    except (UnidentifiedImageError, OSError) as e:
+    except DataError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError) as e:
         raise DataError(f"{path}: not a readable image ({e})") from None
     return a[None] if channels == 1 else np.transpose(a, (2, 0, 1))
 
@@ -53,8 +88,8 @@ def read_udacity_log(csv_path: Path) -> list[tuple[str, float]]:
     if not csv_path.is_file():
         raise DataError(f"{csv_path}: driving log not found")
     rows = []
-    with open(csv_path, newline="") as f:
-        for lineno, row in enumerate(csv.reader(f), start=1):
+    try:
+        for lineno, row in enumerate(csv.reader(_lines(csv_path)), start=1):
             if not row or all(not c.strip() for c in row):
                 continue
             if lineno == 1 and row[0].strip().lower() == "center":
@@ -62,14 +97,11 @@ def read_udacity_log(csv_path: Path) -> list[tuple[str, float]]:
             if len(row) != len(UDACITY_COLUMNS):
                 raise DataError(f"{csv_path}:{lineno}: expected {len(UDACITY_COLUMNS)} columns "
                                 f"({', '.join(UDACITY_COLUMNS)}), got {len(row)}")
-            try:
-                steering = float(row[3])
-            except ValueError:
-                raise DataError(f"{csv_path}:{lineno}: field 'steering' is not a number: "
-                                f"{row[3].strip()!r}") from None
-            if not np.isfinite(steering):
-                raise DataError(f"{csv_path}:{lineno}: field 'steering' is not finite")
-            rows.append((row[0], steering))
+            if not row[0].strip():
+                raise DataError(f"{csv_path}:{lineno}: field 'center' is empty")
+            rows.append((row[0], _label(csv_path, lineno, "steering", row[3])))
+    except csv.Error as e:       # an oversized field, a NUL byte, ...
+        raise DataError(f"{csv_path}: not a driving-log CSV ({e})") from None
     if not rows:
         raise DataError(f"{csv_path}: no rows")
     return rows
@@ -89,21 +121,15 @@ def read_sullychen_log(path: Path) -> list[tuple[str, float]]:
     if not path.is_file():
         raise DataError(f"{path}: steering log not found")
     rows = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            parts = line.split(maxsplit=1)     # the 2018 log's timestamp has a space
-            if len(parts) != 2:
-                raise DataError(f"{path}:{lineno}: expected 'image angle_deg', got {line.strip()!r}")
-            try:
-                deg = float(parts[1].split(",")[0])
-            except ValueError:
-                raise DataError(f"{path}:{lineno}: field 'angle_deg' is not a number: "
-                                f"{parts[1]!r}") from None
-            if not np.isfinite(deg):
-                raise DataError(f"{path}:{lineno}: field 'angle_deg' is not finite")
-            rows.append((parts[0], float(np.clip(deg / WHEEL_DEG_PER_UNIT, -1.0, 1.0))))
+    for lineno, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        parts = line.split(maxsplit=1)     # the 2018 log's timestamp has a space
+        if len(parts) != 2:
+            raise DataError(f"{path}:{lineno}: expected 'image angle_deg', got "
+                            f"{line.strip()[:60]!r}")
+        deg = _label(path, lineno, "angle_deg", parts[1].split(",")[0])
+        rows.append((parts[0], float(np.clip(deg / WHEEL_DEG_PER_UNIT, -1.0, 1.0))))
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
@@ -137,23 +163,46 @@ def load_npz(path: Path, image_size: int, channels: int = 1) -> tuple[np.ndarray
     try:
         data = np.load(path, allow_pickle=False)
         keys = set(data.files)
-    except Exception as e:  # zip/format errors come in many types
+        if "ground_truths" not in keys:
+            raise DataError(f"{path}: missing field 'ground_truths' (has: {sorted(keys)})")
+        fields = {k: data[k] for k in keys & {"ground_truths", "imgs", "file_names"}}
+    except DataError:
+        raise
+    except Exception as e:  # zip/format errors, object arrays (pickles), ... come in many types
         raise DataError(f"{path}: not a readable .npz file ({e})") from None
-    if "ground_truths" not in keys:
-        raise DataError(f"{path}: missing field 'ground_truths' (has: {sorted(keys)})")
-    y = np.asarray(data["ground_truths"], dtype=np.float32).reshape(-1)
-    if "imgs" in keys:
-        imgs = np.asarray(data["imgs"], dtype=np.float32)
+    try:
+        y = np.asarray(fields["ground_truths"], dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: field 'ground_truths' is not numeric "
+                        f"(dtype {fields['ground_truths'].dtype})") from None
+    if len(y) == 0:
+        raise DataError(f"{path}: field 'ground_truths' is empty")
+    if not np.all(np.isfinite(y)):
+        raise DataError(f"{path}: field 'ground_truths' has non-finite values")
+    if np.abs(y).max() > MAX_STEERING["ground_truths"]:
+        raise DataError(f"{path}: field 'ground_truths' has {np.abs(y).max():g}, not a steering "
+                        f"value (|value| <= {MAX_STEERING['ground_truths']:g})")
+    if "imgs" in fields:
+        try:
+            imgs = np.asarray(fields["imgs"], dtype=np.float32)
+        except (TypeError, ValueError):
+            raise DataError(f"{path}: field 'imgs' is not numeric "
+                            f"(dtype {fields['imgs'].dtype})") from None
         if imgs.ndim == 3:
             imgs = imgs[..., None]
-        if imgs.ndim != 4 or len(imgs) != len(y):
-            raise DataError(f"{path}: field 'imgs' has shape {imgs.shape}, expected N x H x W [x C] "
-                            f"with N = {len(y)}")
+        if imgs.ndim != 4 or len(imgs) != len(y) or imgs.shape[-1] not in (1, 3):
+            raise DataError(f"{path}: field 'imgs' has shape {imgs.shape}, expected N x H x W "
+                            f"[x 1|3] with N = {len(y)}")
+        if min(imgs.shape[1:3]) < MIN_IMAGE_SIDE:
+            raise DataError(f"{path}: field 'imgs' holds {imgs.shape[1]}x{imgs.shape[2]} images, "
+                            f"smaller than {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
+        if not np.all(np.isfinite(imgs)):
+            raise DataError(f"{path}: field 'imgs' has non-finite values")
         if imgs.max(initial=0) > 1.0:
             imgs = imgs / 255.0
         x = np.stack([_resize(im, image_size, channels) for im in imgs])
-    elif "file_names" in keys:
-        names = [str(n) for n in data["file_names"]]
+    elif "file_names" in fields:
+        names = [str(n) for n in np.asarray(fields["file_names"]).reshape(-1)]
         if len(names) != len(y):
             raise DataError(f"{path}: 'file_names' has {len(names)} entries, "
                             f"'ground_truths' {len(y)}")
@@ -161,8 +210,6 @@ def load_npz(path: Path, image_size: int, channels: int = 1) -> tuple[np.ndarray
                       for n in names])
     else:
         raise DataError(f"{path}: needs field 'imgs' or 'file_names' (has: {sorted(keys)})")
-    if not np.all(np.isfinite(y)):
-        raise DataError(f"{path}: field 'ground_truths' has non-finite values")
     return x.astype(np.float32), y
 
 
@@ -219,7 +266,8 @@ def _time_split(csv_path: Path, silo_id: int, num_silos: int, image_size: int, c
 
 
 def validate_data_dir(data_dir: Path, num_silos: int) -> None:
-    """Check, without decoding images, that every silo finds its data (DataError if not)."""
+    """Check that every silo finds readable data: every label in range and every image decodable
+    and at least MIN_IMAGE_SIDE wide (DataError naming the file if not), before a run starts."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}: data folder not found")
@@ -244,17 +292,9 @@ def validate_data_dir(data_dir: Path, num_silos: int) -> None:
 def _check_log(csv_path: Path) -> int:
     rows = read_log(csv_path)
     for raw, _ in rows:
-        _resolve_image(raw, csv_path.parent)
+        load_image(_resolve_image(raw, csv_path.parent), MIN_IMAGE_SIDE, 1)
     return len(rows)
 
 
 def _check_npz(path: Path) -> None:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        keys = set(np.load(path, allow_pickle=False).files)
-    except Exception as e:
-        raise DataError(f"{path}: not a readable .npz file ({e})") from None
-    if "ground_truths" not in keys or not keys & {"imgs", "file_names"}:
-        raise DataError(f"{path}: needs 'ground_truths' and 'imgs' or 'file_names' "
-                        f"(has: {sorted(keys)})")
+    load_npz(path, MIN_IMAGE_SIDE, 1)

@@ -151,28 +151,61 @@ def load_mat(path: str | Path) -> Maps:
         if field not in data:
             raise DataError(f"{path}: missing field {field!r}")
     images, paths = data["all_images"], data["all_states_xy_by_domain"]
-    if len(images) != len(paths) or len(images) == 0:
+    for field, cells in (("all_images", images), ("all_states_xy_by_domain", paths)):
+        if cells.dtype != object or cells.ndim != 2 or cells.shape[1] != 1 or not cells.size:
+            raise DataError(f"{path}: field {field!r} must be an N x 1 cell array, got "
+                            f"{cells.dtype} {cells.shape}")
+    if len(images) != len(paths):
         raise DataError(f"{path}: all_images ({len(images)}) and all_states_xy_by_domain "
-                        f"({len(paths)}) must be equally long and non-empty")
-    size = int(images[0, 0].shape[0])
+                        f"({len(paths)}) must be equally long")
+    grids = [_read_grid(path, i, images[i, 0]) for i in range(len(images))]
+    size = grids[0].shape[0]
+    for i, g in enumerate(grids):
+        if g.shape != (size, size):
+            raise DataError(f"{path}: map {i} is {g.shape[0]}x{g.shape[1]}, map 0 is "
+                            f"{size}x{size}")
+    stored = [_read_paths(path, i, paths[i, 0], grids[i]) for i in range(len(paths))]
 
     def grid(i):
-        return np.asarray(images[i, 0], dtype=np.uint8)
+        return grids[i]
 
-    @lru_cache(maxsize=16384)
     def path_list(i):
-        g, out = grid(i), []
-        for p in np.asarray(paths[i, 0]).ravel():
-            p = np.asarray(p).astype(np.int64).reshape(-1, 2) - 1
-            if len(p) == 0:
-                continue
-            if not is_free_walk(g, p):
-                raise DataError(f"{path}: stored path of map {i} is not a free 4-adjacent walk "
-                                "when read 1-based")
-            out.append(p)
-        return out
+        return stored[i]
 
     return Maps(size, len(images), grid, path_list, str(path))
+
+
+def _read_grid(path: Path, i: int, cell) -> np.ndarray:
+    g = np.asarray(cell)
+    if g.dtype.kind not in "uif" or g.ndim != 2 or g.shape[0] != g.shape[1] or g.shape[0] < 5:
+        raise DataError(f"{path}: all_images map {i} must be a square numeric n x n grid "
+                        f"(n >= 5), got {g.dtype} {g.shape}")
+    if not np.isin(g, (0, 1)).all():
+        raise DataError(f"{path}: all_images map {i} holds {sorted(set(np.unique(g)) - {0, 1})[:3]}"
+                        f"; cells must be 1 (free) or 0 (obstacle)")
+    return g.astype(np.uint8)
+
+
+def _read_paths(path: Path, i: int, cell, grid: np.ndarray) -> list[np.ndarray]:
+    """Map i's stored paths, 0-based; each must be a free 4-adjacent walk when read 1-based."""
+    items = np.asarray(cell)
+    if items.dtype != object:   # the paper's files hold a cell array of k x 2 paths per map
+        raise DataError(f"{path}: all_states_xy_by_domain map {i} must be a cell array of "
+                        f"k x 2 paths, got {items.dtype} {items.shape}")
+    out = []
+    for p in items.ravel():
+        p = np.asarray(p)
+        if p.size == 0:
+            continue
+        if p.dtype.kind not in "uif" or p.ndim != 2 or p.shape[1] != 2 or not np.isfinite(p).all():
+            raise DataError(f"{path}: all_states_xy_by_domain map {i}: a path must be a finite "
+                            f"k x 2 (row, col) array, got {p.dtype} {p.shape}")
+        p = p.astype(np.int64) - 1
+        if not is_free_walk(grid, p):
+            raise DataError(f"{path}: stored path of map {i} is not a free 4-adjacent walk "
+                            "when read 1-based")
+        out.append(p)
+    return out
 
 
 def is_free_walk(grid: np.ndarray, p: np.ndarray) -> bool:

@@ -81,9 +81,11 @@ def _load_json(path: Path):
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to be a VLN data file") from None
 
 
 def parse_connectivity(name: str, items, source: str = "") -> Scan:
@@ -91,26 +93,44 @@ def parse_connectivity(name: str, items, source: str = "") -> Scan:
     where = source or f"{name}_connectivity.json"
     if not isinstance(items, list) or not items:
         raise DataError(f"{where}: expected a non-empty list of viewpoints")
-    try:
-        keep = [k for k, it in enumerate(items) if it["included"]]
-        ids = [items[k]["image_id"] for k in keep]
-        pos = np.array([[items[k]["pose"][3], items[k]["pose"][7], items[k]["pose"][11]]
-                        for k in keep], dtype=np.float64)
-        g = nx.Graph()
-        g.add_nodes_from(range(len(keep)))
-        visible = np.array([[bool(items[k].get("visible", items[k]["unobstructed"])[k2])
-                             for k2 in keep] for k in keep], dtype=bool).reshape(len(keep), -1)
-        for a, k in enumerate(keep):
-            unobstructed = items[k]["unobstructed"]
-            if len(unobstructed) != len(items):
-                raise DataError(f"{where}: viewpoint {ids[a]}: 'unobstructed' has "
-                                f"{len(unobstructed)} entries for {len(items)} viewpoints")
-            for b, k2 in enumerate(keep):
-                if b > a and unobstructed[k2] and items[k2]["unobstructed"][k]:
-                    g.add_edge(a, b, weight=float(np.linalg.norm(pos[a] - pos[b])))
-    except (KeyError, IndexError, TypeError) as e:
-        raise DataError(f"{where}: missing or malformed field {e}") from None
+    for k, it in enumerate(items):
+        _check_viewpoint(where, k, it, len(items))
+    keep = [k for k, it in enumerate(items) if it["included"]]
+    ids = [items[k]["image_id"] for k in keep]
+    pos = np.array([[items[k]["pose"][3], items[k]["pose"][7], items[k]["pose"][11]]
+                    for k in keep], dtype=np.float64).reshape(len(keep), 3)
+    g = nx.Graph()
+    g.add_nodes_from(range(len(keep)))
+    visible = np.array([[bool(items[k].get("visible", items[k]["unobstructed"])[k2])
+                         for k2 in keep] for k in keep], dtype=bool).reshape(len(keep), -1)
+    for a, k in enumerate(keep):
+        for b, k2 in enumerate(keep):
+            if b > a and items[k]["unobstructed"][k2] and items[k2]["unobstructed"][k]:
+                g.add_edge(a, b, weight=float(np.linalg.norm(pos[a] - pos[b])))
     return Scan(name, ids, pos, g, visible)
+
+
+def _check_viewpoint(where: str, k: int, it, n: int) -> None:
+    """One connectivity entry has the Matterport simulator's fields and types."""
+    if not isinstance(it, dict):
+        raise DataError(f"{where}: entry {k} is not an object")
+    vp = it.get("image_id")
+    if not isinstance(vp, str) or not vp:
+        raise DataError(f"{where}: entry {k}: field 'image_id' must be a viewpoint id string")
+    if not isinstance(it.get("included"), bool):
+        raise DataError(f"{where}: viewpoint {vp}: field 'included' must be true or false")
+    pose = it.get("pose")
+    if not (isinstance(pose, list) and len(pose) == 16 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
+            for x in pose)):
+        raise DataError(f"{where}: viewpoint {vp}: field 'pose' must be 16 finite numbers")
+    for field in ("unobstructed", "visible"):
+        if field == "visible" and field not in it:
+            continue
+        v = it.get(field)
+        if not (isinstance(v, list) and len(v) == n and all(isinstance(x, bool) for x in v)):
+            raise DataError(f"{where}: viewpoint {vp}: field {field!r} must be {n} booleans "
+                            f"(one per viewpoint)")
 
 
 def parse_r2r(items, source: str) -> list[Episode]:
@@ -119,12 +139,26 @@ def parse_r2r(items, source: str) -> list[Episode]:
         raise DataError(f"{source}: expected a list of R2R paths")
     out = []
     for n, it in enumerate(items):
+        where = f"{source}: path #{n}"
+        if not isinstance(it, dict):
+            raise DataError(f"{where}: not an object")
+        texts, path = it.get("instructions"), it.get("path")
+        if not (isinstance(texts, list) and texts and all(
+                isinstance(t, str) and t.strip() for t in texts)):
+            raise DataError(f"{where}: field 'instructions' must be a non-empty list of "
+                            f"non-empty strings")
+        if not (isinstance(path, list) and path and all(isinstance(v, str) for v in path)):
+            raise DataError(f"{where}: field 'path' must be a non-empty list of viewpoint ids")
+        if not isinstance(it.get("scan"), str):
+            raise DataError(f"{where}: field 'scan' must be a scan id string")
         try:
-            for k, text in enumerate(it["instructions"]):
-                out.append(Episode(f"{it['path_id']}_{k}", it["scan"], tuple(it["path"]),
-                                   float(it["heading"]), text, int(it["path_id"])))
+            heading, path_id = float(it["heading"]), int(it["path_id"])
         except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{source}: path #{n}: missing or malformed field {e}") from None
+            raise DataError(f"{where}: missing or malformed field {e}") from None
+        if not np.isfinite(heading):
+            raise DataError(f"{where}: field 'heading' is not finite")
+        for k, text in enumerate(texts):
+            out.append(Episode(f"{path_id}_{k}", it["scan"], tuple(path), heading, text, path_id))
     return out
 
 
@@ -148,25 +182,58 @@ class VLNData:
             self._scans[name] = parse_connectivity(name, _load_json(path), str(path))
         return self._scans[name]
 
-    def check_episodes(self, episodes: list[Episode]) -> None:
+    def check_episodes(self, episodes: list[Episode], source: str = "") -> None:
         """Every path's viewpoints exist in its scan and consecutive ones are graph edges."""
+        where = source or str(self.root)
         for ep in episodes:
-            s = self.scan(ep.scan)
+            try:
+                s = self.scan(ep.scan)
+            except DataError as e:
+                raise DataError(f"{where}: episode {ep.instr_id}: scan {ep.scan}: {e}") from None
             for v in ep.path:
                 if v not in s.index:
-                    raise DataError(f"{self.root}: episode {ep.instr_id}: viewpoint {v} is not "
+                    raise DataError(f"{where}: episode {ep.instr_id}: viewpoint {v} is not "
                                     f"an included viewpoint of scan {ep.scan}")
             for a, b in zip(ep.path, ep.path[1:]):
                 if not s.graph.has_edge(s.index[a], s.index[b]):
-                    raise DataError(f"{self.root}: episode {ep.instr_id}: {a} -> {b} is not a "
+                    raise DataError(f"{where}: episode {ep.instr_id}: {a} -> {b} is not a "
                                     f"navigable edge of scan {ep.scan}")
+
+    def validate(self) -> None:
+        """Read, up front, every file a run on this folder will read: the three splits (none
+        empty), the graph of every scan they use with every path a walk on
+        it, and the optional regions and objects files (DataError naming the file if not)."""
+        for sp in ("train", "val_seen", "val_unseen"):
+            path = self.root / "r2r" / f"R2R_{sp}.json"
+            eps = self.episodes(sp)
+            if not eps:
+                raise DataError(f"{path}: no paths")
+            self.check_episodes(eps, str(path))
+        where = self.root / "regions" / "vp2room_label.json"
+        if not isinstance(self.rooms, dict) or not all(
+                isinstance(vps, dict) and all(isinstance(r, dict) for r in vps.values())
+                for vps in self.rooms.values()):
+            raise DataError(f"{where}: 'pano_info' must map scan -> viewpoint -> object")
+        where = self.root / "objects" / "viewpoint_objects.json"
+        if not isinstance(self.objects, dict):
+            raise DataError(f"{where}: must map scan -> viewpoint -> [[name, [views]]]")
+        for vps in self.objects.values():
+            ok = isinstance(vps, dict) and all(
+                isinstance(objs, list) and all(
+                    isinstance(o, list) and len(o) == 2 and isinstance(o[0], str)
+                    and isinstance(o[1], list) and all(
+                        isinstance(v, int) and 0 <= v < 36 for v in o[1]) for o in objs)
+                for objs in vps.values())
+            if not ok:
+                raise DataError(f"{where}: must map scan -> viewpoint -> [[name, [views 0-35]]]")
 
     @property
     def rooms(self) -> dict:
         """pano_info: scan -> viewpoint -> {region_label, ...}; {} when the file is absent."""
         if self._rooms is None:
             path = self.root / "regions" / "vp2room_label.json"
-            self._rooms = _load_json(path).get("pano_info", {}) if path.is_file() else {}
+            data = _load_json(path) if path.is_file() else {}
+            self._rooms = data.get("pano_info", {}) if isinstance(data, dict) else None
         return self._rooms
 
     @property

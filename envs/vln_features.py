@@ -128,8 +128,9 @@ def read_tsv(path: str | Path) -> dict[tuple[str, str], np.ndarray]:
         raise DataError(f"{path}: feature file not found")
     csv.field_size_limit(sys.maxsize)
     out, dim = {}, None
-    with open(path, newline="") as f:
-        for n, row in enumerate(csv.DictReader(f, delimiter="\t", fieldnames=TSV_FIELDS), 1):
+    with open(path, newline="", encoding="utf-8", errors="strict") as f:
+        rows = csv.DictReader(f, delimiter="\t", fieldnames=TSV_FIELDS)
+        for n, row in enumerate(_rows_or_error(rows, path), 1):
             try:
                 raw = np.frombuffer(base64.b64decode(row["features"], validate=True),
                                     dtype=np.float32)
@@ -144,5 +145,18 @@ def read_tsv(path: str | Path) -> dict[tuple[str, str], np.ndarray]:
                 raise DataError(f"{path}: line {n}: feature size {feat.shape[1]} differs from "
                                 f"the file's {dim}")
             dim = feat.shape[1]
+            if not np.isfinite(feat).all():
+                raise DataError(f"{path}: line {n}: field 'features' has non-finite values")
             out[(row["scanId"], row["viewpointId"])] = feat.copy()
+    if not out:
+        raise DataError(f"{path}: no feature rows")
     return out
+
+
+def _rows_or_error(rows, path: Path):
+    """The TSV's rows; text that is not UTF-8 is a DataError naming the file."""
+    try:
+        yield from rows
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not a UTF-8 feature TSV ({e.reason} at byte {e.start})") \
+            from None

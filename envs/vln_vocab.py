@@ -53,7 +53,11 @@ class Vocab:
         path = Path(path)
         if not path.is_file():
             raise DataError(f"{path}: vocabulary file not found")
-        words = [w for w in path.read_text().splitlines() if w]
+        try:
+            words = [w for w in path.read_text(encoding="utf-8").splitlines() if w]
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: not a UTF-8 word list ({e.reason} at byte {e.start})") \
+                from None
         try:
             return cls(words)
         except DataError as e:

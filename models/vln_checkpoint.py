@@ -44,7 +44,7 @@ def load(path: str | Path) -> tuple[Follower | Speaker, Vocab | None, dict]:
         raise DataError(f"{path}: checkpoint not found") from None
     except Exception as e:   # pickle refusing a global, a truncated or foreign file, ...
         raise DataError(f"{path}: not a follower/speaker checkpoint that loads without running "
-                        f"code ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
+                        f"code ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]})") from None
     kinds = {"Follower": (Follower, FollowerSize), "Speaker": (Speaker, SpeakerSize)}
     if not isinstance(ck, dict) or ck.get("kind") not in kinds or not isinstance(
             ck.get("size"), dict) or "state" not in ck:

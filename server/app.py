@@ -8,7 +8,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from server import methods
-from server.config import ConfigError, check_faults, merged
+from server.config import ConfigError, check_faults, check_ranges, merged
 from strategies.timeouts import AdaptiveTimeout
 
 app = ServerApp()
@@ -22,6 +22,7 @@ def main(grid: Grid, context: Context) -> None:
     if bool(cfg["resume"]) and name not in methods.RESUMABLE:
         raise ConfigError(f"run config 'resume': {name} cannot resume yet (only "
                           f"{', '.join(methods.RESUMABLE)})")
+    check_ranges(cfg)
     check_faults(cfg, 2 if methods.get(name).domain == "gridworld" else int(cfg["num-clients"]))
     grid = AdaptiveTimeout(grid, float(cfg["timeout-factor"]), float(cfg["timeout-floor"]))
     methods.server_module(name).run(grid, cfg, name)

@@ -41,7 +41,7 @@ def parse_overrides(text: str) -> dict:
         tokens = shlex.split(text)
     except ValueError as e:
         raise ConfigError(f"--run-config: cannot parse {text!r} ({e})") from None
-    loose = [t for t in tokens if "=" not in t]
+    loose = [t for t in tokens if "=" not in t or not t.split("=", 1)[0].strip()]
     if loose:
         raise ConfigError(f"--run-config: {loose[0]!r} is not key=value (in {text!r})")
     try:
@@ -58,16 +58,69 @@ def check_overrides(overrides: dict) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"--run-config: unknown key {key!r}{hint}")
         want = type(known[key])
-        ok = isinstance(value, want) or (want is float and isinstance(value, int)
-                                         and not isinstance(value, bool))
+        ok = (isinstance(value, want) and (want is bool or not isinstance(value, bool))) or (
+            want is float and isinstance(value, int) and not isinstance(value, bool))
         if not ok:
             raise ConfigError(f"--run-config: {key!r} must be {want.__name__}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"--run-config: {key!r} must be a finite number, got {value!r}")
-        if key in ("round-timeout", "node-wait-timeout", "timeout-floor") and not value > 0:
-            raise ConfigError(f"--run-config: {key!r} must be > 0 seconds, got {value!r}")
-        if key == "timeout-factor" and value < 0:
-            raise ConfigError(f"--run-config: 'timeout-factor' must be >= 0, got {value!r}")
+    check_ranges(overrides)
+
+
+DAY = 86400
+# Every numeric key's allowed interval (lo, hi, lo_open): a value outside is a ConfigError before
+# anything starts (the launcher) or before the first round (the ServerApp, for `flwr run`). The
+# upper bounds are generous; they exist to refuse 1e308-style nonsense, not to tune.
+RANGES = {
+    "num-server-rounds": (1, 10**5, False), "num-clients": (1, 10**4, False),
+    "fraction-train": (0, 1, True), "seed": (0, 2**32 - 1, False),
+    "node-wait-timeout": (0, 7 * DAY, True), "round-timeout": (0, 7 * DAY, True),
+    "timeout-factor": (0, 1000, False), "timeout-floor": (0, DAY, True),
+    "trim-fraction": (0, 0.49, False), "max-update-norm": (0, 1e12, False),
+    "max-empty-rounds": (1, 10**5, False), "client-threads": (1, 1024, False),
+    "cross-eval-max-silos": (0, 10**4, False), "eval-every": (1, 10**5, False),
+    "driving.image-size": (8, 1024, False), "driving.channels": (1, 3, False),
+    "driving.train-per-silo": (1, 10**7, False), "driving.test-per-silo": (1, 10**7, False),
+    "driving.local-epochs": (1, 1000, False), "driving.local-steps": (0, 10**7, False),
+    "driving.batch-size": (1, 10**5, False), "driving.lr": (0, 10, True),
+    "driving.weight-decay": (0, 1, False), "driving.grad-clip": (0, 1e6, False),
+    "driving.non-iid": (0, 1, False), "fedprox.proximal-mu": (0, 1e4, False),
+    "cdl.beta": (0, 1, False), "cdl.temperature": (0, 1e4, True),
+    "faults.fraction": (0, 1, False), "faults.hang-s": (0, 7 * DAY, False),
+    "fedrl.retries": (0, 100, False), "fedrl.size": (5, 256, False),
+    "fedrl.maps-seed": (0, 2**32 - 1, False), "fedrl.history": (0, 1024, False),
+    "fedrl.max-steps": (0, 10**5, False), "fedrl.sigma": (0, 1e6, False),
+    "fedrl.clip": (0, 1e6, True), "fedrl.delta": (0, 0.5, True),
+    "fedrl.envs": (1, 10**5, False), "fedrl.act-steps": (1, 10**5, False),
+    "fedrl.updates": (0, 10**6, False), "fedrl.batch-size": (1, 10**5, False),
+    "fedrl.lr": (0, 10, True), "fedrl.gamma": (0, 1, False),
+    "fedrl.target-update": (1, 10**7, False), "fedrl.eps-start": (0, 1, False),
+    "fedrl.eps-end": (0, 1, False), "fedrl.eps-decay": (1, 10**9, False),
+    "fedrl.replay": (1, 10**8, False), "fedrl.warmup": (0, 10**8, False),
+    "fedrl.eval-episodes": (0, 10**7, False),
+    "fedvln.train-houses": (1, 200, False), "fedvln.unseen-houses": (0, 200, False),
+    "fedvln.seen-rate": (0, 1, True), "fedvln.unseen-rate": (0, 1, True),
+    "fedvln.preexplore-seen-rate": (0, 1, True), "fedvln.server-lr": (0, 100, False),
+    "fedvln.server-lr-decay": (0, 1, False), "fedvln.local-epochs": (0, 1000, True),
+    "fedvln.speaker-epochs": (0, 1000, True), "fedvln.preexplore-epochs": (0, 1000, True),
+    "fedvln.max-local-steps": (0, 10**7, False), "fedvln.batch-size": (1, 10**5, False),
+    "fedvln.lr": (0, 10, False), "fedvln.ml-weight": (0, 100, False),
+    "fedvln.aug-ml-weight": (0, 100, False), "fedvln.embedding": (1, 4096, False),
+    "fedvln.hidden": (1, 8192, False), "fedvln.aug-routes": (1, 10**5, False),
+    "fedvln.preexplore-routes": (1, 10**5, False),
+}
+
+
+def check_ranges(cfg: dict) -> None:
+    """ConfigError naming the key for a numeric value that is non-finite or outside RANGES
+    (generated houses are capped at 200 each: 3,000 took 88 s just to validate)."""
+    for key, value in cfg.items():
+        if key not in RANGES or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        lo, hi, lo_open = RANGES[key]
+        if not math.isfinite(value) or value > hi or value < lo or (lo_open and value == lo):
+            interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+            raise ConfigError(f"run config {key!r} must be in {interval}, got {value!r}")
 
 
 def positive(cfg: dict, key: str, kind=int):

@@ -42,6 +42,7 @@ class TopologyRelay:
         self.max_empty_rounds = max_empty_rounds
         self.empty_rounds = 0   # consecutive rounds in which no silo's update was accepted
         self.partitions: dict[int, int] = {}  # node id -> partition
+        self.retired: set[int] = set()         # nodes whose silo a newer node took
 
     @property
     def node_of(self) -> dict[int, int]:
@@ -59,7 +60,7 @@ class TopologyRelay:
     def train_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:
         """One accumulation + local training; returns the silos' new models. Who holds which
         silo is checked every round (a restarted node is used again)."""
-        refresh_partitions(grid, self.partitions, self.node_wait_s)
+        refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
         node_of = self.node_of
         a = self.topology.mixing
         mixes = [mix(models, a[i]) for i in range(len(models))]

@@ -76,12 +76,14 @@ def answered(messages: list[Message], replies) -> list[tuple[int, Message]]:
     return sorted(out, key=lambda x: x[0])
 
 
-def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float) -> dict[int, int]:
+def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float,
+                       retired: set[int]) -> dict[int, int]:
     """node id -> partition, checked against the connected nodes (call it every round): a node
     that left is dropped, a new one (a restarted SuperNode comes back with a new id, with or
     without node authentication) is asked who it is, and when two nodes claim one partition
-    the newest wins and the log says which node to stop. Updates `partitions` in place."""
-    online = set(grid.get_node_ids())
+    the newest wins and the log says which node to stop; the node it replaced goes into
+    `retired` and is not asked again (else the two would take turns). Updates both in place."""
+    online = set(grid.get_node_ids()) - retired
     for gone in set(partitions) - online:
         log(WARNING, "[fedembodied] node %d (partition %d) left the federation", gone,
             partitions.pop(gone))
@@ -97,5 +99,6 @@ def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float) ->
                 log(WARNING, "[fedembodied] node %d now holds partition %d; node %d, which "
                     "held it, is no longer used (stop it)", node, part, old)
                 del partitions[old]
+                retired.add(old)
             partitions[node] = part
     return partitions

@@ -58,6 +58,8 @@ class ScreenedFedAvg(FedAvg):
         self.eval_every = eval_every
         self.num_rounds = num_rounds
         self.partitions: dict[int, int] | None = None  # node id -> partition id
+        self.unheld: list[int] = []              # sampled partitions no node holds
+        self.retired: set[int] = set()           # nodes whose partition a newer node took
         self.current: ArrayRecord | None = None
         self.max_empty_rounds = max_empty_rounds
         self.empty_rounds = 0                    # consecutive rounds with no accepted update
@@ -75,15 +77,19 @@ class ScreenedFedAvg(FedAvg):
             return self.partitions
         if grid is None:   # a strategy driven by hand (unit tests): the given map is the truth
             return self.partitions
-        return refresh_partitions(grid, self.partitions, self.node_wait_s)
+        return refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
 
     def sample(self, grid: Grid, server_round: int, fraction: float) -> list[int]:
-        """Node ids of a seeded sample of partitions, in partition order."""
+        """Node ids of a seeded sample of the run's partitions, in partition order. It is drawn
+        over every partition, held by a node or not, so a lost silo does not change who else is
+        picked; picked silos that no node holds now are left in `self.unheld`."""
         parts = self._ensure_partitions(grid)
         by_part = {p: n for n, p in parts.items()}
-        k = min(len(by_part), max(1, math.floor(len(by_part) * fraction + 1e-9)))
-        chosen = random.Random(self.seed * 100_003 + server_round).sample(sorted(by_part), k)
-        return [by_part[p] for p in sorted(chosen)]
+        everyone = sorted(set(range(self.num_clients)) | set(by_part))
+        k = min(len(everyone), max(1, math.floor(len(everyone) * fraction + 1e-9)))
+        chosen = sorted(random.Random(self.seed * 100_003 + server_round).sample(everyone, k))
+        self.unheld = [p for p in chosen if p not in by_part]
+        return [by_part[p] for p in chosen if p in by_part]
 
     def _extra_train_config(self) -> dict:
         return {}
@@ -114,8 +120,12 @@ class ScreenedFedAvg(FedAvg):
         self.current = arrays
         config = ConfigRecord({**dict(config), **self._extra_train_config(),
                                "server-round": server_round})
-        return self._messages(arrays, config, self.train_nodes(grid, server_round),
-                              MessageType.TRAIN)
+        self.unheld = []
+        nodes = self.train_nodes(grid, server_round)
+        for p in self.unheld:   # picked, but its SuperNode is gone
+            self.recorder.add_client(node=None, partition=p, num_examples=0, train_loss=None,
+                                     fit_s=None, status="failed: no node holds this silo")
+        return self._messages(arrays, config, nodes, MessageType.TRAIN)
 
     def _sorted(self, replies: Iterable[Message]) -> list[Message]:
         parts = self.partitions or {}

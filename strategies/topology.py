@@ -74,6 +74,14 @@ def load_gml(name: str, topology_dir: Path | str | None) -> nx.Graph:
     graph = nx.Graph(graph)  # undirected, simple
     if graph.number_of_nodes() < 2 or not nx.is_connected(graph):
         raise TopologyError(f"{path}: needs a connected graph of at least 2 nodes")
+    edges = list(graph.edges(data=True))
+    if any("distance" in d for *_, d in edges):   # the tour's weights: all or none
+        for u, v, d in edges:
+            w = d.get("distance")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 \
+                    or w == float("inf"):
+                raise TopologyError(f"{path}: edge {u}-{v}: field 'distance' must be a finite "
+                                    f"number >= 0 on every edge, got {w!r}")
     return nx.convert_node_labels_to_integers(graph, ordering="sorted", label_attribute="gml_id")
 
 

@@ -1,10 +1,7 @@
 """End to end on Flower's real engines: few and small, each costs tens of seconds."""
 import json
 import os
-import signal
-import socket
 import subprocess
-import time
 import uuid
 
 import pandas as pd
@@ -99,79 +96,3 @@ def test_simulation_engine_fedvln_one_client_per_house(tmp_path):
     assert rounds.loc[0, "val_seen_n"] == 90 and rounds.loc[0, "val_unseen_n"] == 180
     assert (out / "model.pt").is_file()
     assert run_tokens_alive(token) == []
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_deployment_engine_superlink_and_two_supernodes(tmp_path):
-    env = {**os.environ, "VENV": str(ROOT / ".venv") if (ROOT / ".venv").is_dir()
-           else os.path.dirname(os.path.dirname(PYTHON))}
-    link_port = _free_port()
-    procs = []
-
-    def start(args, home, log):
-        procs.append(subprocess.Popen(
-            args, env={**env, "FLWR_HOME": str(tmp_path / home)}, cwd=ROOT,
-            stdout=open(tmp_path / log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
-
-    try:
-        start([str(ROOT / "deploy/superlink.sh"), "--host", "127.0.0.1", "--port",
-               str(link_port)], "link", "link.log")
-        for pid in (0, 1):
-            start([str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{link_port}",
-                   "--partition-id", str(pid), "--num-partitions", "2",
-                   "--port", str(_free_port())], f"sn{pid}", f"sn{pid}.log")
-        cli = {**env, "FLWR_HOME": str(tmp_path / "cli")}
-        subprocess.run([str(ROOT / "deploy/connection.sh"), "loop", f"127.0.0.1:{link_port}"],
-                       env=cli, check=True, capture_output=True)
-        flwr = os.path.join(os.path.dirname(PYTHON), "flwr")
-        out = tmp_path / "out"
-        for _ in range(60):  # the SuperLink needs a moment to listen
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", link_port)) == 0:
-                    break
-            time.sleep(0.5)
-        started = subprocess.run(
-            [flwr, "run", str(ROOT), "loop", "--format", "json", "--run-config",
-             f'num-server-rounds=2 num-clients=2 out-dir="{out}" {SMALL}'],
-            env=cli, capture_output=True, text=True, timeout=120, cwd=ROOT)
-        run_id = json.loads(started.stdout)["run-id"]
-        status = "?"
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            ls = subprocess.run([flwr, "ls", "loop", "--run-id", str(run_id), "--format", "json"],
-                                env=cli, capture_output=True, text=True, timeout=60)
-            status = json.loads(ls.stdout)["runs"][0]["status"]
-            if status.startswith("finished"):
-                break
-            time.sleep(2)
-        assert status == "finished:completed", (tmp_path / "link.log").read_text()[-3000:]
-        rounds = pd.read_csv(out / "rounds.csv")
-        assert list(rounds["round"]) == [1, 2] and (rounds["n_clients"] == 2).all()
-        assert rounds["rmse"].notna().all()
-        clients = pd.read_csv(out / "clients.csv")
-        assert sorted(clients.partition.unique()) == [0, 1] and (clients.status == "ok").all()
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    # children of the killed process groups may need a moment to exit: look for 10 s
-    for _ in range(20):
-        leftover = subprocess.run(["pgrep", "-f", f"127.0.0.1:{link_port}"],
-                                  capture_output=True, text=True).stdout.split()
-        if not leftover:
-            break
-        time.sleep(0.5)
-    assert leftover == [], f"processes still running: {leftover}"

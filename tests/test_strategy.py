@@ -244,6 +244,12 @@ def test_a_restarted_node_is_used_again_and_the_newest_claim_to_a_partition_wins
                                    node_config={"partition-id": 0, "num-partitions": 3})
     third = [m.metadata.dst_node_id for m in s.configure_train(3, _global(), ConfigRecord(), grid)]
     assert third == [7000, 6001, 5002]                     # newest claim to partition 0 wins
+    del grid.contexts[6001]                                # partition 1's node is gone for good
+    s.recorder.clients.clear()
+    fourth = [m.metadata.dst_node_id for m in s.configure_train(4, _global(), ConfigRecord(), grid)]
+    assert fourth == [7000, 5002]
+    assert [(r["partition"], r["status"]) for r in s.recorder.clients] == [
+        (1, "failed: no node holds this silo")]            # recorded, not silently skipped
 
 
 def _poisoning(partition: int, factor: float):
