@@ -312,3 +312,67 @@ def test_a_party_refuses_less_noise_than_its_operator_set(tmp_path):
                                                            r"asks fedrl.sigma=0.5"):
         fedrl_server.run(grid, cfg, "fedrl")
     assert not any("data" in r.content for r in grid.replies if not r.has_error())
+
+
+def _hostile(role: str, step: str, change):
+    """The ClientApp, except that party `role` rewrites its reply to `step` with `change`."""
+    from flwr.app import Array, ArrayRecord, MetricRecord
+
+    def app_(msg, ctx):
+        rep = app(msg, ctx)
+        mine = str(ctx.node_config.get("role", "")) or ("alpha" if int(
+            ctx.node_config["partition-id"]) == 0 else "beta")
+        conf = msg.content["config"]
+        if mine == role and not rep.has_error() and conf.get("step") == step and int(
+                conf.get("server-round", 0)) >= 3:   # honest first rounds (an update), then a lie
+            data = {k: v.numpy() for k, v in rep.content["data"].items()}
+            metrics = dict(rep.content["metrics"]) if "metrics" in rep.content else {}
+            theta = rep.content.get("theta-g")
+            data, metrics, theta = change(data, metrics, theta)
+            rep.content["data"] = ArrayRecord({k: Array(v) for k, v in data.items()})
+            if metrics:
+                rep.content["metrics"] = MetricRecord(metrics)
+            if theta is not None:
+                rep.content["theta-g"] = theta
+        return rep
+    return app_
+
+
+def _wrong_theta(data, metrics, theta):
+    from flwr.app import Array, ArrayRecord
+    return data, metrics, ArrayRecord({k: Array(np.zeros((3, 3), np.float32)) for k in theta})
+
+
+@pytest.mark.parametrize("role, step, change, culprit", [
+    ("beta", "act", lambda d, m, t: ({**d, "a-beta": np.full_like(d["a-beta"], 99)}, m, t),
+     "a-beta that are not action ids"),
+    ("beta", "act", lambda d, m, t: ({**d, "leak": np.ones(3, np.float32)}, m, t),
+     r"arrays \['leak'\]"),
+    ("alpha", "update", _wrong_theta, "theta_g of other names or shapes"),
+])
+def test_a_hostile_party_is_stopped_before_its_reply_reaches_the_other(tmp_path, role, step,
+                                                                       change, culprit):
+    """What the server relays is checked: action ids in range, only the protocol's arrays,
+    theta_g of the first round's names and shapes (a wrong one from the start fails in the
+    receiving party, which loads it into its own network)."""
+    cfg = merged({**SMALL, "num-server-rounds": 3, "eval-every": 3, "out-dir": str(tmp_path)})
+    grid = InProcessGrid(_hostile(role, step, change), cfg, 2)
+    with pytest.raises(fedrl_server.FederationError, match=culprit):
+        fedrl_server.run(grid, cfg, "fedrl")
+    if "leak" in culprit:
+        assert not any("leak" in m.content.get("data", {}) for m in grid.sent)
+
+
+def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
+    """An alpha that never reports its episodes over cannot keep the server looping."""
+    s = fedrl_server.check_config(merged(SMALL))
+    calls = []
+
+    def send(role, step, data=None, theta_g=None, evaluation=False, **conf):
+        calls.append(step)
+        return ({"c-alpha": np.zeros(1), "c-beta": np.zeros(1), "a-beta": np.zeros(1, np.int64),
+                 "a-alpha": np.zeros(1, np.int64)}, None, {"active": 1})
+
+    with pytest.raises(fedrl_server.FederationError, match="did not end"):
+        fedrl_server.Protocol(s, send).play("valid", True)
+    assert calls.count("eval-act") <= 2 * (s.max_steps + 1)
