@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="results folder (default runs/<method>-<time>)")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run in DIR after its last finished round, with its saved "
-                        "run config (--rounds may raise the total); fedavg, fedprox, cdl-sfl, "
-                        "gossip, cdl")
+                        "run config (--rounds may raise the total); clients reload their own "
+                        "state as of that round")
     p.add_argument("--topology", default=None,
                    help="peer topology: ring, complete, <graph>-ring, <graph>-mst (e.g. gaia-ring); "
                         "a graph's topology fixes the number of silos")
@@ -179,12 +179,11 @@ def resume_overrides(args) -> tuple[dict, Path]:
     after the last round of DIR/rounds.csv)."""
     import json
 
+    import pandas as pd
+
     from server.config import defaults
-    from server.methods import RESUMABLE
 
     out = Path(args.resume).resolve()
-    if args.method not in RESUMABLE:
-        raise BadInput(f"--resume: {args.method} cannot resume yet (only {', '.join(RESUMABLE)})")
     shaping = [f for f, v in (("--num-clients", args.num_clients), ("--fraction", args.fraction),
                               ("--seed", args.seed), ("--out", args.out),
                               ("--topology", args.topology), ("--run-config", args.run_config))
@@ -203,7 +202,11 @@ def resume_overrides(args) -> tuple[dict, Path]:
     overrides = {k: v for k, v in saved.items() if k in defaults()}
     if args.rounds is not None:
         overrides["num-server-rounds"] = args.rounds
-    overrides.update({"resume": True, "out-dir": str(out)})
+    try:
+        done = int(pd.read_csv(out / "rounds.csv")["round"].max())
+    except (ValueError, KeyError, OSError) as e:
+        raise BadInput(f"--resume {out}: rounds.csv is not readable ({e})") from None
+    overrides.update({"resume": True, "resume-round": done, "out-dir": str(out)})
     return overrides, out
 
 

@@ -28,6 +28,8 @@ SENDS = {
     ("beta", "update"): set(),
     ("alpha", "keep-best"): set(),
     ("beta", "keep-best"): set(),
+    ("alpha", "checkpoint"): set(),     # the end of a round: write the party's state to its disk
+    ("beta", "checkpoint"): set(),
     ("alpha", "eval-observe"): {"c-alpha"},
     ("beta", "eval-act"): {"c-beta", "a-beta"},
     ("alpha", "eval-act"): {"a-alpha", "c-alpha"},
@@ -115,6 +117,8 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
     elif step == "update":
         theta, loss = party.update(data["ids"], data["y"], data["c-alpha"], theta_in)
         out, metrics = {}, {"loss-beta": loss, **party.privacy()}
+    elif step == "checkpoint":   # clients/app.py saves the context (clients/state_store.py)
+        out = {}
     elif step == "keep-best":
         party.set_theta_g(theta_in)
         party.keep_best()

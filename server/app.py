@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from logging import INFO
+from pathlib import Path
 
 from flwr.app import Context
 from flwr.common import log
@@ -19,10 +20,21 @@ def main(grid: Grid, context: Context) -> None:
     cfg = merged(dict(context.run_config))
     name = str(cfg["method"])
     log(INFO, "[fedembodied] method %s, %s rounds", name, cfg["num-server-rounds"])
-    if bool(cfg["resume"]) and name not in methods.RESUMABLE:
-        raise ConfigError(f"run config 'resume': {name} cannot resume yet (only "
-                          f"{', '.join(methods.RESUMABLE)})")
     check_ranges(cfg)
+    if bool(cfg["resume"]):
+        check_resume_round(cfg)
     check_faults(cfg, 2 if methods.get(name).domain == "gridworld" else int(cfg["num-clients"]))
     grid = AdaptiveTimeout(grid, float(cfg["timeout-factor"]), float(cfg["timeout-floor"]))
     methods.server_module(name).run(grid, cfg, name)
+
+
+def check_resume_round(cfg: dict) -> None:
+    """Clients reload their state as of run config `resume-round`; it must be the round the
+    results folder ends at, or server and clients would continue from different rounds."""
+    import pandas as pd
+
+    path = Path(str(cfg["out-dir"])) / "rounds.csv"
+    done = int(pd.read_csv(path)["round"].max()) if path.is_file() else 0
+    if int(cfg["resume-round"]) != done:
+        raise ConfigError(f"run config 'resume-round' is {cfg['resume-round']}, but {path} ends "
+                          f"at round {done}: set resume-round={done}")

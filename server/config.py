@@ -73,6 +73,7 @@ DAY = 86400
 # upper bounds are generous; they exist to refuse 1e308-style nonsense, not to tune.
 RANGES = {
     "num-server-rounds": (1, 10**5, False), "num-clients": (1, 10**4, False),
+    "resume-round": (0, 10**5, False),
     "fraction-train": (0, 1, True), "seed": (0, 2**32 - 1, False),
     "node-wait-timeout": (0, 7 * DAY, True), "round-timeout": (0, 7 * DAY, True),
     "timeout-factor": (0, 1000, False), "timeout-floor": (0, DAY, True),

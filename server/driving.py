@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from logging import INFO
 
-import torch
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
 from models.resnet8 import ResNet8, count_parameters, feature_map_size
 from models.state import initial_state
 from server.config import ConfigError, positive
-from server.recorder import Recorder, out_dir
+from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
 from strategies.robust import AGGREGATORS
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
 
@@ -65,23 +64,6 @@ def check_config(cfg: dict) -> None:
     for key in ("driving.weight-decay", "driving.grad-clip"):
         if float(cfg[key]) < 0:
             raise ConfigError(f"run config {key!r} must be >= 0, got {cfg[key]}")
-
-
-def load_round(recorder: Recorder, rnd: int) -> dict:
-    """The global model the run checkpointed after round `rnd` (tensors only)."""
-    path = recorder.out / "checkpoints" / f"round_{rnd:04d}.pt"
-    if not path.is_file():
-        raise ConfigError(f"cannot resume: {path} is missing")
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def trailing_empty_rounds(recorder: Recorder) -> int:
-    n = 0
-    for row in reversed(recorder.rounds):
-        if float(row.get("n_accepted", 1) or 0) > 0:
-            break
-        n += 1
-    return n
 
 
 def run(grid, cfg: dict, name: str) -> None:

@@ -18,11 +18,14 @@ is the valid score of the kept checkpoint. Each evaluation step costs two messag
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from logging import INFO
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
 from clients.fedrl import SENDS, array_record
@@ -260,7 +263,11 @@ def run(grid, cfg: dict, name: str) -> None:
         "updates/round (%.3g per transition)", s.rules, s.mode, s.size, s.size, s.envs,
         s.act_steps, s.updates, s.update_ratio)
     t_start = time.perf_counter()
-    for rnd in range(1, rounds + 1):
+    done = recorder.last_round()
+    if done:
+        privacy = load_round(recorder, done, proto, select, send)
+        log(INFO, "[fedembodied] resuming FedRL after round %d of %d", done, rounds)
+    for rnd in range(done + 1, rounds + 1):
         recorder.start_round(rnd)
         send.round = rnd
         metrics = proto.train_round()
@@ -271,6 +278,9 @@ def run(grid, cfg: dict, name: str) -> None:
         recorder.add_metrics(metrics)
         recorder.add_client(node=roles["alpha"], partition="alpha", status="ok")
         recorder.add_client(node=roles["beta"], partition="beta", status="ok")
+        for role in ("alpha", "beta"):   # each party writes its own state as of this round
+            send(role, "checkpoint", evaluation=True, **{"save-state": True})
+        save_round(recorder, rnd, proto, select, send, privacy)   # before rounds.csv says rnd
         row = recorder.end_round(proto.theta_g)
         log(INFO, "[fedembodied] round %d/%d  valid succ %s  alpha privacy epsilon=%s  "
             "wall=%.2fs", rnd, rounds, row.get(SELECT, "-"),
@@ -282,3 +292,53 @@ def run(grid, cfg: dict, name: str) -> None:
                           update_ratio=s.update_ratio,
                           wall_s=round(time.perf_counter() - t_start, 2))
     log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, privacy)
+
+
+def _tensors(arrays) -> dict | None:
+    return None if arrays is None else {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
+
+
+def save_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
+               send: Exchange, privacy: dict) -> None:
+    """What the server needs to go on after round `rnd`: theta_g, the protocol's in-flight
+    values (alpha's last actions and C_alpha), counters, its RNG, model selection and the
+    privacy ledger's last report. Atomically, in one of two files by round parity (the
+    parties save their own state: clients/state_store.py)."""
+    theta = None if proto.theta_g is None else {k: v.numpy() for k, v in proto.theta_g.items()}
+    state = {"round": rnd, "theta_g": _tensors(theta),
+             "prev": None if proto.prev is None else torch.from_numpy(np.array(proto.prev)),
+             "c_alpha": None if proto.c_alpha is None else torch.from_numpy(
+                 np.array(proto.c_alpha)),
+             "counters": [proto.transitions, proto.updates, proto.samples, send.messages],
+             "rng": json.dumps(proto.rng.bit_generator.state),
+             "theta_shapes": json.dumps(getattr(send, "theta_shapes", None)),
+             "select": json.dumps({"score": select.score, "best": select.best}),
+             "privacy": json.dumps(privacy)}
+    path = recorder.out / "checkpoints" / f"fedrl_{rnd % 2}.pt"
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
+               send: Exchange) -> dict:
+    """The server's state after round `rnd` (save_round); returns the privacy report."""
+    path = recorder.out / "checkpoints" / f"fedrl_{rnd % 2}.pt"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume: {path} is missing")
+    st = torch.load(path, map_location="cpu", weights_only=True)
+    if int(st["round"]) != rnd:
+        raise ConfigError(f"cannot resume: {path} holds round {st['round']}, rounds.csv ends "
+                          f"at {rnd}")
+    if st["theta_g"] is not None:
+        proto.theta_g = ArrayRecord({k: Array(v.numpy()) for k, v in st["theta_g"].items()})
+    proto.prev = None if st["prev"] is None else st["prev"].numpy()
+    proto.c_alpha = None if st["c_alpha"] is None else st["c_alpha"].numpy()
+    proto.transitions, proto.updates, proto.samples, send.messages = st["counters"]
+    proto.rng.bit_generator.state = json.loads(st["rng"])
+    shapes = json.loads(st["theta_shapes"])
+    if shapes:
+        send.theta_shapes = {k: tuple(v) for k, v in shapes.items()}
+    sel = json.loads(st["select"])
+    select.score, select.best = sel["score"], sel["best"]
+    return json.loads(st["privacy"])

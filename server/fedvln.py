@@ -51,7 +51,7 @@ from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.speaker import Speaker
 from server.config import ConfigError, positive
-from server.recorder import Recorder, out_dir
+from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
 from strategies.fedvln import FedVLNStrategy
 from strategies.nodes import (FederationError, partitions_of, query_identities,
                               wait_for_nodes)
@@ -216,6 +216,10 @@ def run(grid, cfg: dict, name: str) -> None:
     stage, rounds = str(cfg["fedvln.stage"]), int(cfg["num-server-rounds"])
     tag = stage + (f"/{cfg['fedvln.variant']}" if stage == "preexplore" else "")
     recorder = Recorder(out_dir(cfg, name), cfg, stage=tag.replace("/", "-"))
+    done = recorder.last_round()
+    if done and (plan.speaker_to or plan.follower_to):
+        raise ConfigError(f"cannot resume fedvln stage {tag}: its setup round's models and "
+                          "sampled routes live in the houses' memory; start the stage again")
     parts, idents = _houses(grid, cfg)
     vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
     torch.manual_seed(int(cfg["seed"]))
@@ -256,9 +260,19 @@ def run(grid, cfg: dict, name: str) -> None:
     key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
     t0 = time.perf_counter()
 
+    initial = shared
+    if done:   # resume: the shared arrays after the last finished round, the best score so far
+        initial = ArrayRecord(load_round(recorder, done))
+        strategy.round_offset = done
+        strategy.empty_rounds = trailing_empty_rounds(recorder)
+        best["score"] = max([float(r[key]) for r in recorder.rounds
+                             if key in r and r[key] == r[key]], default=-1.0)
+        log(INFO, "[fedembodied] resuming FedVLN %s after round %d of %d", tag, done, rounds)
+
     def end_of_round(server_round: int, arrays: ArrayRecord):
         if server_round == 0:
             return None
+        server_round += strategy.round_offset
         row = recorder.end_round(arrays)
         if plan.share == "*" and row.get(key, -1) > best["score"]:
             best["score"] = row[key]
@@ -271,7 +285,7 @@ def run(grid, cfg: dict, name: str) -> None:
             row["n_clients"], row["bytes_up"] / 1e6, row["wall_s"])
         return None
 
-    result = strategy.start(grid=grid, initial_arrays=shared, num_rounds=rounds,
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds - done,
                             timeout=float(cfg["round-timeout"]),
                             train_config=ConfigRecord({"step": plan.model, "epochs": plan.epochs,
                                                        "share": plan.share,

@@ -37,9 +37,6 @@ METHODS: dict[str, Method] = {m.name: m for m in [
 ]}
 
 
-# Methods whose ServerApp can go on from a folder's last finished round (run config `resume`).
-RESUMABLE = ("fedavg", "fedprox", "cdl-sfl", "gossip", "cdl")
-
 
 def get(name: str) -> Method:
     if name not in METHODS:

@@ -22,6 +22,8 @@ import pandas as pd
 import torch
 from flwr.app import ArrayRecord
 
+from server.config import ConfigError
+
 ROUND_COLUMNS = ["round", "stage", "wall_s", "n_clients", "bytes_up", "bytes_down"]
 CLIENT_COLUMNS = ["round", "stage", "node", "partition", "num_examples", "train_loss", "fit_s",
                   "status"]
@@ -115,3 +117,20 @@ class Recorder:
             torch.save(arrays.to_torch_state_dict(),
                        self.out / "checkpoints" / f"round_{self._round:04d}.pt")
         return row
+
+
+def load_round(recorder: "Recorder", rnd: int) -> dict:
+    """The global model the run checkpointed after round `rnd` (tensors only)."""
+    path = recorder.out / "checkpoints" / f"round_{rnd:04d}.pt"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume: {path} is missing")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def trailing_empty_rounds(recorder: "Recorder") -> int:
+    n = 0
+    for row in reversed(recorder.rounds):
+        if float(row.get("n_accepted", 1) or 0) > 0:
+            break
+        n += 1
+    return n

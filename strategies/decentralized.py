@@ -66,7 +66,8 @@ class TopologyRelay:
         mixes = [mix(models, a[i]) for i in range(len(models))]
         silos = [i for i in range(len(models)) if i in node_of]
         msgs = [Message(RecordDict({"arrays": ArrayRecord(to_record(mixes[i])),
-                                    "config": ConfigRecord({"server-round": rnd})}),
+                                    "config": ConfigRecord({"server-round": rnd,
+                                                            "save-state": True})}),
                         dst_node_id=node_of[i], message_type=MessageType.TRAIN)
                 for i in silos]
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))

@@ -125,7 +125,8 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        self.server_learning_rate = self.base_lr * self.lr_decay ** (server_round - 1)
+        t = server_round + self.round_offset   # a resumed run counts on from its last round
+        self.server_learning_rate = self.base_lr * self.lr_decay ** (t - 1)
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]

@@ -119,7 +119,7 @@ class ScreenedFedAvg(FedAvg):
         self.recorder.start_round(server_round)
         self.current = arrays
         config = ConfigRecord({**dict(config), **self._extra_train_config(),
-                               "server-round": server_round})
+                               "server-round": server_round, "save-state": True})
         self.unheld = []
         nodes = self.train_nodes(grid, server_round)
         for p in self.unheld:   # picked, but its SuperNode is gone

@@ -114,6 +114,6 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path):
     assert res.returncode == 2 and "that run is 'gossip'" in res.stderr
     res = _run("gossip", "--resume", str(tmp_path / "run"), "--seed", "3")
     assert res.returncode == 2 and "--seed cannot change it" in res.stderr
-    res = _run("fedvln", "--resume", str(tmp_path / "run"))
-    assert res.returncode == 2 and "cannot resume yet" in res.stderr
+    res = _run("gossip", "--resume", str(tmp_path / "run"))
+    assert res.returncode == 2 and "no rounds.csv" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1

@@ -1,0 +1,78 @@
+"""A node's own state on its own disk, so that a resumed run continues with it.
+
+Why: Flower keeps `context.state` (a CDL silo's sub-network, a kept optimizer, a FedRL party's
+networks, replay buffer and environments, a FedVLN house's optimizer) in the SuperNode's
+memory (in simulation, the launcher's), and a killed run loses it. After every message the
+ClientApp writes its node's context state here; a run resumed after round k (run config
+`resume = true`, `resume-round = k`, set by `simulation.py --resume`) reads it back before the
+node's first message.
+
+Where: the node config's `state-dir` (a deployed SuperNode's own disk), else
+`<out-dir>/client-state` (simulation: the same machine as the results). One folder per node
+(partition), two snapshots each: the newest and the one before it, tagged with their server
+round. A node may have begun round k+1 before the kill, so the resumed node loads the newest
+snapshot of a round <= k. Format: Flower's own RecordDict protobuf (no pickle, no code).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # pylint: disable=E0611
+
+TAG = "state-store"      # ConfigRecord in context.state: the snapshot's round
+
+
+def folder(context: Context, cfg: dict) -> Path | None:
+    base = str(context.node_config.get("state-dir", "")) or (
+        str(Path(str(cfg["out-dir"])) / "client-state") if str(cfg["out-dir"]) else "")
+    if not base:
+        return None
+    return Path(base) / f"partition-{int(context.node_config.get('partition-id', 0))}"
+
+
+def _read(path: Path) -> tuple[int, RecordDict] | None:
+    if not path.is_file():
+        return None
+    proto = ProtoRecordDict()
+    proto.ParseFromString(path.read_bytes())
+    state = recorddict_from_proto(proto)
+    return int(state[TAG]["round"]), state
+
+
+def save(context: Context, cfg: dict, server_round: int) -> None:
+    """Write the node's state as of `server_round` (atomically; the previous round's snapshot
+    is kept until a newer round's replaces it)."""
+    where = folder(context, cfg)
+    if where is None or server_round <= 0:
+        return
+    where.mkdir(parents=True, exist_ok=True)
+    newest, before = where / "newest.pb", where / "before.pb"
+    current = _read(newest)
+    if current is not None and current[0] != server_round:
+        os.replace(newest, before)            # a new round: the last one becomes "before"
+    context.state[TAG] = ConfigRecord({"round": int(server_round)})
+    tmp = where / "newest.tmp"
+    tmp.write_bytes(recorddict_to_proto(context.state).SerializeToString())
+    os.replace(tmp, newest)
+
+
+def restore(context: Context, cfg: dict) -> int | None:
+    """In a resumed run, fill an empty context state with the newest snapshot of a round <=
+    resume-round; returns its round (None: nothing to restore, the node starts fresh)."""
+    if not bool(cfg["resume"]) or TAG in context.state:
+        return None
+    where = folder(context, cfg)
+    if where is None:
+        return None
+    k = int(cfg["resume-round"])
+    for name in ("newest.pb", "before.pb"):
+        snap = _read(where / name)
+        if snap is not None and snap[0] <= k:
+            for key, record in snap[1].items():
+                context.state[key] = record
+            return snap[0]
+    context.state[TAG] = ConfigRecord({"round": 0})   # nothing of this run: start fresh, once
+    return None
