@@ -391,8 +391,15 @@ def launch(args, overrides: dict, out: Path) -> int:
                   file=sys.stderr)
             return 1
         print(f"run {run_id}: {overrides['method']}, results in {out}", flush=True)
-        follow(link, run_id, args, out / "flower.log")
-        status, details = wait_finished(link, run_id, args.timeout)
+        served = follow(link, run_id, args, out / "flower.log")
+        status, details = wait_finished(link, run_id, DRAIN_S if served else args.timeout)
+        if served and not status.startswith("finished"):
+            # the ServerApp wrote every result; Flower's engine would wait for a client call
+            # that hangs (faults.hang-s, or a real one) before it ends the run
+            print(f"simulation.py: results complete; stopping client calls still running "
+                  f"{DRAIN_S:.0f} s after the ServerApp ended (a hung client)", file=sys.stderr)
+            link.flwr("stop", str(run_id), "fedsim", timeout=60)
+            status = "finished:completed"
         if status != "finished:completed":
             print(f"simulation.py: run {run_id} ended with status {status}: {details} "
                   f"(full log: {out / 'flower.log'})", file=sys.stderr)
@@ -413,8 +420,12 @@ def default(key: str):
     return defaults()[key]
 
 
-def follow(link: LocalSuperLink, run_id: int, args, log_path: Path) -> None:
-    """Stream the run's log into log_path; show our per-round lines (everything with --verbose)."""
+DRAIN_S = 15.0   # after the ServerApp's last line, how long client calls may take to end
+
+
+def follow(link: LocalSuperLink, run_id: int, args, log_path: Path) -> bool:
+    """Stream the run's log into log_path; show our per-round lines (everything with --verbose).
+    True when the ServerApp logged that it is done (then stop following)."""
     proc = subprocess.Popen([str(BIN / "flwr"), "log", str(run_id), "fedsim", "--stream"],
                             env=link.env, cwd=str(ROOT), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -424,11 +435,14 @@ def follow(link: LocalSuperLink, run_id: int, args, log_path: Path) -> None:
             for line in proc.stdout:
                 log.write(line)
                 show(line, args.verbose)
+                if "[fedembodied] done:" in line:
+                    return True
                 if time.monotonic() > deadline:
                     break
     finally:
         proc.kill()
         proc.wait()
+    return False
 
 
 def show(line: str, verbose: bool) -> None:

@@ -4,8 +4,8 @@ For each method, four runs of the same small study (seed 0, ROUNDS rounds):
 * clean: no faults (the reference);
 * faults: 20% of training calls raise (`faults.fraction=0.2`, drawn per call);
 * hang: silo / party 1 hangs 120 s in round 3 (`faults.hang-partitions`);
-* kill: the launcher is stopped with SIGTERM (as Ctrl-C or a scheduler's kill) once round
-  KILL_AFTER is in rounds.csv, then `simulation.py M --resume DIR` finishes the run.
+* kill: the launcher, its SuperLink, ServerApp and Ray workers get SIGKILL (a crash) once
+  round KILL_AFTER is in rounds.csv, then `simulation.py M --resume DIR` finishes the run.
 
 Columns: faulty calls injected (recomputed from clients/faults.fault_of for every call that was
 sent) and recorded in clients.csv, updates wrongly aggregated (an injected call whose row says
@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +36,9 @@ import pandas as pd
 from clients.faults import fault_of
 from experiments.simulate import RESULTS, ROOT, command_line
 from server.config import merged
+from simulation import processes_with_token
 
-ROUNDS, KILL_AFTER = 6, 3
+ROUNDS, KILL_AFTER = 6, 2
 WORK = ROOT / "runs" / "reliability"
 DRIVING = ("driving.image-size=32 driving.train-per-silo=60 driving.test-per-silo=20 "
            "driving.local-epochs=1")
@@ -49,7 +52,7 @@ STUDIES = {   # method -> (flags, run config, the metric compared)
                   "fedrl.batch-size=8 fedrl.eval-episodes=6 fedrl.max-steps=6 "
                   "fedrl.target-update=2 fedrl.retries=5", "valid-succ-rate-test_noise=off"),
     "fedvln": ([], "fedvln.train-houses=3 fedvln.unseen-houses=2 fedvln.embedding=16 "
-                   "fedvln.hidden=32 fedvln.batch-size=8 fedvln.max-local-steps=2 "
+                   "fedvln.hidden=32 fedvln.batch-size=8 fedvln.max-local-steps=2 fedvln.seen-rate=1.0 "
                    "fedvln.optimizer-state=\"house\"", "val_unseen_sr"),
 }
 FAULTS = {"clean": "", "faults": "faults.fraction=0.2",
@@ -68,15 +71,23 @@ def launch(method: str, out: Path, extra: str, kill_after: int = 0) -> dict:
            "--run-config", f"{cfg} {extra}".strip()]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
+    token = f"reliability-{uuid.uuid4().hex}"
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=True,
+                            env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token})
     while kill_after and proc.poll() is None:
         done = len(pd.read_csv(out / "rounds.csv")) if (out / "rounds.csv").is_file() else 0
-        if done >= kill_after:
-            proc.send_signal(signal.SIGTERM)
+        if done >= kill_after:       # a crash: SIGKILL to the launcher and everything it runs
+            for pid in [proc.pid, *processes_with_token(token)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             break
-        time.sleep(0.5)
+        time.sleep(0.05)
     _, err = proc.communicate()
+    for pid in processes_with_token(token):   # a killed run leaves nothing running
+        os.kill(pid, signal.SIGKILL)
     if proc.returncode not in (0, None) and not kill_after:
         print(err[-2000:], file=sys.stderr)
     return {"code": proc.returncode, "wall_s": time.perf_counter() - t0,

@@ -10,6 +10,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from server import methods
 from server.config import ConfigError, check_faults, check_ranges, merged
+from server.recorder import out_dir
 from strategies.timeouts import AdaptiveTimeout
 
 app = ServerApp()
@@ -26,6 +27,8 @@ def main(grid: Grid, context: Context) -> None:
     check_faults(cfg, 2 if methods.get(name).domain == "gridworld" else int(cfg["num-clients"]))
     grid = AdaptiveTimeout(grid, float(cfg["timeout-factor"]), float(cfg["timeout-floor"]))
     methods.server_module(name).run(grid, cfg, name)
+    # every result is written: simulation.py may now stop client calls still running (a hung one)
+    log(INFO, "[fedembodied] done: %s", out_dir(cfg, name))
 
 
 def check_resume_round(cfg: dict) -> None:

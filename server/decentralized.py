@@ -102,4 +102,3 @@ def run(grid, cfg: dict, name: str) -> None:
     for i, m in enumerate(models):
         torch.save({k: torch.from_numpy(v) for k, v in m.items()},
                    recorder.out / "checkpoints" / f"final_silo_{i:03d}.pt")
-    log(INFO, "[fedembodied] done: %s", recorder.out)

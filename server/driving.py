@@ -112,4 +112,3 @@ def run(grid, cfg: dict, name: str) -> None:
     strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds - done,
                    timeout=float(cfg["round-timeout"]), train_config=ConfigRecord(),
                    evaluate_fn=end_of_round)
-    log(INFO, "[fedembodied] done: %s", recorder.out)

@@ -296,7 +296,6 @@ def run(grid, cfg: dict, name: str) -> None:
     if plan.share == "*":
         _save(model, result.arrays, recorder.out / "model.pt", rounds=rounds)
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
-    log(INFO, "[fedembodied] done: %s", recorder.out)
 
 
 def _save(model, arrays: ArrayRecord, path: Path, **extra) -> None:

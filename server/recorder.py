@@ -15,6 +15,7 @@ Files are rewritten after every round, so an interrupted run keeps what it finis
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -107,15 +108,16 @@ class Recorder:
                "wall_s": round(time.perf_counter() - self._t0, 4),
                "n_clients": self._n_clients, "bytes_up": self._up, "bytes_down": self._down,
                "eval_bytes_down": self._eval_down, **self._metrics}
+        if arrays is not None:   # first, atomically: rounds.csv must never name a round
+            path = self.out / "checkpoints" / f"round_{self._round:04d}.pt"   # with no model
+            torch.save(arrays.to_torch_state_dict(), path.with_suffix(".tmp"))
+            os.replace(path.with_suffix(".tmp"), path)
         self.rounds.append(row)
         pd.DataFrame(self.rounds).to_csv(self.out / "rounds.csv", index=False)
         pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(self.out / "clients.csv",
                                                                   index=False)
         if self.silos:
             pd.DataFrame(self.silos).to_csv(self.out / "silos.csv", index=False)
-        if arrays is not None:
-            torch.save(arrays.to_torch_state_dict(),
-                       self.out / "checkpoints" / f"round_{self._round:04d}.pt")
         return row
 
 

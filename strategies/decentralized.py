@@ -73,9 +73,6 @@ class TopologyRelay:
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
         replies = [(silos[k], rep) for k, rep in
                    answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))]
-        if replies and all(r.has_error() for _, r in replies):
-            raise ClientsFailed(f"every silo failed in round {rnd}; first: "
-                                f"{one_line(replies[0][1].error.reason)}")
         new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
         losses, weights, accepted = [], [], []
         for i in sorted(set(range(len(models))) - {i for i, _ in replies}):
@@ -109,7 +106,9 @@ class TopologyRelay:
         if self.empty_rounds >= self.max_empty_rounds:
             raise ClientsFailed(f"no silo's update was accepted in {self.empty_rounds} "
                                 f"consecutive rounds (up to round {rnd}; run config "
-                                f"'max-empty-rounds'); clients.csv says why")
+                                f"'max-empty-rounds'); last failure: " + next(
+                                    (one_line(r.error.reason) for _, r in replies
+                                     if r.has_error()), "see clients.csv"))
         return new
 
     def evaluate_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:

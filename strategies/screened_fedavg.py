@@ -9,9 +9,10 @@
   recorder (server.recorder.Recorder): a failed client's row names the node and partition the
   message went to (an error reply may come from the SuperLink, not the node), with a one-line
   reason (the full one goes to the log), and a client that never answered gets a row too;
-* a round where every client failed stops the run (ClientsFailed), and so do
-  `max_empty_rounds` consecutive rounds in which no update was accepted (failed, rejected or
-  unanswered), instead of a run that "completes" without training;
+* `max_empty_rounds` consecutive rounds in which no update was accepted (failed, rejected or
+  unanswered) stop the run (ClientsFailed, naming the last failure), instead of a run that
+  "completes" without training; a single such round (e.g. the one sampled house failed) is
+  recorded and the global model stays as it was;
 * evaluation runs on every silo's own test split; the pooled metrics are the example-weighted
   ones, which equal RMSE/MAE on the union of the test splits, so no test data leaves a silo.
 """
@@ -138,9 +139,6 @@ class ScreenedFedAvg(FedAvg):
         parts = self.partitions or {}
         pairs = answered(self.sent, list(replies))
         pairs.sort(key=lambda ir: parts.get(self.sent[ir[0]].metadata.dst_node_id, -1))
-        if pairs and all(rep.has_error() for _, rep in pairs):
-            raise ClientsFailed(f"every client failed in round {server_round}; first: "
-                                f"{one_line(pairs[0][1].error.reason)}")
         for i, rep in pairs:
             node = self.sent[i].metadata.dst_node_id
             problem = screen_update(rep, self.current, array_key=self.arrayrecord_key,
@@ -175,9 +173,11 @@ class ScreenedFedAvg(FedAvg):
             self.recorder.add_metrics({"n_accepted": 0})
             self.empty_rounds += 1
             if self.empty_rounds >= self.max_empty_rounds:
+                why = next((one_line(rep.error.reason) for _, rep in pairs if rep.has_error()),
+                           "see clients.csv")
                 raise ClientsFailed(f"no update was accepted in {self.empty_rounds} consecutive "
                                     f"rounds (up to round {server_round}; run config "
-                                    f"'max-empty-rounds'); clients.csv says why")
+                                    f"'max-empty-rounds'); last failure: {why}")
             return None, None  # the global model stays as it was
         self.empty_rounds = 0
         n = [float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])

@@ -48,6 +48,24 @@ def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     assert run_tokens_alive(token) == []  # no Flower or Ray process outlives the launcher
 
 
+def test_a_client_hung_in_the_last_round_does_not_hold_the_run_open(tmp_path):
+    """Flower's engine ends a simulation only when every ClientApp call has returned; the
+    launcher stops a call still hanging DRAIN_S after the ServerApp wrote its results."""
+    import time
+
+    out, token = tmp_path / "run", f"test-{uuid.uuid4().hex}"
+    t0 = time.monotonic()
+    res = _launch(["fedavg", "--rounds", "2", "--num-clients", "2", "--out", str(out),
+                   "--no-plots", "--run-config", SMALL + ' faults.hang-partitions="1" '
+                   'faults.rounds="2" faults.hang-s=600.0 timeout-floor=3.0'], token)
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - t0 < 300 and "a hung client" in res.stderr
+    clients = pd.read_csv(out / "clients.csv")
+    assert clients[(clients["round"] == 2) & (clients.partition == 1)].status.str.startswith(
+        "failed: no reply").all()
+    assert run_tokens_alive(token) == []
+
+
 def test_simulation_engine_cdl_on_a_ring(tmp_path):
     out = tmp_path / "cdl"
     token = f"test-{uuid.uuid4().hex}"

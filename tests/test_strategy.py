@@ -99,17 +99,22 @@ def test_failed_and_silent_clients_are_named_with_one_line_reasons(tmp_path):
     assert rows.loc[0, "status"] == "ok"
 
 
-def test_a_round_where_every_client_failed_stops_the_run(tmp_path):
+def test_rounds_where_every_client_failed_stop_the_run_after_max_empty_rounds(tmp_path):
+    """One round in which every sampled client failed (with few clients per round, 20% faults
+    make that common) keeps the model; max-empty-rounds of them in a row stop the run, naming
+    the failure."""
     from flwr.app import Error
 
     from strategies.screened_fedavg import ClientsFailed
 
     s, _ = _strategy(tmp_path, n=2)
+    s.max_empty_rounds = 2
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
     errors = [Message(Error(code=0, reason="DataError: x.jpg not readable"), reply_to=m)
               for m in msgs]
+    assert s.aggregate_train(1, errors) == (None, None)
     with pytest.raises(ClientsFailed, match="x.jpg not readable"):
-        s.aggregate_train(1, errors)
+        s.aggregate_train(2, errors)
     # one failure among good replies is only recorded
     good = _reply(msgs[0], _global())
     arrays, _ = s.aggregate_train(1, [good, errors[1]])
