@@ -1,0 +1,97 @@
+"""The FedRL paper's Text2Action data (EASDRL: Feng et al. 2018), read safely.
+
+The corpora are Python 2 pickles (`<domain>_labeled_text_data.pkl`, `<domain>_dependency.pkl`,
+`indices/<domain>_act_<k>_fold_indices.pkl`). Unpickling can run code, so `safe_load` uses an
+Unpickler whose `find_class` allows only what these files contain besides plain lists, dicts,
+strings and numbers: numpy's array reconstruction (`numpy.core.multiarray._reconstruct`,
+`numpy.ndarray`, `numpy.dtype`). Anything else is a DataError naming the file and the global.
+
+`load_domain` returns one ActText per text, as the reference's `read_act_texts`
+(FRL2019/FRL text2action/Environment.py) builds it for the action-name task: the words, a tag
+per word (1 = not an action; 2, 3, 4 = an action of type 1, 2, 3, as `act_type + 1` there) and
+the word's part-of-speech tag from the dependency file. Only this loader exists yet (issue 17);
+the environment, networks and Table 2 do not.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from envs.errors import DataError
+
+DOMAINS = ("win2k", "cooking", "wikihow")
+ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+           ("numpy", "ndarray"), ("numpy", "dtype")}
+
+
+class _Restricted(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in ALLOWED:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        if module.endswith("multiarray"):   # numpy 2 keeps it in numpy._core (numpy 1: core)
+            import importlib
+            core = "numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray"
+            return getattr(importlib.import_module(core), name)
+        return getattr(np, name)
+
+
+def safe_load(path: Path):
+    """The pickle at `path`, built from plain data and numpy arrays only."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        with open(path, "rb") as f:
+            return _Restricted(f, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            IndexError, KeyError, MemoryError, RecursionError) as e:
+        raise DataError(f"{path}: not a Text2Action pickle that loads without running code "
+                        f"({type(e).__name__}: {e})") from None
+
+
+@dataclass
+class ActText:
+    words: list[str]
+    tags: np.ndarray      # per word: 1 not an action, 2-4 an action (act_type + 1)
+    pos: list[str]        # per word: its part-of-speech tag
+
+
+def load_domain(data_dir: Path | str, domain: str) -> list[ActText]:
+    """Every text of `domain`, with each word's action tag and POS tag (checked to align)."""
+    if domain not in DOMAINS:
+        raise DataError(f"unknown Text2Action domain {domain!r} (choose from {', '.join(DOMAINS)})")
+    root = Path(data_dir)
+    texts_path, dep_path = root / f"{domain}_labeled_text_data.pkl", root / f"{domain}_dependency.pkl"
+    texts, deps = safe_load(texts_path), safe_load(dep_path)
+    if not isinstance(texts, list) or not isinstance(deps, list) or len(texts) != len(deps):
+        raise DataError(f"{texts_path}, {dep_path}: expected two lists of equal length")
+    out = []
+    for i, (t, dep) in enumerate(zip(texts, deps)):
+        try:
+            words = [str(w) for w in t["words"]]
+            pos = [str(p) for sent in dep for _, p in sent]
+            tags = np.ones(len(words), np.int64)
+            for act in t["acts"]:
+                tags[int(act["act_idx"])] = int(act["act_type"]) + 1
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise DataError(f"{texts_path}: text {i}: missing or malformed field {e}") from None
+        if len(pos) != len(words):
+            raise DataError(f"{dep_path}: text {i} has {len(pos)} POS tags for {len(words)} words")
+        if not set(np.unique(tags)) <= {1, 2, 3, 4}:
+            raise DataError(f"{texts_path}: text {i}: act_type outside 1-3")
+        out.append(ActText(words, tags, pos))
+    return out
+
+
+def folds(data_dir: Path | str, domain: str, k: int) -> list[np.ndarray]:
+    """The official k-fold split of `domain`'s texts (indices into load_domain's list)."""
+    path = Path(data_dir) / "indices" / f"{domain}_act_{k}_fold_indices.pkl"
+    raw = safe_load(path)
+    try:
+        parts = [np.asarray(f, dtype=np.int64).reshape(-1) for f in raw]
+    except (TypeError, ValueError) as e:
+        raise DataError(f"{path}: folds are not index arrays ({e})") from None
+    return parts
