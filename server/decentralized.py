@@ -2,7 +2,6 @@
 training) and `cdl` (CDL DFL: contrastive-divergence clients). The server only relays."""
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from logging import INFO
 
@@ -15,7 +14,8 @@ from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
 from server.config import ConfigError, positive
 from server.driving import check_config as check_driving_config
-from server.recorder import Recorder, out_dir, trailing_empty_rounds
+from server.recorder import (Recorder, load_by_parity, out_dir, save_by_parity,
+                             trailing_empty_rounds)
 from strategies.decentralized import TopologyRelay
 from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build
@@ -41,24 +41,14 @@ def initial_arrays(cfg: dict, name: str) -> OrderedDict:
 
 
 def save_silos(recorder: Recorder, rnd: int, models: list[dict]) -> None:
-    """Every silo's model after round `rnd`, written atomically, in one of two files by the
-    round's parity: whichever moment the run dies, the round rounds.csv ends at is on disk."""
-    path = recorder.out / "checkpoints" / f"silos_{rnd % 2}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save({"round": rnd, "models": [{k: torch.from_numpy(np.ascontiguousarray(v))
-                                          for k, v in m.items()} for m in models]}, tmp)
-    os.replace(tmp, path)
+    """Every silo's model after round `rnd` (checkpoints/silos_{0,1}.pt)."""
+    save_by_parity(recorder, "silos", rnd, {"models": [
+        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in m.items()} for m in models]})
 
 
 def load_silos(recorder: Recorder, rnd: int) -> list[dict]:
-    path = recorder.out / "checkpoints" / f"silos_{rnd % 2}.pt"
-    if not path.is_file():
-        raise ConfigError(f"cannot resume: {path} is missing")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    if int(saved["round"]) != rnd:
-        raise ConfigError(f"cannot resume: {path} holds round {saved['round']}, rounds.csv "
-                          f"ends at {rnd}")
-    return [{k: v.numpy() for k, v in m.items()} for m in saved["models"]]
+    return [{k: v.numpy() for k, v in m.items()}
+            for m in load_by_parity(recorder, "silos", rnd)["models"]]
 
 
 def run(grid, cfg: dict, name: str) -> None:

@@ -19,7 +19,6 @@ is the valid score of the kept checkpoint. Each evaluation step costs two messag
 from __future__ import annotations
 
 import json
-import os
 import time
 from logging import INFO
 
@@ -33,7 +32,7 @@ from clients.fedrl_party import Settings, sample_ids
 from envs.errors import DataError
 from envs.gridworld import max_steps_for
 from server.config import ConfigError, positive
-from server.recorder import Recorder, out_dir
+from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes, one_line
 
@@ -302,10 +301,10 @@ def save_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
                send: Exchange, privacy: dict) -> None:
     """What the server needs to go on after round `rnd`: theta_g, the protocol's in-flight
     values (alpha's last actions and C_alpha), counters, its RNG, model selection and the
-    privacy ledger's last report. Atomically, in one of two files by round parity (the
-    parties save their own state: clients/state_store.py)."""
+    privacy ledger's last report (checkpoints/fedrl_{0,1}.pt; the parties save their own
+    state: clients/state_store.py)."""
     theta = None if proto.theta_g is None else {k: v.numpy() for k, v in proto.theta_g.items()}
-    state = {"round": rnd, "theta_g": _tensors(theta),
+    state = {"theta_g": _tensors(theta),
              "prev": None if proto.prev is None else torch.from_numpy(np.array(proto.prev)),
              "c_alpha": None if proto.c_alpha is None else torch.from_numpy(
                  np.array(proto.c_alpha)),
@@ -314,22 +313,13 @@ def save_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
              "theta_shapes": json.dumps(getattr(send, "theta_shapes", None)),
              "select": json.dumps({"score": select.score, "best": select.best}),
              "privacy": json.dumps(privacy)}
-    path = recorder.out / "checkpoints" / f"fedrl_{rnd % 2}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    save_by_parity(recorder, "fedrl", rnd, state)
 
 
 def load_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
                send: Exchange) -> dict:
     """The server's state after round `rnd` (save_round); returns the privacy report."""
-    path = recorder.out / "checkpoints" / f"fedrl_{rnd % 2}.pt"
-    if not path.is_file():
-        raise ConfigError(f"cannot resume: {path} is missing")
-    st = torch.load(path, map_location="cpu", weights_only=True)
-    if int(st["round"]) != rnd:
-        raise ConfigError(f"cannot resume: {path} holds round {st['round']}, rounds.csv ends "
-                          f"at {rnd}")
+    st = load_by_parity(recorder, "fedrl", rnd)
     if st["theta_g"] is not None:
         proto.theta_g = ArrayRecord({k: Array(v.numpy()) for k, v in st["theta_g"].items()})
     proto.prev = None if st["prev"] is None else st["prev"].numpy()

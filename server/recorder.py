@@ -121,6 +121,27 @@ class Recorder:
         return row
 
 
+def save_by_parity(recorder: "Recorder", name: str, rnd: int, state: dict) -> None:
+    """`state` (tensors and plain data) as of round `rnd`, written atomically to
+    checkpoints/<name>_<rnd % 2>.pt: whichever moment the run dies, the round rounds.csv ends
+    at is on disk (the other file holds the round before)."""
+    path = recorder.out / "checkpoints" / f"{name}_{rnd % 2}.pt"
+    torch.save({**state, "round": rnd}, path.with_suffix(".tmp"))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def load_by_parity(recorder: "Recorder", name: str, rnd: int) -> dict:
+    """What save_by_parity wrote for round `rnd`, or ConfigError saying why it cannot resume."""
+    path = recorder.out / "checkpoints" / f"{name}_{rnd % 2}.pt"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume: {path} is missing")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if int(saved["round"]) != rnd:
+        raise ConfigError(f"cannot resume: {path} holds round {saved['round']}, rounds.csv "
+                          f"ends at {rnd}")
+    return saved
+
+
 def load_round(recorder: "Recorder", rnd: int) -> dict:
     """The global model the run checkpointed after round `rnd` (tensors only)."""
     path = recorder.out / "checkpoints" / f"round_{rnd:04d}.pt"
