@@ -215,7 +215,8 @@ def absolute_paths(cfg: dict, overrides: dict) -> None:
     defaults to ../shared/data/topologies beside this project."""
     from strategies.topology import DEFAULT_TOPOLOGY_DIR
 
-    for key in ("driving.data-dir", "topology-dir", "fedrl.map-file", "fedvln.data-dir",
+    for key in ("driving.data-dir", "topology-dir", "fedrl.map-file", "fedrl.t2a-data",
+                "fedvln.data-dir",
                 "fedvln.features-tsv", "fedvln.agent-init", "fedvln.speaker-init"):
         if str(cfg[key]):
             overrides[key] = cfg[key] = str(Path(str(cfg[key])).resolve())

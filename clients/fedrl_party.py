@@ -46,17 +46,36 @@ import torch
 from torch import nn
 
 from clients.fedrl_privacy import Ledger, epsilon, release
+from envs import text2action as t2a
 from envs.gridworld import (DEFAULT_HISTORY, RULES, STAY, GridWorld, Maps, generate_maps,
-                            load_mat, parse_range)
-from models.fedrl_nets import N_ACTIONS, QNet, SharedMLP
+                            load_mat, max_steps_for, parse_range)
+from envs.word_vectors import word_table
+from models.fedrl_nets import N_ACTIONS, FullQNet, QNet, SharedMLP
+from models.text_cnn import FullFeatures, PosFeatures, TextCNN, WordFeatures
 
 
 SPLITS = ("train", "valid", "test")
+DOMAINS = ("gridworld", "text2action")
+# fedrl.clip = 0: the domain's L2 bound on a released Q vector. Grid-World's Q outputs stay
+# within ~10; Text2Action's reach ~r/(1-gamma) = 500 (reward base 50), so a bound of 10 would
+# wash out the ranking under sigma = 1, while 1000 leaves them as the reference releases them.
+DEFAULT_CLIP = {"gridworld": 10.0, "text2action": 1000.0}
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The FedRL run config (`fedrl.*` keys), parsed and checked once."""
+    """The FedRL run config (`fedrl.*` keys), parsed and checked once.
+
+    `domain` picks the world and the networks: Grid-World (Sec. 5.1) or Text2Action (Sec. 5.2,
+    `t2a_*` keys; one joint action, select or neglect the current word, chosen on alpha's
+    Q_f as the reference's `frl_separate`); the protocol is the same."""
+    domain: str
+    t2a_data: str
+    t2a_dataset: str
+    t2a_words: int
+    t2a_folds: int
+    t2a_fold: int
+    t2a_valid_every: int
     size: int
     map_file: str
     maps_seed: int
@@ -100,10 +119,22 @@ class Settings:
         rules = str(get("rules"))
         if rules not in RULES:
             raise ValueError(f"fedrl.rules must be 'paper' or 'reference', got {rules!r}")
+        domain = str(get("domain"))
+        if domain not in DOMAINS:
+            raise ValueError(f"fedrl.domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
         mode = str(get("action-mode")) or ("joint-action" if rules == "reference" else "paper")
         if mode not in ("paper", "joint-action"):
             raise ValueError(f"fedrl.action-mode must be '', 'paper' or 'joint-action', "
                              f"got {mode!r}")
+        if domain == "text2action":
+            if str(get("action-mode")) == "paper":
+                raise ValueError("fedrl.action-mode: Text2Action has one joint action per word "
+                                 "(select or neglect); use '' or 'joint-action'")
+            mode = "joint-action"
+            for k in ("t2a-words", "t2a-folds"):
+                if int(get(k)) < (5 if k == "t2a-words" else 2):
+                    raise ValueError(f"fedrl.{k} is too small: {get(k)}")
+            t2a.check_domain(str(get("t2a-dataset")))
         size = int(get("size"))
         ints = {k: int(get(k)) for k in ("envs", "act-steps", "updates", "batch-size",
                                          "target-update", "eps-decay", "replay")}
@@ -113,8 +144,9 @@ class Settings:
         for k in ("history", "max-steps", "warmup", "eval-episodes"):
             if int(get(k)) < 0:
                 raise ValueError(f"fedrl.{k} must be >= 0, got {get(k)}")
-        if not 0 < float(get("clip")) < float("inf") or float(get("sigma")) < 0:
-            raise ValueError("fedrl.clip must be finite and > 0, and fedrl.sigma >= 0")
+        if not 0 <= float(get("clip")) < float("inf") or float(get("sigma")) < 0:
+            raise ValueError("fedrl.clip must be finite and >= 0 (0: the domain's default), "
+                             "and fedrl.sigma >= 0")
         if float(get("sigma")) == 0 and not bool(get("insecure-no-noise")):
             raise ValueError("fedrl.sigma = 0 would release Q outputs without noise; set "
                              "fedrl.insecure-no-noise=true to run that anyway")
@@ -127,6 +159,9 @@ class Settings:
         if not 0 < float(get("delta")) < 1:
             raise ValueError(f"fedrl.delta must be in (0, 1), got {get('delta')}")
         return cls(
+            domain=domain, t2a_data=str(get("t2a-data")), t2a_dataset=str(get("t2a-dataset")),
+            t2a_words=int(get("t2a-words")), t2a_folds=int(get("t2a-folds")),
+            t2a_fold=int(get("t2a-fold")), t2a_valid_every=int(get("t2a-valid-every")),
             size=size, map_file=str(get("map-file")), maps_seed=int(get("maps-seed")),
             train=parse_range(get("train-maps"), "fedrl.train-maps"),
             valid=parse_range(get("valid-maps"), "fedrl.valid-maps"),
@@ -134,7 +169,7 @@ class Settings:
             w_alpha=w[0], w_beta=w[1],
             history=int(get("history")) or DEFAULT_HISTORY.get(size, 8),
             max_steps=int(get("max-steps")), rules=rules, mode=mode, sigma=float(get("sigma")),
-            clip=float(get("clip")), delta=float(get("delta")), envs=ints["envs"],
+            clip=float(get("clip")) or DEFAULT_CLIP[domain], delta=float(get("delta")), envs=ints["envs"],
             act_steps=ints["act-steps"], updates=ints["updates"], batch=ints["batch-size"],
             lr=float(get("lr")), gamma=float(get("gamma")), target_update=ints["target-update"],
             eps_start=float(get("eps-start")), eps_end=float(get("eps-end")),
@@ -147,18 +182,81 @@ class Settings:
         return self.updates / (self.envs * self.act_steps)
 
     @property
+    def text(self) -> bool:
+        return self.domain == "text2action"
+
+    @property
     def n_actions(self) -> int:
-        """Actions one Q head ranks: a party's own 4, or the 16 joint actions."""
+        """Actions one Q head ranks: a party's own 4, the 16 joint actions, or Text2Action's
+        select/neglect."""
+        if self.text:
+            return 2
         return N_ACTIONS * N_ACTIONS if self.mode == "joint-action" else N_ACTIONS
+
+    @property
+    def mlp_hidden(self) -> int:
+        """theta_g's hidden width: Grid-World "32 x 4" (Sec. 5.1), Text2Action "4 x 2"
+        (Sec. 5.2; the reference's 2 x num_actions)."""
+        return 2 * self.n_actions if self.text else 32
+
+    @property
+    def horizon(self) -> int:
+        """Most steps an episode can take (an evaluation's bound)."""
+        return self.t2a_words if self.text else max_steps_for(self.size, self.max_steps)
+
+    def select_key(self, fedrl: bool = True) -> str:
+        """The valid score model selection maximises (F1 | SuccRate; FedRL's with test noise)."""
+        key = "valid-f1" if self.text else "valid-succ-rate"
+        return key + ("-test_noise=on" if fedrl else "")
+
+    def corpus(self) -> t2a.Corpus:
+        return t2a.load_corpus(self.t2a_data, self.t2a_dataset, self.t2a_words, self.t2a_folds,
+                               self.t2a_fold, self.t2a_valid_every)
+
+    def obs_field(self, role: str) -> tuple[tuple, type]:
+        """Shape and dtype of one observation of `role` in a replay."""
+        if self.text:
+            return (self.t2a_words + 1,), np.int16
+        w = self.w_alpha if role == "alpha" else self.w_beta
+        return (self.history, w, w), np.uint8
+
+    def q_net(self, role: str, n_out: int | None = None) -> nn.Module:
+        """A basic Q-network on `role`'s observations ("full": both parties' features)."""
+        n = n_out or self.n_actions
+        if not self.text:
+            if role == "full":
+                return FullQNet(self.history, self.w_alpha, self.w_beta, n)
+            return QNet(self.history, self.w_alpha if role == "alpha" else self.w_beta, n)
+        c = self.corpus()
+        pos = lambda: PosFeatures(c.pos, c.n_pos)  # noqa: E731
+        word = lambda: WordFeatures(_word_table(self.t2a_data, self.t2a_dataset,  # noqa: E731
+                                                self.t2a_words, self.t2a_folds, self.t2a_fold,
+                                                self.t2a_valid_every))
+        feats = {"alpha": pos, "beta": word,
+                 "full": lambda: FullFeatures(word(), pos())}[role]()
+        return TextCNN(feats, n)
+
+    def joint_moves(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha's move, beta's move) of joint action ids: Grid-World's divmod(a, 4); in
+        Text2Action the one tag applies to the word both replicas are at."""
+        return (np.asarray(a), np.asarray(a)) if self.text else split_joint(a)
 
     def maps(self) -> Maps:
         return _maps(self.map_file, self.size, self.maps_seed)
 
-    def split(self, name: str) -> range:
+    def split(self, name: str):
+        if self.text:
+            return self.corpus().splits[name]
         return {"train": self.train, "valid": self.valid, "test": self.test}[name]
 
     def check_maps(self) -> None:
-        """Fail early, naming the key, when a range does not fit the maps."""
+        """Fail early, naming the key, when a range does not fit the maps (Text2Action: load
+        and check the corpus)."""
+        if self.text:
+            c = self.corpus()
+            if not len(c.splits["train"]) or not len(c.splits["valid"]):
+                raise ValueError("fedrl.t2a-valid-every leaves no train or no valid texts")
+            return
         maps = self.maps()
         if self.map_file and maps.size != self.size:
             raise ValueError(f"fedrl.size is {self.size} but {self.map_file} holds "
@@ -174,14 +272,21 @@ class Settings:
 
     def map_report(self) -> dict[str, dict]:
         """Per split: maps in the range, maps used, and why the others were skipped."""
+        if self.text:
+            c = self.corpus()
+            return {name: {"texts": len(ids), "words": int(c.lengths[ids].sum())}
+                    for name, ids in c.splits.items() if len(ids)}
         maps = self.maps()
         return {name: maps.report(self.split(name), self.rules)
                 for name in SPLITS if len(self.split(name))}
 
     def world(self, split: str = "train", n_envs: int | None = None,
-              reset: bool = True) -> GridWorld:
-        r = self.split(split)
+              reset: bool = True):
         evaluation = split != "train"
+        if self.text:
+            return t2a.TextWorld(self.corpus(), split, n_envs or self.envs, seed=self.seed,
+                                 evaluation=evaluation, reset=reset)
+        r = self.split(split)
         if evaluation:
             n_envs = self.eval_episodes or len(r)
         return GridWorld(self.maps(), r, n_envs or self.envs, windows=(self.w_alpha, self.w_beta),
@@ -194,6 +299,12 @@ class Settings:
 
     def privacy_epsilon(self, releases: int) -> float:
         return epsilon(releases, self.sigma, self.clip, self.delta)
+
+
+@lru_cache(maxsize=4)
+def _word_table(data_dir, dataset, words, folds, fold, valid_every) -> np.ndarray:
+    c = t2a.load_corpus(data_dir, dataset, words, folds, fold, valid_every)
+    return word_table(c.words, words, data_dir)
 
 
 @lru_cache(maxsize=4)
@@ -267,15 +378,15 @@ class Party:
     EXTRA: tuple[str, ...] = ()  # numpy attributes that must survive between messages
     NETS = ("q", "q_target", "mlp", "mlp_target")
 
-    def __init__(self, s: Settings, window: int, replay_fields: dict, restoring: bool = False):
+    def __init__(self, s: Settings, replay_fields: dict, restoring: bool = False):
         self.s = s
         torch.manual_seed(s.seed * 1009 + (0 if self.role == "alpha" else 1))
-        self.q = QNet(s.history, window, s.n_actions)
-        self.q_target = QNet(s.history, window, s.n_actions)
+        self.q = s.q_net(self.role)
+        self.q_target = s.q_net(self.role)
         self.q_target.load_state_dict(self.q.state_dict())
         heads = 1 if s.mode == "joint-action" else 2
-        self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions)
-        self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions)
+        self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
+        self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
         self.mlp_target.load_state_dict(self.mlp.state_dict())
         self.q_best = self.mlp_best = None
         self.opt = torch.optim.Adam([*self.q.parameters(), *self.mlp.parameters()], lr=s.lr)
@@ -391,7 +502,8 @@ class Party:
             self.eval_weights = "best" if _scalar(a["eval.best"]) else "last"
             self.eval_world = self.s.world(self.eval_split, reset=False)
             self.eval_world.load_state({k[5:]: v for k, v in a.items()
-                                        if k.startswith("eval.") and k[5:] in GridWorld.STATE})
+                                        if k.startswith("eval.")
+                                        and k[5:] in type(self.eval_world).STATE})
             self.eval_score = a["eval.score"]
         self.counters = {k[8:]: _scalar(v) for k, v in a.items() if k.startswith("counter.")}
         for k in self.EXTRA:
@@ -418,11 +530,10 @@ class Beta(Party):
     EXTRA = ("pending_s", "pending_a", "has_pending", "eval_pending")
 
     def __init__(self, s: Settings, restoring: bool = False):
-        H, w = s.history, s.w_beta
-        super().__init__(s, w, {"s": ((H, w, w), np.uint8), "a": ((), np.int64),
-                                "s2": ((H, w, w), np.uint8)}, restoring)
+        obs = s.obs_field("beta")
+        super().__init__(s, {"s": obs, "a": ((), np.int64), "s2": obs}, restoring)
         self.head = 0 if s.mode == "joint-action" else 1
-        self.pending_s = np.zeros((s.envs, H, w, w), np.uint8)
+        self.pending_s = np.zeros((s.envs, *obs[0]), obs[1])
         self.pending_a = np.full(s.envs, STAY, np.int64)
         self.has_pending = np.array(False)
 
@@ -458,7 +569,7 @@ class Beta(Party):
             return
         prev_alpha = np.asarray(prev_alpha)
         if self.s.mode == "joint-action":
-            a_alpha, a_beta = split_joint(prev_alpha)
+            a_alpha, a_beta = self.s.joint_moves(prev_alpha)
             stored = prev_alpha
         else:
             a_alpha, a_beta, stored = prev_alpha, self.pending_a, self.pending_a
@@ -509,7 +620,7 @@ class Beta(Party):
         if prev_alpha is not None:
             prev_alpha = np.asarray(prev_alpha)
             if self.s.mode == "joint-action":
-                w.step(*split_joint(prev_alpha))
+                w.step(*self.s.joint_moves(prev_alpha))
             else:
                 w.step(prev_alpha, self.eval_pending)
         gen = self._generator()
@@ -529,10 +640,9 @@ class Alpha(Party):
     EXTRA = ("stats", "returns")
 
     def __init__(self, s: Settings, restoring: bool = False):
-        H, w = s.history, s.w_alpha
-        super().__init__(s, w, {"s": ((H, w, w), np.uint8), "a": ((), np.int64),
-                                "r": ((), np.float32), "s2": ((H, w, w), np.uint8),
-                                "done": ((), np.float32)}, restoring)
+        obs = s.obs_field("alpha")
+        super().__init__(s, {"s": obs, "a": ((), np.int64), "r": ((), np.float32), "s2": obs,
+                             "done": ((), np.float32)}, restoring)
         self.stats = np.zeros(3)  # episodes finished, met, reward sum (since last report)
         self.returns = np.zeros(s.envs)
 
@@ -565,7 +675,7 @@ class Alpha(Party):
         n = self.counters["transitions"]
         rng = np.random.default_rng([self.s.seed, 0, n])
         a = explore(greedy, self.s.epsilon_greedy(n), self.s.n_actions, rng)
-        moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
+        moves = self.s.joint_moves(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, next_alpha, _ = self.world.step(*moves)
         self._open()
         self.replay.put(n, s=s, a=a, r=r, s2=next_alpha, done=done.astype(np.float32))
@@ -604,6 +714,8 @@ class Alpha(Party):
     def take_stats(self) -> dict[str, float]:
         """Training episodes finished since the last call: count, success rate, mean reward."""
         out = episode_report(self.stats)
+        if self.s.text:   # no success event in Text2Action
+            out.pop("train-succ-rate")
         self.stats = np.zeros(3)
         return {**out, "exploration": self.s.epsilon_greedy(self.counters["transitions"])}
 
@@ -617,7 +729,7 @@ class Alpha(Party):
         with torch.no_grad():
             a = self._qf(w.obs_alpha, c_beta, gen, noise=test_noise,
                          nets=self.nets()).argmax(1).numpy()
-        moves = split_joint(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
+        moves = self.s.joint_moves(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, _, _ = w.step(*moves)  # finished slots get reward 0
         self.eval_score[0] += r
         self.eval_score[1] += met
@@ -625,8 +737,9 @@ class Alpha(Party):
         return a, active, (self.observe(w) if active else None)
 
     def eval_result(self) -> dict[str, float]:
-        return {"succ-rate": float(self.eval_score[1].mean()),
-                "avg-reward": float(self.eval_score[0].mean())}
+        """SuccRate and AvgRwd (Grid-World) | precision, recall, F1 and AvgRwd (Text2Action):
+        only alpha, which holds the rewards and labels, can score an evaluation."""
+        return self.eval_world.report(self.eval_score[0], self.eval_score[1])
 
 
 def sample_ids(rng: np.random.Generator, transitions: int, s: Settings) -> np.ndarray | None:

@@ -399,6 +399,10 @@ class GridWorld:
                 self._reset(b)
         return rewards, done_out, met_out, next_alpha, next_beta
 
+    def report(self, reward_sum: np.ndarray, met: np.ndarray) -> dict[str, float]:
+        """An evaluation's scores: SuccRate and the mean episode reward (paper Sec. 5.1)."""
+        return {"succ-rate": float(np.mean(met)), "avg-reward": float(np.mean(reward_sum))}
+
     # -- state for replicas that live in Flower's context.state -----------------------------
     STATE = ("padded", "pos", "t", "episode", "map_index", "active", "obs_alpha", "obs_beta")
 

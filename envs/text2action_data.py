@@ -9,8 +9,8 @@ strings and numbers: numpy's array reconstruction (`numpy.core.multiarray._recon
 `load_domain` returns one ActText per text, as the reference's `read_act_texts`
 (FRL2019/FRL text2action/Environment.py) builds it for the action-name task: the words, a tag
 per word (1 = not an action; 2, 3, 4 = an action of type 1, 2, 3, as `act_type + 1` there) and
-the word's part-of-speech tag from the dependency file. Only this loader exists yet (issue 17);
-the environment, networks and Table 2 do not.
+the word's part-of-speech tag from the dependency file, and for each action the actions it
+excludes (`act2related` there). The environment is envs/text2action.py.
 """
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class ActText:
     words: list[str]
     tags: np.ndarray      # per word: 1 not an action, 2-4 an action (act_type + 1)
     pos: list[str]        # per word: its part-of-speech tag
+    related: dict[int, list[int]]  # exclusive action (tag 4) -> the actions it excludes
 
 
 def load_domain(data_dir: Path | str, domain: str) -> list[ActText]:
@@ -74,15 +75,17 @@ def load_domain(data_dir: Path | str, domain: str) -> list[ActText]:
             words = [str(w) for w in t["words"]]
             pos = [str(p) for sent in dep for _, p in sent]
             tags = np.ones(len(words), np.int64)
+            related = {}
             for act in t["acts"]:
                 tags[int(act["act_idx"])] = int(act["act_type"]) + 1
+                related[int(act["act_idx"])] = [int(j) for j in act["related_acts"]]
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise DataError(f"{texts_path}: text {i}: missing or malformed field {e}") from None
         if len(pos) != len(words):
             raise DataError(f"{dep_path}: text {i} has {len(pos)} POS tags for {len(words)} words")
         if not set(np.unique(tags)) <= {1, 2, 3, 4}:
             raise DataError(f"{texts_path}: text {i}: act_type outside 1-3")
-        out.append(ActText(words, tags, pos))
+        out.append(ActText(words, tags, pos, related))
     return out
 
 

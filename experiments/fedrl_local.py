@@ -39,15 +39,14 @@ from torch import nn
 
 from clients.fedrl import dispatch
 from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes, episode_report,
-                                 explore, sample_ids, split_joint)
-from envs.gridworld import STAY, GridWorld
-from models.fedrl_nets import N_ACTIONS, FullQNet, QNet
-from server.fedrl import SELECT, Protocol, Selection
+                                 explore, sample_ids)
+from envs.gridworld import STAY
+from models.fedrl_nets import N_ACTIONS
+from server.fedrl import Protocol, Selection
 
 BASELINES = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 FLOORS = ("random-alpha", "random-both")
 METHODS = ("fedrl", *BASELINES, *FLOORS)
-SELECT_BASELINE = "valid-succ-rate"  # what a baseline's model selection maximises
 
 
 class FedRLLocal:
@@ -85,21 +84,18 @@ class DQNLocal:
         self.s, self.full = s, full
         torch.manual_seed(s.seed)
         self.joint = s.mode == "joint-action"
-        # heads: one over 16 joint actions, or alpha's 4 (+ beta's 4 for -full) in paper mode
-        self.n_out = N_ACTIONS * N_ACTIONS if self.joint else N_ACTIONS * (2 if full else 1)
-        H = s.history
-        make = (lambda: FullQNet(H, s.w_alpha, s.w_beta, self.n_out)) if full else (
-            lambda: QNet(H, s.w_alpha, self.n_out))
+        # heads: one over the joint actions (16 | Text2Action's 2), or alpha's 4 (+ beta's 4
+        # for -full) in paper mode
+        self.n_out = s.n_actions * (1 if self.joint else (2 if full else 1))
+        make = lambda: s.q_net("full" if full else "alpha", self.n_out)  # noqa: E731
         self.net, self.target = make(), make()
         self.target.load_state_dict(self.net.state_dict())
         self.best = None
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
-        wa, wb = s.w_alpha, s.w_beta
-        self.replay = Replay(s.replay, {"sa": ((H, wa, wa), np.uint8),
-                                        "sb": ((H, wb, wb), np.uint8),
-                                        "a": ((), np.int64), "ab": ((), np.int64),
-                                        "r": ((), np.float32), "sa2": ((H, wa, wa), np.uint8),
-                                        "sb2": ((H, wb, wb), np.uint8), "done": ((), np.float32)})
+        oa, ob = s.obs_field("alpha"), s.obs_field("beta")
+        self.replay = Replay(s.replay, {"sa": oa, "sb": ob, "a": ((), np.int64),
+                                        "ab": ((), np.int64), "r": ((), np.float32),
+                                        "sa2": oa, "sb2": ob, "done": ((), np.float32)})
         self.world = s.world("train")
         self.n = self.updates = 0
         self.rng = np.random.default_rng([s.seed, 98])
@@ -118,7 +114,7 @@ class DQNLocal:
     def moves(self, acts: list[np.ndarray], key: int, stream: int = 3):
         """(alpha's move, beta's move) from the heads' actions."""
         if self.joint:
-            return split_joint(acts[0])
+            return self.s.joint_moves(acts[0])
         if self.full:
             return acts[0], acts[1]
         return acts[0], self.random_beta(len(acts[0]), key, stream)
@@ -179,11 +175,12 @@ class DQNLocal:
         pre = "best-" if weights == "best" else ""
         return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, self.policy(net)).items()}
 
+
     def keep_best(self) -> None:
         self.best = copy.deepcopy(self.net)
 
     def policy(self, net):
-        def act(w: GridWorld, t: int):
+        def act(w, t: int):
             with torch.no_grad():
                 acts = [q.argmax(1).numpy() for q in self.heads(net, w.obs_alpha, w.obs_beta)]
             return self.moves(acts, t, stream=5)
@@ -195,8 +192,11 @@ class FCNLocal(DQNLocal):
     """FCN-alpha / FCN-full: supervised on shortest-path moves, rolled out on train maps.
     Who acts: as DQNLocal (same heads), greedy on the logits."""
 
-    def labels(self, w: GridWorld) -> list[np.ndarray]:
-        """Per head: the joint label (both BFS first moves), or alpha's (and beta's)."""
+    def labels(self, w) -> list[np.ndarray]:
+        """Per head: the joint label (both BFS first moves), or alpha's (and beta's);
+        Text2Action: the action with the larger basic reward on the current word."""
+        if self.s.text:
+            return [w.expert()]
         a = np.clip(w.shortest_action(0), 0, None)  # STAY (already met) -> any move
         if not self.full and not self.joint:
             return [a]
@@ -233,8 +233,10 @@ class RandomLocal:
         pass  # nothing is trained
 
     def evaluate(self, split: str, weights: str = "last") -> dict:
-        def act(w: GridWorld, t: int):
+        def act(w, t: int):
             rng = np.random.default_rng([self.s.seed, 4, t])
+            if self.s.text:   # select or neglect each word with probability 1/2
+                return self.s.joint_moves(rng.integers(0, 2, w.B))
             a = rng.integers(0, N_ACTIONS, (2, w.B))
             return a[0], (a[1] if self.both else np.full(w.B, STAY))
         pre = "best-" if weights == "best" else ""
@@ -242,7 +244,8 @@ class RandomLocal:
 
 
 def play(s: Settings, split: str, policy) -> dict:
-    """Greedy episodes, one per usable map of the split: success rate and mean episode reward."""
+    """Greedy episodes, one per usable map (or text) of the split, scored by the world:
+    SuccRate and mean episode reward | precision, recall, F1 and AvgRwd per step."""
     w = s.world(split)
     total, met_all = np.zeros(w.B), np.zeros(w.B)
     t = 0
@@ -251,7 +254,7 @@ def play(s: Settings, split: str, policy) -> dict:
         total += r
         met_all += met
         t += 1
-    return {"succ-rate": float(met_all.mean()), "avg-reward": float(total.mean())}
+    return w.report(total, met_all)
 
 
 def make(method: str, s: Settings):
@@ -272,7 +275,7 @@ def train(method: str, s: Settings, rounds: int, eval_every: int = 0, log=print)
     (if any) at the last (`test-...`) and best (`best-test-...`) checkpoint, and the valid score
     of the best (`best-valid-...`). Floors train nothing and are scored once."""
     runner = make(method, s)
-    select = Selection(SELECT if method == "fedrl" else SELECT_BASELINE)
+    select = Selection(s.select_key(fedrl=method == "fedrl"))
     rows, t0 = [], time.perf_counter()
     if method in FLOORS:
         rounds, eval_every = 1, 1

@@ -30,13 +30,11 @@ from flwr.common import log
 from clients.fedrl import SENDS, array_record
 from clients.fedrl_party import Settings, sample_ids
 from envs.errors import DataError
-from envs.gridworld import max_steps_for
 from server.config import ConfigError, positive
 from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes, one_line
 
-SELECT = "valid-succ-rate-test_noise=on"  # the score FedRL's model selection maximises
 
 
 def check_config(cfg: dict) -> Settings:
@@ -130,15 +128,15 @@ class Exchange:
 
     def check_relayed(self, role: str, step: str, out: dict, theta) -> None:
         """What the server relays to the other party must be what the protocol allows:
-        only the arrays `SENDS` lists, action ids as non-negative integers below 16 (4 moves,
-        or 4 x 4 joint actions), and theta_g with the names and shapes it had the first time
+        only the arrays `SENDS` lists, action ids as integers in [-1, 16) (4 moves, 4 x 4 joint
+        actions, Text2Action's 2; beta's -1 = stays, in joint-action mode), and theta_g with the names and shapes it had the first time
         (a wrong one would reach the other party's network unchecked)."""
         extra = sorted(set(out) - SENDS.get((role, step), set()))
         if extra:
             raise FederationError(f"{role} sent arrays {extra} in {step!r}, which the protocol "
                                   f"does not relay")
         for k in ("a-alpha", "a-beta"):
-            if k in out and out[k].size and (out[k].dtype.kind not in "iu" or out[k].min() < 0
+            if k in out and out[k].size and (out[k].dtype.kind not in "iu" or out[k].min() < -1
                                              or out[k].max() >= 16):
                 raise FederationError(f"{role} sent {k} that are not action ids in {step!r}")
         if theta is not None:
@@ -195,14 +193,15 @@ class Protocol:
         return {**self.play(split, True, weights), **self.play(split, False, weights)}
 
     def play(self, split: str, test_noise: bool, weights: str = "last") -> dict:
-        """One greedy episode per usable map of `split`, both parties on their federated Q."""
+        """One greedy episode per usable map (or text) of `split`, both parties on their
+        federated Q; the scores are alpha's (Alpha.eval_result)."""
         send, paper = self.send, self.s.mode == "paper"
         conf = {"split": split, "weights": weights, "test-noise": test_noise}
         c_alpha, prev, first = None, None, True
         if paper:
             c_alpha = send("alpha", "eval-observe", theta_g=self.theta_g, evaluation=True,
                            start=True, **conf)[0]["c-alpha"]
-        for _ in range(max_steps_for(self.s.size, self.s.max_steps) + 1):
+        for _ in range(self.s.horizon + 1):
             b, _, _ = send("beta", "eval-act", {"prev-alpha": prev, "c-alpha": c_alpha},
                            evaluation=True, start=first, **conf)
             a, _, m = send("alpha", "eval-act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
@@ -212,8 +211,8 @@ class Protocol:
             if not m["active"]:
                 tag = "on" if test_noise else "off"
                 pre = "best-" if weights == "best" else ""
-                return {f"{pre}{split}-{k}-test_noise={tag}": m[k]
-                        for k in ("succ-rate", "avg-reward")}
+                return {f"{pre}{split}-{k}-test_noise={tag}": v
+                        for k, v in m.items() if k != "active"}
         raise FederationError(f"evaluation on {split} did not end")
 
     def keep_best(self) -> None:
@@ -253,14 +252,15 @@ def run(grid, cfg: dict, name: str) -> None:
     send = Exchange(grid, roles, recorder, float(cfg["round-timeout"]),
                     retries=int(cfg["fedrl.retries"]))
     proto = Protocol(s, send)
-    select = Selection(SELECT)
+    select = Selection(s.select_key())
     maps = s.map_report()
     for split, rep in maps.items():
-        log(INFO, "[fedembodied] %s maps: %s", split, rep)
+        log(INFO, "[fedembodied] %s %s: %s", split, "texts" if s.text else "maps", rep)
     privacy: dict = {}
-    log(INFO, "[fedembodied] FedRL %s rules, %s mode, %dx%d, B=%d envs x %d steps, K=%d "
-        "updates/round (%.3g per transition)", s.rules, s.mode, s.size, s.size, s.envs,
-        s.act_steps, s.updates, s.update_ratio)
+    world = (f"Text2Action {s.t2a_dataset} fold {s.t2a_fold}/{s.t2a_folds}" if s.text else
+             f"Grid-World {s.size}x{s.size}, {s.rules} rules")
+    log(INFO, "[fedembodied] FedRL %s, %s mode, B=%d envs x %d steps, K=%d updates/round "
+        "(%.3g per transition)", world, s.mode, s.envs, s.act_steps, s.updates, s.update_ratio)
     t_start = time.perf_counter()
     done = recorder.last_round()
     if done:
@@ -281,8 +281,8 @@ def run(grid, cfg: dict, name: str) -> None:
             send(role, "checkpoint", evaluation=True, **{"save-state": True})
         save_round(recorder, rnd, proto, select, send, privacy)   # before rounds.csv says rnd
         row = recorder.end_round(proto.theta_g)
-        log(INFO, "[fedembodied] round %d/%d  valid succ %s  alpha privacy epsilon=%s  "
-            "wall=%.2fs", rnd, rounds, row.get(SELECT, "-"),
+        log(INFO, "[fedembodied] round %d/%d  %s %s  alpha privacy epsilon=%s  "
+            "wall=%.2fs", rnd, rounds, s.select_key(), row.get(s.select_key(), "-"),
             row.get("alpha-privacy-epsilon", "-"), row["wall_s"])
     recorder.write_config(privacy={**privacy, "delta": s.delta, "sigma": s.sigma,
                                    "clip": s.clip,

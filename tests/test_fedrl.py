@@ -123,8 +123,9 @@ def test_flower_exchange_equals_the_single_process_run(tmp_path):
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
     fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
     flower = pd.read_csv(tmp_path / "rounds.csv")
-    local = FedRLLocal(Settings.from_config(cfg))
-    select = fedrl_server.Selection(fedrl_server.SELECT)
+    s = Settings.from_config(cfg)
+    local = FedRLLocal(s)
+    select = fedrl_server.Selection(s.select_key())
     for rnd in range(1, 5):
         row = local.round()
         if rnd % 2 == 0:
