@@ -74,7 +74,8 @@ DAY = 86400
 RANGES = {
     "num-server-rounds": (1, 10**5, False), "num-clients": (1, 10**4, False),
     "resume-round": (0, 10**5, False),
-    "fraction-train": (0, 1, True), "seed": (0, 2**32 - 1, False),
+    "fraction-train": (0, 1, True), "fraction-evaluate": (0, 1, True),
+    "max-evaluate-clients": (0, 10**7, False), "seed": (0, 2**32 - 1, False),
     "node-wait-timeout": (0, 7 * DAY, True), "round-timeout": (0, 7 * DAY, True),
     "timeout-factor": (0, 1000, False), "timeout-floor": (0, DAY, True),
     "trim-fraction": (0, 0.49, False), "max-update-norm": (0, 1e12, False),

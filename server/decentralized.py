@@ -63,7 +63,9 @@ def run(grid, cfg: dict, name: str) -> None:
     cross = topology.num_silos <= int(cfg["cross-eval-max-silos"])
     relay = TopologyRelay(topology, recorder, node_wait_s=float(cfg["node-wait-timeout"]),
                           timeout_s=float(cfg["round-timeout"]), cross_eval=cross,
-                          max_empty_rounds=positive(cfg, "max-empty-rounds"))
+                          max_empty_rounds=positive(cfg, "max-empty-rounds"),
+                          eval_fraction=float(cfg["fraction-evaluate"]),
+                          eval_cap=int(cfg["max-evaluate-clients"]), seed=int(cfg["seed"]))
     log(INFO, "[fedembodied] %s on topology %s: %d silos, ResNet-8 with %d parameters, "
         "results in %s", name, topology.name, topology.num_silos, n_params, recorder.out)
     relay.connect(grid)

@@ -76,7 +76,9 @@ def run(grid, cfg: dict, name: str) -> None:
     recorder.write_config(num_parameters=count_parameters(model))
     common = dict(recorder=recorder, num_clients=num_clients, seed=int(cfg["seed"]),
                   node_wait_s=float(cfg["node-wait-timeout"]), fraction_train=fraction,
-                  fraction_evaluate=1.0, min_train_nodes=1, min_evaluate_nodes=1,
+                  fraction_evaluate=float(cfg["fraction-evaluate"]),
+                  max_evaluate_nodes=int(cfg["max-evaluate-clients"]),
+                  min_train_nodes=1, min_evaluate_nodes=1,
                   eval_every=int(cfg["eval-every"]), num_rounds=rounds,
                   max_empty_rounds=positive(cfg, "max-empty-rounds"),
                   aggregator=str(cfg["aggregator"]), trim=float(cfg["trim-fraction"]),

@@ -254,7 +254,8 @@ def run(grid, cfg: dict, name: str) -> None:
         num_clients=len(parts), seed=int(cfg["seed"]), node_wait_s=float(cfg["node-wait-timeout"]),
         eval_every=int(cfg["eval-every"]), num_rounds=rounds,
         max_empty_rounds=positive(cfg, "max-empty-rounds"), min_train_nodes=1,
-        min_evaluate_nodes=1)
+        min_evaluate_nodes=1, fraction_evaluate=float(cfg["fraction-evaluate"]),
+        max_evaluate_nodes=int(cfg["max-evaluate-clients"]))
     strategy.partitions = parts
     best = {"score": -1.0}
     key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"

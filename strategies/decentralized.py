@@ -15,6 +15,7 @@ N^2 model transfers) each silo scores its own model and the average.
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -22,7 +23,7 @@ from flwr.serverapp import Grid
 
 from strategies.nodes import (FederationError, answered, query_partitions,
                              refresh_partitions, wait_for_nodes)
-from strategies.screened_fedavg import ClientsFailed
+from strategies.screened_fedavg import ClientsFailed, sample_size
 from strategies.screening import mean_signals, message_bytes, one_line, screen_update
 from strategies.topology import Topology, consensus_distance, mix, parameter_names
 
@@ -33,8 +34,10 @@ def to_record(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, Arra
 
 class TopologyRelay:
     def __init__(self, topology: Topology, recorder, *, node_wait_s: float, timeout_s: float,
-                 cross_eval: bool, max_empty_rounds: int = 3):
+                 cross_eval: bool, max_empty_rounds: int = 3, eval_fraction: float = 1.0,
+                 eval_cap: int = 0, seed: int = 0):
         self.topology = topology
+        self.eval_fraction, self.eval_cap, self.seed = eval_fraction, eval_cap, seed
         self.recorder = recorder
         self.node_wait_s = node_wait_s
         self.timeout_s = timeout_s
@@ -117,6 +120,10 @@ class TopologyRelay:
         average = mix(models, np.full(n, 1.0 / n))
         node_of = self.node_of
         silos = [i for i in range(n) if i in node_of]
+        n_eval = sample_size(len(silos), self.eval_fraction, self.eval_cap)
+        if n_eval < len(silos):   # fraction-evaluate / max-evaluate-clients: a seeded draw
+            silos = sorted(random.Random((self.seed * 100_003 + rnd) * 7 + 1).sample(silos,
+                                                                                    n_eval))
         msgs = []
         for i in silos:
             chosen = list(range(n)) if self.cross_eval else [i]

@@ -28,7 +28,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvgM
 from sacrebleu.metrics import BLEU
 
-from strategies.screened_fedavg import ScreenedFedAvg
+from strategies.screened_fedavg import ScreenedFedAvg, sample_size
 from strategies.screening import MAX_EXAMPLES
 
 NAV_METRICS = ("ne", "sr", "osr", "spl", "tl", "ndtw", "sdtw", "cls")
@@ -120,8 +120,16 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
         return sorted(chosen, key=lambda n: parts[n])
 
     def evaluate_nodes(self, grid: Grid, server_round: int) -> list[int]:
-        return [n for role, nodes in sorted(self._by_role(grid).items())
-                if role in self.eval_roles for n in nodes]
+        """The houses of `eval_roles`: `fraction-evaluate` of them, at most
+        `max-evaluate-clients` (a seeded draw; all of them by default)."""
+        nodes = [n for role, nodes in sorted(self._by_role(grid).items())
+                 if role in self.eval_roles for n in nodes]
+        k = sample_size(len(nodes), self.fraction_evaluate, self.max_evaluate_nodes)
+        if k == len(nodes):
+            return nodes
+        parts = self.partitions or {}
+        rng = random.Random((self.seed * 100_003 + server_round) * 7 + 1)
+        return sorted(rng.sample(nodes, k), key=lambda n: parts[n])
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:

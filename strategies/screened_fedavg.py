@@ -40,6 +40,12 @@ def evaluates(server_round: int, every: int, num_rounds: int) -> bool:
     return server_round % max(every, 1) == 0 or server_round == num_rounds
 
 
+def sample_size(n: int, fraction: float, cap: int = 0) -> int:
+    """How many of n to draw: floor(n x fraction), at least 1, at most `cap` when > 0."""
+    k = min(n, max(1, math.floor(n * fraction + 1e-9)))
+    return min(k, cap) if cap > 0 else k
+
+
 class ClientsFailed(RuntimeError):
     """No client of a round could train (e.g. all lack their data), or no update was accepted
     for `max_empty_rounds` rounds in a row: the run cannot go on."""
@@ -49,7 +55,7 @@ class ScreenedFedAvg(FedAvg):
     def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
                  eval_every: int = 1, num_rounds: int = 0, max_empty_rounds: int = 3,
                  aggregator: str = "mean", trim: float = 0.2, max_update_norm: float = 0.0,
-                 **kwargs):
+                 max_evaluate_nodes: int = 0, **kwargs):
         kwargs.setdefault("min_available_nodes", num_clients)
         super().__init__(**kwargs)
         self.recorder = recorder
@@ -68,6 +74,7 @@ class ScreenedFedAvg(FedAvg):
         self.round_offset = 0    # a resumed run: Flower counts its rounds from 1 again
         self.aggregator, self.trim = aggregator, trim      # strategies/robust.py
         self.max_update_norm = max_update_norm             # 0 = no bound
+        self.max_evaluate_nodes = max_evaluate_nodes       # 0 = no cap
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -80,15 +87,20 @@ class ScreenedFedAvg(FedAvg):
             return self.partitions
         return refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
 
-    def sample(self, grid: Grid, server_round: int, fraction: float) -> list[int]:
-        """Node ids of a seeded sample of the run's partitions, in partition order. It is drawn
-        over every partition, held by a node or not, so a lost silo does not change who else is
-        picked; picked silos that no node holds now are left in `self.unheld`."""
+    def sample(self, grid: Grid, server_round: int, fraction: float, cap: int = 0,
+               stream: int = 0) -> list[int]:
+        """Node ids of a seeded sample of the run's partitions, in partition order: `fraction`
+        of them, at most `cap` (0 = no cap). It is drawn over every partition, held by a node
+        or not, so a lost silo does not change who else is picked; picked silos that no node
+        holds now are left in `self.unheld`. `stream` keeps evaluation's draw apart from
+        training's."""
         parts = self._ensure_partitions(grid)
         by_part = {p: n for n, p in parts.items()}
         everyone = sorted(set(range(self.num_clients)) | set(by_part))
-        k = min(len(everyone), max(1, math.floor(len(everyone) * fraction + 1e-9)))
-        chosen = sorted(random.Random(self.seed * 100_003 + server_round).sample(everyone, k))
+        k = sample_size(len(everyone), fraction, cap)
+        key = self.seed * 100_003 + server_round
+        rng = random.Random(key * 7 + stream if stream else key)   # stream 0: training's draw
+        chosen = sorted(rng.sample(everyone, k))
         self.unheld = [p for p in chosen if p not in by_part]
         return [by_part[p] for p in chosen if p in by_part]
 
@@ -100,7 +112,12 @@ class ScreenedFedAvg(FedAvg):
         return self.sample(grid, server_round, self.fraction_train)
 
     def evaluate_nodes(self, grid: Grid, server_round: int) -> list[int]:
-        return self.sample(grid, server_round, self.fraction_evaluate)
+        """Who is scored: `fraction-evaluate` of the silos, at most `max-evaluate-clients`,
+        in every evaluating round including the last (a seeded draw of its own)."""
+        nodes = self.sample(grid, server_round, self.fraction_evaluate, self.max_evaluate_nodes,
+                            stream=1)
+        self.unheld = []   # an unheld silo is not scored; training's rows say it is gone
+        return nodes
 
     def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],
                   message_type: str) -> list[Message]:

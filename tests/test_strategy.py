@@ -312,3 +312,20 @@ def test_robust_aggregates_by_hand():
     assert np.allclose(aggregate(recs, [1, 1, 1, 3], "mean")["w"].numpy(), [51.0, -51.0])
     assert np.allclose(aggregate(recs, [1, 1, 1, 1e9], "median")["w"].numpy(), [2.5, -2.5])
     assert np.allclose(aggregate(recs, [1] * 4, "trimmed-mean", 0.25)["w"].numpy(), [2.5, -2.5])
+
+
+def test_fraction_and_cap_on_evaluation_hold_in_the_last_round_too(tmp_path):
+    """fraction-evaluate / max-evaluate-clients: a seeded draw of its own in every evaluating
+    round, the last included (1,000 silos need not all be scored)."""
+    rec = Recorder(tmp_path, {"method": "test"})
+    s = ScreenedFedAvg(recorder=rec, num_clients=100, seed=0, eval_every=2, num_rounds=5,
+                       fraction_evaluate=0.1, max_evaluate_nodes=7)
+    s.partitions = {1000 + p: p for p in range(100)}
+    sent = [list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None))
+            for r in range(1, 6)]
+    assert [len(m) for m in sent] == [0, 7, 0, 7, 7]
+    last = sorted(m.metadata.dst_node_id for m in sent[-1])
+    assert last != sorted(m.metadata.dst_node_id for m in sent[1])      # drawn per round
+    assert last != sorted(s.sample(None, 5, 0.07))                       # not training's draw
+    s.max_evaluate_nodes = 0
+    assert len(list(s.configure_evaluate(5, _global(), ConfigRecord(), grid=None))) == 10
