@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fedvln: agent | speaker | augment | preexplore (fedvln.stage)")
     p.add_argument("--variant", default=None,
                    help="fedvln preexplore: env-based | fed-full | fed-lan | fed-lan+seen")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="run the ClientApps on an existing Ray cluster (its head, started with "
+                        "`ray start --head`; default: RAY_ADDRESS, else a private local Ray)")
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs per ClientApp (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per ClientApp (default 0)")
     p.add_argument("--run-config", default="", help='extra run config, e.g. "driving.lr=0.05"')
@@ -88,6 +91,8 @@ def resolve(args) -> tuple[dict, Path]:
 
     if args.method not in methods.METHODS:
         raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
+    if args.ray_address is not None:
+        check_ray_address(args.ray_address)
     if args.resume:
         return resume_overrides(args)
     for flag, value, ok in [("--rounds", args.rounds, lambda v: v >= 1),
@@ -281,10 +286,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalSuperLink:
-    """A private simulation SuperLink, and the clean-up of everything it spawns."""
+def check_ray_address(address: str) -> None:
+    """`--ray-address` is host:port of a running Ray head; say so now, not after Ray's retries."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise BadInput(f"--ray-address must be HOST:PORT of a Ray head, got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise BadInput(f"--ray-address {address}: no Ray head answers there ({e}); start one "
+                       f"with `ray start --head --port {port}`") from None
 
-    def __init__(self):
+
+class LocalSuperLink:
+    """A private simulation SuperLink, and the clean-up of everything it spawns. With a Ray
+    address (`--ray-address`, or RAY_ADDRESS in the environment) Flower's Ray backend joins
+    that cluster (its `ray.init()` reads RAY_ADDRESS; we pass no num_cpus, which joining
+    forbids), so the ClientApps run on the cluster's nodes."""
+
+    def __init__(self, ray_address: str | None = None):
         self.home = Path(tempfile.mkdtemp(prefix="fedembodied-flwr-"))
         self.port = free_port()
         # every process of the run carries this token; a caller may choose it to track them
@@ -294,6 +314,8 @@ class LocalSuperLink:
                     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "FLWR_TELEMETRY_ENABLED": "0",
                     "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0",
                     "FEDEMBODIED_RUN_TOKEN": self.token, "PYTHONWARNINGS": "ignore"}
+        if ray_address:
+            self.env["RAY_ADDRESS"] = ray_address
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "fedsim"\n\n[superlink.fedsim]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
@@ -372,7 +394,7 @@ def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:
 
 def launch(args, overrides: dict, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    link = LocalSuperLink()
+    link = LocalSuperLink(args.ray_address)
     run_id = None
     try:
         level = "INFO" if args.verbose else "ERROR"
