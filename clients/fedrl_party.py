@@ -76,6 +76,7 @@ class Settings:
     t2a_folds: int
     t2a_fold: int
     t2a_valid_every: int
+    hidden: int
     size: int
     map_file: str
     maps_seed: int
@@ -162,6 +163,7 @@ class Settings:
             domain=domain, t2a_data=str(get("t2a-data")), t2a_dataset=str(get("t2a-dataset")),
             t2a_words=int(get("t2a-words")), t2a_folds=int(get("t2a-folds")),
             t2a_fold=int(get("t2a-fold")), t2a_valid_every=int(get("t2a-valid-every")),
+            hidden=int(get("mlp-hidden")),
             size=size, map_file=str(get("map-file")), maps_seed=int(get("maps-seed")),
             train=parse_range(get("train-maps"), "fedrl.train-maps"),
             valid=parse_range(get("valid-maps"), "fedrl.valid-maps"),
@@ -195,9 +197,9 @@ class Settings:
 
     @property
     def mlp_hidden(self) -> int:
-        """theta_g's hidden width: Grid-World "32 x 4" (Sec. 5.1), Text2Action "4 x 2"
-        (Sec. 5.2; the reference's 2 x num_actions)."""
-        return 2 * self.n_actions if self.text else 32
+        """theta_g's hidden width: `fedrl.mlp-hidden`, or 0 for the paper's: Grid-World
+        "32 x 4" (Sec. 5.1), Text2Action "4 x 2" (Sec. 5.2; the reference's 2 x num_actions)."""
+        return self.hidden or (2 * self.n_actions if self.text else 32)
 
     @property
     def horizon(self) -> int:

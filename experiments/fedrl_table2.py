@@ -7,7 +7,8 @@
 Methods (experiments/fedrl_local.py; Text2Action has one joint action per word, select or
 neglect): FCN-alpha / FCN-full (TextCNN trained by cross-entropy on the action with the larger
 basic reward, following it), DQN-alpha (alpha's POS features only), FedRL (alpha: POS, beta: word
-vectors; test_noise on / off), DQN-full (both features in one network), and a floor that learns
+vectors; test_noise on / off) with theta_g as the paper sizes it (4 hidden units) and with 32
+(`fedrl-mlp32`, the one change), DQN-full (both features in one network), and a floor that learns
 nothing: each word selected with probability 1/2. All methods get the same texts, rewards,
 rounds (B texts x S words, then K updates per round), exploration, replay and model selection.
 
@@ -68,9 +69,15 @@ ROWS = [("random (select p=1/2)", "random-alpha", "", ()),
         ("DQN-alpha", "dqn-alpha", "", ("dqn-alpha",)),
         ("FedRL test_noise=on", "fedrl", "on", ("fedrl-1", "fedrl-2")),
         ("FedRL test_noise=off", "fedrl", "off", ("fedrl-1", "fedrl-2")),
+        ("FedRL, MLP 32, test_noise=on", "fedrl-mlp32", "on", ("fedrl-1", "fedrl-2")),
+        ("FedRL, MLP 32, test_noise=off", "fedrl-mlp32", "off", ("fedrl-1", "fedrl-2")),
         ("FCN-full", "fcn-full", "", ("fcn-full",)),
         ("DQN-full", "dqn-full", "", ("dqn-full",))]
 METHODS = list(dict.fromkeys(r[1] for r in ROWS))
+# variants: (method of experiments/fedrl_local.py, run config) -- theta_g with the paper's 4
+# hidden ReLU units (its "4 x 2") loses units to ReLU death and often collapses to selecting
+# nothing under our budget; 32 units (Grid-World's "32 x 4") isolates that one choice
+VARIANTS = {"fedrl-mlp32": ("fedrl", {"fedrl.mlp-hidden": 32})}
 # the reference's schedule (FRL2019/FRL text2action/main.py): one update per word tagged, target
 # copied every 5 updates, exploration 1 -> 0.1 over 1,000 steps, updates from 32 transitions on
 CPU_CONFIG = {"fedrl.envs": 4, "fedrl.act-steps": 8, "fedrl.updates": 32,
@@ -95,7 +102,8 @@ def settings_of(job: dict):
     return Settings.from_config(merged(
         {"seed": job["seed"], "fedrl.domain": "text2action", "fedrl.t2a-data": job["data"],
          "fedrl.t2a-dataset": job["dataset"], "fedrl.t2a-fold": job["fold"],
-         "fedrl.t2a-words": job["words"], **CPU_CONFIG, **job["extra"]}))
+         "fedrl.t2a-words": job["words"], **CPU_CONFIG,
+         **VARIANTS.get(job["method"], ("", {}))[1], **job["extra"]}))
 
 
 def one_run(job: dict) -> list[dict]:
@@ -107,10 +115,11 @@ def one_run(job: dict) -> list[dict]:
     torch.set_num_threads(1)
     s = settings_of(job)
     s.check_maps()
-    rows = train(job["method"], s, job["rounds"], eval_every=job["eval_every"], log=None)
+    method = VARIANTS.get(job["method"], (job["method"],))[0]
+    rows = train(method, s, job["rounds"], eval_every=job["eval_every"], log=None)
     last = rows[-1]
     out = []
-    for noise in (("on", "off") if job["method"] == "fedrl" else ("",)):
+    for noise in (("on", "off") if method == "fedrl" else ("",)):
         sfx = f"-test_noise={noise}" if noise else ""
         for ckpt, pre in (("best", "best-"), ("last", "")):
             out.append({"method": job["method"], "dataset": job["dataset"], "fold": job["fold"],
@@ -122,7 +131,7 @@ def one_run(job: dict) -> list[dict]:
                         "best_round": last["best-round"], "rounds": job["rounds"],
                         "words": s.t2a_words, "updates": job["rounds"] * s.updates,
                         "transitions": job["rounds"] * s.envs * s.act_steps,
-                        "clip": s.clip, "sigma": s.sigma,
+                        "clip": s.clip, "sigma": s.sigma, "mlp_hidden": s.mlp_hidden,
                         "word_vectors": "word2vec on the 3 corpora (substitute)",
                         "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
                         "wall_s": round(last["wall_s"], 1)})
@@ -252,7 +261,7 @@ def main(argv=None) -> int:
     word_vectors(jobs[0]["data"])   # train/cache once before the workers read it
     there = sum((Path(args.work) / f"{job_key(j)}.json").exists() for j in jobs)
     print(f"{len(jobs)} runs ({there} found in {args.work}), {args.jobs} at a time", flush=True)
-    order = sorted(jobs, key=lambda j: j["method"] != "fedrl")   # longest first
+    order = sorted(jobs, key=lambda j: not j["method"].startswith("fedrl"))   # longest first
     with ProcessPoolExecutor(args.jobs) as pool:
         runs = pd.DataFrame([r for rows in pool.map(cached_run, order) for r in rows])
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,7 @@ RANGES = {
     "fedrl.replay": (1, 10**8, False), "fedrl.warmup": (0, 10**8, False),
     "fedrl.eval-episodes": (0, 10**7, False), "fedrl.t2a-words": (5, 10**5, False),
     "fedrl.t2a-folds": (2, 100, False), "fedrl.t2a-fold": (0, 99, False),
-    "fedrl.t2a-valid-every": (0, 10**5, False),
+    "fedrl.t2a-valid-every": (0, 10**5, False), "fedrl.mlp-hidden": (0, 10**5, False),
     "fedvln.train-houses": (1, 200, False), "fedvln.unseen-houses": (0, 200, False),
     "fedvln.seen-rate": (0, 1, True), "fedvln.unseen-rate": (0, 1, True),
     "fedvln.preexplore-seen-rate": (0, 1, True), "fedvln.server-lr": (0, 100, False),

@@ -104,6 +104,8 @@ def test_each_party_sees_only_its_own_features():
     assert not any(isinstance(m, PosFeatures) for m in local.beta.q.modules())
     assert not any("table" in k for k in local.beta.state_arrays())
     assert local.alpha.mlp.hidden.out_features == 4 and local.alpha.mlp.heads[0].out_features == 2
+    wide = Settings.from_config(merged({**TINY, "fedrl.mlp-hidden": 32}))
+    assert FedRLLocal(wide).beta.mlp.hidden.out_features == 32
 
 
 @needs_data
