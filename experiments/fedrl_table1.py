@@ -217,22 +217,28 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:
+    """Our mean ± sd bars at the best and the last checkpoint, one per table row;
+    `values(method, noise, checkpoint)` gives that row's per-run values (%)."""
+    for j, ckpt in enumerate(("best", "last")):
+        vals = [values(method, noise, ckpt) for _, method, noise, _ in rows]
+        means = [v.mean() if len(v) else np.nan for v in vals]
+        sds = [v.std(ddof=1) if len(v) > 1 else 0 for v in vals]
+        ax.bar(x + (j - 1) * 0.28, means, 0.28, yerr=sds, capsize=2,
+               label=f"ours, {ckpt} checkpoint (mean ± sd)")
+
+
 def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
     sizes = sorted(runs["size"].unique())
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False)
     labels = [r[0] for r in ROWS]
     x = np.arange(len(labels))
     for ax, size in zip(axes[0], sizes):
-        for j, ckpt in enumerate(("best", "last")):
-            means, sds = [], []
-            for _, method, noise, _ in ROWS:
-                sel = runs[(runs.rules == rules) & (runs.method == method) & (runs["size"] == size)
-                           & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
-                v = sel.succ_rate.to_numpy() * 100
-                means.append(v.mean() if len(v) else np.nan)
-                sds.append(v.std(ddof=1) if len(v) > 1 else 0)
-            ax.bar(x + (j - 1) * 0.28, means, 0.28, yerr=sds, capsize=2,
-                   label=f"ours, {ckpt} checkpoint (mean ± sd)")
+        def succ(method, noise, ckpt, size=size):
+            sel = runs[(runs.rules == rules) & (runs.method == method) & (runs["size"] == size)
+                       & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
+            return sel.succ_rate.to_numpy() * 100
+        ours_bars(ax, x, ROWS, succ)
         paper = [np.nan if not p else np.mean([PAPER[(k, "succ")][SIZES.index(size)] for k in p])
                  for *_, p in ROWS]
         lo = [np.nan if not p else min(PAPER[(k, "succ")][SIZES.index(size)] for k in p)

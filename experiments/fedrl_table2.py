@@ -50,7 +50,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.fedrl_table1 import fmt, refuse_overwrite  # noqa: E402
+from experiments.fedrl_table1 import fmt, ours_bars, refuse_overwrite  # noqa: E402
 from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
 
 DATASETS = ("win2k", "cooking", "wikihow")
@@ -188,16 +188,11 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
     labels = [r[0] for r in ROWS]
     x = np.arange(len(labels))
     for ax, ds in zip(axes[0], datasets):
-        for j, ckpt in enumerate(("best", "last")):
-            means, sds = [], []
-            for _, method, noise, _ in ROWS:
-                sel = runs[(runs.method == method) & (runs.dataset == ds)
-                           & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
-                v = sel.f1.to_numpy() * 100
-                means.append(v.mean() if len(v) else np.nan)
-                sds.append(v.std(ddof=1) if len(v) > 1 else 0)
-            ax.bar(x + (j - 1) * 0.28, means, 0.28, yerr=sds, capsize=2,
-                   label=f"ours, {ckpt} checkpoint (mean ± sd)")
+        def f1(method, noise, ckpt, ds=ds):
+            sel = runs[(runs.method == method) & (runs.dataset == ds)
+                       & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
+            return sel.f1.to_numpy() * 100
+        ours_bars(ax, x, ROWS, f1)
         vals = [[PAPER[(k, "f1")][DATASETS.index(ds)] for k in p] for *_, p in ROWS]
         paper = [np.mean(v) if v else np.nan for v in vals]
         err = [[p - min(v) if v else 0 for p, v in zip(paper, vals)],

@@ -16,6 +16,7 @@ from models.fedrl_nets import SharedMLP
 from server import fedrl as fedrl_server
 from server.config import ConfigError, merged
 from tests.conftest import InProcessGrid
+from tests.fedrl_parity import assert_flower_equals_local
 
 SMALL = {"method": "fedrl", "num-server-rounds": 4, "fedrl.warmup": 32, "fedrl.envs": 8,
          "fedrl.act-steps": 2, "fedrl.updates": 3, "fedrl.batch-size": 8,
@@ -120,19 +121,7 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
 
 def test_flower_exchange_equals_the_single_process_run(tmp_path):
     """Same config, same seeds: the Flower app and experiments/fedrl_local compute the same."""
-    cfg = merged({**SMALL, "out-dir": str(tmp_path)})
-    fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
-    flower = pd.read_csv(tmp_path / "rounds.csv")
-    s = Settings.from_config(cfg)
-    local = FedRLLocal(s)
-    select = fedrl_server.Selection(s.select_key())
-    for rnd in range(1, 5):
-        row = local.round()
-        if rnd % 2 == 0:
-            row.update(select(local, rnd, rnd == 4, True))
-        got = flower[flower["round"] == rnd].iloc[0]
-        for k, v in row.items():
-            assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k
+    flower, _ = assert_flower_equals_local(merged({**SMALL, "out-dir": str(tmp_path)}), tmp_path)
     assert flower["train-samples"].iloc[-1] == 3 * 3 * 8  # three update rounds of K x batch
     assert flower["updates"].iloc[-1] == 3 * 3
     assert (flower["bytes_up"] > 0).all()

@@ -1,18 +1,17 @@
 """Text2Action (FedRL Sec. 5.2): EASDRL's rewards and F1, the world, the parties' features, and
 the same two-party protocol under Flower as in one process."""
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
-from clients.app import app
 from clients.fedrl_party import Settings
 from envs.text2action import Corpus, TextWorld, f1_counts, prf
 from experiments.fedrl_local import FedRLLocal, train
 from models.text_cnn import PosFeatures, WordFeatures
 from server import fedrl as fedrl_server
 from server.config import ConfigError, merged
-from tests.conftest import SHARED_DATA, InProcessGrid
+from tests.conftest import SHARED_DATA
+from tests.fedrl_parity import assert_flower_equals_local
 
 DATA = SHARED_DATA / "text2action"
 needs_data = pytest.mark.skipif(not (DATA / "win2k_labeled_text_data.pkl").is_file(),
@@ -110,20 +109,8 @@ def test_each_party_sees_only_its_own_features():
 
 @needs_data
 def test_flower_exchange_equals_the_single_process_run_on_text2action(tmp_path):
-    cfg = merged({**TINY, "out-dir": str(tmp_path)})
-    grid = InProcessGrid(app, cfg, 2)
-    fedrl_server.run(grid, cfg, "fedrl")
-    flower = pd.read_csv(tmp_path / "rounds.csv")
-    s = Settings.from_config(cfg)
-    local = FedRLLocal(s)
-    select = fedrl_server.Selection(s.select_key())
-    for rnd in range(1, 5):
-        row = local.round()
-        if rnd % 2 == 0:
-            row.update(select(local, rnd, rnd == 4, True))
-        got = flower[flower["round"] == rnd].iloc[0]
-        for k, v in row.items():
-            assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k
+    flower, grid = assert_flower_equals_local(merged({**TINY, "out-dir": str(tmp_path)}),
+                                              tmp_path)
     last = flower.iloc[-1]
     assert 0 <= last["best-test-f1-test_noise=on"] <= 1
     # beta never receives a reward, a label or alpha's features: only these arrays reach it

@@ -1,0 +1,28 @@
+"""One FedRL run config through the Flower app (in-process grid) and through the one-process
+runner, compared round by round: the two transports of one protocol must compute the same."""
+import pandas as pd
+import pytest
+
+from clients.app import app
+from clients.fedrl_party import Settings
+from experiments.fedrl_local import FedRLLocal
+from server import fedrl as fedrl_server
+from tests.conftest import InProcessGrid
+
+
+def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
+    """Runs `cfg` both ways (results in `out`); returns (Flower's rounds.csv, its grid)."""
+    grid = InProcessGrid(app, cfg, 2)
+    fedrl_server.run(grid, cfg, "fedrl")
+    flower = pd.read_csv(out / "rounds.csv")
+    s = Settings.from_config(cfg)
+    local = FedRLLocal(s)
+    select = fedrl_server.Selection(s.select_key())
+    for rnd in range(1, rounds + 1):
+        row = local.round()
+        if rnd % every == 0:
+            row.update(select(local, rnd, rnd == rounds, True))
+        got = flower[flower["round"] == rnd].iloc[0]
+        for k, v in row.items():
+            assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k
+    return flower, grid
