@@ -21,14 +21,15 @@ STATE = "fedrl-party"
 # "c-alpha" is empty in joint-action mode, where beta does not act
 SENDS = {
     ("alpha", "observe"): {"c-alpha"},
-    ("beta", "act"): {"c-beta", "a-beta"},
-    ("alpha", "act"): {"a-alpha", "c-alpha"},
-    ("beta", "q-outputs"): {"c-beta", "c-beta-next"},
-    ("alpha", "update"): {"y", "c-alpha", "c-alpha-now"},
-    ("beta", "update"): set(),
+    # beta's act may also apply alpha's last targets (the round's deferred UpdateQ) and, in a
+    # round's last step, release C_beta / C'_beta of the sampled transitions (ComputeQBeta(j))
+    ("beta", "act"): {"c-beta", "a-beta", "c-beta-ids", "c-beta-next-ids"},
+    # alpha's last act of a round also runs its K updates and returns Y and C_alpha(s_j)
+    ("alpha", "act"): {"a-alpha", "c-alpha", "y", "c-alpha-ids"},
+    ("beta", "update"): set(),          # the deferred update alone, before an evaluation
     ("alpha", "keep-best"): set(),
     ("beta", "keep-best"): set(),
-    ("alpha", "checkpoint"): set(),     # the end of a round: write the party's state to its disk
+    ("alpha", "checkpoint"): set(),     # the end of an evaluating round: write the party's state
     ("beta", "checkpoint"): set(),
     ("alpha", "eval-observe"): {"c-alpha"},
     ("beta", "eval-act"): {"c-beta", "a-beta"},
@@ -99,24 +100,26 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
     if step == "observe":
         out = {"c-alpha": party.observe()}
     elif step == "act" and role == "beta":
+        if "update-ids" in data:   # alpha's targets from the last round: UpdateQ first
+            theta, metrics = _beta_update(party, data, theta_in)
         c, a = party.act(prev, data.get("c-alpha"))
         out = {"c-beta": c, "a-beta": a}
+        if "ids" in data:
+            out["c-beta-ids"], out["c-beta-next-ids"] = party.q_outputs(data["ids"])
     elif step == "act":
         party.set_theta_g(theta_in)
-        a, c = party.act(data["c-beta"], data["a-beta"])
+        updating = "ids" in data
+        a, c = party.act(data["c-beta"], data["a-beta"], observe=not updating)
         out = {"a-alpha": a, "c-alpha": c}
-        metrics = party.take_stats() if bool(conf.get("report", False)) else None
-    elif step == "q-outputs":
-        c, c2 = party.q_outputs(data["ids"], prev)
-        out = {"c-beta": c, "c-beta-next": c2}
-    elif step == "update" and role == "alpha":
-        y, c_alpha, theta, loss, c_now = party.update(data["ids"], data["c-beta"],
-                                                      data["c-beta-next"], theta_in)
-        out = {"y": y, "c-alpha": c_alpha, "c-alpha-now": c_now}
-        metrics = {"loss-alpha": loss, **party.privacy()}
+        metrics = party.take_stats() if bool(conf.get("report", False)) else {}
+        if updating:   # C_alpha of the current observation is computed after the update
+            y, c_ids, theta, loss, c_now = party.update(data["ids"], data["c-beta-ids"],
+                                                        data["c-beta-next-ids"], None)
+            out.update({"y": y, "c-alpha-ids": c_ids, "c-alpha": c_now})
+            metrics.update({"loss-alpha": loss, **party.privacy()})
     elif step == "update":
-        theta, loss = party.update(data["ids"], data["y"], data["c-alpha"], theta_in)
-        out, metrics = {}, {"loss-beta": loss, **party.privacy()}
+        theta, metrics = _beta_update(party, data, theta_in)
+        out = {}
     elif step == "checkpoint":   # clients/app.py saves the context (clients/state_store.py)
         out = {}
     elif step == "keep-best":
@@ -140,6 +143,11 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
                 metrics.update(party.eval_result())
                 party.end_evaluation()
     return out, theta, metrics
+
+
+def _beta_update(party, data: dict, theta_in) -> tuple[dict, dict]:
+    theta, loss = party.update(data["update-ids"], data["y"], data["c-alpha-ids"], theta_in)
+    return theta, {"loss-beta": loss, **party.privacy()}
 
 
 def handle(msg: Message, context: Context) -> Message:

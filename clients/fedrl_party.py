@@ -5,15 +5,21 @@ between the parties, so the Flower handlers (`clients/fedrl.py`) and the single-
 (`experiments/fedrl_local.py`) call the same code.
 
 One round of the chunked exchange (B environments, S steps, K minibatches; `server/fedrl.py`'s
-`Protocol` drives it, `clients/fedrl.dispatch` maps a message to these methods):
+`Protocol` drives it, `clients/fedrl.dispatch` maps a message to these methods), 2S messages:
   for each of S steps:  beta.act(prev alpha actions, C_alpha)  -> C_beta, a_beta
                         alpha.act(C_beta, a_beta)  -> alpha's action ids, C_alpha of s_alpha'
-  beta.q_outputs(ids, last alpha actions) -> C_beta(s_j), C'_beta(s'_j)  (K minibatches at once)
-  alpha.update(ids, C_beta, C'_beta, theta_g) -> Y, C_alpha, theta_g, C_alpha now  (Eq. 4, 6)
-  beta.update(ids, Y, C_alpha, theta_g)       -> theta_g                           (Eq. 5, 7)
-The K minibatches' C_beta are computed before alpha's K updates, so they are up to K updates
-stale: `fedrl.updates` trades that staleness against messages
-(experiments/fedrl_sweep.py --knob updates).
+  in the last step, in the same two messages:
+    beta.q_outputs(ids) -> C_beta(s_j), C'_beta(s'_j)   (K minibatches, after beta.act)
+    alpha.update(ids, C_beta, C'_beta) -> Y, C_alpha, theta_g, C_alpha now  (Eq. 4, 6; after alpha.act)
+  in the next round's first beta.act (or alone before an evaluation):
+    beta.update(ids, Y, C_alpha, theta_g) -> theta_g                        (Eq. 5, 7; before acting)
+The ids are drawn from the transitions both parties hold when beta answers the last step, i.e.
+all but the B of that step, which become eligible one round later. Per step the paper's
+semantics hold (each action on both parties' current Q); the only change to the order of
+Algorithms 1-2 is that one-round lag of the newest B transitions in the replay, measured in
+experiments/fedrl_throughput.py. The K minibatches' C_beta are computed before alpha's K
+updates, so they are up to K updates stale: `fedrl.updates` trades that staleness against
+messages (experiments/fedrl_sweep.py --knob updates).
 
 The world: both agents move in one Grid-World. Each party holds a replica of the world simulator,
 built from the run config (maps, seed) and stepped with both parties' action ids, so the replicas
@@ -28,8 +34,7 @@ Q_f^beta"): alpha on Q_f^alpha = MLP_alpha([Q_hat_alpha(s_alpha) | C_beta]), bet
 Q_f^beta = MLP_beta([C_alpha | Q_hat_beta(s_beta)]). Algorithm 2 has beta act on its basic Q_beta,
 which no loss trains to rank beta's moves (~73% of those greedy moves hit walls), so we do not.
 Both C's travel in the step's existing round trip: alpha's reply to a step carries
-C_alpha(s_alpha') of the observation after it (and its update reply the C_alpha of the current
-observation under the updated network), which the next message to beta carries; only the very
+C_alpha(s_alpha') of the observation after it (after an update, under the updated network), which the next message to beta carries; only the very
 first step of training or of an evaluation needs one extra message ("observe"). In `joint-action`
 mode (the reference code) alpha's MLP picks one of 16 joint actions that moves both agents, and
 beta's replay stores that joint action. Target networks are real copies refreshed every
@@ -580,10 +585,10 @@ class Beta(Party):
         self.counters["transitions"] += self.s.envs
         self.has_pending = np.array(False)
 
-    def q_outputs(self, ids: np.ndarray, prev_alpha: np.ndarray | None):
+    def q_outputs(self, ids: np.ndarray):
         """ComputeQBeta(j) for K minibatches at once: C_beta(s_j) from the online network and
-        C'_beta(s'_j) from the target network (for alpha's target Y_j)."""
-        self.sync(prev_alpha)
+        C'_beta(s'_j) from the target network (for alpha's target Y_j). The ids are of stored
+        transitions only: the orchestrator draws them before the step beta has just acted on."""
         gen = self._generator()
         batch = self.replay.get(ids.ravel())
         with torch.no_grad():
@@ -666,10 +671,12 @@ class Alpha(Party):
             self.ledger.add(self._open())
         return c.numpy()
 
-    def act(self, c_beta: np.ndarray, a_beta: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def act(self, c_beta: np.ndarray, a_beta: np.ndarray,
+            observe: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """Alg. 1 steps 6-11: choose a_t epsilon-greedily on Q_f^alpha(s_alpha, ., C_beta),
         execute it (with beta's move) and store (s, a, r, s', done). Returns the action ids and
-        C_alpha of the next observation (for beta's next step)."""
+        C_alpha of the next observation (for beta's next step; None with observe=False, when
+        an update follows and computes it afterwards)."""
         gen = self._generator()
         s = self.world.obs_alpha.copy()
         with torch.no_grad():
@@ -683,7 +690,7 @@ class Alpha(Party):
         self.replay.put(n, s=s, a=a, r=r, s2=next_alpha, done=done.astype(np.float32))
         self.counters["transitions"] += self.s.envs
         count_episodes(self.stats, self.returns, r, done, met)
-        return a, self.observe()
+        return a, (self.observe() if observe else None)
 
     def update(self, ids: np.ndarray, c_beta: np.ndarray, c_beta_next: np.ndarray,
                theta_g: dict[str, np.ndarray] | None):

@@ -65,8 +65,8 @@ class FedRLLocal:
         out, theta, metrics = dispatch(party, role, step, data, theta_g, conf)
         return {k: v for k, v in out.items() if v is not None}, theta, metrics or {}
 
-    def round(self) -> dict:
-        return self.proto.train_round()
+    def round(self, evaluating: bool = False) -> dict:
+        return self.proto.train_round(evaluating)
 
     def evaluate(self, split: str, weights: str = "last") -> dict:
         return self.proto.evaluate(split, weights)
@@ -119,7 +119,7 @@ class DQNLocal:
             return acts[0], acts[1]
         return acts[0], self.random_beta(len(acts[0]), key, stream)
 
-    def round(self) -> dict:
+    def round(self, evaluating: bool = False) -> dict:
         s = self.s
         for _ in range(s.act_steps):
             w = self.world
@@ -203,7 +203,7 @@ class FCNLocal(DQNLocal):
         b = np.clip(w.shortest_action(1), 0, None)
         return [a * N_ACTIONS + b] if self.joint else [a, b]
 
-    def round(self) -> dict:
+    def round(self, evaluating: bool = False) -> dict:
         s, w = self.s, self.world
         for _ in range(s.act_steps):
             y = self.labels(w)
@@ -226,7 +226,7 @@ class RandomLocal:
     def __init__(self, s: Settings, both: bool):
         self.s, self.both = s, both
 
-    def round(self) -> dict:
+    def round(self, evaluating: bool = False) -> dict:
         return {}
 
     def keep_best(self) -> None:
@@ -280,9 +280,10 @@ def train(method: str, s: Settings, rounds: int, eval_every: int = 0, log=print)
     if method in FLOORS:
         rounds, eval_every = 1, 1
     for rnd in range(1, rounds + 1):
-        row = {"round": rnd, **runner.round()}
         last = rnd == rounds
-        if last or (eval_every and rnd % eval_every == 0):
+        evaluating = last or bool(eval_every and rnd % eval_every == 0)
+        row = {"round": rnd, **runner.round(evaluating)}
+        if evaluating:
             row.update(select(runner, rnd, last, bool(len(s.test))))
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)

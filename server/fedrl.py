@@ -156,40 +156,66 @@ class Protocol:
         self.theta_g = None
         self.prev = None          # alpha's last action ids, not yet seen by beta
         self.c_alpha = None       # C_alpha of alpha's current observation (paper action mode)
+        self.pending = None       # alpha's last targets for beta: ids, Y, C_alpha(s_j), theta_g
         self.transitions = self.updates = self.samples = 0
 
-    def train_round(self) -> dict:
+    def train_round(self, evaluating: bool = False) -> dict:
+        """S acting steps, 2 messages each; the last step's two also carry the round's K
+        updates (clients/fedrl_party.py). A round that evaluates ends with beta's deferred
+        update (one more message); any other has its last messages say `save-state` (the
+        parties write their state to disk with them; an evaluating round's are written after
+        the evaluation)."""
         s, send = self.s, self.send
         metrics: dict = {}
         if s.mode == "paper" and self.c_alpha is None:  # the run's first step only
             self.c_alpha = send("alpha", "observe")[0]["c-alpha"]
         for step in range(s.act_steps):
-            b, _, _ = send("beta", "act", {"prev-alpha": self.prev, "c-alpha": self.c_alpha})
-            a, _, m = send("alpha", "act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
-                           theta_g=self.theta_g if step == 0 else None,
-                           report=step == s.act_steps - 1)
+            last = step == s.act_steps - 1
+            mark = {"save-state": True} if last and not evaluating else {}
+            # beta holds the transitions of every step before this one
+            ids = sample_ids(self.rng, self.transitions + s.envs * step, s) if last else None
+            data, theta = {"prev-alpha": self.prev, "c-alpha": self.c_alpha}, None
+            if step == 0 and self.pending:
+                data.update(self.pending[0])
+                theta = self.pending[1]
+            if ids is not None:
+                data["ids"] = ids
+            b, theta_b, mb = send("beta", "act", data, theta_g=theta, **mark)
+            self.pending = None if theta is not None else self.pending
+            self.theta_g = theta_b if theta_b is not None else self.theta_g
+            data = {"c-beta": b["c-beta"], "a-beta": b["a-beta"]}
+            if ids is not None:
+                data.update({"ids": ids, "c-beta-ids": b["c-beta-ids"],
+                             "c-beta-next-ids": b["c-beta-next-ids"]})
+            a, theta_a, ma = send("alpha", "act", data,
+                                  theta_g=self.theta_g if step == 0 else None, report=last, **mark)
             self.prev, self.c_alpha = a["a-alpha"], a.get("c-alpha")
-            metrics.update(m)
+            if ids is not None:
+                self.pending = ({"update-ids": ids, "y": a["y"], "c-alpha-ids": a["c-alpha-ids"]},
+                                theta_a)
+                self.updates += len(ids)
+                self.samples += ids.size
+            metrics.update({**mb, **ma})
         self.transitions += s.envs * s.act_steps
-        ids = sample_ids(self.rng, self.transitions, s)
-        if ids is not None:
-            q, _, _ = self.send("beta", "q-outputs", {"ids": ids, "prev-alpha": self.prev})
-            self.prev = None
-            u, theta_alpha, ma = send("alpha", "update", {"ids": ids, "c-beta": q["c-beta"],
-                                                          "c-beta-next": q["c-beta-next"]})
-            self.c_alpha = u.get("c-alpha-now")
-            _, self.theta_g, mb = send("beta", "update", {"ids": ids, "y": u["y"],
-                                                          "c-alpha": u["c-alpha"]},
-                                       theta_g=theta_alpha)
-            self.updates += len(ids)
-            self.samples += ids.size
-            metrics.update({**ma, **mb})
+        if evaluating:
+            metrics.update(self.flush())
         metrics.update({"env-steps": self.transitions, "updates": self.updates,
                         "train-samples": self.samples})
         return metrics
 
+    def flush(self) -> dict:
+        """Beta's deferred update alone (before an evaluation or keeping the best): its
+        metrics, {} when none is pending."""
+        if not self.pending:
+            return {}
+        data, theta = self.pending
+        _, self.theta_g, m = self.send("beta", "update", data, theta_g=theta)
+        self.pending = None
+        return m
+
     def evaluate(self, split: str, weights: str = "last") -> dict:
         """Scores on `split` with test_noise on and off (`weights`: live or kept best)."""
+        self.flush()
         return {**self.play(split, True, weights), **self.play(split, False, weights)}
 
     def play(self, split: str, test_noise: bool, weights: str = "last") -> dict:
@@ -217,6 +243,7 @@ class Protocol:
 
     def keep_best(self) -> None:
         """Each party keeps a copy of its own networks (none leaves a party)."""
+        self.flush()
         for role in ("alpha", "beta"):
             self.send(role, "keep-best", theta_g=self.theta_g)
 
@@ -269,15 +296,16 @@ def run(grid, cfg: dict, name: str) -> None:
     for rnd in range(done + 1, rounds + 1):
         recorder.start_round(rnd)
         send.round = rnd
-        metrics = proto.train_round()
-        privacy = {k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k} or privacy
+        evaluating = rnd == rounds or rnd % eval_every == 0
+        metrics = proto.train_round(evaluating)
+        privacy.update({k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k})
         metrics["messages"] = send.messages
-        if rnd == rounds or rnd % eval_every == 0:
+        if evaluating:
             metrics.update(select(proto, rnd, rnd == rounds, bool(len(s.test))))
         recorder.add_metrics(metrics)
         recorder.add_client(node=roles["alpha"], partition="alpha", status="ok")
         recorder.add_client(node=roles["beta"], partition="beta", status="ok")
-        for role in ("alpha", "beta"):   # each party writes its own state as of this round
+        for role in ("alpha", "beta") if evaluating else ():  # each party writes its own state
             send(role, "checkpoint", evaluation=True, **{"save-state": True})
         save_round(recorder, rnd, proto, select, send, privacy)   # before rounds.csv says rnd
         row = recorder.end_round(proto.theta_g)
@@ -300,11 +328,16 @@ def _tensors(arrays) -> dict | None:
 def save_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
                send: Exchange, privacy: dict) -> None:
     """What the server needs to go on after round `rnd`: theta_g, the protocol's in-flight
-    values (alpha's last actions and C_alpha), counters, its RNG, model selection and the
+    values (alpha's last actions and C_alpha, beta's deferred update), counters, its RNG, model selection and the
     privacy ledger's last report (checkpoints/fedrl_{0,1}.pt; the parties save their own
     state: clients/state_store.py)."""
     theta = None if proto.theta_g is None else {k: v.numpy() for k, v in proto.theta_g.items()}
-    state = {"theta_g": _tensors(theta),
+    pending = None
+    if proto.pending:
+        data, theta_a = proto.pending
+        pending = {**{f"data/{k}": v for k, v in data.items()},
+                   **{f"theta/{k}": v.numpy() for k, v in theta_a.items()}}
+    state = {"theta_g": _tensors(theta), "pending": _tensors(pending),
              "prev": None if proto.prev is None else torch.from_numpy(np.array(proto.prev)),
              "c_alpha": None if proto.c_alpha is None else torch.from_numpy(
                  np.array(proto.c_alpha)),
@@ -323,6 +356,12 @@ def load_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
     if st["theta_g"] is not None:
         proto.theta_g = ArrayRecord({k: Array(v.numpy()) for k, v in st["theta_g"].items()})
     proto.prev = None if st["prev"] is None else st["prev"].numpy()
+    pending = st.get("pending")
+    if pending:
+        data = {k[5:]: v.numpy() for k, v in pending.items() if k.startswith("data/")}
+        theta_a = ArrayRecord({k[6:]: Array(v.numpy()) for k, v in pending.items()
+                               if k.startswith("theta/")})
+        proto.pending = (data, theta_a)
     proto.c_alpha = None if st["c_alpha"] is None else st["c_alpha"].numpy()
     proto.transitions, proto.updates, proto.samples, send.messages = st["counters"]
     proto.rng.bit_generator.state = json.loads(st["rng"])

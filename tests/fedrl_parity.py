@@ -19,7 +19,7 @@ def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
     local = FedRLLocal(s)
     select = fedrl_server.Selection(s.select_key())
     for rnd in range(1, rounds + 1):
-        row = local.round()
+        row = local.round(rnd % every == 0)
         if rnd % every == 0:
             row.update(select(local, rnd, rnd == rounds, True))
         got = flower[flower["round"] == rnd].iloc[0]

@@ -85,7 +85,7 @@ def test_simulation_engine_fedrl_two_parties(tmp_path):
     out = tmp_path / "fedrl"
     token = f"test-{uuid.uuid4().hex}"
     res = _launch(["fedrl", "--rounds", "2", "--out", str(out), "--no-plots", "--run-config",
-                   "fedrl.envs=8 fedrl.act-steps=2 fedrl.updates=2 fedrl.warmup=32 "
+                   "fedrl.envs=8 fedrl.act-steps=2 fedrl.updates=2 fedrl.warmup=16 "
                    "fedrl.batch-size=8 fedrl.eval-episodes=3 fedrl.max-steps=4 "
                    'fedrl.test-maps=""'], token)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -44,7 +44,7 @@ def test_fedrl_stops_naming_the_party_that_raised(tmp_path):
     from clients.app import app
     from server import fedrl as server
 
-    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 32,
+    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 16,
                   "fedrl.envs": 8, "fedrl.act-steps": 2, "fedrl.updates": 3,
                   "fedrl.batch-size": 8, "fedrl.eval-episodes": 6, "fedrl.max-steps": 6,
                   "faults.raise-partitions": "1", "out-dir": str(tmp_path)})
@@ -100,7 +100,7 @@ def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregate
     from server.methods import server_module
 
     base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method, "num-clients": 5}
-    cfg = merged({**base, "num-server-rounds": 4, "faults.fraction": 0.2, "seed": 2,
+    cfg = merged({**base, "num-server-rounds": 4, "faults.fraction": 0.2, "seed": 4,
                   "faults.fraction-kind": "raise" if method == "cdl" else "nan",
                   "out-dir": str(tmp_path)})
     n = int(cfg["num-clients"])
@@ -151,10 +151,10 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
     from clients.app import app
     from server import fedrl as server
 
-    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 32,
+    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 16,
                   "fedrl.envs": 8, "fedrl.act-steps": 2, "fedrl.updates": 3,
                   "fedrl.batch-size": 8, "fedrl.eval-episodes": 6, "fedrl.max-steps": 6,
-                  "faults.fraction": 0.2, "seed": 2, "out-dir": str(tmp_path)})
+                  "faults.fraction": 0.2, "seed": 4, "out-dir": str(tmp_path)})
     server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
     rows = pd.read_csv(tmp_path / "clients.csv")
     retried = rows[rows.status.str.startswith("failed in")]

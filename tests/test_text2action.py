@@ -118,7 +118,7 @@ def test_flower_exchange_equals_the_single_process_run_on_text2action(tmp_path):
     for msg in grid.sent:
         if msg.metadata.dst_node_id == sorted(grid.contexts)[1] and "data" in msg.content:
             to_beta |= set(msg.content["data"].keys())
-    assert to_beta <= {"prev-alpha", "c-alpha", "ids", "y"}
+    assert to_beta <= {"prev-alpha", "c-alpha", "ids", "update-ids", "y", "c-alpha-ids"}
 
 
 @needs_data
