@@ -86,7 +86,7 @@ class TopologyRelay:
         sent = dict(zip(silos, msgs))
         for i, rep in replies:
             reference = sent[i].content["arrays"]
-            problem = screen_update(rep, reference)
+            problem, update = screen_update(rep, reference)
             m = {} if rep.has_error() else dict(rep.content["metrics"])
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
@@ -95,8 +95,7 @@ class TopologyRelay:
                                      train_loss=m.get("train-loss"), fit_s=m.get("fit-s"),
                                      status=problem or "ok")
             if problem is None:
-                arrays = rep.content["arrays"]
-                new[i] = {k: arrays[k].numpy() for k in reference.keys()}
+                new[i] = update
                 losses.append(float(m["train-loss"]))
                 weights.append(float(m["num-examples"]))
                 accepted.append(m)

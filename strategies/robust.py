@@ -16,34 +16,36 @@ from flwr.app import Array, ArrayRecord
 AGGREGATORS = ("mean", "median", "trimmed-mean")
 
 
-def update_norm(update: ArrayRecord, current: ArrayRecord) -> float:
+def update_norm(update: dict[str, np.ndarray], current: dict[str, np.ndarray]) -> float:
     total = 0.0
-    for name, ref in current.items():
-        a, b = update[name].numpy(), ref.numpy()
+    for name, b in current.items():
+        a = update[name]
         if a.dtype.kind == "f":
             total += float(np.sum((a.astype(np.float64) - b) ** 2))
     return math.sqrt(total)
 
 
-def aggregate(records: list[ArrayRecord], weights: list[float], how: str,
+def aggregate(updates: list[dict[str, np.ndarray]], weights: list[float], how: str,
               trim: float = 0.2) -> ArrayRecord:
-    """One ArrayRecord from the accepted ones: weighted mean, median or trimmed mean (cutting
-    floor(trim * n) values at each end of every coordinate; at least one value stays)."""
+    """One ArrayRecord from the accepted updates (numpy arrays, as screen_update decoded them):
+    weighted mean, median or trimmed mean (cutting floor(trim * n) values at each end of every
+    coordinate; at least one value stays). The mean accumulates in float64 without stacking."""
     if how not in AGGREGATORS:
         raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}, got {how!r}")
     out = {}
-    for name in records[0].keys():
-        stack = np.stack([r[name].numpy().astype(np.float64) for r in records])
+    w = np.asarray(weights, np.float64) / float(np.sum(weights))
+    for name, ref in updates[0].items():
         if how == "mean":
-            w = np.asarray(weights, np.float64) / float(np.sum(weights))
-            value = np.tensordot(w, stack, axes=1)
-        elif how == "median":
-            value = np.median(stack, axis=0)
+            value = np.zeros(ref.shape, np.float64)
+            for wi, u in zip(w, updates):
+                value += wi * u[name]
         else:
-            k = min(int(math.floor(trim * len(records))), (len(records) - 1) // 2)
-            ordered = np.sort(stack, axis=0)
-            value = ordered[k:len(records) - k].mean(axis=0)
-        ref = records[0][name].numpy()
+            stack = np.stack([u[name].astype(np.float64) for u in updates])
+            if how == "median":
+                value = np.median(stack, axis=0)
+            else:
+                k = min(int(math.floor(trim * len(updates))), (len(updates) - 1) // 2)
+                value = np.sort(stack, axis=0)[k:len(updates) - k].mean(axis=0)
         if ref.dtype.kind in "iu":
             value = np.rint(value)
         out[name] = Array(np.ascontiguousarray(value.astype(ref.dtype)))

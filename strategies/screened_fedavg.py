@@ -152,20 +152,22 @@ class ScreenedFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         server_round += self.round_offset
-        accepted = []
+        accepted, current = [], None
         parts = self.partitions or {}
         pairs = answered(self.sent, list(replies))
         pairs.sort(key=lambda ir: parts.get(self.sent[ir[0]].metadata.dst_node_id, -1))
         for i, rep in pairs:
             node = self.sent[i].metadata.dst_node_id
-            problem = screen_update(rep, self.current, array_key=self.arrayrecord_key,
-                                    weight_key=self.weighted_by_key)
+            problem, update = screen_update(rep, self.current, array_key=self.arrayrecord_key,
+                                            weight_key=self.weighted_by_key)
             if rep.has_error():
                 log(WARNING, "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
                     server_round, node, parts.get(node, -1), rep.error.reason)
                 problem = f"failed: {one_line(rep.error.reason)}"
             elif problem is None and self.max_update_norm > 0:
-                norm = update_norm(rep.content[self.arrayrecord_key], self.current)
+                if current is None:   # the global model, decoded once per round
+                    current = {k: v.numpy() for k, v in self.current.items()}
+                norm = update_norm(update, current)
                 if norm > self.max_update_norm:
                     problem = (f"rejected: update norm {norm:.3g} > max-update-norm "
                                f"{self.max_update_norm:g}")
@@ -178,7 +180,7 @@ class ScreenedFedAvg(FedAvg):
                 num_examples=m.get(self.weighted_by_key, 0), train_loss=m.get("train-loss"),
                 fit_s=m.get("fit-s"), status=problem or "ok")
             if problem is None:
-                accepted.append(rep.content)
+                accepted.append((rep.content, update))
         answered_ix = {i for i, _ in pairs}
         for i, msg in enumerate(self.sent):
             if i not in answered_ix:
@@ -197,10 +199,11 @@ class ScreenedFedAvg(FedAvg):
                                     f"'max-empty-rounds'); last failure: {why}")
             return None, None  # the global model stays as it was
         self.empty_rounds = 0
+        updates = [u for _, u in accepted]
+        accepted = [c for c, _ in accepted]
         n = [float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
              for c in accepted]
-        arrays = aggregate([c[self.arrayrecord_key] for c in accepted], n, self.aggregator,
-                           self.trim)
+        arrays = aggregate(updates, n, self.aggregator, self.trim)
         loss = [float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
                 for c in accepted]
         metrics = MetricRecord({"train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),

@@ -35,8 +35,18 @@ def one_line(reason: str, limit: int = 240) -> str:
 
 
 def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "arrays",
-                  weight_key: str = "num-examples") -> str | None:
-    """None if the reply is fit to aggregate, else why it is not."""
+                  weight_key: str = "num-examples") -> tuple[str | None, dict | None]:
+    """(None, the update's arrays) if the reply is fit to aggregate, else (why not, None).
+
+    Each array is deserialized once, here: the norm bound and the aggregation reuse the
+    returned numpy arrays (experiments/round_overhead.py measures what that saves)."""
+    decoded: dict[str, np.ndarray] = {}
+    problem = _problem(reply, reference, array_key, weight_key, decoded)
+    return problem, (decoded if problem is None else None)
+
+
+def _problem(reply: Message, reference: ArrayRecord, array_key: str, weight_key: str,
+             decoded: dict) -> str | None:
     if reply.has_error():
         return f"failed: {one_line(reply.error.reason)}"
     content = reply.content
@@ -61,7 +71,7 @@ def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "a
         if tuple(a.shape) != tuple(ref.shape) or a.dtype != ref.dtype:
             return (f"rejected: '{name}' is {a.dtype}{list(a.shape)}, "
                     f"expected {ref.dtype}{list(ref.shape)}")
-        values = a.numpy()
+        values = decoded[name] = a.numpy()
         if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
             return f"rejected: '{name}' has NaN/Inf"
     return None
