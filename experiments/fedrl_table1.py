@@ -122,7 +122,8 @@ def one_run(job: dict) -> list[dict]:
                         "updates": job["rounds"] * s.updates, "update_ratio": s.update_ratio,
                         "history": s.history, "updates_per_round": s.updates,
                         "eps_decay": s.eps_decay, "target_update": s.target_update,
-                        "envs": s.envs, "lr": s.lr, "wall_s": round(last["wall_s"], 1),
+                        "envs": s.envs, "lr": s.lr, "act_steps": s.act_steps,
+                        "exchange": EXCHANGE, "wall_s": round(last["wall_s"], 1),
                         "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
                         "maps_skipped": json.dumps({k: v["maps"] - v["used"]
                                                     for k, v in maps.items()})})
@@ -131,7 +132,10 @@ def one_run(job: dict) -> list[dict]:
 
 SETTINGS_COLUMNS = {"history": "history", "updates_per_round": "updates",
                     "eps_decay": "eps_decay", "target_update": "target_update", "envs": "envs",
-                    "lr": "lr"}
+                    "lr": "lr", "act_steps": "act_steps"}
+# bumped when the FedRL exchange changes what a run computes (2: updates ride on the acting
+# messages, the newest step's transitions join the replay one round later): older runs retrain
+EXCHANGE = 2
 
 
 def settings_of(job: dict):
@@ -150,7 +154,8 @@ def cached_run(job: dict) -> list[dict]:
     if path.exists():
         out = json.loads(path.read_text())
         s = settings_of(job)
-        if all(out[0].get(col) == getattr(s, attr) for col, attr in SETTINGS_COLUMNS.items()):
+        if all(out[0].get(col) == getattr(s, attr) for col, attr in SETTINGS_COLUMNS.items()) \
+                and out[0].get("exchange") == EXCHANGE:
             return out
     out = one_run(job)
     tmp = path.with_suffix(".tmp")

@@ -11,6 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 from server import methods
 from server.config import ConfigError, check_faults, check_ranges, merged
 from server.recorder import out_dir
+from strategies.nodes import fit_to_federation
 from strategies.timeouts import AdaptiveTimeout
 
 app = ServerApp()
@@ -24,6 +25,11 @@ def main(grid: Grid, context: Context) -> None:
     check_ranges(cfg)
     if bool(cfg["resume"]):
         check_resume_round(cfg)
+    graph = methods.get(name).server == "server.decentralized" and str(cfg["topology"]) not in (
+        "ring", "complete")   # a GML graph fixes the silos itself
+    if methods.get(name).domain == "driving" and not graph:
+        cfg["num-clients"] = fit_to_federation(grid, int(cfg["num-clients"]),
+                                               float(cfg["node-wait-timeout"]))
     check_faults(cfg, 2 if methods.get(name).domain == "gridworld" else int(cfg["num-clients"]))
     grid = AdaptiveTimeout(grid, float(cfg["timeout-factor"]), float(cfg["timeout-floor"]))
     methods.server_module(name).run(grid, cfg, name)

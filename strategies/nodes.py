@@ -26,9 +26,28 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
         if len(ids) >= expected:
             return ids
         if time.monotonic() > deadline:
-            raise FederationError(f"only {len(ids)} of the {expected} expected nodes connected "
-                                  f"within {timeout_s:.0f} s (run config 'num-clients')")
+            raise FederationError(
+                f"only {len(ids)} of the {expected} expected nodes connected within "
+                f"{timeout_s:.0f} s: start {expected} SuperNodes (`flwr run`: --federation-config "
+                f"\"num-supernodes={expected}\"), or ask for fewer (run config 'num-clients')")
         time.sleep(0.5)
+
+
+def fit_to_federation(grid: Grid, expected: int, timeout_s: float) -> int:
+    """The number of silos to run: run config `num-clients`, unless the nodes say otherwise.
+
+    Every node knows the federation's size (`num-partitions`: simulation.py's --num-clients,
+    `flwr run`'s num-supernodes, a SuperNode's --node-config). When the first node to connect
+    reports another size than `expected`, the run follows the nodes and the log says how to
+    choose: plain `flwr run .` (2 SuperNodes) then trains 2 silos instead of waiting for 10."""
+    first = wait_for_nodes(grid, 1, timeout_s)[:1]
+    size = int(query_identities(grid, first, timeout_s)[first[0]]["num-partitions"])
+    if size != expected:
+        log(WARNING, "[fedembodied] the nodes report a federation of %d (num-partitions), the "
+            "run config num-clients=%d: running %d silos. For %d, start that many nodes "
+            "(`flwr run . --federation-config \"num-supernodes=%d\"`)", size, expected, size,
+            expected, expected)
+    return size
 
 
 def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, dict]:

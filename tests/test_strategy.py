@@ -183,8 +183,21 @@ def test_missing_nodes_fail_instead_of_hanging():
         def get_node_ids(self):
             return [1, 2]
 
-    with pytest.raises(FederationError, match="only 2 of the 4"):
+    with pytest.raises(FederationError, match=r"only 2 of the 4.*num-supernodes=4"):
         wait_for_nodes(Grid(), 4, timeout_s=0.1)
+
+
+def test_a_run_sized_for_10_follows_a_federation_of_2():
+    """Plain `flwr run .` starts 2 SuperNodes while the run config says num-clients = 10: the
+    server asks one node the federation's size and runs that many silos."""
+    from clients.app import app
+    from server.config import merged
+    from strategies.nodes import fit_to_federation
+    from tests.conftest import InProcessGrid
+
+    cfg = merged({"method": "fedavg", "num-clients": 10})
+    assert fit_to_federation(InProcessGrid(app, cfg, 2), 10, timeout_s=1) == 2
+    assert fit_to_federation(InProcessGrid(app, cfg, 10), 10, timeout_s=1) == 10
 
 
 def test_evaluation_every_k_rounds_and_in_the_last(tmp_path):
