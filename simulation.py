@@ -86,8 +86,14 @@ def toml_value(v) -> str:
 def resolve(args) -> tuple[dict, Path]:
     """Validate flags and run config; returns (run-config overrides, out dir)."""
     from server import methods
-    from server.config import (ConfigError, check_faults, check_overrides, check_ranges,
-                               defaults, parse_overrides)
+    from server.config import (
+        ConfigError,
+        check_faults,
+        check_overrides,
+        check_ranges,
+        defaults,
+        parse_overrides,
+    )
 
     if args.method not in methods.METHODS:
         raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
@@ -266,8 +272,8 @@ def check_data(domain: str, cfg: dict) -> None:
 
 def vln_houses(cfg: dict) -> int:
     """FedVLN's number of clients: the data's seen plus unseen houses."""
-    from clients.vln_house import house_names, open_setup
     from clients.fedvln import spec_of
+    from clients.vln_house import house_names, open_setup
     from envs.errors import DataError
 
     try:

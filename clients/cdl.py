@@ -21,10 +21,16 @@ import time
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
-from clients.cdl_training import train_cdl
-from clients.driving import (build_model, evaluate, keep_optimizers,  # noqa: F401 (evaluate: the handler)
-                             kept_optimizers, local_optimizer, silo_data)
 from clients import faults
+from clients.cdl_training import train_cdl
+from clients.driving import (  # noqa: F401 (evaluate: the handler)
+    build_model,
+    evaluate,
+    keep_optimizers,
+    kept_optimizers,
+    local_optimizer,
+    silo_data,
+)
 from models.state import load_shared_state, shared_state
 from server.config import merged
 

@@ -21,7 +21,6 @@ from models.resnet8 import ResNet8
 from models.state import load_shared_state, shared_state
 from server.config import merged
 
-
 OPTIMIZER_STATE = "driving-optimizer"  # + "-<network>": kept here when optimizer-state = silo
 LOCAL_STEPS = "driving-local-steps"    # this silo's updates so far (the sqrt decay's clock)
 

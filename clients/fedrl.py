@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from flwr.app import (Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord,
-                      RecordDict)
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import faults
 from clients.fedrl_party import Alpha, Beta, Settings

@@ -52,12 +52,20 @@ from torch import nn
 
 from clients.fedrl_privacy import Ledger, epsilon, release
 from envs import text2action as t2a
-from envs.gridworld import (DEFAULT_HISTORY, RULES, STAY, GridWorld, Maps, generate_maps,
-                            load_mat, max_steps_for, parse_range)
+from envs.gridworld import (
+    DEFAULT_HISTORY,
+    RULES,
+    STAY,
+    GridWorld,
+    Maps,
+    generate_maps,
+    load_mat,
+    max_steps_for,
+    parse_range,
+)
 from envs.word_vectors import word_table
 from models.fedrl_nets import N_ACTIONS, FullQNet, QNet, SharedMLP
 from models.text_cnn import FullFeatures, PosFeatures, TextCNN, WordFeatures
-
 
 SPLITS = ("train", "valid", "test")
 DOMAINS = ("gridworld", "text2action")

@@ -27,9 +27,16 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import faults, vln_agent, vln_speaker
-from clients.vln_house import (House, follower_steps, house_of_partition, local_iterations,
-                               open_house, open_setup, speaker_routes)
 from clients.optimizer_state import load_optimizer_arrays, optimizer_arrays
+from clients.vln_house import (
+    House,
+    follower_steps,
+    house_of_partition,
+    local_iterations,
+    open_house,
+    open_setup,
+    speaker_routes,
+)
 from clients.vln_loop import make_optimizer
 from clients.vln_recipe import recipe_of
 from envs.vln_data import Episode

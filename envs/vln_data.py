@@ -124,12 +124,12 @@ def _check_viewpoint(where: str, k: int, it, n: int) -> None:
             isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
             for x in pose)):
         raise DataError(f"{where}: viewpoint {vp}: field 'pose' must be 16 finite numbers")
-    for field in ("unobstructed", "visible"):
-        if field == "visible" and field not in it:
+    for key in ("unobstructed", "visible"):
+        if key == "visible" and key not in it:
             continue
-        v = it.get(field)
+        v = it.get(key)
         if not (isinstance(v, list) and len(v) == n and all(isinstance(x, bool) for x in v)):
-            raise DataError(f"{where}: viewpoint {vp}: field {field!r} must be {n} booleans "
+            raise DataError(f"{where}: viewpoint {vp}: field {key!r} must be {n} booleans "
                             f"(one per viewpoint)")
 
 

@@ -18,8 +18,16 @@ import numpy as np
 
 from envs.errors import DataError
 from envs.vln_data import Episode, Scan, VLNData
-from envs.vln_features import (ANGLE_DIM, VIEW_DIM, VIEW_ELEVATION, VIEW_HEADING,
-                               angle_feature, read_tsv, semantic_features, view_index)
+from envs.vln_features import (
+    ANGLE_DIM,
+    VIEW_DIM,
+    VIEW_ELEVATION,
+    VIEW_HEADING,
+    angle_feature,
+    read_tsv,
+    semantic_features,
+    view_index,
+)
 
 
 class World:

@@ -38,8 +38,16 @@ import torch
 from torch import nn
 
 from clients.fedrl import dispatch
-from clients.fedrl_party import (Alpha, Beta, Replay, Settings, count_episodes, episode_report,
-                                 explore, sample_ids)
+from clients.fedrl_party import (
+    Alpha,
+    Beta,
+    Replay,
+    Settings,
+    count_episodes,
+    episode_report,
+    explore,
+    sample_ids,
+)
 from envs.gridworld import STAY
 from models.fedrl_nets import N_ACTIONS
 from server.fedrl import Protocol, Selection

@@ -25,8 +25,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.fedrl_table1 import (check_common, common_args, refuse_overwrite,  # noqa: E402
-                                      run_jobs, splits_for)
+from experiments.fedrl_table1 import (  # noqa: E402
+    check_common,
+    common_args,
+    refuse_overwrite,
+    run_jobs,
+    splits_for,
+)
 from experiments.simulate import RESULTS, command_line  # noqa: E402
 
 

@@ -39,7 +39,12 @@ import pandas as pd
 from experiments.fedrl_table1 import check_common, refuse_overwrite, run_jobs, splits_for
 from experiments.simulate import RESULTS, ROOT, command_line, simulate
 
-DEFAULT = "32,4,64"   # pyproject's fedrl.envs, act-steps, updates: what Table 1 uses
+
+def default_config() -> str:
+    """B,S,K of the run config's defaults (pyproject.toml)."""
+    from server.config import merged
+    cfg = merged({})
+    return f"{cfg['fedrl.envs']},{cfg['fedrl.act-steps']},{cfg['fedrl.updates']}"
 
 
 def run_config(b: int, s: int, k: int) -> dict:
@@ -101,7 +106,7 @@ def success(configs: list[tuple], args) -> pd.DataFrame:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", nargs="+",
-                    default=[DEFAULT, "64,2,64", "128,1,64", "128,1,128", "256,1,128"])
+                    default=["32,4,64", "64,2,64", "128,1,64", "128,1,128", "256,1,128"])
     ap.add_argument("--timing-rounds", type=int, default=12)
     ap.add_argument("--transitions", type=int, default=25600, help="per success run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -133,7 +138,7 @@ def main(argv=None) -> int:
     rows, work = [], Path(tempfile.mkdtemp(prefix="fedrl-throughput-"))
     for b, s, k in configs:   # timings first, one at a time, on an idle machine
         row = {"B": b, "S": s, "K": k, "update_ratio": k / (b * s),
-               "default": f"{b},{s},{k}" == DEFAULT, **timing(b, s, k, args.timing_rounds, work),
+               "default": f"{b},{s},{k}" == default_config(), **timing(b, s, k, args.timing_rounds, work),
                "machine": machine}
         print(row, flush=True)
         rows.append(row)

@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 
 from clients import vln_agent, vln_speaker
-from clients.fedvln import agent_settings, follower_size, spec_of, speaker_size
+from clients.fedvln import agent_settings, follower_size, speaker_size, spec_of
 from clients.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
 from clients.vln_loop import make_optimizer
 from clients.vln_recipe import recipe_of

@@ -1,6 +1,7 @@
-"""The README's Performance table, from the benchmark scripts' committed CSVs (not typed by hand).
+"""The README's Performance tables, from the benchmark scripts' committed CSVs (not typed by hand).
 
-    python -m experiments.performance_table        # prints the markdown table
+    python -m experiments.performance_table          # the goals of issue 18, met or not
+    python -m experiments.performance_table --fedrl  # FedRL: speed and success per setting
 
 Reads experiments/results/{fedrl_throughput,round_overhead,scale,vln_update_speed}.csv (each
 written by the script of the same name) and puts every goal of issue 18 beside what was
@@ -70,9 +71,23 @@ def rows() -> list[dict]:
     return out
 
 
-def main() -> int:
+def fedrl_rows() -> list[dict]:
+    thr = pd.read_csv(RESULTS / "fedrl_throughput.csv")
+    return [{"B envs x S steps, K": f"{r.B} x {r.S}, K={r.K}" + (" (default)" if r.default else ""),
+             "messages/round": int(r.messages_per_round),
+             "Flower s/round": f"{r.flower_round_s:.2f}",
+             "one process s/round": f"{r.local_round_s:.2f}", "ratio": f"{r.ratio:.2f}",
+             "rounds": int(r.rounds),
+             "SuccRate best": f"{r.succ_best_mean:.1f} ± {r.succ_best_sd:.1f}",
+             "SuccRate last": f"{r.succ_last_mean:.1f} ± {r.succ_last_sd:.1f}",
+             "within spread of best": "yes" if r.within_spread_of_best else "no"}
+            for r in thr.itertuples()]
+
+
+def main(argv=None) -> int:
+    fedrl = "--fedrl" in (sys.argv[1:] if argv is None else argv)
     try:
-        table = pd.DataFrame(rows())
+        table = pd.DataFrame(fedrl_rows() if fedrl else rows())
     except FileNotFoundError as e:
         print(f"performance_table: {e.filename} missing: run its script first", file=sys.stderr)
         return 2

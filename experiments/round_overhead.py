@@ -74,7 +74,6 @@ def round_overhead(rounds: int, clients: int, work: Path) -> dict:
 
 def replies(n_params: int, n: int, seed: int = 0):
     from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
-
     from flwr.supercore.task_identity import TaskIdentity
     # Flower builds a Message only inside a run: give this process one (as tests/conftest.py)
     TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = 1

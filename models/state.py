@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-
 import torch
 from torch import nn
 

@@ -14,8 +14,7 @@ from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
 from server.config import ConfigError, positive
 from server.driving import check_config as check_driving_config
-from server.recorder import (Recorder, load_by_parity, out_dir, save_by_parity,
-                             trailing_empty_rounds)
+from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity, trailing_empty_rounds
 from strategies.decentralized import TopologyRelay
 from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build

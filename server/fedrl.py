@@ -36,7 +36,6 @@ from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes, one_line
 
 
-
 def check_config(cfg: dict) -> Settings:
     for key in ("num-server-rounds", "eval-every"):
         positive(cfg, key)

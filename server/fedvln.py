@@ -53,8 +53,7 @@ from models.speaker import Speaker
 from server.config import ConfigError, positive
 from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
 from strategies.fedvln import FedVLNStrategy
-from strategies.nodes import (FederationError, partitions_of, query_identities,
-                              wait_for_nodes)
+from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
 
 STAGES = ("agent", "speaker", "augment", "preexplore")

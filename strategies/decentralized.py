@@ -21,8 +21,13 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from strategies.nodes import (FederationError, answered, query_partitions,
-                             refresh_partitions, wait_for_nodes)
+from strategies.nodes import (
+    FederationError,
+    answered,
+    query_partitions,
+    refresh_partitions,
+    wait_for_nodes,
+)
 from strategies.screened_fedavg import ClientsFailed, sample_size
 from strategies.screening import mean_signals, message_bytes, one_line, screen_update
 from strategies.topology import Topology, consensus_distance, mix, parameter_names

@@ -28,11 +28,9 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
-from strategies.nodes import (answered, query_partitions, refresh_partitions,
-                             wait_for_nodes)
+from strategies.nodes import answered, query_partitions, refresh_partitions, wait_for_nodes
 from strategies.robust import aggregate, update_norm
-from strategies.screening import (MAX_EXAMPLES, mean_signals, message_bytes, one_line,
-                                  screen_update)
+from strategies.screening import MAX_EXAMPLES, mean_signals, message_bytes, one_line, screen_update
 
 
 def evaluates(server_round: int, every: int, num_rounds: int) -> bool:

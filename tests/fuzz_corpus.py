@@ -522,6 +522,7 @@ class _Evil:
 
 def _pickle(p: Path):
     import pickle
+
     import torch
     torch.save({"kind": "Follower", "x": _Evil()}, p, pickle_module=pickle)
 

@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from envs.driving_logs import (WHEEL_DEG_PER_UNIT, load_log, load_npz, load_silo,
-                               read_sullychen_log, read_udacity_log, validate_data_dir)
+from envs.driving_logs import (
+    WHEEL_DEG_PER_UNIT,
+    load_log,
+    load_npz,
+    load_silo,
+    read_sullychen_log,
+    read_udacity_log,
+    validate_data_dir,
+)
 from envs.errors import DataError
 from tests.conftest import SHARED_DATA
 

@@ -77,14 +77,14 @@ def test_pooled_navigation_metrics_are_episode_weighted():
 
 
 def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
+    import torch
+
     from clients import vln_speaker
     from clients.fedvln import speaker_size
     from clients.vln_house import open_house, open_setup
     from envs.vln_houses import HouseSpec
     from models.speaker import Speaker
     from server.config import merged
-
-    import torch
     torch.manual_seed(0)   # the speaker's start must not depend on which tests ran before
     setup = open_setup("", "", HouseSpec(train_houses=3, unseen_houses=2))
     speaker = Speaker(speaker_size(merged(TINY), len(setup.vocab), setup.world.feature_dim))

@@ -4,8 +4,16 @@ import numpy as np
 import pytest
 
 from envs.errors import DataError
-from envs.gridworld import (STAY, GridWorld, Maps, distance, generate_maps, load_mat,
-                            max_steps_for, parse_range)
+from envs.gridworld import (
+    STAY,
+    GridWorld,
+    Maps,
+    distance,
+    generate_maps,
+    load_mat,
+    max_steps_for,
+    parse_range,
+)
 from tests.conftest import SHARED_DATA
 
 MAT = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"

@@ -1,9 +1,15 @@
 import numpy as np
 import pytest
 
-from strategies.topology import (TopologyError, build, consensus_distance, metropolis_hastings,
-                                 parameter_names,
-                                 mix, ring_mixing)
+from strategies.topology import (
+    TopologyError,
+    build,
+    consensus_distance,
+    metropolis_hastings,
+    mix,
+    parameter_names,
+    ring_mixing,
+)
 from tests.conftest import SHARED_DATA
 
 TOPOLOGIES = SHARED_DATA / "topologies"

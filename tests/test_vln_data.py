@@ -12,8 +12,16 @@ import pytest
 from envs.errors import DataError
 from envs.vln_data import VLNData, connectivity_entries, parse_connectivity
 from envs.vln_env import NavBatch, World, candidates
-from envs.vln_features import (ANGLE_DIM, ROOM_CODES, ROOM_DIM, angle_feature, object_vector,
-                               read_tsv, semantic_features, write_tsv)
+from envs.vln_features import (
+    ANGLE_DIM,
+    ROOM_CODES,
+    ROOM_DIM,
+    angle_feature,
+    object_vector,
+    read_tsv,
+    semantic_features,
+    write_tsv,
+)
 from envs.vln_houses import HouseSpec, embedded_dataset
 from envs.vln_metrics import episode_metrics, summarize
 from envs.vln_routes import sample_routes
