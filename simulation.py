@@ -10,6 +10,7 @@ checks the run's final status with `flwr ls` (`flwr run` exits 0 even when the r
 writes plots, and stops every process it started, Ray's included. Exit codes: 0 the run
 completed, 1 it failed, 2 bad input (one line naming the culprit).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,29 +44,49 @@ def build_parser() -> argparse.ArgumentParser:
     from server.methods import METHODS
 
     lines = "\n".join(f"  {m.name:<10} {m.description}" for m in METHODS.values())
-    p = Parser(prog="simulation.py", description=__doc__.split("\n\n")[0],
-               formatter_class=argparse.RawDescriptionHelpFormatter,
-               epilog=f"methods:\n{lines}")
+    p = Parser(
+        prog="simulation.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"methods:\n{lines}",
+    )
     p.add_argument("method", help="one of: " + ", ".join(METHODS))
     p.add_argument("--rounds", type=int, default=None, help="server rounds (default: pyproject)")
     p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", default=None, help="results folder (default runs/<method>-<time>)")
-    p.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue the run in DIR after its last finished round, with its saved "
-                        "run config (--rounds may raise the total); clients reload their own "
-                        "state as of that round")
-    p.add_argument("--topology", default=None,
-                   help="peer topology: ring, complete, <graph>-ring, <graph>-mst (e.g. gaia-ring); "
-                        "a graph's topology fixes the number of silos")
-    p.add_argument("--stage", default=None,
-                   help="fedvln: agent | speaker | augment | preexplore (fedvln.stage)")
-    p.add_argument("--variant", default=None,
-                   help="fedvln preexplore: env-based | fed-full | fed-lan | fed-lan+seen")
-    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
-                   help="run the ClientApps on an existing Ray cluster (its head, started with "
-                        "`ray start --head`; default: RAY_ADDRESS, else a private local Ray)")
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR after its last finished round, with its saved "
+        "run config (--rounds may raise the total); clients reload their own "
+        "state as of that round",
+    )
+    p.add_argument(
+        "--topology",
+        default=None,
+        help="peer topology: ring, complete, <graph>-ring, <graph>-mst (e.g. gaia-ring); "
+        "a graph's topology fixes the number of silos",
+    )
+    p.add_argument(
+        "--stage",
+        default=None,
+        help="fedvln: agent | speaker | augment | preexplore (fedvln.stage)",
+    )
+    p.add_argument(
+        "--variant",
+        default=None,
+        help="fedvln preexplore: env-based | fed-full | fed-lan | fed-lan+seen",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="run the ClientApps on an existing Ray cluster (its head, started with "
+        "`ray start --head`; default: RAY_ADDRESS, else a private local Ray)",
+    )
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs per ClientApp (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per ClientApp (default 0)")
     p.add_argument("--run-config", default="", help='extra run config, e.g. "driving.lr=0.05"')
@@ -96,24 +117,30 @@ def resolve(args) -> tuple[dict, Path]:
     )
 
     if args.method not in methods.METHODS:
-        raise BadInput(f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})")
+        raise BadInput(
+            f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})"
+        )
     if args.ray_address is not None:
         check_ray_address(args.ray_address)
     if args.resume:
         return resume_overrides(args)
-    for flag, value, ok in [("--rounds", args.rounds, lambda v: v >= 1),
-                            ("--num-clients", args.num_clients, lambda v: v >= 1),
-                            ("--fraction", args.fraction, lambda v: 0 < v <= 1),
-                            ("--num-cpus", args.num_cpus, lambda v: v >= 1),
-                            ("--num-gpus", args.num_gpus, lambda v: v >= 0),
-                            ("--timeout", args.timeout, lambda v: 0 < v < math.inf)]:
+    for flag, value, ok in [
+        ("--rounds", args.rounds, lambda v: v >= 1),
+        ("--num-clients", args.num_clients, lambda v: v >= 1),
+        ("--fraction", args.fraction, lambda v: 0 < v <= 1),
+        ("--num-cpus", args.num_cpus, lambda v: v >= 1),
+        ("--num-gpus", args.num_gpus, lambda v: v >= 0),
+        ("--timeout", args.timeout, lambda v: 0 < v < math.inf),
+    ]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")
     if args.num_gpus > 0:
         import torch
-        if not torch.cuda.is_available():   # else Ray never schedules a ClientApp: a hang
-            raise BadInput(f"--num-gpus {args.num_gpus:g}: this machine has no CUDA GPU "
-                           f"torch can use")
+
+        if not torch.cuda.is_available():  # else Ray never schedules a ClientApp: a hang
+            raise BadInput(
+                f"--num-gpus {args.num_gpus:g}: this machine has no CUDA GPU torch can use"
+            )
     try:
         overrides = parse_overrides(args.run_config)
         check_overrides(overrides)
@@ -123,17 +150,28 @@ def resolve(args) -> tuple[dict, Path]:
     vln = methods.get(args.method).domain == "vln"
     if not vln and (args.stage or args.variant):
         raise BadInput("--stage and --variant are fedvln's flags")
-    flags = {"num-server-rounds": args.rounds, "num-clients": args.num_clients,
-             "fraction-train": args.fraction, "seed": args.seed, "topology": args.topology,
-             "fedvln.stage": args.stage, "fedvln.variant": args.variant}
+    flags = {
+        "num-server-rounds": args.rounds,
+        "num-clients": args.num_clients,
+        "fraction-train": args.fraction,
+        "seed": args.seed,
+        "topology": args.topology,
+        "fedvln.stage": args.stage,
+        "fedvln.variant": args.variant,
+    }
     if vln:  # FedVLN samples houses per role; --fraction is r, the seen houses' rate
         flags["fedvln.seen-rate"] = flags.pop("fraction-train")
     overrides.update({k: v for k, v in flags.items() if v is not None})
     try:
         check_ranges(overrides)
     except ConfigError as e:
-        flag = {"num-server-rounds": "--rounds", "num-clients": "--num-clients",
-                "fraction-train": "--fraction", "fedvln.seen-rate": "--fraction", "seed": "--seed"}
+        flag = {
+            "num-server-rounds": "--rounds",
+            "num-clients": "--num-clients",
+            "fraction-train": "--fraction",
+            "fedvln.seen-rate": "--fraction",
+            "seed": "--seed",
+        }
         key = next((k for k in flag if repr(k) in str(e) and flags.get(k) is not None), None)
         raise BadInput(f"{flag[key]}: {e}" if key else str(e)) from None
     cfg.update(overrides)
@@ -141,8 +179,9 @@ def resolve(args) -> tuple[dict, Path]:
     silos_from_graph(args, cfg, overrides)
     if methods.get(args.method).domain == "gridworld":
         if args.num_clients not in (None, 2):
-            raise BadInput(f"--num-clients {args.num_clients}: FedRL has exactly two parties "
-                           "(alpha and beta)")
+            raise BadInput(
+                f"--num-clients {args.num_clients}: FedRL has exactly two parties (alpha and beta)"
+            )
         overrides["num-clients"] = cfg["num-clients"] = 2
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -157,8 +196,10 @@ def resolve(args) -> tuple[dict, Path]:
     if vln:
         houses = vln_houses(cfg)
         if args.num_clients not in (None, houses):
-            raise BadInput(f"--num-clients {args.num_clients}: FedVLN has one client per house "
-                           f"and this data has {houses}")
+            raise BadInput(
+                f"--num-clients {args.num_clients}: FedVLN has one client per house "
+                f"and this data has {houses}"
+            )
         overrides["num-clients"] = cfg["num-clients"] = houses
     try:
         check_faults(cfg, int(cfg["num-clients"]))
@@ -173,8 +214,9 @@ SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/boot", "/etc", "/bin", "/sbin", "/usr"
 
 def check_out(out: Path) -> None:
     """--out must be a folder we may create and write, outside the system's own folders."""
-    if out == Path(out.anchor) or any(out == Path(d) or Path(d) in out.parents
-                                      for d in SYSTEM_DIRS):
+    if out == Path(out.anchor) or any(
+        out == Path(d) or Path(d) in out.parents for d in SYSTEM_DIRS
+    ):
         raise BadInput(f"--out {out}: a system folder; choose a folder of your own")
     probe = out
     while not probe.exists():
@@ -195,13 +237,23 @@ def resume_overrides(args) -> tuple[dict, Path]:
     from server.config import defaults
 
     out = Path(args.resume).resolve()
-    shaping = [f for f, v in (("--num-clients", args.num_clients), ("--fraction", args.fraction),
-                              ("--seed", args.seed), ("--out", args.out),
-                              ("--topology", args.topology), ("--run-config", args.run_config))
-               if v]
+    shaping = [
+        f
+        for f, v in (
+            ("--num-clients", args.num_clients),
+            ("--fraction", args.fraction),
+            ("--seed", args.seed),
+            ("--out", args.out),
+            ("--topology", args.topology),
+            ("--run-config", args.run_config),
+        )
+        if v
+    ]
     if shaping:
-        raise BadInput(f"--resume takes the run config from {out}/config.json; {shaping[0]} "
-                       f"cannot change it (only --rounds can)")
+        raise BadInput(
+            f"--resume takes the run config from {out}/config.json; {shaping[0]} "
+            f"cannot change it (only --rounds can)"
+        )
     try:
         saved = json.loads((out / "config.json").read_text())
     except (OSError, ValueError) as e:
@@ -226,9 +278,16 @@ def absolute_paths(cfg: dict, overrides: dict) -> None:
     defaults to ../shared/data/topologies beside this project."""
     from strategies.topology import DEFAULT_TOPOLOGY_DIR
 
-    for key in ("driving.data-dir", "topology-dir", "fedrl.map-file", "fedrl.t2a-data",
-                "fedvln.data-dir",
-                "fedvln.features-tsv", "fedvln.agent-init", "fedvln.speaker-init"):
+    for key in (
+        "driving.data-dir",
+        "topology-dir",
+        "fedrl.map-file",
+        "fedrl.t2a-data",
+        "fedvln.data-dir",
+        "fedvln.features-tsv",
+        "fedvln.agent-init",
+        "fedvln.speaker-init",
+    ):
         if str(cfg[key]):
             overrides[key] = cfg[key] = str(Path(str(cfg[key])).resolve())
     if not str(cfg["topology-dir"]) and str(cfg["topology"]) not in ("ring", "complete"):
@@ -246,8 +305,9 @@ def silos_from_graph(args, cfg: dict, overrides: dict) -> None:
     if n is None:
         return
     if args.num_clients is not None and args.num_clients != n:
-        raise BadInput(f"--num-clients {args.num_clients} contradicts --topology "
-                       f"{cfg['topology']} ({n} silos)")
+        raise BadInput(
+            f"--num-clients {args.num_clients} contradicts --topology {cfg['topology']} ({n} silos)"
+        )
     overrides["num-clients"] = cfg["num-clients"] = n
 
 
@@ -257,6 +317,7 @@ def check_data(domain: str, cfg: dict) -> None:
 
     if domain == "driving" and cfg["driving.data-dir"]:
         from envs.driving_logs import validate_data_dir
+
         try:
             validate_data_dir(Path(str(cfg["driving.data-dir"])), int(cfg["num-clients"]))
         except DataError as e:
@@ -264,7 +325,8 @@ def check_data(domain: str, cfg: dict) -> None:
     for key in ("fedvln.agent-init", "fedvln.speaker-init"):
         if domain == "vln" and str(cfg[key]) and Path(str(cfg[key])).is_file():
             from models import vln_checkpoint
-            try:      # read without running code (weights_only), before anything starts
+
+            try:  # read without running code (weights_only), before anything starts
                 vln_checkpoint.load(str(cfg[key]))
             except DataError as e:
                 raise BadInput(f"{key}: {e}") from None
@@ -277,8 +339,9 @@ def vln_houses(cfg: dict) -> int:
     from envs.errors import DataError
 
     try:
-        setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]),
-                           spec_of(cfg))
+        setup = open_setup(
+            str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]), spec_of(cfg)
+        )
         setup.data.validate()
         seen, unseen = house_names(setup)
     except (DataError, OSError) as e:
@@ -300,8 +363,10 @@ def check_ray_address(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except OSError as e:
-        raise BadInput(f"--ray-address {address}: no Ray head answers there ({e}); start one "
-                       f"with `ray start --head --port {port}`") from None
+        raise BadInput(
+            f"--ray-address {address}: no Ray head answers there ({e}); start one "
+            f"with `ray start --head --port {port}`"
+        ) from None
 
 
 class LocalSuperLink:
@@ -315,30 +380,51 @@ class LocalSuperLink:
         self.port = free_port()
         # every process of the run carries this token; a caller may choose it to track them
         self.token = os.environ.get("FEDEMBODIED_RUN_TOKEN") or uuid.uuid4().hex
-        self.env = {**os.environ, "FLWR_HOME": str(self.home),
-                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "FLWR_TELEMETRY_ENABLED": "0",
-                    "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0",
-                    "FEDEMBODIED_RUN_TOKEN": self.token, "PYTHONWARNINGS": "ignore"}
+        self.env = {
+            **os.environ,
+            "FLWR_HOME": str(self.home),
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "FEDEMBODIED_RUN_TOKEN": self.token,
+            "PYTHONWARNINGS": "ignore",
+        }
         if ray_address:
             self.env["RAY_ADDRESS"] = ray_address
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "fedsim"\n\n[superlink.fedsim]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
         self.log = open(self.home / "superlink.log", "w")
         self.proc = subprocess.Popen(
-            [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--host", "127.0.0.1",
-             "--port", str(self.port), "--disable-runtime-dependency-installation"],
-            env=self.env, cwd=str(ROOT), stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--simulation",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env=self.env,
+            cwd=str(ROOT),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"flower-superlink exited ({self.proc.returncode}); see "
-                                   f"{self.home / 'superlink.log'}")
+                raise RuntimeError(
+                    f"flower-superlink exited ({self.proc.returncode}); see "
+                    f"{self.home / 'superlink.log'}"
+                )
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
                     return
@@ -346,8 +432,14 @@ class LocalSuperLink:
         raise RuntimeError("flower-superlink did not start within 60 s")
 
     def flwr(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "flwr"), *args], env=self.env, cwd=str(ROOT),
-                              capture_output=True, text=True, **kw)
+        return subprocess.run(
+            [str(BIN / "flwr"), *args],
+            env=self.env,
+            cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            **kw,
+        )
 
     def stop(self) -> None:
         """Stop the SuperLink's process group, then any process that carries our token."""
@@ -404,20 +496,35 @@ def launch(args, overrides: dict, out: Path) -> int:
     run_id = None
     try:
         level = "INFO" if args.verbose else "ERROR"
-        fed = " ".join([
-            f"num-supernodes={int(overrides.get('num-clients') or default('num-clients'))}",
-            f"client-resources-num-cpus={args.num_cpus}",
-            f"client-resources-num-gpus={args.num_gpus}",
-            f'init-args-logging-level="{level}"',
-            f"init-args-log-to-driver={toml_value(args.verbose)}"])
+        fed = " ".join(
+            [
+                f"num-supernodes={int(overrides.get('num-clients') or default('num-clients'))}",
+                f"client-resources-num-cpus={args.num_cpus}",
+                f"client-resources-num-gpus={args.num_gpus}",
+                f'init-args-logging-level="{level}"',
+                f"init-args-log-to-driver={toml_value(args.verbose)}",
+            ]
+        )
         rc = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
-        started = link.flwr("run", str(ROOT), "fedsim", "--run-config", rc,
-                            "--federation-config", fed, "--format", "json", timeout=300)
+        started = link.flwr(
+            "run",
+            str(ROOT),
+            "fedsim",
+            "--run-config",
+            rc,
+            "--federation-config",
+            fed,
+            "--format",
+            "json",
+            timeout=300,
+        )
         try:
             run_id = int(json.loads(started.stdout)["run-id"])
         except (json.JSONDecodeError, KeyError, ValueError):
-            print(f"simulation.py: flwr run did not start the run:\n{started.stdout}{started.stderr}",
-                  file=sys.stderr)
+            print(
+                f"simulation.py: flwr run did not start the run:\n{started.stdout}{started.stderr}",
+                file=sys.stderr,
+            )
             return 1
         print(f"run {run_id}: {overrides['method']}, results in {out}", flush=True)
         served = follow(link, run_id, args, out / "flower.log")
@@ -425,13 +532,19 @@ def launch(args, overrides: dict, out: Path) -> int:
         if served and not status.startswith("finished"):
             # the ServerApp wrote every result; Flower's engine would wait for a client call
             # that hangs (faults.hang-s, or a real one) before it ends the run
-            print(f"simulation.py: results complete; stopping client calls still running "
-                  f"{DRAIN_S:.0f} s after the ServerApp ended (a hung client)", file=sys.stderr)
+            print(
+                f"simulation.py: results complete; stopping client calls still running "
+                f"{DRAIN_S:.0f} s after the ServerApp ended (a hung client)",
+                file=sys.stderr,
+            )
             link.flwr("stop", str(run_id), "fedsim", timeout=60)
             status = "finished:completed"
         if status != "finished:completed":
-            print(f"simulation.py: run {run_id} ended with status {status}: {details} "
-                  f"(full log: {out / 'flower.log'})", file=sys.stderr)
+            print(
+                f"simulation.py: run {run_id} ended with status {status}: {details} "
+                f"(full log: {out / 'flower.log'})",
+                file=sys.stderr,
+            )
             return 1
         run_id = None
         return 0
@@ -446,18 +559,24 @@ def launch(args, overrides: dict, out: Path) -> int:
 
 def default(key: str):
     from server.config import defaults
+
     return defaults()[key]
 
 
-DRAIN_S = 15.0   # after the ServerApp's last line, how long client calls may take to end
+DRAIN_S = 15.0  # after the ServerApp's last line, how long client calls may take to end
 
 
 def follow(link: LocalSuperLink, run_id: int, args, log_path: Path) -> bool:
     """Stream the run's log into log_path; show our per-round lines (everything with --verbose).
     True when the ServerApp logged that it is done (then stop following)."""
-    proc = subprocess.Popen([str(BIN / "flwr"), "log", str(run_id), "fedsim", "--stream"],
-                            env=link.env, cwd=str(ROOT), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(BIN / "flwr"), "log", str(run_id), "fedsim", "--stream"],
+        env=link.env,
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + args.timeout
     try:
         with open(log_path, "w") as log:
@@ -509,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     code = launch(args, overrides, out)
     if code == 0 and not args.no_plots:
         from experiments.plot import plot_runs
+
         plots = plot_runs([out], out / "plots")
         print(f"results: {out}/rounds.csv, {out}/clients.csv, {out}/config.json")
         print(f"plots:   {out / 'plots'} ({len(plots)} PNGs)")

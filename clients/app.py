@@ -3,6 +3,7 @@
 A node learns who it is from its node config: `partition-id` and `num-partitions` (set by the
 simulation engine, or by `--node-config` on a deployed SuperNode), and optionally `data-dir`.
 """
+
 from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -27,7 +28,7 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
     state_store.restore(context, cfg)
     reply = getattr(_handler(context), kind)(msg, context)
     conf = msg.content.config_records.get("config", {})
-    if not reply.has_error() and bool(conf.get("save-state", False)):   # the server says when
+    if not reply.has_error() and bool(conf.get("save-state", False)):  # the server says when
         state_store.save(context, cfg, int(conf.get("server-round", 0)))
     return reply
 
@@ -47,9 +48,13 @@ def query(msg: Message, context: Context) -> Message:
     """Who am I: the server asks once per run to map node ids to partitions (a method's
     handler may add what else its server needs to know, e.g. FedVLN's house and role)."""
     nc = context.node_config
-    identity = ConfigRecord({"partition-id": int(nc["partition-id"]),
-                             "num-partitions": int(nc["num-partitions"]),
-                             "role": str(nc.get("role", ""))})
+    identity = ConfigRecord(
+        {
+            "partition-id": int(nc["partition-id"]),
+            "num-partitions": int(nc["num-partitions"]),
+            "role": str(nc.get("role", "")),
+        }
+    )
     extra = getattr(_handler(context), "identity", None)
     if extra is not None:
         identity.update(extra(context))

@@ -12,6 +12,7 @@ BatchNorm: the backbone's running statistics are part of the backbone and are ac
 its weights (a silo's backbone is evaluated on other silos' data, so it must carry them); the
 sub-network's statistics stay local like the rest of it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,13 +57,22 @@ def train(msg: Message, context: Context) -> Message:
         sub = build_model(cfg, context.state[SUB_STATE].to_torch_state_dict())
     resume, step0 = kept_optimizers(cfg, context)
     t0 = time.perf_counter()
-    stats = train_cdl(backbone, sub, data.x_train, data.y_train,
-                      epochs=int(cfg["driving.local-epochs"]), optim=local_optimizer(cfg),
-                      batch_size=int(cfg["driving.batch-size"]),
-                      max_steps=int(cfg["driving.local-steps"]),
-                      beta=float(cfg["cdl.beta"]), temperature=float(cfg["cdl.temperature"]),
-                      seed=int(cfg["seed"]) + 1000 * rnd + pid, variant=variant,
-                      resume=resume, step0=step0)
+    stats = train_cdl(
+        backbone,
+        sub,
+        data.x_train,
+        data.y_train,
+        epochs=int(cfg["driving.local-epochs"]),
+        optim=local_optimizer(cfg),
+        batch_size=int(cfg["driving.batch-size"]),
+        max_steps=int(cfg["driving.local-steps"]),
+        beta=float(cfg["cdl.beta"]),
+        temperature=float(cfg["cdl.temperature"]),
+        seed=int(cfg["seed"]) + 1000 * rnd + pid,
+        variant=variant,
+        resume=resume,
+        step0=step0,
+    )
     fit_s = time.perf_counter() - t0
     keep_optimizers(cfg, context, stats, step0)
     if sub is None:
@@ -73,10 +83,15 @@ def train(msg: Message, context: Context) -> Message:
     else:
         out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
     out = faults.nan_state(out, fault)
-    metrics = {"num-examples": len(data.y_train), "train-loss": stats["mse"],
-               "cd-loss": stats["cd"], "fit-s": fit_s}
+    metrics = {
+        "num-examples": len(data.y_train),
+        "train-loss": stats["mse"],
+        "cd-loss": stats["cd"],
+        "fit-s": fit_s,
+    }
     for key in ("cd_grad_ratio", "pb_entropy"):  # measured only once a sub-network exists
         if math.isfinite(stats[key]):
             metrics[key.replace("_", "-")] = stats[key]
-    return Message(RecordDict({"arrays": ArrayRecord(out), "metrics": MetricRecord(metrics)}),
-                   reply_to=msg)
+    return Message(
+        RecordDict({"arrays": ArrayRecord(out), "metrics": MetricRecord(metrics)}), reply_to=msg
+    )

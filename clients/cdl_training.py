@@ -43,8 +43,9 @@ from clients.steering_training import LocalOptimizer, device, minibatches
 from models.resnet8 import ResNet8
 
 
-def kl_softmax(p_logits: torch.Tensor, q_logits: torch.Tensor,
-               temperature: float = 1.0) -> torch.Tensor:
+def kl_softmax(
+    p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """Batch mean of KL(softmax(p / T) || softmax(q / T)) over the feature dimension."""
     logp = F.log_softmax(p_logits / temperature, dim=1)
     logq = F.log_softmax(q_logits / temperature, dim=1)
@@ -62,10 +63,23 @@ def _grad_norm(loss: torch.Tensor, params: list) -> float:
     return math.sqrt(sum(float((g.detach() ** 2).sum()) for g in grads if g is not None))
 
 
-def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarray, *,
-              epochs: int, batch_size: int, seed: int, optim: LocalOptimizer = LocalOptimizer(),
-              beta: float = 0.5, temperature: float = 1.0, variant: str = "paper",
-              max_steps: int = 0, resume: dict | None = None, step0: int = 0) -> dict:
+def train_cdl(
+    backbone: ResNet8,
+    sub: ResNet8 | None,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    optim: LocalOptimizer = LocalOptimizer(),
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    variant: str = "paper",
+    max_steps: int = 0,
+    resume: dict | None = None,
+    step0: int = 0,
+) -> dict:
     """Train the pair in place. Returns the last epoch's mean MSE and mean L_cd+ ("mse", "cd"; 0
     without a sub-network), the signal of the round's first minibatch ("cd_grad_ratio",
     "pb_entropy"; NaN when not measured), "steps" and the optimizers' states ("optimizers":
@@ -81,14 +95,18 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
             params += list(sub.parameters())
     # a silo's first round has no sub-network: its backbone state would not fit the pair's
     opt_b = optim.build(params, resume.get("backbone") if len(params) == _n_state(resume) else None)
-    opt_s = (optim.build(sub.parameters(), resume.get("sub"))
-             if sub is not None and variant == "paper" else None)
+    opt_s = (
+        optim.build(sub.parameters(), resume.get("sub"))
+        if sub is not None and variant == "paper"
+        else None
+    )
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     mse_sum = cd_sum = 0.0
     count = steps = 0
     ratio = entropy = math.nan
-    for new_epoch, idx in minibatches(len(xt), batch_size, epochs=epochs, seed=seed,
-                                      device=dev, max_steps=max_steps):
+    for new_epoch, idx in minibatches(
+        len(xt), batch_size, epochs=epochs, seed=seed, device=dev, max_steps=max_steps
+    ):
         if new_epoch:
             mse_sum = cd_sum = 0.0
             count = 0
@@ -112,8 +130,7 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
             if sub is not None:
                 with warnings.catch_warnings():  # torch warns that 'mean' is not batchmean
                     warnings.simplefilter("ignore", UserWarning)
-                    cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb),
-                                                        torch.sigmoid(sub(xb)))
+                    cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb), torch.sigmoid(sub(xb)))
             loss = mse + cd
         if steps == 0 and sub is not None:
             ratio = _grad_norm(cd, b_params) / max(_grad_norm(mse, b_params), 1e-12)
@@ -127,8 +144,14 @@ def train_cdl(backbone: ResNet8, sub: ResNet8 | None, x: np.ndarray, y: np.ndarr
     states = {"backbone": optimizer_arrays(opt_b)}
     if opt_s is not None:
         states["sub"] = optimizer_arrays(opt_s)
-    return {"mse": mse_sum / max(count, 1), "cd": cd_sum / max(count, 1), "steps": steps,
-            "cd_grad_ratio": ratio, "pb_entropy": entropy, "optimizers": states}
+    return {
+        "mse": mse_sum / max(count, 1),
+        "cd": cd_sum / max(count, 1),
+        "steps": steps,
+        "cd_grad_ratio": ratio,
+        "pb_entropy": entropy,
+        "optimizers": states,
+    }
 
 
 def _n_state(resume: dict) -> int:

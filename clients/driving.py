@@ -5,6 +5,7 @@ its data folder; it never travels in a message. A small per-process cache avoids
 the same silo every round; it is keyed by everything that determines the data, so it cannot mix
 up nodes that share a process.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,12 +23,21 @@ from models.state import load_shared_state, shared_state
 from server.config import merged
 
 OPTIMIZER_STATE = "driving-optimizer"  # + "-<network>": kept here when optimizer-state = silo
-LOCAL_STEPS = "driving-local-steps"    # this silo's updates so far (the sqrt decay's clock)
+LOCAL_STEPS = "driving-local-steps"  # this silo's updates so far (the sqrt decay's clock)
 
 
 @lru_cache(maxsize=128)
-def _silo_data(data_dir: str, silo: int, num_silos: int, seed: int, n_train: int, n_test: int,
-               image_size: int, channels: int, non_iid: float) -> SiloData:
+def _silo_data(
+    data_dir: str,
+    silo: int,
+    num_silos: int,
+    seed: int,
+    n_train: int,
+    n_test: int,
+    image_size: int,
+    channels: int,
+    non_iid: float,
+) -> SiloData:
     if data_dir:
         return load_silo(data_dir, silo, num_silos, image_size, channels)
     return make_silo(silo, seed, n_train, n_test, image_size, channels, non_iid)
@@ -40,15 +50,27 @@ def silo_data(context: Context) -> SiloData:
     data_dir = str(cfg["driving.data-dir"])
     if nc.get("data-dir"):  # a deployed silo with its own data folder is the only silo in it
         data_dir, silo, num = str(nc["data-dir"]), 0, 1
-    return _silo_data(data_dir, silo, num, int(cfg["seed"]), int(cfg["driving.train-per-silo"]),
-                      int(cfg["driving.test-per-silo"]), int(cfg["driving.image-size"]),
-                      int(cfg["driving.channels"]), float(cfg["driving.non-iid"]))
+    return _silo_data(
+        data_dir,
+        silo,
+        num,
+        int(cfg["seed"]),
+        int(cfg["driving.train-per-silo"]),
+        int(cfg["driving.test-per-silo"]),
+        int(cfg["driving.image-size"]),
+        int(cfg["driving.channels"]),
+        float(cfg["driving.non-iid"]),
+    )
 
 
 def local_optimizer(cfg: dict) -> LocalOptimizer:
-    return LocalOptimizer(str(cfg["driving.optimizer"]), float(cfg["driving.lr"]),
-                          float(cfg["driving.weight-decay"]), str(cfg["driving.lr-decay"]),
-                          float(cfg["driving.grad-clip"]))
+    return LocalOptimizer(
+        str(cfg["driving.optimizer"]),
+        float(cfg["driving.lr"]),
+        float(cfg["driving.weight-decay"]),
+        str(cfg["driving.lr-decay"]),
+        float(cfg["driving.grad-clip"]),
+    )
 
 
 def kept_optimizers(cfg: dict, context: Context) -> tuple[dict, int]:
@@ -58,8 +80,11 @@ def kept_optimizers(cfg: dict, context: Context) -> tuple[dict, int]:
     resume = {}
     if str(cfg["driving.optimizer-state"]) == "silo":
         prefix = OPTIMIZER_STATE + "-"
-        resume = {k[len(prefix):]: v.to_torch_state_dict()
-                  for k, v in context.state.array_records.items() if k.startswith(prefix)}
+        resume = {
+            k[len(prefix) :]: v.to_torch_state_dict()
+            for k, v in context.state.array_records.items()
+            if k.startswith(prefix)
+        }
     return resume, steps
 
 
@@ -103,19 +128,33 @@ def train(msg: Message, context: Context) -> Message:
     model = build_model(cfg, msg.content["arrays"].to_torch_state_dict())
     resume, step0 = kept_optimizers(cfg, context)
     t0 = time.perf_counter()
-    stats = train_steering(model, data.x_train, data.y_train,
-                           epochs=int(cfg["driving.local-epochs"]), optim=local_optimizer(cfg),
-                           batch_size=int(cfg["driving.batch-size"]),
-                           max_steps=int(cfg["driving.local-steps"]),
-                           seed=int(cfg["seed"]) + 1000 * rnd + pid, resume=resume, step0=step0,
-                           proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)))
+    stats = train_steering(
+        model,
+        data.x_train,
+        data.y_train,
+        epochs=int(cfg["driving.local-epochs"]),
+        optim=local_optimizer(cfg),
+        batch_size=int(cfg["driving.batch-size"]),
+        max_steps=int(cfg["driving.local-steps"]),
+        seed=int(cfg["seed"]) + 1000 * rnd + pid,
+        resume=resume,
+        step0=step0,
+        proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)),
+    )
     fit_s = time.perf_counter() - t0
     keep_optimizers(cfg, context, stats, step0)
     state = faults.nan_state(shared_state(model), fault)
-    return Message(RecordDict({
-        "arrays": ArrayRecord(state),
-        "metrics": MetricRecord({"num-examples": len(data.y_train), "train-loss": stats["mse"],
-                                 "fit-s": fit_s})}), reply_to=msg)
+    return Message(
+        RecordDict(
+            {
+                "arrays": ArrayRecord(state),
+                "metrics": MetricRecord(
+                    {"num-examples": len(data.y_train), "train-loss": stats["mse"], "fit-s": fit_s}
+                ),
+            }
+        ),
+        reply_to=msg,
+    )
 
 
 def evaluate(msg: Message, context: Context) -> Message:
@@ -129,5 +168,7 @@ def evaluate(msg: Message, context: Context) -> Message:
         metrics = {"mse": errors[0][0], "mae": errors[0][1]}
     else:
         metrics = {"mse": [e[0] for e in errors], "mae": [e[1] for e in errors]}
-    return Message(RecordDict({"metrics": MetricRecord(
-        {"num-examples": len(data.y_test), **metrics})}), reply_to=msg)
+    return Message(
+        RecordDict({"metrics": MetricRecord({"num-examples": len(data.y_test), **metrics})}),
+        reply_to=msg,
+    )

@@ -19,6 +19,7 @@ The server must leave the update out (FedAvg, FedProx, CDL, gossip, FedVLN) and 
 retry the step and stop the run naming the party if it keeps failing (FedRL, whose two parties
 cannot lose one). A deployed SuperNode's partition is its `partition-id` node config.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,7 @@ def partition(context_node_config) -> int:
     return int(context_node_config.get("partition-id", -1))
 
 
-def fault_of(cfg: dict, pid: int, rnd: int, attempt: int = 0, call: str = "training"
-             ) -> str | None:
+def fault_of(cfg: dict, pid: int, rnd: int, attempt: int = 0, call: str = "training") -> str | None:
     """The fault of this training call (partition pid, server round rnd, attempt, and which
     call of the round: FedRL makes several), or None."""
     rounds = id_ranges(cfg["faults.rounds"], "faults.rounds")
@@ -51,8 +51,9 @@ def fault_of(cfg: dict, pid: int, rnd: int, attempt: int = 0, call: str = "train
             return kind
     fraction = float(cfg["faults.fraction"])
     if fraction > 0:
-        draw = np.random.default_rng([int(cfg["seed"]), rnd, pid, attempt,
-                                      zlib.crc32(call.encode())]).random()
+        draw = np.random.default_rng(
+            [int(cfg["seed"]), rnd, pid, attempt, zlib.crc32(call.encode())]
+        ).random()
         if draw < fraction:
             return str(cfg["faults.fraction-kind"])
     return None
@@ -76,7 +77,8 @@ def nan_state(state: dict, kind: str | None) -> dict:
     for k, v in state.items():
         a = np.asarray(v.detach() if torch.is_tensor(v) else v)
         if a.dtype.kind == "f" and a.size:
-            state[k] = torch.full_like(v, float("nan")) if torch.is_tensor(v) else \
-                np.full_like(a, np.nan)
+            state[k] = (
+                torch.full_like(v, float("nan")) if torch.is_tensor(v) else np.full_like(a, np.nan)
+            )
             break
     return state

@@ -6,6 +6,7 @@ A party's whole private state (Q-network, target, Adam, replay, world replica, r
 lives in `context.state` between messages and never in a reply. What a reply may carry is fixed
 in `SENDS` and checked on every reply, so a change that leaks something fails loudly.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,10 +32,10 @@ SENDS = {
     ("beta", "act"): {"c-beta", "a-beta", "c-beta-ids", "c-beta-next-ids"},
     # alpha's last act of a round also runs its K updates and returns Y and C_alpha(s_j)
     ("alpha", "act"): {"a-alpha", "c-alpha", "y", "c-alpha-ids"},
-    ("beta", "update"): set(),          # the deferred update alone, before an evaluation
+    ("beta", "update"): set(),  # the deferred update alone, before an evaluation
     ("alpha", "keep-best"): set(),
     ("beta", "keep-best"): set(),
-    ("alpha", "checkpoint"): set(),     # the end of an evaluating round: write the party's state
+    ("alpha", "checkpoint"): set(),  # the end of an evaluating round: write the party's state
     ("beta", "checkpoint"): set(),
     ("alpha", "eval-observe"): {"c-alpha"},
     ("beta", "eval-act"): {"c-beta", "a-beta"},
@@ -47,9 +48,11 @@ def enforce_noise_floor(role: str, s: Settings, node_config) -> None:
     releases Q outputs with, whatever the run config (set by whoever submits the run) asks."""
     floor = float(node_config.get("min-sigma", 0.0))
     if s.sigma < floor:
-        raise PermissionError(f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node "
-                              f"releases Q outputs only with sigma >= {floor:g} (node config "
-                              f"min-sigma)")
+        raise PermissionError(
+            f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node "
+            f"releases Q outputs only with sigma >= {floor:g} (node config "
+            f"min-sigma)"
+        )
 
 
 def role_of(node_config) -> str:
@@ -84,8 +87,9 @@ def _load(context: Context, s: Settings):
 
 def array_record(arrays: dict) -> ArrayRecord:
     """numpy arrays -> ArrayRecord (None values are left out)."""
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()
-                        if v is not None})
+    return ArrayRecord(
+        {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items() if v is not None}
+    )
 
 
 def _save(context: Context, party) -> None:
@@ -116,7 +120,7 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
     if step == "observe":
         out = {"c-alpha": party.observe()}
     elif step == "act" and role == "beta":
-        if "update-ids" in data:   # alpha's targets from the last round: UpdateQ first
+        if "update-ids" in data:  # alpha's targets from the last round: UpdateQ first
             theta, metrics = _beta_update(party, data, theta_in)
         c, a = party.act(prev, data.get("c-alpha"))
         out = {"c-beta": c, "a-beta": a}
@@ -128,15 +132,16 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
         a, c = party.act(data["c-beta"], data["a-beta"], observe=not updating)
         out = {"a-alpha": a, "c-alpha": c}
         metrics = party.take_stats() if bool(conf.get("report", False)) else {}
-        if updating:   # C_alpha of the current observation is computed after the update
-            y, c_ids, theta, loss, c_now = party.update(data["ids"], data["c-beta-ids"],
-                                                        data["c-beta-next-ids"], None)
+        if updating:  # C_alpha of the current observation is computed after the update
+            y, c_ids, theta, loss, c_now = party.update(
+                data["ids"], data["c-beta-ids"], data["c-beta-next-ids"], None
+            )
             out.update({"y": y, "c-alpha-ids": c_ids, "c-alpha": c_now})
             metrics.update({"loss-alpha": loss, **party.privacy()})
     elif step == "update":
         theta, metrics = _beta_update(party, data, theta_in)
         out = {}
-    elif step == "checkpoint":   # clients/app.py saves the context (clients/state_store.py)
+    elif step == "checkpoint":  # clients/app.py saves the context (clients/state_store.py)
         out = {}
     elif step == "keep-best":
         party.set_theta_g(theta_in)
@@ -176,13 +181,23 @@ def handle(msg: Message, context: Context) -> Message:
     enforce_noise_floor(role, s, context.node_config)
     party = _load(context, s)
     fault = None
-    if msg.metadata.message_type == "train":   # round and attempt: stamped by the server
-        fault = faults.before_training(cfg, faults.partition(context.node_config),
-                                       int(conf.get("server-round", 0)), f"{step!r}",
-                                       int(conf.get("attempt", 0)))
-    out, theta, metrics = dispatch(party, role, step, _arrays(msg.content.get("data")),
-                                   _arrays(msg.content.get("theta-g")) or None, conf)
-    out = faults.nan_state(dict(out), fault)   # NaN in what it releases (clients/faults.py)
+    if msg.metadata.message_type == "train":  # round and attempt: stamped by the server
+        fault = faults.before_training(
+            cfg,
+            faults.partition(context.node_config),
+            int(conf.get("server-round", 0)),
+            f"{step!r}",
+            int(conf.get("attempt", 0)),
+        )
+    out, theta, metrics = dispatch(
+        party,
+        role,
+        step,
+        _arrays(msg.content.get("data")),
+        _arrays(msg.content.get("theta-g")) or None,
+        conf,
+    )
+    out = faults.nan_state(dict(out), fault)  # NaN in what it releases (clients/faults.py)
     reply = _reply(msg, role, step, out, theta, metrics)
     _save(context, party)
     return reply

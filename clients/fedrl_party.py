@@ -40,6 +40,7 @@ mode (the reference code) alpha's MLP picks one of 16 joint actions that moves b
 beta's replay stores that joint action. Target networks are real copies refreshed every
 `fedrl.target-update` updates (the reference code copies its targets onto themselves, a bug).
 """
+
 from __future__ import annotations
 
 import copy
@@ -82,6 +83,7 @@ class Settings:
     `domain` picks the world and the networks: Grid-World (Sec. 5.1) or Text2Action (Sec. 5.2,
     `t2a_*` keys; one joint action, select or neglect the current word, chosen on alpha's
     Q_f as the reference's `frl_separate`); the protocol is the same."""
+
     domain: str
     t2a_data: str
     t2a_dataset: str
@@ -124,12 +126,14 @@ class Settings:
     def from_config(cls, cfg: dict) -> "Settings":
         def get(k):
             return cfg[f"fedrl.{k}"]
+
         try:
             w = [int(x) for x in str(get("windows")).split(",")]
             assert len(w) == 2 and all(x >= 1 and x % 2 == 1 for x in w)
         except (ValueError, AssertionError):
-            raise ValueError(f"fedrl.windows: expected two odd sizes 'alpha,beta', "
-                             f"got {get('windows')!r}") from None
+            raise ValueError(
+                f"fedrl.windows: expected two odd sizes 'alpha,beta', got {get('windows')!r}"
+            ) from None
         rules = str(get("rules"))
         if rules not in RULES:
             raise ValueError(f"fedrl.rules must be 'paper' or 'reference', got {rules!r}")
@@ -138,20 +142,33 @@ class Settings:
             raise ValueError(f"fedrl.domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
         mode = str(get("action-mode")) or ("joint-action" if rules == "reference" else "paper")
         if mode not in ("paper", "joint-action"):
-            raise ValueError(f"fedrl.action-mode must be '', 'paper' or 'joint-action', "
-                             f"got {mode!r}")
+            raise ValueError(
+                f"fedrl.action-mode must be '', 'paper' or 'joint-action', got {mode!r}"
+            )
         if domain == "text2action":
             if str(get("action-mode")) == "paper":
-                raise ValueError("fedrl.action-mode: Text2Action has one joint action per word "
-                                 "(select or neglect); use '' or 'joint-action'")
+                raise ValueError(
+                    "fedrl.action-mode: Text2Action has one joint action per word "
+                    "(select or neglect); use '' or 'joint-action'"
+                )
             mode = "joint-action"
             for k in ("t2a-words", "t2a-folds"):
                 if int(get(k)) < (5 if k == "t2a-words" else 2):
                     raise ValueError(f"fedrl.{k} is too small: {get(k)}")
             t2a.check_domain(str(get("t2a-dataset")))
         size = int(get("size"))
-        ints = {k: int(get(k)) for k in ("envs", "act-steps", "updates", "batch-size",
-                                         "target-update", "eps-decay", "replay")}
+        ints = {
+            k: int(get(k))
+            for k in (
+                "envs",
+                "act-steps",
+                "updates",
+                "batch-size",
+                "target-update",
+                "eps-decay",
+                "replay",
+            )
+        }
         for k, v in ints.items():
             if v <= 0:
                 raise ValueError(f"fedrl.{k} must be positive, got {v}")
@@ -159,11 +176,14 @@ class Settings:
             if int(get(k)) < 0:
                 raise ValueError(f"fedrl.{k} must be >= 0, got {get(k)}")
         if not 0 <= float(get("clip")) < float("inf") or float(get("sigma")) < 0:
-            raise ValueError("fedrl.clip must be finite and >= 0 (0: the domain's default), "
-                             "and fedrl.sigma >= 0")
+            raise ValueError(
+                "fedrl.clip must be finite and >= 0 (0: the domain's default), and fedrl.sigma >= 0"
+            )
         if float(get("sigma")) == 0 and not bool(get("insecure-no-noise")):
-            raise ValueError("fedrl.sigma = 0 would release Q outputs without noise; set "
-                             "fedrl.insecure-no-noise=true to run that anyway")
+            raise ValueError(
+                "fedrl.sigma = 0 would release Q outputs without noise; set "
+                "fedrl.insecure-no-noise=true to run that anyway"
+            )
         if not 0 < float(get("lr")) <= 1:
             raise ValueError(f"fedrl.lr must be in (0, 1], got {get('lr')}")
         if not 0 <= float(get("gamma")) <= 1:
@@ -173,23 +193,44 @@ class Settings:
         if not 0 < float(get("delta")) < 1:
             raise ValueError(f"fedrl.delta must be in (0, 1), got {get('delta')}")
         return cls(
-            domain=domain, t2a_data=str(get("t2a-data")), t2a_dataset=str(get("t2a-dataset")),
-            t2a_words=int(get("t2a-words")), t2a_folds=int(get("t2a-folds")),
-            t2a_fold=int(get("t2a-fold")), t2a_valid_every=int(get("t2a-valid-every")),
+            domain=domain,
+            t2a_data=str(get("t2a-data")),
+            t2a_dataset=str(get("t2a-dataset")),
+            t2a_words=int(get("t2a-words")),
+            t2a_folds=int(get("t2a-folds")),
+            t2a_fold=int(get("t2a-fold")),
+            t2a_valid_every=int(get("t2a-valid-every")),
             hidden=int(get("mlp-hidden")),
-            size=size, map_file=str(get("map-file")), maps_seed=int(get("maps-seed")),
+            size=size,
+            map_file=str(get("map-file")),
+            maps_seed=int(get("maps-seed")),
             train=parse_range(get("train-maps"), "fedrl.train-maps"),
             valid=parse_range(get("valid-maps"), "fedrl.valid-maps"),
             test=parse_range(get("test-maps"), "fedrl.test-maps"),
-            w_alpha=w[0], w_beta=w[1],
+            w_alpha=w[0],
+            w_beta=w[1],
             history=int(get("history")) or DEFAULT_HISTORY.get(size, 8),
-            max_steps=int(get("max-steps")), rules=rules, mode=mode, sigma=float(get("sigma")),
-            clip=float(get("clip")) or DEFAULT_CLIP[domain], delta=float(get("delta")), envs=ints["envs"],
-            act_steps=ints["act-steps"], updates=ints["updates"], batch=ints["batch-size"],
-            lr=float(get("lr")), gamma=float(get("gamma")), target_update=ints["target-update"],
-            eps_start=float(get("eps-start")), eps_end=float(get("eps-end")),
-            eps_decay=ints["eps-decay"], replay=ints["replay"], warmup=int(get("warmup")),
-            eval_episodes=int(get("eval-episodes")), seed=int(cfg["seed"]))
+            max_steps=int(get("max-steps")),
+            rules=rules,
+            mode=mode,
+            sigma=float(get("sigma")),
+            clip=float(get("clip")) or DEFAULT_CLIP[domain],
+            delta=float(get("delta")),
+            envs=ints["envs"],
+            act_steps=ints["act-steps"],
+            updates=ints["updates"],
+            batch=ints["batch-size"],
+            lr=float(get("lr")),
+            gamma=float(get("gamma")),
+            target_update=ints["target-update"],
+            eps_start=float(get("eps-start")),
+            eps_end=float(get("eps-end")),
+            eps_decay=ints["eps-decay"],
+            replay=ints["replay"],
+            warmup=int(get("warmup")),
+            eval_episodes=int(get("eval-episodes")),
+            seed=int(cfg["seed"]),
+        )
 
     @property
     def update_ratio(self) -> float:
@@ -225,8 +266,14 @@ class Settings:
         return key + ("-test_noise=on" if fedrl else "")
 
     def corpus(self) -> t2a.Corpus:
-        return t2a.load_corpus(self.t2a_data, self.t2a_dataset, self.t2a_words, self.t2a_folds,
-                               self.t2a_fold, self.t2a_valid_every)
+        return t2a.load_corpus(
+            self.t2a_data,
+            self.t2a_dataset,
+            self.t2a_words,
+            self.t2a_folds,
+            self.t2a_fold,
+            self.t2a_valid_every,
+        )
 
     def obs_field(self, role: str) -> tuple[tuple, type]:
         """Shape and dtype of one observation of `role` in a replay."""
@@ -243,12 +290,22 @@ class Settings:
                 return FullQNet(self.history, self.w_alpha, self.w_beta, n)
             return QNet(self.history, self.w_alpha if role == "alpha" else self.w_beta, n)
         c = self.corpus()
-        pos = lambda: PosFeatures(c.pos, c.n_pos)  # noqa: E731
-        word = lambda: WordFeatures(_word_table(self.t2a_data, self.t2a_dataset,  # noqa: E731
-                                                self.t2a_words, self.t2a_folds, self.t2a_fold,
-                                                self.t2a_valid_every))
-        feats = {"alpha": pos, "beta": word,
-                 "full": lambda: FullFeatures(word(), pos())}[role]()
+
+        def pos():
+            return PosFeatures(c.pos, c.n_pos)
+
+        def word():
+            table = _word_table(
+                self.t2a_data,
+                self.t2a_dataset,
+                self.t2a_words,
+                self.t2a_folds,
+                self.t2a_fold,
+                self.t2a_valid_every,
+            )
+            return WordFeatures(table)
+
+        feats = {"alpha": pos, "beta": word, "full": lambda: FullFeatures(word(), pos())}[role]()
         return TextCNN(feats, n)
 
     def joint_moves(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -274,39 +331,62 @@ class Settings:
             return
         maps = self.maps()
         if self.map_file and maps.size != self.size:
-            raise ValueError(f"fedrl.size is {self.size} but {self.map_file} holds "
-                             f"{maps.size}x{maps.size} maps")
+            raise ValueError(
+                f"fedrl.size is {self.size} but {self.map_file} holds {maps.size}x{maps.size} maps"
+            )
         if not len(self.train):
             raise ValueError("fedrl.train-maps is empty")
         for name in ("train", "valid", "test"):
             maps.check_range(self.split(name), f"fedrl.{name}-maps")
             if len(self.split(name)) and not maps.usable(self.split(name), self.rules):
                 report = maps.report(self.split(name), self.rules)
-                raise ValueError(f"fedrl.{name}-maps: no usable map in {maps.source} "
-                                 f"under {self.rules} rules ({report})")
+                raise ValueError(
+                    f"fedrl.{name}-maps: no usable map in {maps.source} "
+                    f"under {self.rules} rules ({report})"
+                )
 
     def map_report(self) -> dict[str, dict]:
         """Per split: maps in the range, maps used, and why the others were skipped."""
         if self.text:
             c = self.corpus()
-            return {name: {"texts": len(ids), "words": int(c.lengths[ids].sum())}
-                    for name, ids in c.splits.items() if len(ids)}
+            return {
+                name: {"texts": len(ids), "words": int(c.lengths[ids].sum())}
+                for name, ids in c.splits.items()
+                if len(ids)
+            }
         maps = self.maps()
-        return {name: maps.report(self.split(name), self.rules)
-                for name in SPLITS if len(self.split(name))}
+        return {
+            name: maps.report(self.split(name), self.rules)
+            for name in SPLITS
+            if len(self.split(name))
+        }
 
-    def world(self, split: str = "train", n_envs: int | None = None,
-              reset: bool = True):
+    def world(self, split: str = "train", n_envs: int | None = None, reset: bool = True):
         evaluation = split != "train"
         if self.text:
-            return t2a.TextWorld(self.corpus(), split, n_envs or self.envs, seed=self.seed,
-                                 evaluation=evaluation, reset=reset)
+            return t2a.TextWorld(
+                self.corpus(),
+                split,
+                n_envs or self.envs,
+                seed=self.seed,
+                evaluation=evaluation,
+                reset=reset,
+            )
         r = self.split(split)
         if evaluation:
             n_envs = self.eval_episodes or len(r)
-        return GridWorld(self.maps(), r, n_envs or self.envs, windows=(self.w_alpha, self.w_beta),
-                         history=self.history, max_steps=self.max_steps, rules=self.rules,
-                         seed=self.seed, evaluation=evaluation, reset=reset)
+        return GridWorld(
+            self.maps(),
+            r,
+            n_envs or self.envs,
+            windows=(self.w_alpha, self.w_beta),
+            history=self.history,
+            max_steps=self.max_steps,
+            rules=self.rules,
+            seed=self.seed,
+            evaluation=evaluation,
+            reset=reset,
+        )
 
     def epsilon_greedy(self, transitions: int) -> float:
         frac = min(1.0, transitions / self.eps_decay)
@@ -327,8 +407,7 @@ def _maps(map_file: str, size: int, seed: int) -> Maps:
     return load_mat(map_file) if map_file else generate_maps(size, seed=seed)
 
 
-def explore(greedy: np.ndarray, eps: float, n_actions: int,
-            rng: np.random.Generator) -> np.ndarray:
+def explore(greedy: np.ndarray, eps: float, n_actions: int, rng: np.random.Generator) -> np.ndarray:
     """Epsilon-greedy: each slot takes a uniform random action with probability eps."""
     random_slots = rng.random(len(greedy)) < eps
     return np.where(random_slots, rng.integers(0, n_actions, len(greedy)), greedy)
@@ -344,9 +423,11 @@ def count_episodes(stats: np.ndarray, returns: np.ndarray, r, done, met) -> None
 
 def episode_report(stats: np.ndarray) -> dict[str, float]:
     n, met, rew = stats
-    return {"train-episodes": float(n),
-            "train-succ-rate": float(met / n) if n else float("nan"),
-            "train-avg-reward": float(rew / n) if n else float("nan")}
+    return {
+        "train-episodes": float(n),
+        "train-succ-rate": float(met / n) if n else float("nan"),
+        "train-avg-reward": float(rew / n) if n else float("nan"),
+    }
 
 
 def split_joint(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -451,8 +532,10 @@ class Party:
 
     def privacy(self) -> dict[str, float]:
         k = self.ledger.max_releases()
-        return {f"{self.role}-max-releases": float(k),
-                f"{self.role}-privacy-epsilon": self.s.privacy_epsilon(k)}
+        return {
+            f"{self.role}-max-releases": float(k),
+            f"{self.role}-privacy-epsilon": self.s.privacy_epsilon(k),
+        }
 
     # -- model selection --------------------------------------------------------------------
     def keep_best(self) -> None:
@@ -473,14 +556,17 @@ class Party:
     def state_arrays(self) -> dict[str, np.ndarray]:
         out = {}
         for name in self._saved():
-            out.update({f"{name}.{k}": v.numpy().copy()
-                        for k, v in getattr(self, name).state_dict().items()})
+            out.update(
+                {
+                    f"{name}.{k}": v.numpy().copy()
+                    for k, v in getattr(self, name).state_dict().items()
+                }
+            )
         for idx, st in self.opt.state_dict()["state"].items():
-            out.update({f"opt.{idx}.{k}": torch.as_tensor(v).numpy().copy()
-                        for k, v in st.items()})
+            out.update({f"opt.{idx}.{k}": torch.as_tensor(v).numpy().copy() for k, v in st.items()})
         filled = min(self.counters["transitions"], self.replay.capacity)
         out.update({f"replay.{k}": v[:filled] for k, v in self.replay.data.items()})
-        out["ledger.counts"] = self.ledger.counts[:filled + self.s.envs]
+        out["ledger.counts"] = self.ledger.counts[: filled + self.s.envs]
         out["ledger.retired"] = np.array(self.ledger.retired_max)
         out.update({f"world.{k}": v for k, v in self.world.state().items()})
         if self.eval_world is not None:
@@ -489,16 +575,18 @@ class Party:
             out["eval.best"] = np.array(self.eval_weights == "best")
             out["eval.score"] = self.eval_score
         out.update({f"counter.{k}": np.array(v) for k, v in self.counters.items()})
-        out.update({f"extra.{k}": np.asarray(getattr(self, k)) for k in self.EXTRA
-                    if hasattr(self, k)})
+        out.update(
+            {f"extra.{k}": np.asarray(getattr(self, k)) for k in self.EXTRA if hasattr(self, k)}
+        )
         return out
 
     def load_arrays(self, a: dict[str, np.ndarray]) -> None:
         if any(k.startswith("q_best.") for k in a):
             self.q_best, self.mlp_best = copy.deepcopy(self.q), copy.deepcopy(self.mlp)
         for name in self._saved():
-            getattr(self, name).load_state_dict({k[len(name) + 1:]: _t(v) for k, v in a.items()
-                                                 if k.startswith(name + ".")})
+            getattr(self, name).load_state_dict(
+                {k[len(name) + 1 :]: _t(v) for k, v in a.items() if k.startswith(name + ".")}
+            )
         opt = self.opt.state_dict()
         state: dict[int, dict] = {}
         for k, v in a.items():
@@ -508,17 +596,21 @@ class Party:
         opt["state"] = state
         self.opt.load_state_dict(opt)
         for k, v in self.replay.data.items():
-            v[:len(a[f"replay.{k}"])] = a[f"replay.{k}"]
-        self.ledger.counts[:len(a["ledger.counts"])] = a["ledger.counts"]
+            v[: len(a[f"replay.{k}"])] = a[f"replay.{k}"]
+        self.ledger.counts[: len(a["ledger.counts"])] = a["ledger.counts"]
         self.ledger.retired_max = _scalar(a["ledger.retired"])
         self.world.load_state({k[6:]: v for k, v in a.items() if k.startswith("world.")})
         if "eval.split" in a:
             self.eval_split = SPLITS[_scalar(a["eval.split"])]
             self.eval_weights = "best" if _scalar(a["eval.best"]) else "last"
             self.eval_world = self.s.world(self.eval_split, reset=False)
-            self.eval_world.load_state({k[5:]: v for k, v in a.items()
-                                        if k.startswith("eval.")
-                                        and k[5:] in type(self.eval_world).STATE})
+            self.eval_world.load_state(
+                {
+                    k[5:]: v
+                    for k, v in a.items()
+                    if k.startswith("eval.") and k[5:] in type(self.eval_world).STATE
+                }
+            )
             self.eval_score = a["eval.score"]
         self.counters = {k[8:]: _scalar(v) for k, v in a.items() if k.startswith("counter.")}
         for k in self.EXTRA:
@@ -559,8 +651,9 @@ class Beta(Party):
             raise ValueError("beta needs C_alpha to act in paper action mode")
         return mlp(_t(c_alpha).float(), own, self.head).argmax(1).numpy()
 
-    def act(self, prev_alpha: np.ndarray | None,
-            c_alpha: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def act(
+        self, prev_alpha: np.ndarray | None, c_alpha: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """ComputeQBeta(): observe, release C_beta = Q_hat_beta(s_beta, .), choose a_beta
         epsilon-greedily on Q_f^beta(s_beta, ., C_alpha)."""
         self.sync(prev_alpha)
@@ -571,8 +664,11 @@ class Beta(Party):
             greedy = self._greedy(self.mlp, c_alpha, c)
         n = self.counters["transitions"]
         rng = np.random.default_rng([self.s.seed, 1, n])
-        a = greedy if self.s.mode == "joint-action" else explore(
-            greedy, self.s.epsilon_greedy(n), N_ACTIONS, rng)
+        a = (
+            greedy
+            if self.s.mode == "joint-action"
+            else explore(greedy, self.s.epsilon_greedy(n), N_ACTIONS, rng)
+        )
         self.ledger.add(self._open())
         self.pending_s, self.pending_a, self.has_pending = s, a, np.array(True)
         return c.numpy(), a
@@ -606,8 +702,13 @@ class Beta(Party):
         shape = (*ids.shape, self.s.n_actions)
         return c.numpy().reshape(shape), c2.numpy().reshape(shape)
 
-    def update(self, ids: np.ndarray, targets: np.ndarray, c_alpha: np.ndarray,
-               theta_g: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+    def update(
+        self,
+        ids: np.ndarray,
+        targets: np.ndarray,
+        c_alpha: np.ndarray,
+        theta_g: dict[str, np.ndarray],
+    ) -> tuple[dict[str, np.ndarray], float]:
         """UpdateQ(Y_j, j, C_alpha, theta_g) for K minibatches: Eq. (5), (7) on theta_beta and
         theta_g, alpha's C_alpha held constant."""
         self.set_theta_g(theta_g)
@@ -627,8 +728,9 @@ class Beta(Party):
         return self.theta_g(), float(np.mean(losses))
 
     # -- evaluation: greedy on Q_f^beta ------------------------------------------------------
-    def eval_act(self, prev_alpha: np.ndarray | None, c_alpha: np.ndarray | None,
-                 test_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def eval_act(
+        self, prev_alpha: np.ndarray | None, c_alpha: np.ndarray | None, test_noise: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Greedy step; test_noise=False drops the noise on beta's own Q inside Q_f^beta (the
         C_beta that leaves is always noised)."""
         w = self.eval_world
@@ -656,8 +758,17 @@ class Alpha(Party):
 
     def __init__(self, s: Settings, restoring: bool = False):
         obs = s.obs_field("alpha")
-        super().__init__(s, {"s": obs, "a": ((), np.int64), "r": ((), np.float32), "s2": obs,
-                             "done": ((), np.float32)}, restoring)
+        super().__init__(
+            s,
+            {
+                "s": obs,
+                "a": ((), np.int64),
+                "r": ((), np.float32),
+                "s2": obs,
+                "done": ((), np.float32),
+            },
+            restoring,
+        )
         self.stats = np.zeros(3)  # episodes finished, met, reward sum (since last report)
         self.returns = np.zeros(s.envs)
 
@@ -679,8 +790,9 @@ class Alpha(Party):
             self.ledger.add(self._open())
         return c.numpy()
 
-    def act(self, c_beta: np.ndarray, a_beta: np.ndarray,
-            observe: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    def act(
+        self, c_beta: np.ndarray, a_beta: np.ndarray, observe: bool = True
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Alg. 1 steps 6-11: choose a_t epsilon-greedily on Q_f^alpha(s_alpha, ., C_beta),
         execute it (with beta's move) and store (s, a, r, s', done). Returns the action ids and
         C_alpha of the next observation (for beta's next step; None with observe=False, when
@@ -700,8 +812,13 @@ class Alpha(Party):
         count_episodes(self.stats, self.returns, r, done, met)
         return a, (self.observe() if observe else None)
 
-    def update(self, ids: np.ndarray, c_beta: np.ndarray, c_beta_next: np.ndarray,
-               theta_g: dict[str, np.ndarray] | None):
+    def update(
+        self,
+        ids: np.ndarray,
+        c_beta: np.ndarray,
+        c_beta_next: np.ndarray,
+        theta_g: dict[str, np.ndarray] | None,
+    ):
         """K updates of Eq. (4), (6); after each, C_alpha = Q_hat_alpha(s_j) for beta.
         Returns (Y, C_alpha, theta_g, mean loss, C_alpha of the current observation)."""
         self.set_theta_g(theta_g)
@@ -731,7 +848,7 @@ class Alpha(Party):
     def take_stats(self) -> dict[str, float]:
         """Training episodes finished since the last call: count, success rate, mean reward."""
         out = episode_report(self.stats)
-        if self.s.text:   # no success event in Text2Action
+        if self.s.text:  # no success event in Text2Action
             out.pop("train-succ-rate")
         self.stats = np.zeros(3)
         return {**out, "exploration": self.s.epsilon_greedy(self.counters["transitions"])}
@@ -744,8 +861,11 @@ class Alpha(Party):
         w = self.eval_world
         gen = self._generator()
         with torch.no_grad():
-            a = self._qf(w.obs_alpha, c_beta, gen, noise=test_noise,
-                         nets=self.nets()).argmax(1).numpy()
+            a = (
+                self._qf(w.obs_alpha, c_beta, gen, noise=test_noise, nets=self.nets())
+                .argmax(1)
+                .numpy()
+            )
         moves = self.s.joint_moves(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, _, _ = w.step(*moves)  # finished slots get reward 0
         self.eval_score[0] += r

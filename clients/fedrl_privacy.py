@@ -16,6 +16,7 @@ dp-accounting, at delta (default 1e-5). Not covered, and said so in the README: 
 sits in H consecutive stacks (group privacy would multiply), the targets Y that alpha sends are
 not noised (the paper does not noise them), and theta_g itself is trained on both parties' data.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ import numpy as np
 import torch
 
 
-def release(q: torch.Tensor, clip: float, sigma: float,
-            generator: torch.Generator | None = None) -> torch.Tensor:
+def release(
+    q: torch.Tensor, clip: float, sigma: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Rows of q with L2 norm clipped to `clip`, plus N(0, sigma^2) noise (sigma 0: no noise)."""
     norm = q.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     bounded = q * (clip / norm).clamp(max=1.0)

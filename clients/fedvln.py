@@ -18,6 +18,7 @@ unseen follows from its data. Messages (config `step`):
 No instruction, route or feature is ever put in a reply; `tests/test_fedvln.py` checks that on
 everything sent.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,33 +46,39 @@ from models.envdrop import Follower, FollowerSize
 from models.speaker import Speaker, SpeakerSize
 from server.config import merged
 
-LANG = "lang_encoder."        # the follower's language encoder (fed-lan shares only this)
-LOCAL = "fedvln-follower"     # this house's own follower (pre-exploration)
-SPEAKER = "fedvln-speaker"    # the speaker this house back-translates its routes with
-ROUTES = "fedvln-routes"      # routes this house sampled in itself for the speaker
-OPTIM = "fedvln-optimizer"    # this house's optimizer state (fedvln.optimizer-state = house)
+LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only this)
+LOCAL = "fedvln-follower"  # this house's own follower (pre-exploration)
+SPEAKER = "fedvln-speaker"  # the speaker this house back-translates its routes with
+ROUTES = "fedvln-routes"  # routes this house sampled in itself for the speaker
+OPTIM = "fedvln-optimizer"  # this house's optimizer state (fedvln.optimizer-state = house)
 
 
 def spec_of(cfg: dict) -> HouseSpec:
-    return HouseSpec(train_houses=int(cfg["fedvln.train-houses"]),
-                     unseen_houses=int(cfg["fedvln.unseen-houses"]))
+    return HouseSpec(
+        train_houses=int(cfg["fedvln.train-houses"]), unseen_houses=int(cfg["fedvln.unseen-houses"])
+    )
 
 
 def house_of(context: Context) -> House:
     cfg = merged(dict(context.run_config))
     nc = context.node_config
-    setup = open_setup(str(nc.get("data-dir", "") or cfg["fedvln.data-dir"]),
-                       str(cfg["fedvln.features-tsv"]), spec_of(cfg))
+    setup = open_setup(
+        str(nc.get("data-dir", "") or cfg["fedvln.data-dir"]),
+        str(cfg["fedvln.features-tsv"]),
+        spec_of(cfg),
+    )
     name = str(nc.get("house", "")) or house_of_partition(setup, int(nc["partition-id"]))
     return open_house(setup, name)
 
 
 def agent_settings(cfg: dict) -> vln_agent.AgentSettings:
-    return vln_agent.AgentSettings(batch_size=int(cfg["fedvln.batch-size"]),
-                                   lr=recipe_of(cfg).lr,
-                                   feedback=str(cfg["fedvln.feedback"]),
-                                   ml_weight=float(cfg["fedvln.ml-weight"]),
-                                   aug_ml_weight=float(cfg["fedvln.aug-ml-weight"]))
+    return vln_agent.AgentSettings(
+        batch_size=int(cfg["fedvln.batch-size"]),
+        lr=recipe_of(cfg).lr,
+        feedback=str(cfg["fedvln.feedback"]),
+        ml_weight=float(cfg["fedvln.ml-weight"]),
+        aug_ml_weight=float(cfg["fedvln.aug-ml-weight"]),
+    )
 
 
 def follower_size(cfg: dict, vocab: int, feature: int) -> FollowerSize:
@@ -85,15 +92,23 @@ def speaker_size(cfg: dict, vocab: int, feature: int) -> SpeakerSize:
 def identity(context: Context) -> dict:
     """What the server learns about a house: which one, seen or not, sizes, counts."""
     h = house_of(context)
-    return {"house": h.name, "role": h.role, "vocab-size": len(h.setup.vocab),
-            "feature-dim": h.setup.world.feature_dim, "num-train": len(h.train),
-            "num-val": len(h.val)}
+    return {
+        "house": h.name,
+        "role": h.role,
+        "vocab-size": len(h.setup.vocab),
+        "feature-dim": h.setup.world.feature_dim,
+        "num-train": len(h.train),
+        "num-val": len(h.val),
+    }
 
 
 def _model(kind: str, cfg: dict, h: House):
     v, f = len(h.setup.vocab), h.setup.world.feature_dim
-    return Follower(follower_size(cfg, v, f)) if kind == "follower" else Speaker(
-        speaker_size(cfg, v, f))
+    return (
+        Follower(follower_size(cfg, v, f))
+        if kind == "follower"
+        else Speaker(speaker_size(cfg, v, f))
+    )
 
 
 def _load(model, *records: ArrayRecord | None) -> None:
@@ -143,8 +158,10 @@ def routes_of(context: Context, h: House) -> list[Episode]:
     if ROUTES not in context.state:
         return []
     rec = context.state[ROUTES]
-    return [Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), "",
-                    10 ** 7 + k) for k, (p, hd) in enumerate(zip(rec["paths"], rec["headings"]))]
+    return [
+        Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), "", 10**7 + k)
+        for k, (p, hd) in enumerate(zip(rec["paths"], rec["headings"]))
+    ]
 
 
 def back_translation(context: Context, cfg: dict, h: House) -> vln_agent.BackTranslation | None:
@@ -152,8 +169,9 @@ def back_translation(context: Context, cfg: dict, h: House) -> vln_agent.BackTra
         return None
     speaker = _model("speaker", cfg, h)
     _load(speaker, context.state[SPEAKER])
-    return vln_agent.BackTranslation(speaker, vln_speaker.PathInputs(h.setup.world),
-                                     h.setup.vocab, agent_settings(cfg).max_words)
+    return vln_agent.BackTranslation(
+        speaker, vln_speaker.PathInputs(h.setup.world), h.setup.vocab, agent_settings(cfg).max_words
+    )
 
 
 def _seed(cfg: dict, context: Context, rnd: int) -> int:
@@ -167,12 +185,16 @@ def setup(msg: Message, context: Context, cfg: dict, h: House) -> RecordDict:
     if "speaker" in msg.content:
         context.state[SPEAKER] = msg.content["speaker"]
         routes = speaker_routes(h, int(msg.content["config"]["routes"]), int(cfg["seed"]))
-        context.state[ROUTES] = ConfigRecord({
-            "paths": [" ".join(e.path) for e in routes],
-            "headings": [float(e.heading) for e in routes]})
+        context.state[ROUTES] = ConfigRecord(
+            {
+                "paths": [" ".join(e.path) for e in routes],
+                "headings": [float(e.heading) for e in routes],
+            }
+        )
         n_aug = len(routes)
-    return RecordDict({"metrics": MetricRecord({"num-examples": len(h.train) + n_aug,
-                                                "num-augmented": n_aug})})
+    return RecordDict(
+        {"metrics": MetricRecord({"num-examples": len(h.train) + n_aug, "num-augmented": n_aug})}
+    )
 
 
 def _begin(msg: Message, context: Context):
@@ -189,8 +211,10 @@ def train(msg: Message, context: Context) -> Message:
         return Message(setup(msg, context, cfg, h), reply_to=msg)
     share, allowed = str(conf["share"]), allowed_share(cfg, context.node_config)
     if not within(share, allowed):
-        raise PermissionError(f"house {h.name}: the server asked for share={share!r}; this "
-                              f"house sends at most {allowed!r} in this stage")
+        raise PermissionError(
+            f"house {h.name}: the server asked for share={share!r}; this "
+            f"house sends at most {allowed!r} in this stage"
+        )
     rnd = int(conf["server-round"])
     fault = faults.before_training(cfg, faults.partition(context.node_config), rnd, "training")
     torch.manual_seed(_seed(cfg, context, rnd))
@@ -214,26 +238,53 @@ def train(msg: Message, context: Context) -> Message:
     if step == "follower":
         iters = follower_steps(len(h.train), len(routes), epochs, batch, cap)
         s = agent_settings(cfg)
-        loss = vln_agent.train_batches(model, opt, h.setup.world, list(h.train),
-                                       vln_agent.Tokens(h.setup.vocab, s.max_words), s,
-                                       iterations=iters, rng=rng, routes=routes,
-                                       back_translate=back_translation(context, cfg, h))
+        loss = vln_agent.train_batches(
+            model,
+            opt,
+            h.setup.world,
+            list(h.train),
+            vln_agent.Tokens(h.setup.vocab, s.max_words),
+            s,
+            iterations=iters,
+            rng=rng,
+            routes=routes,
+            back_translate=back_translation(context, cfg, h),
+        )
     else:
         iters = local_iterations(len(h.train), epochs, batch, cap)
         s = vln_speaker.SpeakerSettings(batch_size=batch, lr=recipe.lr)
-        loss = vln_speaker.train_batches(model, opt, vln_speaker.PathInputs(h.setup.world),
-                                         list(h.train), h.setup.vocab, s, iterations=iters,
-                                         rng=rng)
+        loss = vln_speaker.train_batches(
+            model,
+            opt,
+            vln_speaker.PathInputs(h.setup.world),
+            list(h.train),
+            h.setup.vocab,
+            s,
+            iterations=iters,
+            rng=rng,
+        )
     if keep_local:
         context.state[LOCAL] = ArrayRecord(model.state_dict())
     if keep_opt:
         context.state[f"{OPTIM}-{step}"] = ArrayRecord(optimizer_arrays(opt))
-    return Message(RecordDict({
-        "arrays": ArrayRecord(faults.nan_state(dict(shared_part(model, share)
-                                                    .to_torch_state_dict()), fault)),
-        "metrics": MetricRecord({"num-examples": len(h.train) + len(routes),
-                                 "train-loss": loss, "local-steps": iters,
-                                 "fit-s": time.perf_counter() - t0})}), reply_to=msg)
+    return Message(
+        RecordDict(
+            {
+                "arrays": ArrayRecord(
+                    faults.nan_state(dict(shared_part(model, share).to_torch_state_dict()), fault)
+                ),
+                "metrics": MetricRecord(
+                    {
+                        "num-examples": len(h.train) + len(routes),
+                        "train-loss": loss,
+                        "local-steps": iters,
+                        "fit-s": time.perf_counter() - t0,
+                    }
+                ),
+            }
+        ),
+        reply_to=msg,
+    )
 
 
 def evaluate(msg: Message, context: Context) -> Message:
@@ -241,19 +292,26 @@ def evaluate(msg: Message, context: Context) -> Message:
     cfg, conf, h = _begin(msg, context)
     kind = str(conf["model"])
     model = _model(kind, cfg, h)
-    _load(model, context.state.get(LOCAL) if conf.get("local", False) else None,
-          msg.content.get("arrays"))
+    _load(
+        model,
+        context.state.get(LOCAL) if conf.get("local", False) else None,
+        msg.content.get("arrays"),
+    )
     if not h.val:
         metrics = {f"{h.val_split}_n": 0}
     elif kind == "follower":
         s = agent_settings(cfg)
-        m, _ = vln_agent.evaluate(model, h.setup.world, h.val,
-                                  vln_agent.Tokens(h.setup.vocab, s.max_words), s)
-        metrics = {f"{h.val_split}_n": len(h.val),
-                   **{f"{h.val_split}_{k}": float(v) for k, v in m.items()}}
+        m, _ = vln_agent.evaluate(
+            model, h.setup.world, h.val, vln_agent.Tokens(h.setup.vocab, s.max_words), s
+        )
+        metrics = {
+            f"{h.val_split}_n": len(h.val),
+            **{f"{h.val_split}_{k}": float(v) for k, v in m.items()},
+        }
     else:
-        stats = vln_speaker.bleu_stats(model, vln_speaker.PathInputs(h.setup.world), h.val,
-                                       h.setup.vocab)
+        stats = vln_speaker.bleu_stats(
+            model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab
+        )
         metrics = {f"{h.val_split}_{k}": v for k, v in stats.items()}
     metrics["num-examples"] = len(h.val)
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

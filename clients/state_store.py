@@ -13,6 +13,7 @@ Where: the node config's `state-dir` (a deployed SuperNode's own disk), else
 round. A node may have begun round k+1 before the kill, so the resumed node loads the newest
 snapshot of a round <= k. Format: Flower's own RecordDict protobuf (no pickle, no code).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,12 +23,13 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # pylint: disable=E0611
 
-TAG = "state-store"      # ConfigRecord in context.state: the snapshot's round
+TAG = "state-store"  # ConfigRecord in context.state: the snapshot's round
 
 
 def folder(context: Context, cfg: dict) -> Path | None:
     base = str(context.node_config.get("state-dir", "")) or (
-        str(Path(str(cfg["out-dir"])) / "client-state") if str(cfg["out-dir"]) else "")
+        str(Path(str(cfg["out-dir"])) / "client-state") if str(cfg["out-dir"]) else ""
+    )
     if not base:
         return None
     return Path(base) / f"partition-{int(context.node_config.get('partition-id', 0))}"
@@ -52,7 +54,7 @@ def save(context: Context, cfg: dict, server_round: int) -> None:
     newest, before = where / "newest.pb", where / "before.pb"
     current = _read(newest)
     if current is not None and current[0] != server_round:
-        os.replace(newest, before)            # a new round: the last one becomes "before"
+        os.replace(newest, before)  # a new round: the last one becomes "before"
     context.state[TAG] = ConfigRecord({"round": int(server_round)})
     tmp = where / "newest.tmp"
     tmp.write_bytes(recorddict_to_proto(context.state).SerializeToString())
@@ -74,5 +76,5 @@ def restore(context: Context, cfg: dict) -> int | None:
             for key, record in snap[1].items():
                 context.state[key] = record
             return snap[0]
-    context.state[TAG] = ConfigRecord({"round": 0})   # nothing of this run: start fresh, once
+    context.state[TAG] = ConfigRecord({"round": 0})  # nothing of this run: start fresh, once
     return None

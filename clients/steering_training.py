@@ -3,6 +3,7 @@
 FedProx's proximal term (mu/2)*||w - w_global||^2 is added to the loss when mu > 0; with mu = 0
 this is exactly FedAvg's local SGD.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,7 @@ class LocalOptimizer:
     def build(self, params, state: dict | None = None) -> torch.optim.Optimizer:
         params = list(params)
         if self.name == "sgd":
-            opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9,
-                                  weight_decay=self.weight_decay)
+            opt = torch.optim.SGD(params, lr=self.lr, momentum=0.9, weight_decay=self.weight_decay)
         elif self.name == "adam":
             opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
         else:
@@ -61,8 +61,9 @@ class LocalOptimizer:
         opt.step()
 
 
-def minibatches(n: int, batch_size: int, *, epochs: int, seed: int, device: torch.device,
-                max_steps: int = 0):
+def minibatches(
+    n: int, batch_size: int, *, epochs: int, seed: int, device: torch.device, max_steps: int = 0
+):
     """Yield (starts_an_epoch, indices): `epochs` shuffled passes, or exactly `max_steps`
     minibatches (reshuffling at every pass) when max_steps > 0, the reference code's
     `local_steps`. Batches of one sample are skipped: BatchNorm needs two."""
@@ -74,7 +75,7 @@ def minibatches(n: int, batch_size: int, *, epochs: int, seed: int, device: torc
         perm = torch.randperm(n, generator=g).to(device)
         first = True
         for i in range(0, n, batch_size):
-            idx = perm[i:i + batch_size]
+            idx = perm[i : i + batch_size]
             if len(idx) < 2:
                 continue
             yield first, idx
@@ -85,10 +86,20 @@ def minibatches(n: int, batch_size: int, *, epochs: int, seed: int, device: torc
         epoch += 1
 
 
-def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int,
-                   batch_size: int, seed: int, optim: LocalOptimizer = LocalOptimizer(),
-                   proximal_mu: float = 0.0, max_steps: int = 0, resume: dict | None = None,
-                   step0: int = 0) -> dict:
+def train_steering(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    optim: LocalOptimizer = LocalOptimizer(),
+    proximal_mu: float = 0.0,
+    max_steps: int = 0,
+    resume: dict | None = None,
+    step0: int = 0,
+) -> dict:
     """Run `epochs` of minibatch training on MSE (or exactly `max_steps` minibatches when > 0).
     Returns {"mse": mean training MSE of the last epoch, "steps": updates made, "optimizers":
     {"model": optimizer state}}; `resume` is such a dict from the silo's previous round, `step0`
@@ -101,8 +112,9 @@ def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: in
     opt = optim.build(params, (resume or {}).get("model"))
     model.train()
     total, count, steps = 0.0, 0, 0
-    for new_epoch, idx in minibatches(len(xt), batch_size, epochs=epochs, seed=seed,
-                                      device=dev, max_steps=max_steps):
+    for new_epoch, idx in minibatches(
+        len(xt), batch_size, epochs=epochs, seed=seed, device=dev, max_steps=max_steps
+    ):
         if new_epoch:
             total, count = 0.0, 0
         loss = nn.functional.mse_loss(model(xt[idx]), yt[idx])
@@ -115,17 +127,23 @@ def train_steering(model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: in
         loss.backward()
         optim.step(opt, params, step0 + steps)
         steps += 1
-    return {"mse": total / count if count else float("nan"), "steps": steps,
-            "optimizers": {"model": optimizer_arrays(opt)}}
+    return {
+        "mse": total / count if count else float("nan"),
+        "steps": steps,
+        "optimizers": {"model": optimizer_arrays(opt)},
+    }
 
 
 @torch.no_grad()
-def evaluate_steering(model: nn.Module, x: np.ndarray, y: np.ndarray,
-                      batch_size: int = 256) -> tuple[float, float]:
+def evaluate_steering(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 256
+) -> tuple[float, float]:
     """(MSE, MAE) of the model's steering on (x, y)."""
     dev = device()
     model.to(dev).eval()
-    preds = [model(torch.from_numpy(x[i:i + batch_size]).to(dev)).cpu()
-             for i in range(0, len(x), batch_size)]
+    preds = [
+        model(torch.from_numpy(x[i : i + batch_size]).to(dev)).cpu()
+        for i in range(0, len(x), batch_size)
+    ]
     err = torch.cat(preds).numpy() - y if preds else np.zeros(0)
     return float(np.mean(err**2)), float(np.mean(np.abs(err)))

@@ -18,6 +18,7 @@ that batch, so every pass over a route sees a new "environment" and a new instru
 Choice: the mask is drawn per episode (as the follower's environmental dropout is here), not
 one mask for the whole batch as in Envdrop; it is shared by speaker and follower as there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,13 +40,13 @@ from models.envdrop import Follower
 class AgentSettings:
     batch_size: int = 32
     lr: float = 1e-3
-    feedback: str = "mixed"        # mixed | teacher
-    ml_weight: float = 0.2         # Envdrop's mlWeight
+    feedback: str = "mixed"  # mixed | teacher
+    ml_weight: float = 0.2  # Envdrop's mlWeight
     gamma: float = 0.9
     entropy: float = 0.01
     max_actions: int = 35
     max_words: int = 80
-    aug_ml_weight: float = 0.6     # mlWeight on speaker-written batches (official train.py l. 316)
+    aug_ml_weight: float = 0.6  # mlWeight on speaker-written batches (official train.py l. 316)
 
 
 class Tokens:
@@ -62,12 +63,20 @@ class Tokens:
                 self._cache[key] = self.vocab.encode(e.instruction, self.max_words)
             rows.append(self._cache[key])
         arr = np.stack(rows)
-        return torch.from_numpy(arr[:, :max(2, int((arr != 0).sum(1).max()))])
+        return torch.from_numpy(arr[:, : max(2, int((arr != 0).sum(1).max()))])
 
 
-def rollout(model: Follower, world: World, episodes: list[Episode], tokens: Tokens,
-            mode: str, s: AgentSettings, *, token_ids: torch.Tensor | None = None,
-            drop: torch.Tensor | None = None):
+def rollout(
+    model: Follower,
+    world: World,
+    episodes: list[Episode],
+    tokens: Tokens,
+    mode: str,
+    s: AgentSettings,
+    *,
+    token_ids: torch.Tensor | None = None,
+    drop: torch.Tensor | None = None,
+):
     """Run a batch to the end. mode: `teacher` (follow and imitate the shortest path),
     `sample` (A2C) or `greedy` (evaluation). `token_ids` replace the episodes' instructions
     (back-translation); `drop` is the environmental-dropout mask to use (default: a fresh
@@ -90,8 +99,9 @@ def rollout(model: Follower, world: World, episodes: list[Episode], tokens: Toke
         active = torch.from_numpy(~nb.done).to(dev)
         target = torch.from_numpy(nb.teacher()).to(dev)
         if mode == "teacher":
-            ce.append(nn.functional.cross_entropy(logit, target.clamp(min=0), reduction="none")
-                      * active)
+            ce.append(
+                nn.functional.cross_entropy(logit, target.clamp(min=0), reduction="none") * active
+            )
             masks.append(active.float())
             action = target.clamp(min=0)
         elif mode == "sample":
@@ -109,12 +119,11 @@ def rollout(model: Follower, world: World, episodes: list[Episode], tokens: Toke
         nb.step(a)
         if mode == "sample":
             dist_now = nb.distance_to_goal()
-            r = np.where(a == 0, np.where(dist_now < 3.0, 2.0, -2.0),
-                         np.sign(last_dist - dist_now))
+            r = np.where(a == 0, np.where(dist_now < 3.0, 2.0, -2.0), np.sign(last_dist - dist_now))
             rewards.append(r * was_active)
             masks.append(was_active.astype(np.float32))
             last_dist = dist_now
-    if mode == "teacher":   # summed over steps, divided by the batch (Envdrop l. 445)
+    if mode == "teacher":  # summed over steps, divided by the batch (Envdrop l. 445)
         return torch.stack(ce).sum() / B, nb
     if mode == "sample":
         return _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev), nb
@@ -155,8 +164,9 @@ class BackTranslation:
         was = self.speaker.training
         self.speaker.eval()
         acts, panos, mask = self.inputs(batch, drop.device)
-        words = self.speaker.generate(acts, panos, mask, self.vocab.bos, self.max_words - 2,
-                                      feature_mask=drop)
+        words = self.speaker.generate(
+            acts, panos, mask, self.vocab.bos, self.max_words - 2, feature_mask=drop
+        )
         self.speaker.train(was)
         bos = torch.full((len(batch), 1), self.vocab.bos, dtype=torch.long, device=drop.device)
         ids = torch.cat([bos, words, torch.zeros_like(bos)], 1)
@@ -178,10 +188,20 @@ def _mixed_loss(model, world, batch, tokens, s, ml_weight, bt: BackTranslation |
     return loss
 
 
-def train_batches(model: Follower, optimizer, world: World, episodes: list[Episode],
-                  tokens: Tokens, s: AgentSettings, *, iterations: int,
-                  rng: np.random.Generator, progress=None, routes: list[Episode] = (),
-                  back_translate: BackTranslation | None = None) -> float:
+def train_batches(
+    model: Follower,
+    optimizer,
+    world: World,
+    episodes: list[Episode],
+    tokens: Tokens,
+    s: AgentSettings,
+    *,
+    iterations: int,
+    rng: np.random.Generator,
+    progress=None,
+    routes: list[Episode] = (),
+    back_translate: BackTranslation | None = None,
+) -> float:
     """`iterations` optimizer steps of the mixed (or teacher-only) objective; returns the
     mean loss.
 
@@ -191,29 +211,45 @@ def train_batches(model: Follower, optimizer, world: World, episodes: list[Episo
     With routes only (pre-exploration in an unseen house, l. 708-711), each step is one
     back-translated batch."""
     if not routes:
-        return train_steps(model, optimizer, episodes, s.batch_size, iterations, rng,
-                           lambda b: _mixed_loss(model, world, b, tokens, s, s.ml_weight, None),
-                           progress)
+        return train_steps(
+            model,
+            optimizer,
+            episodes,
+            s.batch_size,
+            iterations,
+            rng,
+            lambda b: _mixed_loss(model, world, b, tokens, s, s.ml_weight, None),
+            progress,
+        )
     if back_translate is None:
         raise ValueError("speaker-made routes need a BackTranslation (the house's speaker)")
     aug = lambda b: _mixed_loss(model, world, b, tokens, s, s.aug_ml_weight, back_translate)  # noqa: E731
     if not episodes:
-        return train_steps(model, optimizer, list(routes), s.batch_size, iterations, rng, aug,
-                           progress)
+        return train_steps(
+            model, optimizer, list(routes), s.batch_size, iterations, rng, aug, progress
+        )
     labelled = Batches(episodes, s.batch_size, rng)
-    return train_steps(model, optimizer, list(routes), s.batch_size, iterations, rng,
-                       lambda b: _mixed_loss(model, world, labelled.next(), tokens, s,
-                                             s.ml_weight, None) + aug(b), progress)
+    return train_steps(
+        model,
+        optimizer,
+        list(routes),
+        s.batch_size,
+        iterations,
+        rng,
+        lambda b: _mixed_loss(model, world, labelled.next(), tokens, s, s.ml_weight, None) + aug(b),
+        progress,
+    )
 
 
 @torch.no_grad()
-def evaluate(model: Follower, world: World, episodes: list[Episode], tokens: Tokens,
-             s: AgentSettings) -> tuple[dict[str, float], dict[str, list[str]]]:
+def evaluate(
+    model: Follower, world: World, episodes: list[Episode], tokens: Tokens, s: AgentSettings
+) -> tuple[dict[str, float], dict[str, list[str]]]:
     """Greedy decoding on every episode: (metric means, {instr_id: trajectory viewpoints})."""
     model.eval()
     rows, trajs = [], {}
     for i in range(0, len(episodes), 64):
-        batch = episodes[i:i + 64]
+        batch = episodes[i : i + 64]
         _, nb = rollout(model, world, batch, tokens, "greedy", s)
         for e, scan, traj, ref in zip(batch, nb.scans, nb.trajs, nb.refs):
             rows.append(episode_metrics(scan, traj, ref))

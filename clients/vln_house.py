@@ -6,6 +6,7 @@ otherwise (val_unseen scans: it only has the instructions it is evaluated on). C
 ordered seen houses first, then unseen ones, each sorted by scan id, so partition p of a
 simulation is always the same house.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -25,9 +26,9 @@ from envs.vln_setup import VLNSetup, open_vln
 class House:
     setup: VLNSetup
     name: str
-    role: str                 # seen | unseen
-    train: list[Episode]      # labelled instructions (none in an unseen house)
-    val_split: str            # val_seen | val_unseen
+    role: str  # seen | unseen
+    train: list[Episode]  # labelled instructions (none in an unseen house)
+    val_split: str  # val_seen | val_unseen
     val: list[Episode]
 
 
@@ -48,12 +49,17 @@ def house_names(setup: VLNSetup) -> tuple[list[str], list[str]]:
 def open_house(setup: VLNSetup, name: str) -> House:
     train = [e for e in setup.split("train") if e.scan == name]
     if train:
-        return House(setup, name, "seen", train, "val_seen",
-                     [e for e in setup.split("val_seen") if e.scan == name])
+        return House(
+            setup,
+            name,
+            "seen",
+            train,
+            "val_seen",
+            [e for e in setup.split("val_seen") if e.scan == name],
+        )
     val = [e for e in setup.split("val_unseen") if e.scan == name]
     if not val:
-        raise DataError(f"house {name!r} has no train or val_unseen instructions in "
-                        f"{setup.source}")
+        raise DataError(f"house {name!r} has no train or val_unseen instructions in {setup.source}")
     return House(setup, name, "unseen", [], "val_unseen", val)
 
 
@@ -61,8 +67,10 @@ def house_of_partition(setup: VLNSetup, partition: int) -> str:
     seen, unseen = house_names(setup)
     order = seen + unseen
     if not 0 <= partition < len(order):
-        raise DataError(f"partition {partition} has no house: {setup.source} has "
-                        f"{len(seen)} seen + {len(unseen)} unseen houses")
+        raise DataError(
+            f"partition {partition} has no house: {setup.source} has "
+            f"{len(seen)} seen + {len(unseen)} unseen houses"
+        )
     return order[partition]
 
 
@@ -73,9 +81,17 @@ def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     same routes, so the centralized reference can rebuild exactly what each house samples."""
     scan = house.setup.world.scan(house.name)
     rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])
-    return [Episode(f"aug-{house.name}-{k}", house.name, tuple(scan.ids[v] for v in path),
-                    float(heading), "", 10 ** 7 + k)
-            for k, (path, heading) in enumerate(sample_routes(scan, n_routes, rng))]
+    return [
+        Episode(
+            f"aug-{house.name}-{k}",
+            house.name,
+            tuple(scan.ids[v] for v in path),
+            float(heading),
+            "",
+            10**7 + k,
+        )
+        for k, (path, heading) in enumerate(sample_routes(scan, n_routes, rng))
+    ]
 
 
 def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0) -> int:
@@ -84,8 +100,9 @@ def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0)
     return min(it, cap) if cap > 0 else it
 
 
-def follower_steps(n_labelled: int, n_routes: int, epochs: float, batch_size: int,
-                   cap: int = 0) -> int:
+def follower_steps(
+    n_labelled: int, n_routes: int, epochs: float, batch_size: int, cap: int = 0
+) -> int:
     """Optimizer steps of one local follower training, as the official code counts them
     (train.py l. 478-495, 708): with labelled data and speaker routes, half the labelled
     batches of `epochs` passes, each step one labelled plus one route batch; with routes only

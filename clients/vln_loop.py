@@ -1,4 +1,5 @@
 """The minibatch loop the VLN follower and speaker share (plain PyTorch, no flwr)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,13 +17,21 @@ class Batches:
     def next(self) -> list:
         if self.k + self.size > len(self.order):
             self.order, self.k = self.rng.permutation(len(self.items)), 0
-        batch = [self.items[i] for i in self.order[self.k:self.k + self.size]]
+        batch = [self.items[i] for i in self.order[self.k : self.k + self.size]]
         self.k += self.size
         return batch
 
 
-def train_steps(model: nn.Module, optimizer, items: list, batch_size: int, iterations: int,
-                rng: np.random.Generator, loss_of, progress=None) -> float:
+def train_steps(
+    model: nn.Module,
+    optimizer,
+    items: list,
+    batch_size: int,
+    iterations: int,
+    rng: np.random.Generator,
+    loss_of,
+    progress=None,
+) -> float:
     """`iterations` updates on minibatches drawn without replacement (reshuffled per pass);
     `loss_of(batch)` gives the loss tensor. Gradients are clipped at norm 40 as Envdrop does.
     Returns the mean loss."""

@@ -32,6 +32,7 @@ steps (its square average starts at 0): with ~12 local updates the effective ste
 `fedvln.optimizer`, `fedvln.lr`, `fedvln.server-lr` and `fedvln.server-lr-decay` override the
 recipe's value when set (non-empty / > 0).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -41,9 +42,9 @@ RECIPES = ("cpu", "official")
 
 @dataclass(frozen=True)
 class Recipe:
-    optimizer: str          # rms | adam (Envdrop's --optim)
-    lr: float               # local learning rate
-    server_lr: float        # eta of Eq. 7
+    optimizer: str  # rms | adam (Envdrop's --optim)
+    lr: float  # local learning rate
+    server_lr: float  # eta of Eq. 7
     server_lr_decay: float  # eta_t = eta * decay^(t-1), per round
 
 
@@ -65,13 +66,17 @@ def recipe_of(cfg: dict) -> Recipe:
     """The stage's recipe with the run config's explicit overrides applied."""
     name, stage = str(cfg["fedvln.recipe"]), str(cfg["fedvln.stage"])
     if name not in RECIPES:
-        raise ValueError(f"run config 'fedvln.recipe' must be one of {', '.join(RECIPES)}, "
-                         f"got {name!r}")
+        raise ValueError(
+            f"run config 'fedvln.recipe' must be one of {', '.join(RECIPES)}, got {name!r}"
+        )
     r = (OFFICIAL if name == "official" else CPU)[stage]
     if str(cfg["fedvln.optimizer"]):
         r = replace(r, optimizer=str(cfg["fedvln.optimizer"]))
-    for key, field in (("fedvln.lr", "lr"), ("fedvln.server-lr", "server_lr"),
-                       ("fedvln.server-lr-decay", "server_lr_decay")):
+    for key, field in (
+        ("fedvln.lr", "lr"),
+        ("fedvln.server-lr", "server_lr"),
+        ("fedvln.server-lr-decay", "server_lr_decay"),
+    ):
         if float(cfg[key]) > 0:
             r = replace(r, **{field: float(cfg[key])})
     return r

@@ -5,6 +5,7 @@ human references (R2R has 3), both in R2R's tokenization (`envs.vln_vocab.split_
 so sacrebleu is told not to re-tokenize). A path with fewer references repeats its first one,
 which leaves clipped counts and the closest reference length unchanged.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -50,31 +51,52 @@ class PathInputs:
         panos = np.zeros((len(items), T, 36, F), dtype=np.float32)
         mask = np.zeros((len(items), T), dtype=bool)
         for b, (a, p) in enumerate(items):
-            acts[b, :len(a)], panos[b, :len(a)], mask[b, :len(a)] = a, p, True
-        return (torch.from_numpy(acts).to(device), torch.from_numpy(panos).to(device),
-                torch.from_numpy(mask).to(device))
+            acts[b, : len(a)], panos[b, : len(a)], mask[b, : len(a)] = a, p, True
+        return (
+            torch.from_numpy(acts).to(device),
+            torch.from_numpy(panos).to(device),
+            torch.from_numpy(mask).to(device),
+        )
 
 
-def train_batches(speaker: Speaker, optimizer, inputs: PathInputs, episodes: list[Episode],
-                  vocab: Vocab, s: SpeakerSettings, *, iterations: int,
-                  rng: np.random.Generator, progress=None) -> float:
+def train_batches(
+    speaker: Speaker,
+    optimizer,
+    inputs: PathInputs,
+    episodes: list[Episode],
+    vocab: Vocab,
+    s: SpeakerSettings,
+    *,
+    iterations: int,
+    rng: np.random.Generator,
+    progress=None,
+) -> float:
     """`iterations` teacher-forced minibatch updates; returns the mean cross-entropy."""
     dev = next(speaker.parameters()).device
 
     def loss_of(batch):
         acts, panos, mask = inputs(batch, dev)
-        tokens = torch.from_numpy(np.stack([vocab.encode(e.instruction, s.max_words)
-                                            for e in batch])).to(dev)
+        tokens = torch.from_numpy(
+            np.stack([vocab.encode(e.instruction, s.max_words) for e in batch])
+        ).to(dev)
         return speaker.loss(acts, panos, mask, tokens)
 
-    return train_steps(speaker, optimizer, episodes, s.batch_size, iterations, rng, loss_of,
-                       progress)
+    return train_steps(
+        speaker, optimizer, episodes, s.batch_size, iterations, rng, loss_of, progress
+    )
 
 
 @torch.no_grad()
-def write_instructions(speaker: Speaker, inputs: PathInputs, episodes: list[Episode],
-                       vocab: Vocab, *, sample: bool = False, seed: int = 0,
-                       max_words: int = 80) -> list[str]:
+def write_instructions(
+    speaker: Speaker,
+    inputs: PathInputs,
+    episodes: list[Episode],
+    vocab: Vocab,
+    *,
+    sample: bool = False,
+    seed: int = 0,
+    max_words: int = 80,
+) -> list[str]:
     """One generated instruction per episode's path (greedy, or sampled for augmentation)."""
     dev = next(speaker.parameters()).device
     was_training = speaker.training
@@ -82,7 +104,7 @@ def write_instructions(speaker: Speaker, inputs: PathInputs, episodes: list[Epis
     gen = torch.Generator(device=dev).manual_seed(seed)
     out = []
     for i in range(0, len(episodes), 64):
-        acts, panos, mask = inputs(episodes[i:i + 64], dev)
+        acts, panos, mask = inputs(episodes[i : i + 64], dev)
         ids = speaker.generate(acts, panos, mask, vocab.bos, max_words, sample, gen)
         out.extend(vocab.decode(row) for row in ids.cpu().numpy())
     speaker.train(was_training)
@@ -112,8 +134,9 @@ def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: V
     return float(_score(speaker, inputs, episodes, vocab)[0].score)
 
 
-def bleu_stats(speaker: Speaker, inputs: PathInputs, episodes: list[Episode],
-               vocab: Vocab) -> dict[str, int]:
+def bleu_stats(
+    speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: Vocab
+) -> dict[str, int]:
     """The sufficient statistics of corpus BLEU (lengths and n-gram matches/totals, n = 1..4)
     over these paths: summed over houses they give the BLEU of the union
     (`strategies.fedvln.pool`) without any instruction leaving its house."""

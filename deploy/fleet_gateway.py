@@ -17,6 +17,7 @@ host (or through an SSH tunnel to it).
     python deploy/fleet_gateway.py --listen 0.0.0.0:9092 --upstream 127.0.0.1:9093 \
         [--tls CERT_DIR]   (ca.crt, server.pem, server.key: TLS on both sides)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,34 +37,50 @@ from starlette.routing import Route
 # One path segment of lower-case words: no dot segments or escapes that a client or httpx
 # could normalise into /v1/control/... on the way upstream.
 FLEET_PATH = re.compile(r"/v1/fleet/[a-z][a-z-]*")
-HOP_BY_HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding",
-              "te", "trailer", "upgrade", "proxy-authorization", "proxy-authenticate"}
+HOP_BY_HOP = {
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+}
 log = logging.getLogger("fleet-gateway")
 
 
 def build_app(upstream: str, verify: str | bool) -> Starlette:
     """The gateway as an ASGI app forwarding Fleet calls to `upstream` (http[s]://host:port)."""
-    client = httpx.AsyncClient(base_url=upstream, verify=verify,
-                               timeout=httpx.Timeout(600.0, connect=10.0))
+    client = httpx.AsyncClient(
+        base_url=upstream, verify=verify, timeout=httpx.Timeout(600.0, connect=10.0)
+    )
 
     async def forward(request: Request) -> Response:
         path = request.url.path
         if request.method != "POST" or not FLEET_PATH.fullmatch(path) or request.url.query:
             who = request.client.host if request.client else "?"
             log.warning("refused %s %s from %s", request.method, path[:80], who)
-            return PlainTextResponse("fedembodied fleet gateway: only the Fleet API is served "
-                                     "here; submit runs on the SuperLink's host\n", 403)
+            return PlainTextResponse(
+                "fedembodied fleet gateway: only the Fleet API is served "
+                "here; submit runs on the SuperLink's host\n",
+                403,
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
             r = await client.post(path, content=await request.body(), headers=headers)
         except httpx.HTTPError as e:
             log.error("upstream %s unreachable: %s", upstream, e)
             return PlainTextResponse("SuperLink unreachable\n", 502)
-        keep = {k: v for k, v in r.headers.items()
-                if k.lower() not in HOP_BY_HOP | {"content-encoding"}}
+        keep = {
+            k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}
+        }
         return Response(r.content, status_code=r.status_code, headers=keep)
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
@@ -86,11 +103,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"fleet_gateway.py: --tls {tls}: {f} not found", file=sys.stderr)
                 return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fleet-gateway %(message)s")
-    app = build_app(f"{'https' if tls else 'http'}://{args.upstream}",
-                    str(tls / "ca.crt") if tls else False)
-    uvicorn.run(app, host=host, port=int(port), log_level="warning",
-                ssl_certfile=str(tls / "server.pem") if tls else None,
-                ssl_keyfile=str(tls / "server.key") if tls else None)
+    app = build_app(
+        f"{'https' if tls else 'http'}://{args.upstream}", str(tls / "ca.crt") if tls else False
+    )
+    uvicorn.run(
+        app,
+        host=host,
+        port=int(port),
+        log_level="warning",
+        ssl_certfile=str(tls / "server.pem") if tls else None,
+        ssl_keyfile=str(tls / "server.key") if tls else None,
+    )
     return 0
 
 

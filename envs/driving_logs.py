@@ -13,6 +13,7 @@
 `load_silo` maps a silo id onto a data folder (see its docstring for the layouts it accepts).
 Every failure raises DataError naming the file, the line or the field.
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,7 +30,7 @@ UDACITY_COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "
 # steering wheel turns at most ~1.5 turns each way (SullyChen logs wheel degrees); the CDL
 # reference's npz labels do not state a unit, so they get a generous bound.
 MAX_STEERING = {"steering": 1.0, "angle_deg": 720.0, "ground_truths": 10.0}
-MIN_IMAGE_SIDE = 8    # smaller images carry no road (a 1x1 "image" is a broken export)
+MIN_IMAGE_SIDE = 8  # smaller images carry no road (a 1x1 "image" is a broken export)
 
 
 def _lines(path: Path):
@@ -38,8 +39,9 @@ def _lines(path: Path):
         with open(path, newline="", encoding="utf-8") as f:
             yield from f
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the log as "
-                        "UTF-8") from None
+        raise DataError(
+            f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); save the log as UTF-8"
+        ) from None
 
 
 def _label(path: Path, lineno: int, field: str, raw: str) -> float:
@@ -47,13 +49,16 @@ def _label(path: Path, lineno: int, field: str, raw: str) -> float:
     try:
         v = float(raw)
     except ValueError:
-        raise DataError(f"{path}:{lineno}: field {field!r} is not a number: "
-                        f"{raw.strip()[:40]!r}") from None
+        raise DataError(
+            f"{path}:{lineno}: field {field!r} is not a number: {raw.strip()[:40]!r}"
+        ) from None
     if not np.isfinite(v):
         raise DataError(f"{path}:{lineno}: field {field!r} is not finite")
     if abs(v) > MAX_STEERING[field]:
-        raise DataError(f"{path}:{lineno}: field {field!r} = {v:g} is not a steering value "
-                        f"(|value| <= {MAX_STEERING[field]:g})")
+        raise DataError(
+            f"{path}:{lineno}: field {field!r} = {v:g} is not a steering value "
+            f"(|value| <= {MAX_STEERING[field]:g})"
+        )
     return v
 
 
@@ -62,8 +67,9 @@ def _resolve_image(raw: str, base: Path) -> Path:
     for candidate in (Path(raw.strip()), base / name, base / "IMG" / name):
         if candidate.is_file():
             return candidate
-    raise DataError(f"{base}: image '{raw.strip()}' not found (looked for {name} next to the "
-                    f"log and in IMG/)")
+    raise DataError(
+        f"{base}: image '{raw.strip()}' not found (looked for {name} next to the log and in IMG/)"
+    )
 
 
 def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
@@ -71,8 +77,10 @@ def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
     try:
         with Image.open(path) as im:
             if min(im.size) < MIN_IMAGE_SIDE:
-                raise DataError(f"{path}: image is {im.size[0]}x{im.size[1]}, smaller than "
-                                f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
+                raise DataError(
+                    f"{path}: image is {im.size[0]}x{im.size[1]}, smaller than "
+                    f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}"
+                )
             im = im.convert("L" if channels == 1 else "RGB").resize((image_size, image_size))
             a = np.asarray(im, dtype=np.float32) / 255.0
     except DataError:
@@ -95,12 +103,14 @@ def read_udacity_log(csv_path: Path) -> list[tuple[str, float]]:
             if lineno == 1 and row[0].strip().lower() == "center":
                 continue  # a header line, as in Udacity's sample data
             if len(row) != len(UDACITY_COLUMNS):
-                raise DataError(f"{csv_path}:{lineno}: expected {len(UDACITY_COLUMNS)} columns "
-                                f"({', '.join(UDACITY_COLUMNS)}), got {len(row)}")
+                raise DataError(
+                    f"{csv_path}:{lineno}: expected {len(UDACITY_COLUMNS)} columns "
+                    f"({', '.join(UDACITY_COLUMNS)}), got {len(row)}"
+                )
             if not row[0].strip():
                 raise DataError(f"{csv_path}:{lineno}: field 'center' is empty")
             rows.append((row[0], _label(csv_path, lineno, "steering", row[3])))
-    except csv.Error as e:       # an oversized field, a NUL byte, ...
+    except csv.Error as e:  # an oversized field, a NUL byte, ...
         raise DataError(f"{csv_path}: not a driving-log CSV ({e})") from None
     if not rows:
         raise DataError(f"{csv_path}: no rows")
@@ -111,7 +121,7 @@ def read_udacity_log(csv_path: Path) -> list[tuple[str, float]]:
 # +-25 degrees of road-wheel angle; a passenger car's steering ratio is ~15:1 (assumed: the
 # dataset does not state its car's), so one unit is 15 * 25 = 375 wheel degrees.
 WHEEL_DEG_PER_UNIT = 15.0 * 25.0
-LOG_NAMES = ("driving_log.csv", "data.txt")   # Udacity, SullyChen
+LOG_NAMES = ("driving_log.csv", "data.txt")  # Udacity, SullyChen
 
 
 def read_sullychen_log(path: Path) -> list[tuple[str, float]]:
@@ -124,10 +134,11 @@ def read_sullychen_log(path: Path) -> list[tuple[str, float]]:
     for lineno, line in enumerate(_lines(path), start=1):
         if not line.strip():
             continue
-        parts = line.split(maxsplit=1)     # the 2018 log's timestamp has a space
+        parts = line.split(maxsplit=1)  # the 2018 log's timestamp has a space
         if len(parts) != 2:
-            raise DataError(f"{path}:{lineno}: expected 'image angle_deg', got "
-                            f"{line.strip()[:60]!r}")
+            raise DataError(
+                f"{path}:{lineno}: expected 'image angle_deg', got {line.strip()[:60]!r}"
+            )
         deg = _label(path, lineno, "angle_deg", parts[1].split(",")[0])
         rows.append((parts[0], float(np.clip(deg / WHEEL_DEG_PER_UNIT, -1.0, 1.0))))
     if not rows:
@@ -144,13 +155,22 @@ def _find_log(folder: Path) -> Path | None:
     return next((folder / n for n in LOG_NAMES if (folder / n).is_file()), None)
 
 
-def load_log(log_path: Path, image_size: int, channels: int = 1,
-             rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+def load_log(
+    log_path: Path, image_size: int, channels: int = 1, rows: slice = slice(None)
+) -> tuple[np.ndarray, np.ndarray]:
     """Centre-camera images and steering of (a slice of) a driving log (either layout)."""
     csv_path = Path(log_path)
     entries = read_log(csv_path)[rows]
-    x = np.stack([load_image(_resolve_image(p, csv_path.parent), image_size, channels)
-                  for p, _ in entries]) if entries else np.zeros((0, channels, image_size, image_size), np.float32)
+    x = (
+        np.stack(
+            [
+                load_image(_resolve_image(p, csv_path.parent), image_size, channels)
+                for p, _ in entries
+            ]
+        )
+        if entries
+        else np.zeros((0, channels, image_size, image_size), np.float32)
+    )
     y = np.array([s for _, s in entries], dtype=np.float32)
     return x, y
 
@@ -173,29 +193,37 @@ def load_npz(path: Path, image_size: int, channels: int = 1) -> tuple[np.ndarray
     try:
         y = np.asarray(fields["ground_truths"], dtype=np.float32).reshape(-1)
     except (TypeError, ValueError):
-        raise DataError(f"{path}: field 'ground_truths' is not numeric "
-                        f"(dtype {fields['ground_truths'].dtype})") from None
+        raise DataError(
+            f"{path}: field 'ground_truths' is not numeric (dtype {fields['ground_truths'].dtype})"
+        ) from None
     if len(y) == 0:
         raise DataError(f"{path}: field 'ground_truths' is empty")
     if not np.all(np.isfinite(y)):
         raise DataError(f"{path}: field 'ground_truths' has non-finite values")
     if np.abs(y).max() > MAX_STEERING["ground_truths"]:
-        raise DataError(f"{path}: field 'ground_truths' has {np.abs(y).max():g}, not a steering "
-                        f"value (|value| <= {MAX_STEERING['ground_truths']:g})")
+        raise DataError(
+            f"{path}: field 'ground_truths' has {np.abs(y).max():g}, not a steering "
+            f"value (|value| <= {MAX_STEERING['ground_truths']:g})"
+        )
     if "imgs" in fields:
         try:
             imgs = np.asarray(fields["imgs"], dtype=np.float32)
         except (TypeError, ValueError):
-            raise DataError(f"{path}: field 'imgs' is not numeric "
-                            f"(dtype {fields['imgs'].dtype})") from None
+            raise DataError(
+                f"{path}: field 'imgs' is not numeric (dtype {fields['imgs'].dtype})"
+            ) from None
         if imgs.ndim == 3:
             imgs = imgs[..., None]
         if imgs.ndim != 4 or len(imgs) != len(y) or imgs.shape[-1] not in (1, 3):
-            raise DataError(f"{path}: field 'imgs' has shape {imgs.shape}, expected N x H x W "
-                            f"[x 1|3] with N = {len(y)}")
+            raise DataError(
+                f"{path}: field 'imgs' has shape {imgs.shape}, expected N x H x W "
+                f"[x 1|3] with N = {len(y)}"
+            )
         if min(imgs.shape[1:3]) < MIN_IMAGE_SIDE:
-            raise DataError(f"{path}: field 'imgs' holds {imgs.shape[1]}x{imgs.shape[2]} images, "
-                            f"smaller than {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
+            raise DataError(
+                f"{path}: field 'imgs' holds {imgs.shape[1]}x{imgs.shape[2]} images, "
+                f"smaller than {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}"
+            )
         if not np.all(np.isfinite(imgs)):
             raise DataError(f"{path}: field 'imgs' has non-finite values")
         if imgs.max(initial=0) > 1.0:
@@ -204,10 +232,12 @@ def load_npz(path: Path, image_size: int, channels: int = 1) -> tuple[np.ndarray
     elif "file_names" in fields:
         names = [str(n) for n in np.asarray(fields["file_names"]).reshape(-1)]
         if len(names) != len(y):
-            raise DataError(f"{path}: 'file_names' has {len(names)} entries, "
-                            f"'ground_truths' {len(y)}")
-        x = np.stack([load_image(_resolve_image(n, path.parent), image_size, channels)
-                      for n in names])
+            raise DataError(
+                f"{path}: 'file_names' has {len(names)} entries, 'ground_truths' {len(y)}"
+            )
+        x = np.stack(
+            [load_image(_resolve_image(n, path.parent), image_size, channels) for n in names]
+        )
     else:
         raise DataError(f"{path}: needs field 'imgs' or 'file_names' (has: {sorted(keys)})")
     return x.astype(np.float32), y
@@ -222,8 +252,14 @@ def _resize(im: np.ndarray, size: int, channels: int) -> np.ndarray:
     return a[None] if channels == 1 else np.transpose(a, (2, 0, 1))
 
 
-def load_silo(data_dir: Path, silo_id: int, num_silos: int, image_size: int, channels: int = 1,
-              test_fraction: float = 0.2) -> SiloData:
+def load_silo(
+    data_dir: Path,
+    silo_id: int,
+    num_silos: int,
+    image_size: int,
+    channels: int = 1,
+    test_fraction: float = 0.2,
+) -> SiloData:
     """The real data of one silo. Accepted layouts of `data_dir`:
 
     * `driving_log.csv` (one recording shared by all silos): its rows are cut into `num_silos`
@@ -246,14 +282,23 @@ def load_silo(data_dir: Path, silo_id: int, num_silos: int, image_size: int, cha
     if _find_log(per_silo):
         return _time_split(_find_log(per_silo), 0, 1, image_size, channels, test_fraction)
     if _find_log(data_dir):
-        return _time_split(_find_log(data_dir), silo_id, num_silos, image_size, channels,
-                           test_fraction)
-    raise DataError(f"{data_dir}: no driving_log.csv / data.txt, {silo_id}/train.npz or "
-                    f"{silo_id}/driving_log.csv for silo {silo_id}")
+        return _time_split(
+            _find_log(data_dir), silo_id, num_silos, image_size, channels, test_fraction
+        )
+    raise DataError(
+        f"{data_dir}: no driving_log.csv / data.txt, {silo_id}/train.npz or "
+        f"{silo_id}/driving_log.csv for silo {silo_id}"
+    )
 
 
-def _time_split(csv_path: Path, silo_id: int, num_silos: int, image_size: int, channels: int,
-                test_fraction: float) -> SiloData:
+def _time_split(
+    csv_path: Path,
+    silo_id: int,
+    num_silos: int,
+    image_size: int,
+    channels: int,
+    test_fraction: float,
+) -> SiloData:
     n = len(read_log(csv_path))
     bounds = np.linspace(0, n, num_silos + 1).astype(int)
     lo, hi = bounds[silo_id], bounds[silo_id + 1]
@@ -281,12 +326,15 @@ def validate_data_dir(data_dir: Path, num_silos: int) -> None:
         elif _find_log(data_dir):
             n = _check_log(_find_log(data_dir))
             if n < 2 * num_silos:
-                raise DataError(f"{_find_log(data_dir)}: {n} rows are too few for "
-                                f"{num_silos} silos")
+                raise DataError(
+                    f"{_find_log(data_dir)}: {n} rows are too few for {num_silos} silos"
+                )
             return
         else:
-            raise DataError(f"{data_dir}: no driving_log.csv / data.txt, {silo}/train.npz or "
-                            f"{silo}/driving_log.csv for silo {silo}")
+            raise DataError(
+                f"{data_dir}: no driving_log.csv / data.txt, {silo}/train.npz or "
+                f"{silo}/driving_log.csv for silo {silo}"
+            )
 
 
 def _check_log(csv_path: Path) -> int:

@@ -13,6 +13,7 @@ every numeric field of the profile, style and label distribution alike, is
 every silo draw from the same distribution (IID; the samples still differ). One knob moves the
 label skew and the style shift together, so the sweep from IID to the default is one line.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -47,8 +48,13 @@ def _blend(shared, own, k: float):
     if isinstance(own, tuple):
         return tuple(_blend(a, b, k) for a, b in zip(shared, own))
     if isinstance(own, RoadStyle):
-        return replace(own, **{f.name: _blend(getattr(shared, f.name), getattr(own, f.name), k)
-                               for f in fields(RoadStyle)})
+        return replace(
+            own,
+            **{
+                f.name: _blend(getattr(shared, f.name), getattr(own, f.name), k)
+                for f in fields(RoadStyle)
+            },
+        )
     return (1.0 - k) * shared + k * own
 
 
@@ -60,9 +66,13 @@ def silo_profile(silo_id: int, seed: int, non_iid: float = 1.0) -> SiloProfile:
     if non_iid == 1.0:
         return own
     shared = _drawn_profile([seed, 104729])
-    return SiloProfile(style=_blend(shared.style, own.style, non_iid),
-                       **{f: _blend(getattr(shared, f), getattr(own, f), non_iid)
-                          for f in ("curve_mean", "curve_sd", "label_noise")})
+    return SiloProfile(
+        style=_blend(shared.style, own.style, non_iid),
+        **{
+            f: _blend(getattr(shared, f), getattr(own, f), non_iid)
+            for f in ("curve_mean", "curve_sd", "label_noise")
+        },
+    )
 
 
 def _drawn_profile(rng_seed: list[int]) -> SiloProfile:
@@ -92,31 +102,48 @@ def _drawn_profile(rng_seed: list[int]) -> SiloProfile:
     )
 
 
-def render_samples(profile: SiloProfile, n: int, image_size: int, channels: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def render_samples(
+    profile: SiloProfile, n: int, image_size: int, channels: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """n images of this silo and their noisy steering labels."""
     c = np.clip(rng.normal(profile.curve_mean, profile.curve_sd, n), -MAX_CURVATURE, MAX_CURVATURE)
     if n == 0:
         return np.zeros((0, channels, image_size, image_size), np.float32), np.zeros(0, np.float32)
-    x = np.stack([to_channels(render_road(ci, image_size, profile.style, rng,
-                                          phase=rng.uniform(0, 6)), channels) for ci in c])
+    x = np.stack(
+        [
+            to_channels(
+                render_road(ci, image_size, profile.style, rng, phase=rng.uniform(0, 6)), channels
+            )
+            for ci in c
+        ]
+    )
     y = steering_from_curvature(c) + rng.normal(0.0, profile.label_noise, n)
     return x.astype(np.float32), y.astype(np.float32)
 
 
-def make_silo(silo_id: int, seed: int, n_train: int, n_test: int, image_size: int,
-              channels: int = 1, non_iid: float = 1.0) -> SiloData:
+def make_silo(
+    silo_id: int,
+    seed: int,
+    n_train: int,
+    n_test: int,
+    image_size: int,
+    channels: int = 1,
+    non_iid: float = 1.0,
+) -> SiloData:
     """Deterministic train/test split of one embedded silo."""
     profile = silo_profile(silo_id, seed, non_iid)
-    xtr, ytr = render_samples(profile, n_train, image_size, channels,
-                              np.random.default_rng([seed, silo_id, 1]))
-    xte, yte = render_samples(profile, n_test, image_size, channels,
-                              np.random.default_rng([seed, silo_id, 2]))
+    xtr, ytr = render_samples(
+        profile, n_train, image_size, channels, np.random.default_rng([seed, silo_id, 1])
+    )
+    xte, yte = render_samples(
+        profile, n_test, image_size, channels, np.random.default_rng([seed, silo_id, 2])
+    )
     return SiloData(xtr, ytr, xte, yte)
 
 
-def pooled_test(num_silos: int, seed: int, n_test: int, image_size: int,
-                channels: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def pooled_test(
+    num_silos: int, seed: int, n_test: int, image_size: int, channels: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """The union of every silo's test split (what the pooled metrics are computed on)."""
     parts = [make_silo(i, seed, 0, n_test, image_size, channels) for i in range(num_silos)]
     return np.concatenate([p.x_test for p in parts]), np.concatenate([p.y_test for p in parts])

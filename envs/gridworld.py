@@ -35,6 +35,7 @@ Other choices where the paper is silent, and why:
 - Which map/path an episode uses is a pure function of (seed, env slot, episode count), so two
   replicas of the world built from the same config stay identical without exchanging state.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ def starts_ok(path: np.ndarray, rules: str) -> bool:
 @dataclass
 class Maps:
     """Grid maps by index: `grid(i)` (n x n uint8) and `paths(i)` (list of k x 2 (row, col))."""
+
     size: int
     count: int
     _grid: callable
@@ -123,13 +125,19 @@ class Maps:
         """How many maps of range r a run uses, and why the others are skipped."""
         used = self.usable(r, rules)
         no_path = sum(1 for i in r if not self.paths(i))
-        return {"maps": len(r), "used": len(used), "skipped-no-stored-path": no_path,
-                "skipped-every-start-already-met": len(r) - len(used) - no_path}
+        return {
+            "maps": len(r),
+            "used": len(used),
+            "skipped-no-stored-path": no_path,
+            "skipped-every-start-already-met": len(r) - len(used) - no_path,
+        }
 
     def check_range(self, r: range, key: str) -> None:
         if len(r) and r[-1] >= self.count:
-            raise DataError(f"{key} {r[0]}-{r[-1]} goes past the {self.count} maps in "
-                            f"{self.source} (indices 0-{self.count - 1})")
+            raise DataError(
+                f"{key} {r[0]}-{r[-1]} goes past the {self.count} maps in "
+                f"{self.source} (indices 0-{self.count - 1})"
+            )
 
 
 def load_mat(path: str | Path) -> Maps:
@@ -153,17 +161,20 @@ def load_mat(path: str | Path) -> Maps:
     images, paths = data["all_images"], data["all_states_xy_by_domain"]
     for field, cells in (("all_images", images), ("all_states_xy_by_domain", paths)):
         if cells.dtype != object or cells.ndim != 2 or cells.shape[1] != 1 or not cells.size:
-            raise DataError(f"{path}: field {field!r} must be an N x 1 cell array, got "
-                            f"{cells.dtype} {cells.shape}")
+            raise DataError(
+                f"{path}: field {field!r} must be an N x 1 cell array, got "
+                f"{cells.dtype} {cells.shape}"
+            )
     if len(images) != len(paths):
-        raise DataError(f"{path}: all_images ({len(images)}) and all_states_xy_by_domain "
-                        f"({len(paths)}) must be equally long")
+        raise DataError(
+            f"{path}: all_images ({len(images)}) and all_states_xy_by_domain "
+            f"({len(paths)}) must be equally long"
+        )
     grids = [_read_grid(path, i, images[i, 0]) for i in range(len(images))]
     size = grids[0].shape[0]
     for i, g in enumerate(grids):
         if g.shape != (size, size):
-            raise DataError(f"{path}: map {i} is {g.shape[0]}x{g.shape[1]}, map 0 is "
-                            f"{size}x{size}")
+            raise DataError(f"{path}: map {i} is {g.shape[0]}x{g.shape[1]}, map 0 is {size}x{size}")
     stored = [_read_paths(path, i, paths[i, 0], grids[i]) for i in range(len(paths))]
 
     def grid(i):
@@ -178,32 +189,41 @@ def load_mat(path: str | Path) -> Maps:
 def _read_grid(path: Path, i: int, cell) -> np.ndarray:
     g = np.asarray(cell)
     if g.dtype.kind not in "uif" or g.ndim != 2 or g.shape[0] != g.shape[1] or g.shape[0] < 5:
-        raise DataError(f"{path}: all_images map {i} must be a square numeric n x n grid "
-                        f"(n >= 5), got {g.dtype} {g.shape}")
+        raise DataError(
+            f"{path}: all_images map {i} must be a square numeric n x n grid "
+            f"(n >= 5), got {g.dtype} {g.shape}"
+        )
     if not np.isin(g, (0, 1)).all():
-        raise DataError(f"{path}: all_images map {i} holds {sorted(set(np.unique(g)) - {0, 1})[:3]}"
-                        f"; cells must be 1 (free) or 0 (obstacle)")
+        raise DataError(
+            f"{path}: all_images map {i} holds {sorted(set(np.unique(g)) - {0, 1})[:3]}"
+            f"; cells must be 1 (free) or 0 (obstacle)"
+        )
     return g.astype(np.uint8)
 
 
 def _read_paths(path: Path, i: int, cell, grid: np.ndarray) -> list[np.ndarray]:
     """Map i's stored paths, 0-based; each must be a free 4-adjacent walk when read 1-based."""
     items = np.asarray(cell)
-    if items.dtype != object:   # the paper's files hold a cell array of k x 2 paths per map
-        raise DataError(f"{path}: all_states_xy_by_domain map {i} must be a cell array of "
-                        f"k x 2 paths, got {items.dtype} {items.shape}")
+    if items.dtype != object:  # the paper's files hold a cell array of k x 2 paths per map
+        raise DataError(
+            f"{path}: all_states_xy_by_domain map {i} must be a cell array of "
+            f"k x 2 paths, got {items.dtype} {items.shape}"
+        )
     out = []
     for p in items.ravel():
         p = np.asarray(p)
         if p.size == 0:
             continue
         if p.dtype.kind not in "uif" or p.ndim != 2 or p.shape[1] != 2 or not np.isfinite(p).all():
-            raise DataError(f"{path}: all_states_xy_by_domain map {i}: a path must be a finite "
-                            f"k x 2 (row, col) array, got {p.dtype} {p.shape}")
+            raise DataError(
+                f"{path}: all_states_xy_by_domain map {i}: a path must be a finite "
+                f"k x 2 (row, col) array, got {p.dtype} {p.shape}"
+            )
         p = p.astype(np.int64) - 1
         if not is_free_walk(grid, p):
-            raise DataError(f"{path}: stored path of map {i} is not a free 4-adjacent walk "
-                            "when read 1-based")
+            raise DataError(
+                f"{path}: stored path of map {i} is not a free 4-adjacent walk when read 1-based"
+            )
         out.append(p)
     return out
 
@@ -211,8 +231,11 @@ def _read_paths(path: Path, i: int, cell, grid: np.ndarray) -> list[np.ndarray]:
 def is_free_walk(grid: np.ndarray, p: np.ndarray) -> bool:
     """Every cell of p on the map and free, every step to a 4-neighbour."""
     n = grid.shape[0]
-    return bool(((p >= 0) & (p < n)).all() and grid[p[:, 0], p[:, 1]].all()
-                and (np.abs(np.diff(p, axis=0)).sum(1) == 1).all())
+    return bool(
+        ((p >= 0) & (p < n)).all()
+        and grid[p[:, 0], p[:, 1]].all()
+        and (np.abs(np.diff(p, axis=0)).sum(1) == 1).all()
+    )
 
 
 def free_graph(grid: np.ndarray) -> nx.Graph:
@@ -243,8 +266,13 @@ def _shortest_paths(grid: np.ndarray, rng: np.random.Generator, n_paths: int) ->
 PAPER_OBSTACLE_DENSITY = {8: 0.16, 16: 0.26, 32: 0.13}
 
 
-def generate_maps(size: int, count: int = 8000, seed: int = 0,
-                  obstacle_density: float | None = None, n_paths: int = 8) -> Maps:
+def generate_maps(
+    size: int,
+    count: int = 8000,
+    seed: int = 0,
+    obstacle_density: float | None = None,
+    n_paths: int = 8,
+) -> Maps:
     """Random-obstacle maps with a wall border, built lazily and deterministically per index.
 
     Each interior cell is an obstacle with probability `obstacle_density` (default: the share
@@ -268,8 +296,13 @@ def generate_maps(size: int, count: int = 8000, seed: int = 0,
             keep[c] = 1
         return keep, _shortest_paths(keep, rng, n_paths)
 
-    return Maps(size, count, lambda i: build(i)[0], lambda i: build(i)[1],
-                f"generated maps (size {size}, seed {seed})")
+    return Maps(
+        size,
+        count,
+        lambda i: build(i)[0],
+        lambda i: build(i)[1],
+        f"generated maps (size {size}, seed {seed})",
+    )
 
 
 def split_ranges(count: int) -> tuple[range, range, range]:
@@ -281,7 +314,7 @@ def split_ranges(count: int) -> tuple[range, range, range]:
 def windows_at(padded: np.ndarray, pos: np.ndarray, w: int, pad: int) -> np.ndarray:
     """(B, w, w) crops of the padded grids (B, n+2p, n+2p) centred on pos (B, 2)."""
     off = np.arange(w) - w // 2
-    rows = pos[:, 0, None] + pad + off[None]           # (B, w)
+    rows = pos[:, 0, None] + pad + off[None]  # (B, w)
     cols = pos[:, 1, None] + pad + off[None]
     b = np.arange(len(pos))[:, None, None]
     return padded[b, rows[:, :, None], cols[:, None, :]]
@@ -293,16 +326,29 @@ class GridWorld:
     episode on each of the first B usable maps of `map_range`, from its first usable start (as
     the reference's `restart`). Usable: `Maps.usable` under `rules`."""
 
-    def __init__(self, maps: Maps, map_range: range, n_envs: int, *, windows=(3, 5),
-                 history: int = 2, max_steps: int = 0, rules: str = "paper",
-                 seed: int = 0, evaluation: bool = False, reset: bool = True):
+    def __init__(
+        self,
+        maps: Maps,
+        map_range: range,
+        n_envs: int,
+        *,
+        windows=(3, 5),
+        history: int = 2,
+        max_steps: int = 0,
+        rules: str = "paper",
+        seed: int = 0,
+        evaluation: bool = False,
+        reset: bool = True,
+    ):
         if rules not in RULES:
             raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
         self.rules = rules
         self.usable = maps.usable(map_range, rules)
         if not self.usable:
-            raise DataError(f"no usable map in {maps.source} range "
-                            f"{map_range.start}-{map_range.stop - 1} under {rules} rules")
+            raise DataError(
+                f"no usable map in {maps.source} range "
+                f"{map_range.start}-{map_range.stop - 1} under {rules} rules"
+            )
         if evaluation:  # one episode per usable map, the first n_envs of them
             self.eval_maps = self.usable[:n_envs]
             n_envs = len(self.eval_maps)
@@ -318,7 +364,7 @@ class GridWorld:
         self.t = np.zeros(n_envs, np.int64)
         self.episode = np.zeros(n_envs, np.int64)
         self.map_index = np.zeros(n_envs, np.int64)
-        self.active = np.ones(n_envs, bool)   # evaluation: False once a slot's episode ended
+        self.active = np.ones(n_envs, bool)  # evaluation: False once a slot's episode ended
         self.obs_alpha = np.zeros((n_envs, self.H, self.w_alpha, self.w_alpha), np.uint8)
         self.obs_beta = np.zeros((n_envs, self.H, self.w_beta, self.w_beta), np.uint8)
         for b in range(n_envs if reset else 0):  # reset=False: load_state() follows
@@ -339,7 +385,7 @@ class GridWorld:
         p = self.pad
         self.map_index[b] = i
         self.padded[b] = 0
-        self.padded[b, p:p + self.n, p:p + self.n] = self.maps.grid(i)
+        self.padded[b, p : p + self.n, p : p + self.n] = self.maps.grid(i)
         self.pos[b, 0], self.pos[b, 1] = path[0], path[-1]
         self.t[b] = 0
         self.obs_alpha[b] = 0
@@ -356,9 +402,10 @@ class GridWorld:
         (the FCN baselines' label); STAY when already adjacent."""
         out = np.full(self.B, STAY, np.int64)
         for b in range(self.B):
-            grid = self.padded[b, self.pad:self.pad + self.n, self.pad:self.pad + self.n]
-            out[b] = _first_move(grid.tobytes(), self.n, tuple(self.pos[b, agent]),
-                                 tuple(self.pos[b, 1 - agent]))
+            grid = self.padded[b, self.pad : self.pad + self.n, self.pad : self.pad + self.n]
+            out[b] = _first_move(
+                grid.tobytes(), self.n, tuple(self.pos[b, agent]), tuple(self.pos[b, 1 - agent])
+            )
         return out
 
     # -- stepping ---------------------------------------------------------------------------
@@ -373,8 +420,10 @@ class GridWorld:
         for agent, a in ((0, np.asarray(a_alpha)), (1, np.asarray(a_beta))):
             move = np.where(a[:, None] >= 0, MOVES[np.clip(a, 0, 3)], 0)
             target = self.pos[:, agent] + move
-            free = self.padded[np.arange(self.B), target[:, 0] + self.pad,
-                               target[:, 1] + self.pad] == 1
+            free = (
+                self.padded[np.arange(self.B), target[:, 0] + self.pad, target[:, 1] + self.pad]
+                == 1
+            )
             ok = free | (a < 0)
             self.pos[:, agent] = np.where(ok[:, None], target, self.pos[:, agent])
             rl.append(np.where(ok, -1.0, -10.0) * (a >= 0))

@@ -7,6 +7,7 @@ as sky, verge, road, edge line or dashed centre line. The true steering angle is
 model's answer for that curvature, atan(wheelbase*c), normalised by the maximum steering angle
 to [-1, 1] as in the Udacity logs; sensor noise is added by the caller.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,9 @@ def steering_from_curvature(curvature: np.ndarray | float) -> np.ndarray:
     return np.clip(np.arctan(WHEELBASE_M * np.asarray(curvature)) / MAX_STEER_RAD, -1.0, 1.0)
 
 
-def render_road(curvature: float, size: int, style: RoadStyle, rng: np.random.Generator,
-                phase: float = 0.0) -> np.ndarray:
+def render_road(
+    curvature: float, size: int, style: RoadStyle, rng: np.random.Generator, phase: float = 0.0
+) -> np.ndarray:
     """One RGB image (size x size x 3, float32 in [0, 1]) of a road with the given curvature.
 
     `phase` shifts the dashes along the road so consecutive frames differ.
@@ -77,7 +79,7 @@ def render_road(curvature: float, size: int, style: RoadStyle, rng: np.random.Ge
         rows = rng.integers(0, h, n)
         length = max(2, h // 12)
         for r, c in zip(rows, cols):
-            img[r:r + length, c] = 0.8
+            img[r : r + length, c] = 0.8
     img = img + rng.normal(0.0, style.noise, img.shape)
     return np.clip(img, 0.0, 1.0).astype(np.float32)
 

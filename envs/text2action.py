@@ -27,6 +27,7 @@ the POS tags of all three domains, as the reference's `build_dict`) for alpha, w
 int16 row per slot: [text id, tag of word 0, ..., tag of word num_words-1]; each party's
 network looks up its own features of that text (models/text_cnn.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,12 +48,12 @@ NEGLECT, SELECT = 0, 1
 
 @dataclass
 class Corpus:
-    words: list[list[str]]        # per text, its first num_words words
-    labels: np.ndarray            # (texts, num_words) int8: 1-4 as the data, 0 past the end
-    pos: np.ndarray               # (texts, num_words) int64 POS ids, 0 = padding
+    words: list[list[str]]  # per text, its first num_words words
+    labels: np.ndarray  # (texts, num_words) int8: 1-4 as the data, 0 past the end
+    pos: np.ndarray  # (texts, num_words) int64 POS ids, 0 = padding
     related: list[dict[int, list[int]]]
-    lengths: np.ndarray           # words per text after the cut
-    n_pos: int                    # POS vocabulary size (+1 for padding)
+    lengths: np.ndarray  # words per text after the cut
+    n_pos: int  # POS vocabulary size (+1 for padding)
     splits: dict[str, np.ndarray]  # train / valid / test text ids
     num_words: int
 
@@ -62,15 +63,18 @@ class Corpus:
 
 
 @lru_cache(maxsize=8)
-def load_corpus(data_dir: str, domain: str, num_words: int, k_fold: int, fold: int,
-                valid_every: int) -> Corpus:
+def load_corpus(
+    data_dir: str, domain: str, num_words: int, k_fold: int, fold: int, valid_every: int
+) -> Corpus:
     if not data_dir:
-        raise DataError("fedrl.t2a-data is empty: Text2Action needs the EASDRL pickles "
-                        "(../shared/data/text2action)")
+        raise DataError(
+            "fedrl.t2a-data is empty: Text2Action needs the EASDRL pickles "
+            "(../shared/data/text2action)"
+        )
     if not Path(data_dir).is_dir():
         raise DataError(f"fedrl.t2a-data: {data_dir}: no such directory")
     pos_dict = {"PAD": 0}
-    for d in ("cooking", "win2k", "wikihow"):   # the reference's order, all three domains
+    for d in ("cooking", "win2k", "wikihow"):  # the reference's order, all three domains
         for t in load_domain(data_dir, d):
             for p in t.pos:
                 pos_dict.setdefault(p, len(pos_dict))
@@ -94,11 +98,20 @@ def load_corpus(data_dir: str, domain: str, num_words: int, k_fold: int, fold: i
     valid = rest[::valid_every] if valid_every else rest[:0]
     train = np.setdiff1d(rest, valid)
     # exclusions with a word past the cut cannot be decided, so they are dropped
-    related = [{a: [j for j in rel if j < num_words] for a, rel in t.related.items()
-                if a < num_words} for t in texts]
-    return Corpus([t.words[:num_words] for t in texts], labels, pos, related, lengths,
-                  len(pos_dict),
-                  {"train": train, "valid": valid, "test": test}, num_words)
+    related = [
+        {a: [j for j in rel if j < num_words] for a, rel in t.related.items() if a < num_words}
+        for t in texts
+    ]
+    return Corpus(
+        [t.words[:num_words] for t in texts],
+        labels,
+        pos,
+        related,
+        lengths,
+        len(pos_dict),
+        {"train": train, "valid": valid, "test": test},
+        num_words,
+    )
 
 
 def check_domain(domain: str) -> None:
@@ -106,8 +119,9 @@ def check_domain(domain: str) -> None:
         raise DataError(f"fedrl.t2a-dataset: {domain!r} is not one of {', '.join(DOMAINS)}")
 
 
-def reward(label: int, action: int, t: int, tags: np.ndarray, related: dict,
-           num_words: int) -> float:
+def reward(
+    label: int, action: int, t: int, tags: np.ndarray, related: dict, num_words: int
+) -> float:
     """Environment.act (act mode) for tagging word t with `action`; `tags` already holds it."""
     ra, base = REWARD_ASSIGN, REWARD_BASE
     if label == 2:
@@ -116,7 +130,7 @@ def reward(label: int, action: int, t: int, tags: np.ndarray, related: dict,
         r = ra[0] * base if action == SELECT else 0.0
     elif label == 4:
         others = related.get(t, [])
-        excluded = any(tags[j] == 2 for j in others)   # a related action already selected
+        excluded = any(tags[j] == 2 for j in others)  # a related action already selected
         later = any(j > t for j in others)
         if action == SELECT and not excluded:
             r = ra[2] * base
@@ -127,8 +141,8 @@ def reward(label: int, action: int, t: int, tags: np.ndarray, related: dict,
     else:
         r = ra[0] * base if action == NEGLECT else -ra[0] * base
     if r != 0:
-        rate = float((tags[:t + 1] == 2).sum()) / num_words
-        extra = 5.0 * rate ** 2 * base
+        rate = float((tags[: t + 1] == 2).sum()) / num_words
+        extra = 5.0 * rate**2 * base
         r = r + extra if (rate <= ACTION_RATE and r > 0) else r - extra
     return r
 
@@ -181,8 +195,16 @@ class TextWorld:
 
     STATE = ("text", "t", "episode", "active", "tags", "obs", "counts", "steps")
 
-    def __init__(self, corpus: Corpus, split: str, n_envs: int, *, seed: int = 0,
-                 evaluation: bool = False, reset: bool = True):
+    def __init__(
+        self,
+        corpus: Corpus,
+        split: str,
+        n_envs: int,
+        *,
+        seed: int = 0,
+        evaluation: bool = False,
+        reset: bool = True,
+    ):
         self.c, self.ids = corpus, corpus.splits[split]
         if not len(self.ids):
             raise DataError(f"Text2Action split {split!r} has no texts")
@@ -195,8 +217,8 @@ class TextWorld:
         self.active = np.ones(self.B, bool)
         self.tags = np.zeros((self.B, N), np.int16)
         self.obs = np.zeros((self.B, N + 1), np.int16)
-        self.counts = np.zeros(3, np.int64)     # evaluation: F1 counts of finished texts
-        self.steps = np.zeros(1, np.int64)      # evaluation: words tagged
+        self.counts = np.zeros(3, np.int64)  # evaluation: F1 counts of finished texts
+        self.steps = np.zeros(1, np.int64)  # evaluation: words tagged
         for b in range(self.B if reset else 0):
             self._reset(b)
 
@@ -224,9 +246,13 @@ class TextWorld:
 
     def expert(self) -> np.ndarray:
         """Per slot, the expert's action on its current word (FCN labels)."""
-        return np.array([expert_action(int(self.c.labels[i, t]), int(t), self.tags[b],
-                                       self.c.related[i])
-                         for b, (i, t) in enumerate(zip(self.text, self.t))], np.int64)
+        return np.array(
+            [
+                expert_action(int(self.c.labels[i, t]), int(t), self.tags[b], self.c.related[i])
+                for b, (i, t) in enumerate(zip(self.text, self.t))
+            ],
+            np.int64,
+        )
 
     def step(self, a_alpha: np.ndarray, a_beta: np.ndarray | None = None):
         """Tag every active slot's current word with the joint action `a_alpha` (beta's move is
@@ -240,8 +266,9 @@ class TextWorld:
             if act not in (NEGLECT, SELECT):
                 raise ValueError(f"Text2Action action must be 0 or 1, got {act}")
             self.tags[b, t] = act + 1
-            r[b] = reward(int(self.c.labels[i, t]), act, t, self.tags[b], self.c.related[i],
-                          self.c.num_words)
+            r[b] = reward(
+                int(self.c.labels[i, t]), act, t, self.tags[b], self.c.related[i], self.c.num_words
+            )
             self.t[b] = t + 1
             done[b] = self.t[b] >= self.c.lengths[i]
             r[b] += TERMINAL_BONUS * done[b]
@@ -252,8 +279,9 @@ class TextWorld:
         for b in np.flatnonzero(done):
             if self.evaluation:
                 i = int(self.text[b])
-                self.counts += f1_counts(self.c.labels[i], self.tags[b], self.c.related[i],
-                                         int(self.c.lengths[i]))
+                self.counts += f1_counts(
+                    self.c.labels[i], self.tags[b], self.c.related[i], int(self.c.lengths[i])
+                )
                 self.active[b] = False
             else:
                 self.episode[b] += 1

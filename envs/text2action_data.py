@@ -12,6 +12,7 @@ per word (1 = not an action; 2, 3, 4 = an action of type 1, 2, 3, as `act_type +
 the word's part-of-speech tag from the dependency file, and for each action the actions it
 excludes (`act2related` there). The environment is envs/text2action.py.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -23,16 +24,21 @@ import numpy as np
 from envs.errors import DataError
 
 DOMAINS = ("win2k", "cooking", "wikihow")
-ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-           ("numpy", "ndarray"), ("numpy", "dtype")}
+ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+}
 
 
 class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) not in ALLOWED:
             raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
-        if module.endswith("multiarray"):   # numpy 2 keeps it in numpy._core (numpy 1: core)
+        if module.endswith("multiarray"):  # numpy 2 keeps it in numpy._core (numpy 1: core)
             import importlib
+
             core = "numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray"
             return getattr(importlib.import_module(core), name)
         return getattr(np, name)
@@ -46,17 +52,28 @@ def safe_load(path: Path):
     try:
         with open(path, "rb") as f:
             return _Restricted(f, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, MemoryError, RecursionError) as e:
-        raise DataError(f"{path}: not a Text2Action pickle that loads without running code "
-                        f"({type(e).__name__}: {e})") from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        MemoryError,
+        RecursionError,
+    ) as e:
+        raise DataError(
+            f"{path}: not a Text2Action pickle that loads without running code "
+            f"({type(e).__name__}: {e})"
+        ) from None
 
 
 @dataclass
 class ActText:
     words: list[str]
-    tags: np.ndarray      # per word: 1 not an action, 2-4 an action (act_type + 1)
-    pos: list[str]        # per word: its part-of-speech tag
+    tags: np.ndarray  # per word: 1 not an action, 2-4 an action (act_type + 1)
+    pos: list[str]  # per word: its part-of-speech tag
     related: dict[int, list[int]]  # exclusive action (tag 4) -> the actions it excludes
 
 
@@ -65,7 +82,10 @@ def load_domain(data_dir: Path | str, domain: str) -> list[ActText]:
     if domain not in DOMAINS:
         raise DataError(f"unknown Text2Action domain {domain!r} (choose from {', '.join(DOMAINS)})")
     root = Path(data_dir)
-    texts_path, dep_path = root / f"{domain}_labeled_text_data.pkl", root / f"{domain}_dependency.pkl"
+    texts_path, dep_path = (
+        root / f"{domain}_labeled_text_data.pkl",
+        root / f"{domain}_dependency.pkl",
+    )
     texts, deps = safe_load(texts_path), safe_load(dep_path)
     if not isinstance(texts, list) or not isinstance(deps, list) or len(texts) != len(deps):
         raise DataError(f"{texts_path}, {dep_path}: expected two lists of equal length")

@@ -13,6 +13,7 @@ houses that `envs.vln_houses` writes, so one `VLNData(folder)` reads both:
 Graph distances are geodesic: networkx Dijkstra over the navigable edges weighted by the
 Euclidean distance between the viewpoints' positions, as the R2R evaluation computes them.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,11 +47,11 @@ class Scan:
 
     name: str
     ids: list[str]
-    pos: np.ndarray                      # (n, 3) metres, z up
-    graph: nx.Graph                      # node = index into ids, edge weight = metres
-    visible: np.ndarray | None = None    # (n, n) bool line of sight, from the file's `visible`
+    pos: np.ndarray  # (n, 3) metres, z up
+    graph: nx.Graph  # node = index into ids, edge weight = metres
+    visible: np.ndarray | None = None  # (n, n) bool line of sight, from the file's `visible`
     index: dict[str, int] = field(init=False)
-    dist: np.ndarray = field(init=False)      # (n, n) geodesic metres, inf if unreachable
+    dist: np.ndarray = field(init=False)  # (n, n) geodesic metres, inf if unreachable
     next_hop: np.ndarray = field(init=False)  # (n, n) next node from i towards j (j if i == j)
     neighbors: list[list[int]] = field(init=False)
 
@@ -97,12 +98,19 @@ def parse_connectivity(name: str, items, source: str = "") -> Scan:
         _check_viewpoint(where, k, it, len(items))
     keep = [k for k, it in enumerate(items) if it["included"]]
     ids = [items[k]["image_id"] for k in keep]
-    pos = np.array([[items[k]["pose"][3], items[k]["pose"][7], items[k]["pose"][11]]
-                    for k in keep], dtype=np.float64).reshape(len(keep), 3)
+    pos = np.array(
+        [[items[k]["pose"][3], items[k]["pose"][7], items[k]["pose"][11]] for k in keep],
+        dtype=np.float64,
+    ).reshape(len(keep), 3)
     g = nx.Graph()
     g.add_nodes_from(range(len(keep)))
-    visible = np.array([[bool(items[k].get("visible", items[k]["unobstructed"])[k2])
-                         for k2 in keep] for k in keep], dtype=bool).reshape(len(keep), -1)
+    visible = np.array(
+        [
+            [bool(items[k].get("visible", items[k]["unobstructed"])[k2]) for k2 in keep]
+            for k in keep
+        ],
+        dtype=bool,
+    ).reshape(len(keep), -1)
     for a, k in enumerate(keep):
         for b, k2 in enumerate(keep):
             if b > a and items[k]["unobstructed"][k2] and items[k2]["unobstructed"][k]:
@@ -120,17 +128,22 @@ def _check_viewpoint(where: str, k: int, it, n: int) -> None:
     if not isinstance(it.get("included"), bool):
         raise DataError(f"{where}: viewpoint {vp}: field 'included' must be true or false")
     pose = it.get("pose")
-    if not (isinstance(pose, list) and len(pose) == 16 and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
-            for x in pose)):
+    if not (
+        isinstance(pose, list)
+        and len(pose) == 16
+        and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in pose
+        )
+    ):
         raise DataError(f"{where}: viewpoint {vp}: field 'pose' must be 16 finite numbers")
     for key in ("unobstructed", "visible"):
         if key == "visible" and key not in it:
             continue
         v = it.get(key)
         if not (isinstance(v, list) and len(v) == n and all(isinstance(x, bool) for x in v)):
-            raise DataError(f"{where}: viewpoint {vp}: field {key!r} must be {n} booleans "
-                            f"(one per viewpoint)")
+            raise DataError(
+                f"{where}: viewpoint {vp}: field {key!r} must be {n} booleans (one per viewpoint)"
+            )
 
 
 def parse_r2r(items, source: str) -> list[Episode]:
@@ -143,10 +156,14 @@ def parse_r2r(items, source: str) -> list[Episode]:
         if not isinstance(it, dict):
             raise DataError(f"{where}: not an object")
         texts, path = it.get("instructions"), it.get("path")
-        if not (isinstance(texts, list) and texts and all(
-                isinstance(t, str) and t.strip() for t in texts)):
-            raise DataError(f"{where}: field 'instructions' must be a non-empty list of "
-                            f"non-empty strings")
+        if not (
+            isinstance(texts, list)
+            and texts
+            and all(isinstance(t, str) and t.strip() for t in texts)
+        ):
+            raise DataError(
+                f"{where}: field 'instructions' must be a non-empty list of non-empty strings"
+            )
         if not (isinstance(path, list) and path and all(isinstance(v, str) for v in path)):
             raise DataError(f"{where}: field 'path' must be a non-empty list of viewpoint ids")
         if not isinstance(it.get("scan"), str):
@@ -192,12 +209,16 @@ class VLNData:
                 raise DataError(f"{where}: episode {ep.instr_id}: scan {ep.scan}: {e}") from None
             for v in ep.path:
                 if v not in s.index:
-                    raise DataError(f"{where}: episode {ep.instr_id}: viewpoint {v} is not "
-                                    f"an included viewpoint of scan {ep.scan}")
+                    raise DataError(
+                        f"{where}: episode {ep.instr_id}: viewpoint {v} is not "
+                        f"an included viewpoint of scan {ep.scan}"
+                    )
             for a, b in zip(ep.path, ep.path[1:]):
                 if not s.graph.has_edge(s.index[a], s.index[b]):
-                    raise DataError(f"{where}: episode {ep.instr_id}: {a} -> {b} is not a "
-                                    f"navigable edge of scan {ep.scan}")
+                    raise DataError(
+                        f"{where}: episode {ep.instr_id}: {a} -> {b} is not a "
+                        f"navigable edge of scan {ep.scan}"
+                    )
 
     def validate(self) -> None:
         """Read, up front, every file a run on this folder will read: the three splits (none
@@ -211,19 +232,26 @@ class VLNData:
             self.check_episodes(eps, str(path))
         where = self.root / "regions" / "vp2room_label.json"
         if not isinstance(self.rooms, dict) or not all(
-                isinstance(vps, dict) and all(isinstance(r, dict) for r in vps.values())
-                for vps in self.rooms.values()):
+            isinstance(vps, dict) and all(isinstance(r, dict) for r in vps.values())
+            for vps in self.rooms.values()
+        ):
             raise DataError(f"{where}: 'pano_info' must map scan -> viewpoint -> object")
         where = self.root / "objects" / "viewpoint_objects.json"
         if not isinstance(self.objects, dict):
             raise DataError(f"{where}: must map scan -> viewpoint -> [[name, [views]]]")
         for vps in self.objects.values():
             ok = isinstance(vps, dict) and all(
-                isinstance(objs, list) and all(
-                    isinstance(o, list) and len(o) == 2 and isinstance(o[0], str)
-                    and isinstance(o[1], list) and all(
-                        isinstance(v, int) and 0 <= v < 36 for v in o[1]) for o in objs)
-                for objs in vps.values())
+                isinstance(objs, list)
+                and all(
+                    isinstance(o, list)
+                    and len(o) == 2
+                    and isinstance(o[0], str)
+                    and isinstance(o[1], list)
+                    and all(isinstance(v, int) and 0 <= v < 36 for v in o[1])
+                    for o in objs
+                )
+                for objs in vps.values()
+            )
             if not ok:
                 raise DataError(f"{where}: must map scan -> viewpoint -> [[name, [views 0-35]]]")
 
@@ -259,17 +287,46 @@ def connectivity_entries(ids, pos, edges, visible=None, height: float = 1.5) -> 
     vis = adj if visible is None else np.asarray(visible, dtype=bool)
     out = []
     for i in range(n):
-        pose = [1.0, 0, 0, float(pos[i][0]), 0, 1.0, 0, float(pos[i][1]), 0, 0, 1.0,
-                float(pos[i][2]), 0, 0, 0, 1.0]
-        out.append({"image_id": ids[i], "pose": pose, "included": True,
-                    "visible": vis[i].tolist(), "unobstructed": adj[i].tolist(),
-                    "height": height})
+        pose = [
+            1.0,
+            0,
+            0,
+            float(pos[i][0]),
+            0,
+            1.0,
+            0,
+            float(pos[i][1]),
+            0,
+            0,
+            1.0,
+            float(pos[i][2]),
+            0,
+            0,
+            0,
+            1.0,
+        ]
+        out.append(
+            {
+                "image_id": ids[i],
+                "pose": pose,
+                "included": True,
+                "visible": vis[i].tolist(),
+                "unobstructed": adj[i].tolist(),
+                "height": height,
+            }
+        )
     return out
 
 
-def r2r_entry(scan: Scan, path_id: int, path: list[int], heading: float,
-              instructions: list[str]) -> dict:
+def r2r_entry(
+    scan: Scan, path_id: int, path: list[int], heading: float, instructions: list[str]
+) -> dict:
     """One R2R task-file item; `distance` is the path's geodesic length, as R2R stores it."""
-    return {"distance": round(float(scan.dist[path[0], path[-1]]), 2), "scan": scan.name,
-            "path_id": path_id, "path": [scan.ids[i] for i in path],
-            "heading": round(heading, 3), "instructions": instructions}
+    return {
+        "distance": round(float(scan.dist[path[0], path[-1]]), 2),
+        "scan": scan.name,
+        "path_id": path_id,
+        "path": [scan.ids[i] for i in path],
+        "heading": round(heading, 3),
+        "instructions": instructions,
+    }

@@ -10,6 +10,7 @@ A candidate's feature is the view feature of the absolute view it lies in plus t
 feature of its relative direction; the panorama is the 36 view features plus each view's angle
 feature relative to the agent's heading (Envdrop's `pano` and `candidate` features).
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,10 @@ class World:
             else:
                 missing = [v for v in scan.ids if (name, v) not in self._tsv]
                 if missing:
-                    raise DataError(f"feature file has no entry for scan {name} viewpoint "
-                                    f"{missing[0]} ({len(missing)} missing)")
+                    raise DataError(
+                        f"feature file has no entry for scan {name} viewpoint "
+                        f"{missing[0]} ({len(missing)} missing)"
+                    )
                 self._feats[name] = np.stack([self._tsv[(name, v)] for v in scan.ids])
         return self._feats[name]
 
@@ -83,8 +86,9 @@ def _wrap(a):
 def pano_features(world: World, scan: str, node: int, heading: float) -> np.ndarray:
     """(36, D + 128): every view's feature and its direction relative to the heading."""
     feats = world.features(scan)[node]
-    return np.concatenate([feats, angle_feature(_wrap(VIEW_HEADING - heading),
-                                                VIEW_ELEVATION)], axis=1)
+    return np.concatenate(
+        [feats, angle_feature(_wrap(VIEW_HEADING - heading), VIEW_ELEVATION)], axis=1
+    )
 
 
 def candidates(world: World, scan_name: str, node: int, heading: float):
@@ -123,7 +127,7 @@ class NavBatch:
         self.node = np.array([r[0] for r in self.refs])
         self.heading = np.array([e.heading for e in episodes], dtype=np.float64)
         self.done = np.zeros(len(episodes), dtype=bool)
-        self.stopped = np.zeros(len(episodes), dtype=bool)   # ended by STOP, not by the limit
+        self.stopped = np.zeros(len(episodes), dtype=bool)  # ended by STOP, not by the limit
         self.steps = 0
         self.trajs = [[int(n)] for n in self.node]
         self._observe()
@@ -143,12 +147,14 @@ class NavBatch:
         k = 0
         for b, (nbrs, _, _, views) in enumerate(moves):
             n = len(nbrs)
-            self.cand_feat[b, 1:1 + n, :vdim] = feats[b][views]
-            self.cand_feat[b, 1:1 + n, vdim:] = angles[k:k + n]
-            self.cand_mask[b, 1:1 + n] = True
+            self.cand_feat[b, 1 : 1 + n, :vdim] = feats[b][views]
+            self.cand_feat[b, 1 : 1 + n, vdim:] = angles[k : k + n]
+            self.cand_mask[b, 1 : 1 + n] = True
             k += n
-        pano_angles = angle_feature(_wrap(VIEW_HEADING[None] - self.heading[:, None]),
-                                    np.broadcast_to(VIEW_ELEVATION, (B, 36)))
+        pano_angles = angle_feature(
+            _wrap(VIEW_HEADING[None] - self.heading[:, None]),
+            np.broadcast_to(VIEW_ELEVATION, (B, 36)),
+        )
         self.pano = np.concatenate([np.stack(feats), pano_angles], axis=2)
 
     def teacher(self) -> np.ndarray:
@@ -166,8 +172,9 @@ class NavBatch:
         return out
 
     def distance_to_goal(self) -> np.ndarray:
-        return np.array([s.dist[int(n), r[-1]] for s, n, r in zip(self.scans, self.node,
-                                                                   self.refs)])
+        return np.array(
+            [s.dist[int(n), r[-1]] for s, n, r in zip(self.scans, self.node, self.refs)]
+        )
 
     def step(self, actions) -> None:
         """Apply one action per episode (ignored for finished ones); 0 = STOP."""

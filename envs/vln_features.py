@@ -18,6 +18,7 @@ The 128-d angle feature is Envdrop's: [sin h, cos h, sin e, cos e] repeated 32 t
 Users who have ResNet/CLIP features use `read_tsv` (the standard `ResNet-152-imagenet.tsv`
 layout: scanId, viewpointId, image_w, image_h, vfov, features = base64 of 36 x D float32).
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,7 +33,7 @@ import numpy as np
 from envs.errors import DataError
 from envs.vln_data import VLNData
 
-ROOM_CODES = "abcdefghijklmnoprstuvwxyzBCDSZ"   # Matterport region codes, '-' and unknown last
+ROOM_CODES = "abcdefghijklmnoprstuvwxyzBCDSZ"  # Matterport region codes, '-' and unknown last
 ROOM_DIM = len(ROOM_CODES) + 1
 OBJECT_DIM = 64
 VIEW_DIM = 2 * ROOM_DIM + OBJECT_DIM
@@ -81,8 +82,7 @@ def _room_onehot(code: str | None) -> np.ndarray:
 
 
 def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
-    """(n_viewpoints, 36, VIEW_DIM) float32 for the scan's included viewpoints, in Scan order.
-    """
+    """(n_viewpoints, 36, VIEW_DIM) float32 for the scan's included viewpoints, in Scan order."""
     scan = data.scan(scan_name)
     rooms = data.rooms.get(scan_name, {})
     objects = data.objects.get(scan_name, {})
@@ -99,7 +99,7 @@ def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
             if d < best[k]:
                 best[k], there[k] = d, code[j]
         for k in range(36):
-            out[i, k, ROOM_DIM:2 * ROOM_DIM] = _room_onehot(there[k] if there[k] else code[i])
+            out[i, k, ROOM_DIM : 2 * ROOM_DIM] = _room_onehot(there[k] if there[k] else code[i])
         per_view: list[list[np.ndarray]] = [[] for _ in range(36)]
         for name, views in objects.get(vp, []):
             for k in views:
@@ -107,7 +107,7 @@ def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
                     per_view[int(k)].append(object_vector(name))
         for k in range(36):
             if per_view[k]:
-                out[i, k, 2 * ROOM_DIM:] = np.mean(per_view[k], axis=0)
+                out[i, k, 2 * ROOM_DIM :] = np.mean(per_view[k], axis=0)
     return out
 
 
@@ -117,8 +117,16 @@ def write_tsv(path: str | Path, rows) -> None:
         w = csv.DictWriter(f, delimiter="\t", fieldnames=TSV_FIELDS)
         for scan, vp, feat in rows:
             feat = np.ascontiguousarray(feat, dtype=np.float32)
-            w.writerow({"scanId": scan, "viewpointId": vp, "image_w": 640, "image_h": 480,
-                        "vfov": 60, "features": base64.b64encode(feat.tobytes()).decode()})
+            w.writerow(
+                {
+                    "scanId": scan,
+                    "viewpointId": vp,
+                    "image_w": 640,
+                    "image_h": 480,
+                    "vfov": 60,
+                    "features": base64.b64encode(feat.tobytes()).decode(),
+                }
+            )
 
 
 def read_tsv(path: str | Path) -> dict[tuple[str, str], np.ndarray]:
@@ -132,18 +140,22 @@ def read_tsv(path: str | Path) -> dict[tuple[str, str], np.ndarray]:
         rows = csv.DictReader(f, delimiter="\t", fieldnames=TSV_FIELDS)
         for n, row in enumerate(_rows_or_error(rows, path), 1):
             try:
-                raw = np.frombuffer(base64.b64decode(row["features"], validate=True),
-                                    dtype=np.float32)
+                raw = np.frombuffer(
+                    base64.b64decode(row["features"], validate=True), dtype=np.float32
+                )
             except (TypeError, ValueError) as e:
-                raise DataError(f"{path}: line {n}: field 'features' is not base64 float32 "
-                                f"({e})") from None
+                raise DataError(
+                    f"{path}: line {n}: field 'features' is not base64 float32 ({e})"
+                ) from None
             if raw.size == 0 or raw.size % 36:
-                raise DataError(f"{path}: line {n}: field 'features' has {raw.size} floats, "
-                                f"not 36 x D")
+                raise DataError(
+                    f"{path}: line {n}: field 'features' has {raw.size} floats, not 36 x D"
+                )
             feat = raw.reshape(36, -1)
             if dim is not None and feat.shape[1] != dim:
-                raise DataError(f"{path}: line {n}: feature size {feat.shape[1]} differs from "
-                                f"the file's {dim}")
+                raise DataError(
+                    f"{path}: line {n}: feature size {feat.shape[1]} differs from the file's {dim}"
+                )
             dim = feat.shape[1]
             if not np.isfinite(feat).all():
                 raise DataError(f"{path}: line {n}: field 'features' has non-finite values")
@@ -158,5 +170,4 @@ def _rows_or_error(rows, path: Path):
     try:
         yield from rows
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not a UTF-8 feature TSV ({e.reason} at byte {e.start})") \
-            from None
+        raise DataError(f"{path}: not a UTF-8 feature TSV ({e.reason} at byte {e.start})") from None

@@ -13,6 +13,7 @@ start heading, three instructions from `envs.vln_instructions`.
 release lays them out, and `embedded_dataset` caches that folder so every client of a run reads
 the same files through `envs.vln_data.VLNData`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,24 +38,68 @@ SPACING = 2.2
 # Object kinds per room code: (name, height in metres: floor furniture ~0.5, wall ~1.6,
 # ceiling ~2.6). Style words are prefixed to some of them per house.
 ROOM_OBJECTS = {
-    "k": [("refrigerator", .9), ("stove", .5), ("sink", .9), ("counter", .9), ("oven", .5),
-          ("microwave", 1.3), ("kitchen island", .9), ("cabinet", 1.6)],
-    "b": [("bed", .5), ("dresser", .8), ("nightstand", .5), ("lamp", 1.0), ("wardrobe", 1.2),
-          ("mirror", 1.6), ("painting", 1.7)],
-    "a": [("toilet", .4), ("sink", .9), ("bathtub", .5), ("shower", 1.2), ("mirror", 1.6),
-          ("towel", 1.2)],
-    "l": [("sofa", .5), ("tv", 1.4), ("coffee table", .4), ("fireplace", .8),
-          ("armchair", .5), ("rug", .0), ("plant", .6), ("bookshelf", 1.2)],
-    "d": [("dining table", .7), ("chairs", .5), ("chandelier", 2.6), ("sideboard", .8),
-          ("vase", 1.0)],
-    "o": [("desk", .7), ("office chair", .5), ("bookshelf", 1.2), ("computer", 1.0),
-          ("lamp", 1.0)],
-    "h": [("picture", 1.7), ("rug", .0), ("plant", .6), ("bench", .4), ("door", 1.0)],
-    "e": [("front door", 1.0), ("coat rack", 1.3), ("bench", .4), ("mirror", 1.6),
-          ("shoe rack", .3)],
-    "f": [("sofa", .5), ("tv", 1.4), ("ottoman", .4), ("rug", .0), ("pool table", .8)],
-    "j": [("washing machine", .5), ("dryer", .5), ("sink", .9), ("shelf", 1.4)],
-    "c": [("shelves", 1.2), ("clothes", 1.2), ("boxes", .3)],
+    "k": [
+        ("refrigerator", 0.9),
+        ("stove", 0.5),
+        ("sink", 0.9),
+        ("counter", 0.9),
+        ("oven", 0.5),
+        ("microwave", 1.3),
+        ("kitchen island", 0.9),
+        ("cabinet", 1.6),
+    ],
+    "b": [
+        ("bed", 0.5),
+        ("dresser", 0.8),
+        ("nightstand", 0.5),
+        ("lamp", 1.0),
+        ("wardrobe", 1.2),
+        ("mirror", 1.6),
+        ("painting", 1.7),
+    ],
+    "a": [
+        ("toilet", 0.4),
+        ("sink", 0.9),
+        ("bathtub", 0.5),
+        ("shower", 1.2),
+        ("mirror", 1.6),
+        ("towel", 1.2),
+    ],
+    "l": [
+        ("sofa", 0.5),
+        ("tv", 1.4),
+        ("coffee table", 0.4),
+        ("fireplace", 0.8),
+        ("armchair", 0.5),
+        ("rug", 0.0),
+        ("plant", 0.6),
+        ("bookshelf", 1.2),
+    ],
+    "d": [
+        ("dining table", 0.7),
+        ("chairs", 0.5),
+        ("chandelier", 2.6),
+        ("sideboard", 0.8),
+        ("vase", 1.0),
+    ],
+    "o": [
+        ("desk", 0.7),
+        ("office chair", 0.5),
+        ("bookshelf", 1.2),
+        ("computer", 1.0),
+        ("lamp", 1.0),
+    ],
+    "h": [("picture", 1.7), ("rug", 0.0), ("plant", 0.6), ("bench", 0.4), ("door", 1.0)],
+    "e": [
+        ("front door", 1.0),
+        ("coat rack", 1.3),
+        ("bench", 0.4),
+        ("mirror", 1.6),
+        ("shoe rack", 0.3),
+    ],
+    "f": [("sofa", 0.5), ("tv", 1.4), ("ottoman", 0.4), ("rug", 0.0), ("pool table", 0.8)],
+    "j": [("washing machine", 0.5), ("dryer", 0.5), ("sink", 0.9), ("shelf", 1.4)],
+    "c": [("shelves", 1.2), ("clothes", 1.2), ("boxes", 0.3)],
 }
 STYLES = {
     "modern": {"table": "glass", "sofa": "white", "chair": "black", "lamp": "floor"},
@@ -68,15 +113,18 @@ OPTIONAL_ROOMS = ["d", "o", "h", "e", "f", "j", "c", "b", "a"]
 @dataclass
 class House:
     scan: Scan
-    room_of: list[str]                   # room code per viewpoint
-    room_id: list[int]                   # room index per viewpoint
-    objects: list[tuple[str, np.ndarray, int]]   # (name, xyz, room index)
-    visible: np.ndarray                  # (n, n) bool, same room or joined by a door
+    room_of: list[str]  # room code per viewpoint
+    room_id: list[int]  # room index per viewpoint
+    objects: list[tuple[str, np.ndarray, int]]  # (name, xyz, room index)
+    visible: np.ndarray  # (n, n) bool, same room or joined by a door
 
     def objects_near(self, node: int, reach: float = 3.0):
         p = self.scan.pos[node]
-        return [(name, xyz) for name, xyz, r in self.objects
-                if r == self.room_id[node] and math.dist(xyz[:2], p[:2]) <= reach]
+        return [
+            (name, xyz)
+            for name, xyz, r in self.objects
+            if r == self.room_id[node] and math.dist(xyz[:2], p[:2]) <= reach
+        ]
 
     def object_views(self, node: int) -> list:
         """viewpoint_objects.json entry: objects within 3 m and the 36-view indices
@@ -114,8 +162,9 @@ def generate_house(name: str, rng: np.random.Generator) -> House:
     for e in grid.edges:
         grid.edges[e]["w"] = rng.random()
     tree = nx.minimum_spanning_tree(grid, weight="w")
-    doors = list(tree.edges) + [e for e in grid.edges if not tree.has_edge(*e)
-                                and rng.random() < 0.3]
+    doors = list(tree.edges) + [
+        e for e in grid.edges if not tree.has_edge(*e) and rng.random() < 0.3
+    ]
 
     ids, pos, room_of, room_id, objects = [], [], [], [], []
     cell = {}
@@ -127,19 +176,20 @@ def generate_house(name: str, rng: np.random.Generator) -> House:
             nx_, ny_ = max(1, round(w / SPACING)), max(1, round(h / SPACING))
             for i in range(nx_):
                 for j in range(ny_):
-                    x = x0[c] + (i + .5) * w / nx_ + rng.uniform(-.3, .3)
-                    y = y0[r] + (j + .5) * h / ny_ + rng.uniform(-.3, .3)
+                    x = x0[c] + (i + 0.5) * w / nx_ + rng.uniform(-0.3, 0.3)
+                    y = y0[r] + (j + 0.5) * h / ny_ + rng.uniform(-0.3, 0.3)
                     ids.append(hashlib.md5(f"{name}/{len(ids)}".encode()).hexdigest())
                     pos.append([x, y, CAMERA_Z])
                     room_of.append(types[k])
                     room_id.append(k)
             kinds = ROOM_OBJECTS[types[k]]
-            for m in rng.choice(len(kinds), min(len(kinds), int(rng.integers(3, 6))),
-                                replace=False):
+            for m in rng.choice(
+                len(kinds), min(len(kinds), int(rng.integers(3, 6))), replace=False
+            ):
                 obj, z = kinds[m]
-                along_x = rng.random() < .5
-                x = x0[c] + (rng.uniform(.4, w - .4) if along_x else rng.choice([.3, w - .3]))
-                y = y0[r] + (rng.choice([.3, h - .3]) if along_x else rng.uniform(.4, h - .4))
+                along_x = rng.random() < 0.5
+                x = x0[c] + (rng.uniform(0.4, w - 0.4) if along_x else rng.choice([0.3, w - 0.3]))
+                y = y0[r] + (rng.choice([0.3, h - 0.3]) if along_x else rng.uniform(0.4, h - 0.4))
                 objects.append((_style_name(obj, style), np.array([x, y, z]), k))
     pos = np.array(pos)
     room_id_arr = np.array(room_id)
@@ -151,10 +201,14 @@ def generate_house(name: str, rng: np.random.Generator) -> House:
                 edges.add((a, b))
     for (r1, c1), (r2, c2) in doors:
         k1, k2 = cell[(r1, c1)], cell[(r2, c2)]
-        if r1 == r2:   # vertical wall at x = x0[max(c)]
-            door = np.array([x0[max(c1, c2)], y0[r1] + rng.uniform(.3, .7) * heights[r1], CAMERA_Z])
+        if r1 == r2:  # vertical wall at x = x0[max(c)]
+            door = np.array(
+                [x0[max(c1, c2)], y0[r1] + rng.uniform(0.3, 0.7) * heights[r1], CAMERA_Z]
+            )
         else:
-            door = np.array([x0[c1] + rng.uniform(.3, .7) * widths[c1], y0[max(r1, r2)], CAMERA_Z])
+            door = np.array(
+                [x0[c1] + rng.uniform(0.3, 0.7) * widths[c1], y0[max(r1, r2)], CAMERA_Z]
+            )
         a = min(np.flatnonzero(room_id_arr == k1), key=lambda i: np.linalg.norm(pos[i] - door))
         b = min(np.flatnonzero(room_id_arr == k2), key=lambda i: np.linalg.norm(pos[i] - door))
         edges.add((min(a, b), max(a, b)))
@@ -188,23 +242,32 @@ class HouseSpec:
 def write_dataset(spec: HouseSpec, root: Path) -> Path:
     """Generate every house and episode of `spec` and write them in the R2R/Matterport layout."""
     rng = np.random.default_rng(spec.seed)
-    houses = [generate_house(f"house{k:03d}", rng)
-              for k in range(spec.train_houses + spec.unseen_houses)]
+    houses = [
+        generate_house(f"house{k:03d}", rng) for k in range(spec.train_houses + spec.unseen_houses)
+    ]
     splits = {"train": [], "val_seen": [], "val_unseen": []}
     path_id = 0
     for k, house in enumerate(houses):
         seen = k < spec.train_houses
-        plan = ([("train", spec.train_paths), ("val_seen", spec.val_seen_paths)] if seen
-                else [("val_unseen", spec.val_unseen_paths)])
+        plan = (
+            [("train", spec.train_paths), ("val_seen", spec.val_seen_paths)]
+            if seen
+            else [("val_unseen", spec.val_unseen_paths)]
+        )
         for split, count in plan:
             for _ in range(count):
                 path = sample_path(house.scan, rng)
                 if path is None:
                     break
                 heading = float(rng.uniform(0, 2 * math.pi))
-                instr = instructions_for(house.scan.pos, path, heading,
-                                         lambda v, h=house: h.room_of[v],
-                                         house.objects_near, rng)
+                instr = instructions_for(
+                    house.scan.pos,
+                    path,
+                    heading,
+                    lambda v, h=house: h.room_of[v],
+                    house.objects_near,
+                    rng,
+                )
                 splits[split].append(r2r_entry(house.scan, path_id, path, heading, instr))
                 path_id += 1
     for sub in ("r2r", "connectivity", "regions", "objects"):
@@ -217,9 +280,10 @@ def write_dataset(spec: HouseSpec, root: Path) -> Path:
         edges = list(s.graph.edges)
         entries = connectivity_entries(s.ids, s.pos, edges, house.visible)
         (root / "connectivity" / f"{s.name}_connectivity.json").write_text(json.dumps(entries))
-        pano[s.name] = {v: {"region_label": house.room_of[i],
-                            "position": [str(x) for x in s.pos[i]]}
-                        for i, v in enumerate(s.ids)}
+        pano[s.name] = {
+            v: {"region_label": house.room_of[i], "position": [str(x) for x in s.pos[i]]}
+            for i, v in enumerate(s.ids)
+        }
         objs[s.name] = {v: house.object_views(i) for i, v in enumerate(s.ids)}
     (root / "regions" / "vp2room_label.json").write_text(json.dumps({"pano_info": pano}))
     (root / "objects" / "viewpoint_objects.json").write_text(json.dumps(objs))
@@ -230,8 +294,9 @@ def write_dataset(spec: HouseSpec, root: Path) -> Path:
 def embedded_dataset(spec: HouseSpec = HouseSpec(), cache: str | Path | None = None) -> Path:
     """The folder of `spec`'s houses, generated once and then reused. Several clients may ask
     at the same time: each writes a private temporary folder and renames it into place."""
-    base = Path(cache or os.environ.get("FEDEMBODIED_CACHE",
-                                        Path.home() / ".cache" / "fedembodied"))
+    base = Path(
+        cache or os.environ.get("FEDEMBODIED_CACHE", Path.home() / ".cache" / "fedembodied")
+    )
     root = base / f"vln-houses-{spec.key()}"
     if (root / "r2r" / "R2R_val_unseen.json").is_file():
         return root
@@ -240,6 +305,6 @@ def embedded_dataset(spec: HouseSpec = HouseSpec(), cache: str | Path | None = N
     write_dataset(spec, tmp)
     try:
         tmp.rename(root)
-    except OSError:      # another process got there first
+    except OSError:  # another process got there first
         shutil.rmtree(tmp, ignore_errors=True)
     return root

@@ -8,6 +8,7 @@ turn phrases, room synonyms, stop phrases, sentence joins and capitalisation. Th
 pools are written from the phrasing of real R2R instructions ("walk past the ...", "turn left
 into the kitchen", "stop in the doorway", "wait by the ...").
 """
+
 from __future__ import annotations
 
 import math
@@ -17,23 +18,53 @@ import numpy as np
 
 # Room names as instructions say them, per Matterport region code.
 ROOM_WORDS = {
-    "a": ["bathroom", "restroom"], "b": ["bedroom", "bed room"], "c": ["closet"],
-    "d": ["dining room", "dining area"], "e": ["entryway", "foyer", "entrance"],
-    "f": ["family room", "den"], "g": ["garage"], "h": ["hallway", "hall", "corridor"],
-    "j": ["laundry room"], "k": ["kitchen"], "l": ["living room", "lounge"],
-    "o": ["office", "study"], "p": ["porch", "deck"], "t": ["toilet", "half bath"],
-    "n": ["lounge", "sitting area"], "w": ["gym", "workout room"],
+    "a": ["bathroom", "restroom"],
+    "b": ["bedroom", "bed room"],
+    "c": ["closet"],
+    "d": ["dining room", "dining area"],
+    "e": ["entryway", "foyer", "entrance"],
+    "f": ["family room", "den"],
+    "g": ["garage"],
+    "h": ["hallway", "hall", "corridor"],
+    "j": ["laundry room"],
+    "k": ["kitchen"],
+    "l": ["living room", "lounge"],
+    "o": ["office", "study"],
+    "p": ["porch", "deck"],
+    "t": ["toilet", "half bath"],
+    "n": ["lounge", "sitting area"],
+    "w": ["gym", "workout room"],
 }
 
 WALK = ["walk", "go", "head", "move", "continue"]
-ENTER = ["enter the {r}", "go into the {r}", "walk into the {r}", "step into the {r}",
-         "head into the {r}", "go through the doorway into the {r}"]
-PASS = ["walk past the {o}", "go past the {o}", "pass the {o}", "walk by the {o}",
-        "keep the {o} on your {side}"]
-STOP = ["stop next to the {o}", "wait by the {o}", "stop in front of the {o}",
-        "stop when you reach the {o}", "stand near the {o}"]
-STOP_ROOM = ["stop in the {r}", "wait in the {r}", "stop once you are in the {r}",
-             "stop just inside the {r}"]
+ENTER = [
+    "enter the {r}",
+    "go into the {r}",
+    "walk into the {r}",
+    "step into the {r}",
+    "head into the {r}",
+    "go through the doorway into the {r}",
+]
+PASS = [
+    "walk past the {o}",
+    "go past the {o}",
+    "pass the {o}",
+    "walk by the {o}",
+    "keep the {o} on your {side}",
+]
+STOP = [
+    "stop next to the {o}",
+    "wait by the {o}",
+    "stop in front of the {o}",
+    "stop when you reach the {o}",
+    "stand near the {o}",
+]
+STOP_ROOM = [
+    "stop in the {r}",
+    "wait in the {r}",
+    "stop once you are in the {r}",
+    "stop just inside the {r}",
+]
 STOP_PLAIN = ["stop there", "and stop", "wait there", "stop"]
 JOIN = [". ", ", then ", " and ", ". Then ", ", "]
 
@@ -42,18 +73,31 @@ def turn_phrase(delta: float, rng: np.random.Generator) -> str:
     """Words for a change of heading (radians, positive = clockwise = right)."""
     deg = math.degrees(delta)
     if abs(deg) < 35:
-        return str(rng.choice(["go straight", "walk forward", "continue straight ahead",
-                               "keep going forward"]))
+        return str(
+            rng.choice(
+                ["go straight", "walk forward", "continue straight ahead", "keep going forward"]
+            )
+        )
     side = "right" if deg > 0 else "left"
     if abs(deg) > 145:
         return str(rng.choice(["turn around", "turn around", "make a u-turn"]))
     if abs(deg) > 100:
-        return str(rng.choice([f"turn sharply {side}", f"make a sharp {side}",
-                               f"turn hard {side}"]))
+        return str(
+            rng.choice([f"turn sharply {side}", f"make a sharp {side}", f"turn hard {side}"])
+        )
     if abs(deg) < 60:
         return str(rng.choice([f"bear {side}", f"veer slightly {side}", f"go slightly {side}"]))
-    return str(rng.choice([f"turn {side}", f"make a {side}", f"take a {side}",
-                           f"turn to your {side}", f"go {side}"]))
+    return str(
+        rng.choice(
+            [
+                f"turn {side}",
+                f"make a {side}",
+                f"take a {side}",
+                f"turn to your {side}",
+                f"go {side}",
+            ]
+        )
+    )
 
 
 def _wrap(a: float) -> float:
@@ -62,9 +106,9 @@ def _wrap(a: float) -> float:
 
 @dataclass
 class Step:
-    turn: float            # heading change before this move (radians)
-    new_room: str | None   # room code entered by this move, if it changes room
-    passed: str | None     # an object near the move's end, in the room being walked through
+    turn: float  # heading change before this move (radians)
+    new_room: str | None  # room code entered by this move, if it changes room
+    passed: str | None  # an object near the move's end, in the room being walked through
     passed_side: str
 
 
@@ -92,12 +136,15 @@ def describe(pos, path, heading, room_of, objects_near) -> tuple[list[Step], str
     return steps, room_of(goal), goal_obj
 
 
-def render(steps: list[Step], goal_room: str, goal_obj: str | None,
-           rng: np.random.Generator, style: int) -> str:
+def render(
+    steps: list[Step], goal_room: str, goal_obj: str | None, rng: np.random.Generator, style: int
+) -> str:
     """One instruction. style 0: every turn and room; 1: rooms and the goal only;
     2: landmarks first, turns where they are large."""
-    room = {code: str(rng.choice(ROOM_WORDS.get(code, ["room"]))) for code in
-            {s.new_room for s in steps if s.new_room} | {goal_room}}
+    room = {
+        code: str(rng.choice(ROOM_WORDS.get(code, ["room"])))
+        for code in {s.new_room for s in steps if s.new_room} | {goal_room}
+    }
     clauses = []
     for k, s in enumerate(steps):
         big_turn = abs(math.degrees(s.turn)) >= 60

@@ -21,6 +21,7 @@ simulator step). Only nDTW/SDTW can change with repeats (each adds d(v, r) >= 0 
 cost); the other metrics cannot. This project's environment never repeats a viewpoint, but
 trajectories from a simulator that turns in place do.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +40,8 @@ def dtw(dist: np.ndarray, pred: list[int], ref: list[int]) -> float:
     for i in range(1, n + 1):
         for j in range(1, m + 1):
             cost[i, j] = dist[pred[i - 1], ref[j - 1]] + min(
-                cost[i - 1, j], cost[i, j - 1], cost[i - 1, j - 1])
+                cost[i - 1, j], cost[i, j - 1], cost[i - 1, j - 1]
+            )
     return float(cost[n, m])
 
 
@@ -58,8 +60,16 @@ def episode_metrics(scan: Scan, pred: list[int], ref: list[int]) -> dict[str, fl
     pc = float(np.mean([np.exp(-min(d[r, v] for v in pred) / SUCCESS_M) for r in ref]))
     epl = pc * scan.path_length(ref)
     ls = epl / (epl + abs(epl - tl)) if epl + abs(epl - tl) > 0 else 0.0
-    return {"ne": ne, "sr": sr, "osr": osr, "tl": tl, "spl": spl, "ndtw": ndtw,
-            "sdtw": sr * ndtw, "cls": pc * ls}
+    return {
+        "ne": ne,
+        "sr": sr,
+        "osr": osr,
+        "tl": tl,
+        "spl": spl,
+        "ndtw": ndtw,
+        "sdtw": sr * ndtw,
+        "cls": pc * ls,
+    }
 
 
 def summarize(rows: list[dict[str, float]]) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """R2R-like route sampling in one house (no flwr): used to build the embedded episodes, and by
 speaker augmentation and pre-exploration to draw new routes inside a client's own house."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,14 @@ import numpy as np
 from envs.vln_data import Scan
 
 
-def sample_path(scan: Scan, rng: np.random.Generator, min_edges: int = 4, max_edges: int = 7,
-                min_dist: float = 5.0, tries: int = 200) -> list[int] | None:
+def sample_path(
+    scan: Scan,
+    rng: np.random.Generator,
+    min_edges: int = 4,
+    max_edges: int = 7,
+    min_dist: float = 5.0,
+    tries: int = 200,
+) -> list[int] | None:
     """A shortest path of min..max edges and >= min_dist metres between random viewpoints, or
     None if `tries` draws found none. R2R's paths are drawn this way (Anderson et al. 2018)."""
     n = len(scan.ids)
@@ -26,7 +33,9 @@ def sample_path(scan: Scan, rng: np.random.Generator, min_edges: int = 4, max_ed
     return None
 
 
-def sample_routes(scan: Scan, n: int, rng: np.random.Generator, **kw) -> list[tuple[list[int], float]]:
+def sample_routes(
+    scan: Scan, n: int, rng: np.random.Generator, **kw
+) -> list[tuple[list[int], float]]:
     """Up to n (path, start heading) pairs; fewer when the house has no such paths left to
     find (a tiny graph), never duplicates of the same (start, goal)."""
     out, seen = [], set()

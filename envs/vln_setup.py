@@ -1,5 +1,6 @@
 """One entry point to a VLN data source (no flwr): the embedded houses by default, or a folder
 in the real R2R/Matterport layout (`../shared/data`), with its world, vocabulary and splits."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ class VLNSetup:
         return self.data.episodes(name)
 
 
-def open_vln(data_dir: str | Path = "", features_tsv: str = "",
-             spec: HouseSpec = HouseSpec()) -> VLNSetup:
+def open_vln(
+    data_dir: str | Path = "", features_tsv: str = "", spec: HouseSpec = HouseSpec()
+) -> VLNSetup:
     """`data_dir` "" means the embedded houses of `spec`. The vocabulary is the folder's
     `r2r/train_vocab.txt` when present (R2R's), else built from the train split with R2R's
     min count of 5."""

@@ -5,6 +5,7 @@ Lower-case; split on runs of non-alphanumeric characters, keeping punctuation ru
 `min_count` times in training become `<UNK>`. Indices 0-2 are `<PAD> <UNK> <EOS>` (the order of
 R2R's `train_vocab.txt`) and `<BOS>` is appended after the words, as Envdrop does.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,10 @@ class Vocab:
     @classmethod
     def build(cls, sentences, min_count: int = 5) -> "Vocab":
         counts = Counter(t for s in sentences for t in split_sentence(s))
-        kept = sorted((w for w, c in counts.items() if c >= min_count and w not in BASE),
-                      key=lambda w: (-counts[w], w))
+        kept = sorted(
+            (w for w, c in counts.items() if c >= min_count and w not in BASE),
+            key=lambda w: (-counts[w], w),
+        )
         return cls(BASE + kept)
 
     @classmethod
@@ -56,8 +59,9 @@ class Vocab:
         try:
             words = [w for w in path.read_text(encoding="utf-8").splitlines() if w]
         except UnicodeDecodeError as e:
-            raise DataError(f"{path}: not a UTF-8 word list ({e.reason} at byte {e.start})") \
-                from None
+            raise DataError(
+                f"{path}: not a UTF-8 word list ({e.reason} at byte {e.start})"
+            ) from None
         try:
             return cls(words)
         except DataError as e:
@@ -68,10 +72,10 @@ class Vocab:
 
     def encode(self, sentence: str, max_len: int) -> np.ndarray:
         """`<BOS> tokens <EOS>`, truncated to max_len (EOS kept) and padded with `<PAD>`."""
-        ids = [self.index.get(t, UNK) for t in split_sentence(sentence)][:max_len - 2]
+        ids = [self.index.get(t, UNK) for t in split_sentence(sentence)][: max_len - 2]
         out = np.zeros(max_len, dtype=np.int64)
         seq = [self.bos] + ids + [EOS]
-        out[:len(seq)] = seq
+        out[: len(seq)] = seq
         return out
 
     def decode(self, ids) -> str:

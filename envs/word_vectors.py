@@ -10,6 +10,7 @@ cached next to nothing shared: under `$FEDEMBODIED_CACHE` (default `~/.cache/fed
 One worker thread and a fixed hash function make it reproducible (gensim's default hash is
 Python's salted `hash`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,15 +36,28 @@ def cache_dir() -> Path:
 def word_vectors(data_dir: str | Path, dim: int = DIM, seed: int = 0) -> dict[str, np.ndarray]:
     """word -> vector (float32, `dim`) for every word of the three corpora."""
     from gensim.models import Word2Vec
+
     sentences = [[w.lower() for w in t.words] for d in DOMAINS for t in load_domain(data_dir, d)]
-    key = hashlib.sha256(repr((sorted(map(len, sentences)), sum(map(len, sentences)), dim,
-                               seed, sentences[0][:50])).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        repr(
+            (sorted(map(len, sentences)), sum(map(len, sentences)), dim, seed, sentences[0][:50])
+        ).encode()
+    ).hexdigest()[:16]
     path = cache_dir() / f"text2action_w2v_{key}.npz"
     if path.is_file():
         z = np.load(path, allow_pickle=False)
         return dict(zip(z["words"].tolist(), z["vectors"]))
-    model = Word2Vec(sentences, vector_size=dim, window=5, min_count=1, sg=1, workers=1,
-                     seed=seed, epochs=10, hashfxn=_crc)
+    model = Word2Vec(
+        sentences,
+        vector_size=dim,
+        window=5,
+        min_count=1,
+        sg=1,
+        workers=1,
+        seed=seed,
+        epochs=10,
+        hashfxn=_crc,
+    )
     words = list(model.wv.index_to_key)
     vectors = np.asarray(model.wv[words], np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)

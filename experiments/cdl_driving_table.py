@@ -34,6 +34,7 @@ checkpoint reported: picking the best round on the test set would select on test
 Floors beside them: the untrained initial model and the constant predictor (the pooled
 training mean), computed here on the same silos.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,21 +55,23 @@ from experiments.simulate import RESULTS, ROOT, command_line, simulate  # noqa: 
 
 STUDY = "driving.train-per-silo=150 driving.test-per-silo=50"
 ROUNDS = 10
-OFFICIAL = ('driving.optimizer="adam" driving.lr=0.001 driving.weight-decay=0.00001 '
-            'driving.lr-decay="sqrt" driving.optimizer-state="silo" driving.local-steps=1 '
-            'driving.batch-size=32 eval-every=50')
+OFFICIAL = (
+    'driving.optimizer="adam" driving.lr=0.001 driving.weight-decay=0.00001 '
+    'driving.lr-decay="sqrt" driving.optimizer-state="silo" driving.local-steps=1 '
+    "driving.batch-size=32 eval-every=50"
+)
 # Udacity+ RMSE on the Gaia network. The CDL article's text carries no results table: these four
 # values are the ones its README figure / our issue quote (FedAvg, FedProx, FADNet, CDL DFL).
 PAPER_RMSE = {"fedavg": 0.212, "fedprox": 0.152, "FADNet": 0.162, "cdl": 0.141}
 BETAS, TEMPERATURES = (0.1, 0.5, 0.9), (1.0, 0.5, 0.3)
-EXTRA_CELLS = [(0.9, 0.2, 0.0), (0.9, 0.2, 1.0)]   # past the sweep: the stability limit
+EXTRA_CELLS = [(0.9, 0.2, 0.0), (0.9, 0.2, 1.0)]  # past the sweep: the stability limit
 NON_IID = (0.0, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
 class Run:
     part: str
-    key: str          # what the run is, e.g. "cdl gaia-ring"
+    key: str  # what the run is, e.g. "cdl gaia-ring"
     method: str
     topology: str
     seed: int
@@ -85,8 +88,9 @@ def cell(beta: float, temperature: float, clip: float = 0.0) -> str:
 
 
 def cell_config(beta: float, temperature: float, clip: float = 0.0) -> str:
-    return (f"cdl.beta={beta} cdl.temperature={temperature}"
-            + (f" driving.grad-clip={clip}" if clip else ""))
+    return f"cdl.beta={beta} cdl.temperature={temperature}" + (
+        f" driving.grad-clip={clip}" if clip else ""
+    )
 
 
 def isolate_runs(seeds) -> list[Run]:
@@ -100,29 +104,56 @@ def isolate_runs(seeds) -> list[Run]:
 
 def signal_runs(seeds) -> list[Run]:
     cells = [(b, t, 0.0) for b in BETAS for t in TEMPERATURES] + EXTRA_CELLS
-    return [Run("signal", cell(*c), "cdl", "gaia-ring", s, cell_config(*c))
-            for s in seeds[:1] for c in cells]
+    return [
+        Run("signal", cell(*c), "cdl", "gaia-ring", s, cell_config(*c))
+        for s in seeds[:1]
+        for c in cells
+    ]
 
 
 def official_runs(seeds, rounds: int) -> list[Run]:
     """Gossip and CDL (the article's loss) in the official regime. The official code's own loss
     (`cdl.variant="reference"`) is not in this study: at one step per round a CDL round costs
     ~4 s on 2 cores (the signal probe included), and the two fit the session's budget."""
-    return [Run("official", key, "gossip" if key == "gossip" else "cdl", "gaia-ring", s,
-                OFFICIAL, rounds) for s in seeds for key in ("gossip", "cdl")]
+    return [
+        Run(
+            "official",
+            key,
+            "gossip" if key == "gossip" else "cdl",
+            "gaia-ring",
+            s,
+            OFFICIAL,
+            rounds,
+        )
+        for s in seeds
+        for key in ("gossip", "cdl")
+    ]
 
 
 def noniid_runs(seeds) -> list[Run]:
     """IID first over every seed, then the middle of the knob (1.0 is the isolate part's)."""
-    return [Run("noniid", f"{m} non-iid={k}", m, "gaia-ring", s, f"driving.non-iid={k}")
-            for k in NON_IID if k != 1.0 for s in seeds for m in ("gossip", "cdl")]
+    return [
+        Run("noniid", f"{m} non-iid={k}", m, "gaia-ring", s, f"driving.non-iid={k}")
+        for k in NON_IID
+        if k != 1.0
+        for s in seeds
+        for m in ("gossip", "cdl")
+    ]
 
 
 def run_all(runs: list[Run], work: Path, jobs: int) -> None:
     def one(r: Run):
         n = 22 if r.topology.startswith("amazon_us") else 11
-        simulate(r.method, work / r.name, rounds=r.rounds, seed=r.seed, num_clients=n,
-                 topology=r.topology, run_config=f"{STUDY} {r.config}".strip())
+        simulate(
+            r.method,
+            work / r.name,
+            rounds=r.rounds,
+            seed=r.seed,
+            num_clients=n,
+            topology=r.topology,
+            run_config=f"{STUDY} {r.config}".strip(),
+        )
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for f in [pool.submit(one, r) for r in runs]:
             f.result()
@@ -132,14 +163,21 @@ def metrics_of(r: Run, work: Path) -> dict:
     rounds = pd.read_csv(work / r.name / "rounds.csv")
     last = rounds.iloc[-1]
     server = r.method in ("fedavg", "fedprox", "cdl-sfl")
-    out = {"part": r.part, "key": r.key, "method": r.method, "topology": r.topology,
-           "seed": r.seed, "rounds": int(last["round"]),
-           "avg_model_rmse": last["avg_rmse"] if not server else last["rmse"],
-           "local_model_rmse": last["silo_rmse_pooled_mean"] if not server else last["rmse"],
-           "avg_model_mae": last["avg_mae"] if not server else last["mae"],
-           "consensus": 0.0 if server else last["consensus_distance"],
-           "diverged": bool(rounds["train_loss"].isna().any() or (rounds["n_accepted"] <
-                                                                  rounds["n_clients"]).any())}
+    out = {
+        "part": r.part,
+        "key": r.key,
+        "method": r.method,
+        "topology": r.topology,
+        "seed": r.seed,
+        "rounds": int(last["round"]),
+        "avg_model_rmse": last["avg_rmse"] if not server else last["rmse"],
+        "local_model_rmse": last["silo_rmse_pooled_mean"] if not server else last["rmse"],
+        "avg_model_mae": last["avg_mae"] if not server else last["mae"],
+        "consensus": 0.0 if server else last["consensus_distance"],
+        "diverged": bool(
+            rounds["train_loss"].isna().any() or (rounds["n_accepted"] < rounds["n_clients"]).any()
+        ),
+    }
     for col in ("cd_grad_ratio", "pb_entropy", "cd_loss"):
         out[col] = rounds[col].mean() if col in rounds else np.nan
     return out
@@ -164,9 +202,15 @@ def floors(seeds) -> pd.DataFrame:
             model.load_state_dict(initial_state(64, 1, s), strict=False)
             untrained = np.sqrt(evaluate_steering(model, x, y)[0])
             between = np.var([d.y_train.mean() for d in silos]) / np.var(ytr)
-            rows.append({"seed": s, "non_iid": k, "untrained_rmse": untrained,
-                         "constant_rmse": float(np.sqrt(np.mean((y - ytr.mean()) ** 2))),
-                         "label_variance_between_silos": float(between)})
+            rows.append(
+                {
+                    "seed": s,
+                    "non_iid": k,
+                    "untrained_rmse": untrained,
+                    "constant_rmse": float(np.sqrt(np.mean((y - ytr.mean()) ** 2))),
+                    "label_variance_between_silos": float(between),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -178,28 +222,48 @@ def paired(df: pd.DataFrame, a: str, b: str, metric: str) -> dict:
     d = (x[seeds] - y[seeds]).to_numpy(float)
     n = len(d)
     half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
-    return {"a": a, "b": b, "metric": metric, "seeds": n,
-            "a_mean": x[seeds].mean(), "a_sd": x[seeds].std(), "b_mean": y[seeds].mean(),
-            "b_sd": y[seeds].std(), "diff_mean": d.mean(), "diff_lo": d.mean() - half,
-            "diff_hi": d.mean() + half,
-            "verdict": ("within noise" if not (d.mean() - half > 0 or d.mean() + half < 0)
-                        else ("a higher" if d.mean() > 0 else "a lower"))}
+    return {
+        "a": a,
+        "b": b,
+        "metric": metric,
+        "seeds": n,
+        "a_mean": x[seeds].mean(),
+        "a_sd": x[seeds].std(),
+        "b_mean": y[seeds].mean(),
+        "b_sd": y[seeds].std(),
+        "diff_mean": d.mean(),
+        "diff_lo": d.mean() - half,
+        "diff_hi": d.mean() + half,
+        "verdict": (
+            "within noise"
+            if not (d.mean() - half > 0 or d.mean() + half < 0)
+            else ("a higher" if d.mean() > 0 else "a lower")
+        ),
+    }
 
 
 METRICS = ("avg_model_rmse", "local_model_rmse", "consensus")
 
 
 def comparisons(df: pd.DataFrame, pairs: list[tuple[str, str]], **extra) -> pd.DataFrame:
-    rows = [dict(paired(df, a, b, m), **extra) for a, b in pairs for m in METRICS
-            if a in set(df.key) and b in set(df.key)]
+    rows = [
+        dict(paired(df, a, b, m), **extra)
+        for a, b in pairs
+        for m in METRICS
+        if a in set(df.key) and b in set(df.key)
+    ]
     return pd.DataFrame(rows)
 
 
 def strongest_stable(signal: pd.DataFrame, floor: float) -> str | None:
     """The sweep cell with the largest effective signal (beta x grad ratio) whose runs all
     stayed finite and beat the constant predictor's RMSE `floor`."""
-    ok = signal.groupby("key").agg(diverged=("diverged", "any"), ratio=("cd_grad_ratio", "mean"),
-                                   beta=("beta", "first"), worst=("avg_model_rmse", "max"))
+    ok = signal.groupby("key").agg(
+        diverged=("diverged", "any"),
+        ratio=("cd_grad_ratio", "mean"),
+        beta=("beta", "first"),
+        worst=("avg_model_rmse", "max"),
+    )
     ok = ok[~ok.diverged & (ok.worst < floor)]
     if ok.empty:
         return None
@@ -214,13 +278,20 @@ def save(df: pd.DataFrame, name: str) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--parts", nargs="+", default=["isolate", "signal", "official", "noniid"],
-                   choices=["isolate", "signal", "official", "noniid"])
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        default=["isolate", "signal", "official", "noniid"],
+        choices=["isolate", "signal", "official", "noniid"],
+    )
     p.add_argument("--rounds-official", type=int, default=100)
     p.add_argument("--jobs", type=int, default=2, help="simulations at once")
     p.add_argument("--tables-only", action="store_true", help="use finished runs only")
-    p.add_argument("--markdown", action="store_true",
-                   help="print the README tables from the saved CSVs and exit")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the README tables from the saved CSVs and exit",
+    )
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "cdl_study")
     args = p.parse_args(argv)
     if args.markdown:
@@ -236,26 +307,43 @@ def main(argv=None) -> int:
         return pd.DataFrame([metrics_of(r, work) for r in have])
 
     fl = floors(seeds)
-    save(fl.groupby("non_iid").agg(untrained_rmse=("untrained_rmse", "mean"),
-                                   constant_rmse=("constant_rmse", "mean"),
-                                   label_variance_between_silos=(
-                                       "label_variance_between_silos", "mean"),
-                                   seeds=("seed", "nunique")).reset_index(), "cdl_floors.csv")
+    save(
+        fl.groupby("non_iid")
+        .agg(
+            untrained_rmse=("untrained_rmse", "mean"),
+            constant_rmse=("constant_rmse", "mean"),
+            label_variance_between_silos=("label_variance_between_silos", "mean"),
+            seeds=("seed", "nunique"),
+        )
+        .reset_index(),
+        "cdl_floors.csv",
+    )
     runs_all = []
     if "isolate" in args.parts:
         iso = done(isolate_runs(seeds))
         runs_all.append(iso)
-        cmp = comparisons(iso, [("cdl gaia-ring", "gossip gaia-ring"),
-                                ("cdl amazon_us-ring", "gossip amazon_us-ring"),
-                                ("cdl-sfl", "fedavg"), ("fedprox", "fedavg")])
+        cmp = comparisons(
+            iso,
+            [
+                ("cdl gaia-ring", "gossip gaia-ring"),
+                ("cdl amazon_us-ring", "gossip amazon_us-ring"),
+                ("cdl-sfl", "fedavg"),
+                ("fedprox", "fedavg"),
+            ],
+        )
         save(cmp, "cdl_isolate.csv")
         summary = iso.groupby("key", sort=False)[list(METRICS)].agg(["mean", "std"])
         summary.columns = [f"{a}_{b}" for a, b in summary.columns]
         summary = summary.reset_index()
         summary["paper_rmse_udacity_plus"] = summary.key.map(
-            lambda k: PAPER_RMSE.get("cdl" if k == "cdl gaia-ring" else k))
-        summary = pd.concat([summary, pd.DataFrame([{"key": "FADNet (paper only)",
-                                                     "paper_rmse_udacity_plus": 0.162}])])
+            lambda k: PAPER_RMSE.get("cdl" if k == "cdl gaia-ring" else k)
+        )
+        summary = pd.concat(
+            [
+                summary,
+                pd.DataFrame([{"key": "FADNet (paper only)", "paper_rmse_udacity_plus": 0.162}]),
+            ]
+        )
         summary["seeds"] = summary.key.map(iso.groupby("key").seed.nunique())
         save(summary, "cdl_driving_table.csv")
         plot_isolate(iso, fl)
@@ -263,44 +351,74 @@ def main(argv=None) -> int:
         sig = done(signal_runs(seeds))
         sig["beta"] = sig.key.str.extract(r"beta=([\d.]+)")[0].astype(float)
         sig["temperature"] = sig.key.str.extract(r"T=([\d.]+)")[0].astype(float)
-        grid = sig.groupby("key", sort=False).agg(
-            beta=("beta", "first"), temperature=("temperature", "first"),
-            cd_grad_ratio=("cd_grad_ratio", "mean"), pb_entropy=("pb_entropy", "mean"),
-            avg_model_rmse=("avg_model_rmse", "mean"), consensus=("consensus", "mean"),
-            diverged=("diverged", "any"), seeds=("seed", "nunique")).reset_index()
+        grid = (
+            sig.groupby("key", sort=False)
+            .agg(
+                beta=("beta", "first"),
+                temperature=("temperature", "first"),
+                cd_grad_ratio=("cd_grad_ratio", "mean"),
+                pb_entropy=("pb_entropy", "mean"),
+                avg_model_rmse=("avg_model_rmse", "mean"),
+                consensus=("consensus", "mean"),
+                diverged=("diverged", "any"),
+                seeds=("seed", "nunique"),
+            )
+            .reset_index()
+        )
         save(grid, "cdl_signal_sweep.csv")
         best = strongest_stable(sig, fl[fl.non_iid == 1.0].constant_rmse.mean())
         if best is not None:
             b, t = grid.set_index("key").loc[best, ["beta", "temperature"]]
             clip = float(best.split("clip=")[1]) if "clip=" in best else 0.0
-            strong = [Run("signal", best, "cdl", "gaia-ring", s, cell_config(b, t, clip))
-                      for s in seeds]
+            strong = [
+                Run("signal", best, "cdl", "gaia-ring", s, cell_config(b, t, clip)) for s in seeds
+            ]
             # the pair: gossip trained exactly alike (gradient clipping included), so the
             # difference is the CDL loss alone
-            base = ([Run("signal", f"gossip clip={clip}", "gossip", "gaia-ring", s,
-                         f"driving.grad-clip={clip}") for s in seeds] if clip else
-                    [Run("isolate", "gossip gaia-ring", "gossip", "gaia-ring", s) for s in seeds])
+            base = (
+                [
+                    Run(
+                        "signal",
+                        f"gossip clip={clip}",
+                        "gossip",
+                        "gaia-ring",
+                        s,
+                        f"driving.grad-clip={clip}",
+                    )
+                    for s in seeds
+                ]
+                if clip
+                else [Run("isolate", "gossip gaia-ring", "gossip", "gaia-ring", s) for s in seeds]
+            )
             both = pd.concat([done(strong), done(base)])
-            save(comparisons(both, [(best, base[0].key)], setting="strongest stable"),
-                 "cdl_signal_strongest.csv")
+            save(
+                comparisons(both, [(best, base[0].key)], setting="strongest stable"),
+                "cdl_signal_strongest.csv",
+            )
         plot_signal(grid)
     if "official" in args.parts:
         off = done(official_runs(seeds, args.rounds_official))
         runs_all.append(off)
-        save(comparisons(off, [("cdl", "gossip")],
-                         rounds=args.rounds_official), "cdl_official.csv")
+        save(comparisons(off, [("cdl", "gossip")], rounds=args.rounds_official), "cdl_official.csv")
         plot_official(off, work, seeds, args.rounds_official, fl)
     if "noniid" in args.parts:
         rows = []
-        base = done([r for r in isolate_runs(seeds) if r.topology == "gaia-ring"
-                     and r.method in ("gossip", "cdl")])
+        base = done(
+            [
+                r
+                for r in isolate_runs(seeds)
+                if r.topology == "gaia-ring" and r.method in ("gossip", "cdl")
+            ]
+        )
         base["key"] = base.key.str.replace("gaia-ring", "non-iid=1.0")
         nn = pd.concat([done(noniid_runs(seeds)), base])
         for k in NON_IID:
-            rows.append(comparisons(nn, [(f"cdl non-iid={k}", f"gossip non-iid={k}")],
-                                    non_iid=k))
-        table = pd.concat(rows).merge(fl.groupby("non_iid").label_variance_between_silos.mean(),
-                                      left_on="non_iid", right_index=True)
+            rows.append(comparisons(nn, [(f"cdl non-iid={k}", f"gossip non-iid={k}")], non_iid=k))
+        table = pd.concat(rows).merge(
+            fl.groupby("non_iid").label_variance_between_silos.mean(),
+            left_on="non_iid",
+            right_index=True,
+        )
         save(table, "cdl_noniid.csv")
         plot_noniid(table)
     print("\n" + markdown())
@@ -315,58 +433,81 @@ def pair_rows(df: pd.DataFrame, label) -> list[str]:
     """Markdown rows of paired comparisons: A and B (mean ± sd), A − B and its 95% interval."""
     out = []
     for _, r in df.iterrows():
-        out.append(f"| {label(r)} | {r.metric} | {fmt(r.a_mean)} ± {fmt(r.a_sd, 2)} | "
-                   f"{fmt(r.b_mean)} ± {fmt(r.b_sd, 2)} | {fmt(r.diff_mean, 2)} "
-                   f"[{fmt(r.diff_lo, 2)}, {fmt(r.diff_hi, 2)}] | {r.verdict} |")
+        out.append(
+            f"| {label(r)} | {r.metric} | {fmt(r.a_mean)} ± {fmt(r.a_sd, 2)} | "
+            f"{fmt(r.b_mean)} ± {fmt(r.b_sd, 2)} | {fmt(r.diff_mean, 2)} "
+            f"[{fmt(r.diff_lo, 2)}, {fmt(r.diff_hi, 2)}] | {r.verdict} |"
+        )
     return out
 
 
 def markdown() -> str:
     """The README's CDL tables, from the CSVs this script wrote (so the two always agree)."""
-    head = ["| comparison (A vs B) | metric | A | B | A − B [95% CI] | |",
-            "|---|---|---|---|---|---|"]
+    head = [
+        "| comparison (A vs B) | metric | A | B | A − B [95% CI] | |",
+        "|---|---|---|---|---|---|",
+    ]
     parts = []
 
-    def paired_table(name: str, title: str, note: str = "",
-                     label=lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"):
+    def paired_table(
+        name: str, title: str, note: str = "", label=lambda r: f"{r.a} vs {r.b} ({r.seeds} seeds)"
+    ):
         f = RESULTS / name
         if f.exists():
-            parts.extend([f"{title} (`{name}`{note}):", "", *head,
-                          *pair_rows(pd.read_csv(f), label), ""])
+            parts.extend(
+                [f"{title} (`{name}`{note}):", "", *head, *pair_rows(pd.read_csv(f), label), ""]
+            )
 
     paired_table("cdl_isolate.csv", "**At the defaults**")
     f = RESULTS / "cdl_driving_table.csv"
     if f.exists():
         t = pd.read_csv(f)
-        parts += ["| method | averaged-model RMSE | local-model RMSE | consensus | "
-                  "paper RMSE (Udacity+, Gaia) |", "|---|---|---|---|---|"]
+        parts += [
+            "| method | averaged-model RMSE | local-model RMSE | consensus | "
+            "paper RMSE (Udacity+, Gaia) |",
+            "|---|---|---|---|---|",
+        ]
         for _, r in t.iterrows():
-            parts.append(f"| {r.key} | {fmt(r.avg_model_rmse_mean)} ± "
-                         f"{fmt(r.avg_model_rmse_std, 2)} | {fmt(r.local_model_rmse_mean)} ± "
-                         f"{fmt(r.local_model_rmse_std, 2)} | {fmt(r.consensus_mean, 3)} | "
-                         f"{fmt(r.paper_rmse_udacity_plus)} |")
+            parts.append(
+                f"| {r.key} | {fmt(r.avg_model_rmse_mean)} ± "
+                f"{fmt(r.avg_model_rmse_std, 2)} | {fmt(r.local_model_rmse_mean)} ± "
+                f"{fmt(r.local_model_rmse_std, 2)} | {fmt(r.consensus_mean, 3)} | "
+                f"{fmt(r.paper_rmse_udacity_plus)} |"
+            )
         fl = pd.read_csv(RESULTS / "cdl_floors.csv").set_index("non_iid").loc[1.0]
-        parts += [f"| floor: untrained initial model | {fmt(fl.untrained_rmse)} | | | |",
-                  f"| floor: constant predictor (pooled training mean) | "
-                  f"{fmt(fl.constant_rmse)} | | | |", ""]
+        parts += [
+            f"| floor: untrained initial model | {fmt(fl.untrained_rmse)} | | | |",
+            f"| floor: constant predictor (pooled training mean) | {fmt(fl.constant_rmse)} | | | |",
+            "",
+        ]
     f = RESULTS / "cdl_signal_sweep.csv"
     if f.exists():
         t = pd.read_csv(f)
-        parts += ["| β | T | grad-clip | β·‖∇L_cd⁺‖/‖∇L_lr‖ | entropy of P_b (max 6.24) | "
-                  "averaged-model RMSE | consensus | diverged |", "|---|---|---|---|---|---|---|---|"]
+        parts += [
+            "| β | T | grad-clip | β·‖∇L_cd⁺‖/‖∇L_lr‖ | entropy of P_b (max 6.24) | "
+            "averaged-model RMSE | consensus | diverged |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for _, r in t.iterrows():
             clip = r.key.split("clip=")[1] if "clip=" in r.key else "–"
-            parts.append(f"| {r.beta:g} | {r.temperature:g} | {clip} | "
-                         f"{fmt(r.beta * r.cd_grad_ratio, 3)} | {fmt(r.pb_entropy, 3)} | "
-                         f"{fmt(r.avg_model_rmse)} | {fmt(r.consensus, 3)} | "
-                         f"{'yes' if r.diverged else 'no'} |")
+            parts.append(
+                f"| {r.beta:g} | {r.temperature:g} | {clip} | "
+                f"{fmt(r.beta * r.cd_grad_ratio, 3)} | {fmt(r.pb_entropy, 3)} | "
+                f"{fmt(r.avg_model_rmse)} | {fmt(r.consensus, 3)} | "
+                f"{'yes' if r.diverged else 'no'} |"
+            )
         parts.append("")
     paired_table("cdl_signal_strongest.csv", "**At the strongest stable signal**")
     paired_table("cdl_official.csv", "**In the official regime**")
-    paired_table("cdl_noniid.csv", "**Across the non-IID knob**",
-                 "; between-silo share of the label variance in brackets",
-                 lambda r: f"non-iid {r.non_iid:g} [{r.label_variance_between_silos:.2f}]: "
-                           f"CDL vs gossip ({r.seeds} seeds)")
+    paired_table(
+        "cdl_noniid.csv",
+        "**Across the non-IID knob**",
+        "; between-silo share of the label variance in brackets",
+        lambda r: (
+            f"non-iid {r.non_iid:g} [{r.label_variance_between_silos:.2f}]: "
+            f"CDL vs gossip ({r.seeds} seeds)"
+        ),
+    )
     return "\n".join(parts)
 
 
@@ -376,27 +517,41 @@ def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     for ax, metric, ks in ((axes[0], "avg_model_rmse", keys), (axes[1], "consensus", dfl)):
         g = iso.groupby("key")[metric]
-        ax.bar(range(len(ks)), [g.mean()[k] for k in ks], yerr=[g.std()[k] for k in ks],
-               capsize=3, color=["tab:orange" if k.startswith("cdl") else "tab:blue"
-                                 for k in ks])
+        ax.bar(
+            range(len(ks)),
+            [g.mean()[k] for k in ks],
+            yerr=[g.std()[k] for k in ks],
+            capsize=3,
+            color=["tab:orange" if k.startswith("cdl") else "tab:blue" for k in ks],
+        )
         for i, k in enumerate(ks):
-            ax.scatter([i] * len(iso[iso.key == k]), iso[iso.key == k][metric], s=8, c="k",
-                       zorder=3)
+            ax.scatter(
+                [i] * len(iso[iso.key == k]), iso[iso.key == k][metric], s=8, c="k", zorder=3
+            )
         ax.set_xticks(range(len(ks)), ks, rotation=30, ha="right", fontsize=8)
         ax.grid(alpha=0.3, axis="y")
     floor = fl[fl.non_iid == 1.0]
-    axes[0].axhline(floor.constant_rmse.mean(), color="gray", ls="--",
-                    label="constant predictor (ours)")
-    axes[0].axhline(floor.untrained_rmse.mean(), color="gray", ls=":",
-                    label="untrained model (ours)")
+    axes[0].axhline(
+        floor.constant_rmse.mean(), color="gray", ls="--", label="constant predictor (ours)"
+    )
+    axes[0].axhline(
+        floor.untrained_rmse.mean(), color="gray", ls=":", label="untrained model (ours)"
+    )
     paper_at = {"fedavg": "fedavg", "fedprox": "fedprox", "cdl gaia-ring": "cdl"}
     for i, k in enumerate(keys):
         if k in paper_at:
-            axes[0].scatter([i], [PAPER_RMSE[paper_at[k]]], marker="x", s=70, c="tab:red",
-                            zorder=4, label="paper (Udacity+, Gaia)" if i == keys.index(
-                                next(x for x in keys if x in paper_at)) else None)
-    axes[0].axhline(PAPER_RMSE["FADNet"], color="tab:red", ls=":", lw=1,
-                    label="paper FADNet 0.162")
+            axes[0].scatter(
+                [i],
+                [PAPER_RMSE[paper_at[k]]],
+                marker="x",
+                s=70,
+                c="tab:red",
+                zorder=4,
+                label="paper (Udacity+, Gaia)"
+                if i == keys.index(next(x for x in keys if x in paper_at))
+                else None,
+            )
+    axes[0].axhline(PAPER_RMSE["FADNet"], color="tab:red", ls=":", lw=1, label="paper FADNet 0.162")
     axes[0].legend(fontsize=7, loc="lower left")
     axes[0].set_ylabel("averaged-model RMSE, pooled test (last round)")
     axes[0].set_title("mean ± sd over seeds (dots: seeds); orange = CDL loss")
@@ -415,12 +570,15 @@ def plot_signal(grid: pd.DataFrame) -> None:
     for ax, col in zip(axes, ("effective", "consensus")):
         bad = grid[grid.diverged]
         clip = grid[grid.key.str.contains("clip")]
-        for rows, marker, label in ((bad, "x", "diverged (SGD)"),
-                                    (clip, "*", "beta 0.9, gradient clipped at 1")):
+        for rows, marker, label in (
+            (bad, "x", "diverged (SGD)"),
+            (clip, "*", "beta 0.9, gradient clipped at 1"),
+        ):
             if len(rows):
                 y = rows.beta * rows.cd_grad_ratio if col == "effective" else rows.consensus
-                ax.scatter(rows.temperature, y, marker=marker, s=90, c="tab:red", zorder=4,
-                           label=label)
+                ax.scatter(
+                    rows.temperature, y, marker=marker, s=90, c="tab:red", zorder=4, label=label
+                )
     axes[0].set_ylabel("beta ||grad L_cd+|| / ||grad L_lr|| (backbone)")
     axes[1].set_ylabel("consensus distance, last round (log)")
     axes[1].set_yscale("log")
@@ -445,8 +603,12 @@ def plot_official(off: pd.DataFrame, work: Path, seeds, rounds: int, fl: pd.Data
         if curves:
             c = pd.concat(curves, axis=1)
             ax.errorbar(c.index, c.mean(axis=1), yerr=c.std(axis=1), capsize=2, label=key)
-    ax.axhline(fl[fl.non_iid == 1.0].constant_rmse.mean(), color="gray", ls="--",
-               label="constant predictor")
+    ax.axhline(
+        fl[fl.non_iid == 1.0].constant_rmse.mean(),
+        color="gray",
+        ls="--",
+        label="constant predictor",
+    )
     ax.axhline(PAPER_RMSE["cdl"], color="tab:red", ls=":", label="paper CDL DFL (Udacity+)")
     ax.set_xlabel(f"round (1 Adam step each; {rounds} of the official 1,200)")
     ax.set_ylabel("averaged model RMSE, pooled test")
@@ -460,8 +622,13 @@ def plot_noniid(table: pd.DataFrame) -> None:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(13, 3.6))
     for ax, metric in zip(axes, METRICS):
         t = table[table.metric == metric].sort_values("non_iid")
-        ax.errorbar(t.non_iid, t.diff_mean, yerr=[t.diff_mean - t.diff_lo, t.diff_hi - t.diff_mean],
-                    marker="o", capsize=3)
+        ax.errorbar(
+            t.non_iid,
+            t.diff_mean,
+            yerr=[t.diff_mean - t.diff_lo, t.diff_hi - t.diff_mean],
+            marker="o",
+            capsize=3,
+        )
         ax.axhline(0, color="k", lw=0.8)
         ax.set_xlabel("driving.non-iid (0 = IID, 1 = default)")
         ax.set_ylabel(f"CDL - gossip, {metric}")

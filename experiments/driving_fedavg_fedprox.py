@@ -12,6 +12,7 @@ trains in the whole run) and scores the constant predictor.
 Writes experiments/results/driving_fedavg_fedprox.csv (summary), _rounds.csv (per round) and
 .png (RMSE per round).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,12 @@ def centralized_reference(args, seed: int) -> dict:
 
     cfg = {**defaults(), **parse_overrides(args.run_config)}
     size, ch = int(cfg["driving.image-size"]), int(cfg["driving.channels"])
-    silos = [make_silo(i, seed, int(cfg["driving.train-per-silo"]),
-                       int(cfg["driving.test-per-silo"]), size, ch)
-             for i in range(args.num_clients)]
+    silos = [
+        make_silo(
+            i, seed, int(cfg["driving.train-per-silo"]), int(cfg["driving.test-per-silo"]), size, ch
+        )
+        for i in range(args.num_clients)
+    ]
     x = np.concatenate([s.x_train for s in silos])
     y = np.concatenate([s.y_train for s in silos])
     xt = np.concatenate([s.x_test for s in silos])
@@ -52,13 +56,25 @@ def centralized_reference(args, seed: int) -> dict:
     torch.set_num_threads(2)
     model = ResNet8(size, ch)
     epochs = args.rounds * int(cfg["driving.local-epochs"])
-    train_steering(model, x, y, epochs=epochs, optim=LocalOptimizer(lr=float(cfg["driving.lr"])),
-                   batch_size=int(cfg["driving.batch-size"]), seed=seed)
+    train_steering(
+        model,
+        x,
+        y,
+        epochs=epochs,
+        optim=LocalOptimizer(lr=float(cfg["driving.lr"])),
+        batch_size=int(cfg["driving.batch-size"]),
+        seed=seed,
+    )
     mse, mae = evaluate_steering(model, xt, yt)
     const = float(y.mean())
-    return {"seed": seed, "centralized_rmse": float(np.sqrt(mse)), "centralized_mae": mae,
-            "constant_rmse": float(np.sqrt(np.mean((yt - const) ** 2))),
-            "constant_mae": float(np.mean(np.abs(yt - const))), "centralized_epochs": epochs}
+    return {
+        "seed": seed,
+        "centralized_rmse": float(np.sqrt(mse)),
+        "centralized_mae": mae,
+        "constant_rmse": float(np.sqrt(np.mean((yt - const) ** 2))),
+        "constant_mae": float(np.mean(np.abs(yt - const))),
+        "centralized_epochs": epochs,
+    }
 
 
 def per_round(run_dir: Path, method: str, seed: int) -> pd.DataFrame:
@@ -85,17 +101,29 @@ def main(argv=None) -> int:
     frames = []
     for seed in args.seeds:
         for method in args.methods:
-            run_dir = simulate(method, args.work / f"{method}-s{seed}", rounds=args.rounds,
-                               seed=seed, num_clients=args.num_clients,
-                               run_config=args.run_config)
+            run_dir = simulate(
+                method,
+                args.work / f"{method}-s{seed}",
+                rounds=args.rounds,
+                seed=seed,
+                num_clients=args.num_clients,
+                run_config=args.run_config,
+            )
             frames.append(per_round(run_dir, method, seed))
     rounds = pd.concat(frames, ignore_index=True)
     refs = pd.DataFrame([centralized_reference(args, seed) for seed in args.seeds])
     print(refs.to_string(index=False), flush=True)
     last = rounds[rounds["round"] == rounds["round"].max()]
-    summary = last.groupby("method").agg(
-        rmse=("rmse", "mean"), rmse_sd=("rmse", "std"), mae=("mae", "mean"),
-        silo_rmse_mean=("silo_rmse_mean", "mean")).reset_index()
+    summary = (
+        last.groupby("method")
+        .agg(
+            rmse=("rmse", "mean"),
+            rmse_sd=("rmse", "std"),
+            mae=("mae", "mean"),
+            silo_rmse_mean=("silo_rmse_mean", "mean"),
+        )
+        .reset_index()
+    )
     # the first round includes Ray's start-up and the identity query; report both
     steady = rounds[rounds["round"] > 1].groupby("method")
     summary = summary.merge(steady["wall_s"].median().rename("median_wall_s"), on="method")
@@ -103,12 +131,22 @@ def main(argv=None) -> int:
     summary["overhead_ratio"] = summary["median_wall_s"] / summary["median_sum_fit_s"]
     first = rounds[rounds["round"] == 1].groupby("method")["wall_s"].median()
     summary = summary.merge(first.rename("round1_wall_s"), on="method")
-    ref_rows = pd.DataFrame([
-        {"method": f"centralized ({int(refs.centralized_epochs.iloc[0])} epochs, pooled data)",
-         "rmse": refs.centralized_rmse.mean(), "rmse_sd": refs.centralized_rmse.std(),
-         "mae": refs.centralized_mae.mean()},
-        {"method": "constant (pooled train mean)", "rmse": refs.constant_rmse.mean(),
-         "rmse_sd": refs.constant_rmse.std(), "mae": refs.constant_mae.mean()}])
+    ref_rows = pd.DataFrame(
+        [
+            {
+                "method": f"centralized ({int(refs.centralized_epochs.iloc[0])} epochs, pooled data)",
+                "rmse": refs.centralized_rmse.mean(),
+                "rmse_sd": refs.centralized_rmse.std(),
+                "mae": refs.centralized_mae.mean(),
+            },
+            {
+                "method": "constant (pooled train mean)",
+                "rmse": refs.constant_rmse.mean(),
+                "rmse_sd": refs.constant_rmse.std(),
+                "mae": refs.constant_mae.mean(),
+            },
+        ]
+    )
     summary = pd.concat([summary, ref_rows], ignore_index=True)
     summary.insert(1, "rounds", args.rounds)
     summary.insert(2, "silos", args.num_clients)
@@ -120,8 +158,10 @@ def main(argv=None) -> int:
     for method, part in rounds.groupby("method"):
         m = part.groupby("round")["rmse"].agg(["mean", "std"]).fillna(0)
         ax.errorbar(m.index, m["mean"], yerr=m["std"], marker="o", capsize=3, label=method)
-    for label, value, style in [("centralized", refs.centralized_rmse.mean(), "--"),
-                                ("constant", refs.constant_rmse.mean(), ":")]:
+    for label, value, style in [
+        ("centralized", refs.centralized_rmse.mean(), "--"),
+        ("constant", refs.constant_rmse.mean(), ":"),
+    ]:
         ax.axhline(value, color="grey", linestyle=style, label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("RMSE, pooled test set of all silos")

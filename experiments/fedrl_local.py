@@ -25,6 +25,7 @@ on what (`paper` action mode | `joint-action`, which `reference` rules use):
 - random-alpha / random-both (floors, no training): alpha moves uniformly at random and beta
   stays / both move uniformly at random.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,15 @@ class FedRLLocal:
         self.alpha, self.beta = Alpha(s), Beta(s)
         self.proto = Protocol(s, self.send)
 
-    def send(self, role: str, step: str, data: dict | None = None, theta_g=None,
-             evaluation: bool = False, **conf):
+    def send(
+        self,
+        role: str,
+        step: str,
+        data: dict | None = None,
+        theta_g=None,
+        evaluation: bool = False,
+        **conf,
+    ):
         party = self.alpha if role == "alpha" else self.beta
         data = {k: v for k, v in (data or {}).items() if v is not None}
         out, theta, metrics = dispatch(party, role, step, data, theta_g, conf)
@@ -101,9 +109,19 @@ class DQNLocal:
         self.best = None
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         oa, ob = s.obs_field("alpha"), s.obs_field("beta")
-        self.replay = Replay(s.replay, {"sa": oa, "sb": ob, "a": ((), np.int64),
-                                        "ab": ((), np.int64), "r": ((), np.float32),
-                                        "sa2": oa, "sb2": ob, "done": ((), np.float32)})
+        self.replay = Replay(
+            s.replay,
+            {
+                "sa": oa,
+                "sb": ob,
+                "a": ((), np.int64),
+                "ab": ((), np.int64),
+                "r": ((), np.float32),
+                "sa2": oa,
+                "sb2": ob,
+                "done": ((), np.float32),
+            },
+        )
         self.world = s.world("train")
         self.n = self.updates = 0
         self.rng = np.random.default_rng([s.seed, 98])
@@ -135,13 +153,28 @@ class DQNLocal:
             with torch.no_grad():
                 qs = self.heads(self.net, sa, sb)
             eps = s.epsilon_greedy(self.n)
-            acts = [explore(q.argmax(1).numpy(), eps, q.shape[1],
-                            np.random.default_rng([s.seed, 2 + k, self.n]))
-                    for k, q in enumerate(qs)]
+            acts = [
+                explore(
+                    q.argmax(1).numpy(),
+                    eps,
+                    q.shape[1],
+                    np.random.default_rng([s.seed, 2 + k, self.n]),
+                )
+                for k, q in enumerate(qs)
+            ]
             moves = self.moves(acts, self.n)
             r, done, met, na, nb = w.step(*moves)
-            self.replay.put(self.n, sa=sa, sb=sb, a=acts[0], ab=acts[-1], r=r, sa2=na, sb2=nb,
-                            done=done.astype(np.float32))
+            self.replay.put(
+                self.n,
+                sa=sa,
+                sb=sb,
+                a=acts[0],
+                ab=acts[-1],
+                r=r,
+                sa2=na,
+                sb2=nb,
+                done=done.astype(np.float32),
+            )
             self.n += s.envs
             count_episodes(self.stats, self.returns, r, done, met)
         out = episode_report(self.stats)
@@ -175,14 +208,14 @@ class DQNLocal:
         for q, q2, a in zip(pred, nxt, (b["a"], b["ab"])):
             y = r + self.s.gamma * (1 - done) * q2.max(1).values
             total = total + nn.functional.mse_loss(
-                q.gather(1, torch.as_tensor(a)[:, None]).squeeze(1), y)
+                q.gather(1, torch.as_tensor(a)[:, None]).squeeze(1), y
+            )
         return total
 
     def evaluate(self, split: str, weights: str = "last") -> dict:
         net = self.best if weights == "best" and self.best is not None else self.net
         pre = "best-" if weights == "best" else ""
         return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, self.policy(net)).items()}
-
 
     def keep_best(self) -> None:
         self.best = copy.deepcopy(self.net)
@@ -192,8 +225,8 @@ class DQNLocal:
             with torch.no_grad():
                 acts = [q.argmax(1).numpy() for q in self.heads(net, w.obs_alpha, w.obs_beta)]
             return self.moves(acts, t, stream=5)
-        return act
 
+        return act
 
 
 class FCNLocal(DQNLocal):
@@ -223,9 +256,10 @@ class FCNLocal(DQNLocal):
 
     def loss(self, b: dict) -> torch.Tensor:
         logits = self.heads(self.net, b["sa"], b["sb"])
-        return sum(nn.functional.cross_entropy(z, torch.as_tensor(a))
-                   for z, a in zip(logits, (b["a"], b["ab"])))
-
+        return sum(
+            nn.functional.cross_entropy(z, torch.as_tensor(a))
+            for z, a in zip(logits, (b["a"], b["ab"]))
+        )
 
 
 class RandomLocal:
@@ -243,10 +277,11 @@ class RandomLocal:
     def evaluate(self, split: str, weights: str = "last") -> dict:
         def act(w, t: int):
             rng = np.random.default_rng([self.s.seed, 4, t])
-            if self.s.text:   # select or neglect each word with probability 1/2
+            if self.s.text:  # select or neglect each word with probability 1/2
                 return self.s.joint_moves(rng.integers(0, 2, w.B))
             a = rng.integers(0, N_ACTIONS, (2, w.B))
             return a[0], (a[1] if self.both else np.full(w.B, STAY))
+
         pre = "best-" if weights == "best" else ""
         return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, act).items()}
 
@@ -296,19 +331,26 @@ def train(method: str, s: Settings, rounds: int, eval_every: int = 0, log=print)
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         if log and (last or (eval_every and rnd % eval_every == 0)):
-            log(f"[{method}] round {rnd}: " + ", ".join(
-                f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float) and "-" in k))
+            log(
+                f"[{method}] round {rnd}: "
+                + ", ".join(
+                    f"{k}={v:.3g}" for k, v in row.items() if isinstance(v, float) and "-" in k
+                )
+            )
     return rows
 
 
 def main(argv=None) -> int:
     from server.config import merged, parse_overrides
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--method", choices=METHODS, default="fedrl")
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--eval-every", type=int, default=20,
-                    help="valid every k rounds (model selection)")
+    ap.add_argument(
+        "--eval-every", type=int, default=20, help="valid every k rounds (model selection)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--run-config", default="", help='fedrl.* overrides, e.g. "fedrl.size=16"')
     args = ap.parse_args(argv)

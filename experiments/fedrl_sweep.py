@@ -14,6 +14,7 @@ value and method, best and last checkpoint) and <name>.png. The paper draws Figu
 printing its values, so there are no paper numbers to put beside ours; its text says success
 grows with H and converges past H = 16 at 8x8 and 16x16.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,27 @@ from experiments.simulate import RESULTS, command_line  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=8, choices=[8, 16, 32])
-    ap.add_argument("--knob", default="history", choices=["history", "updates", "eps-decay",
-                                                           "target-update", "envs", "lr"])
+    ap.add_argument(
+        "--knob",
+        default="history",
+        choices=["history", "updates", "eps-decay", "target-update", "envs", "lr"],
+    )
     ap.add_argument("--values", type=float, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--methods", nargs="+",
-                    default=["fedrl", "dqn-alpha", "dqn-full", "random-both"],
-                    choices=["fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full",
-                             "random-alpha", "random-both"],
-                    help="random-both is the floor (both agents move at random)")
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=["fedrl", "dqn-alpha", "dqn-full", "random-both"],
+        choices=[
+            "fedrl",
+            "dqn-alpha",
+            "dqn-full",
+            "fcn-alpha",
+            "fcn-full",
+            "random-alpha",
+            "random-both",
+        ],
+        help="random-both is the floor (both agents move at random)",
+    )
     ap.add_argument("--rules", default="paper", choices=["paper", "reference"])
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--name", default="")
@@ -63,18 +77,37 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"fedrl_history: {e}", file=sys.stderr)
         return 2
-    jobs = [{"method": m, "rules": args.rules, "size": args.size, "seed": seed,
-             "rounds": args.rounds, "eval_every": args.eval_every, "map_file": files[args.size],
-             "ranges": ranges, "extra": {**extra, f"fedrl.{args.knob}": v}, "work": args.work}
-            for v in values for seed in args.seeds for m in args.methods]
+    jobs = [
+        {
+            "method": m,
+            "rules": args.rules,
+            "size": args.size,
+            "seed": seed,
+            "rounds": args.rounds,
+            "eval_every": args.eval_every,
+            "map_file": files[args.size],
+            "ranges": ranges,
+            "extra": {**extra, f"fedrl.{args.knob}": v},
+            "work": args.work,
+        }
+        for v in values
+        for seed in args.seeds
+        for m in args.methods
+    ]
     runs = run_jobs(jobs, args.jobs)
     col = {"updates": "updates_per_round"}.get(args.knob, args.knob.replace("-", "_"))
     runs[args.knob] = runs[col]
     noise = np.where(runs.test_noise != "", " test_noise=" + runs.test_noise, "")
     runs["label"] = runs.method + noise
     g = runs.groupby(["label", args.knob, "checkpoint"]).succ_rate
-    table = (g.mean() * 100).round(1).to_frame("succ_mean").join((g.std() * 100).round(1).rename(
-        "succ_sd")).join(g.count().rename("seeds")).reset_index()
+    table = (
+        (g.mean() * 100)
+        .round(1)
+        .to_frame("succ_mean")
+        .join((g.std() * 100).round(1).rename("succ_sd"))
+        .join(g.count().rename("seeds"))
+        .reset_index()
+    )
     table.insert(0, "rules", args.rules)
     table.insert(1, "size", args.size)
     table.insert(2, "rounds", args.rounds)
@@ -84,8 +117,9 @@ def main(argv=None) -> int:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, ckpt in zip(axes, ("best", "last")):
         for label, t in table[table.checkpoint == ckpt].groupby("label"):
-            ax.errorbar(t[args.knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3,
-                        label=label)
+            ax.errorbar(
+                t[args.knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=label
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel(f"fedrl.{args.knob}")
         ax.set_title(f"{args.size}x{args.size}, {args.rules} rules, {ckpt} checkpoint")

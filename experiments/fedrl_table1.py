@@ -29,6 +29,7 @@ contradict each other (Sec. 5.1 calls FedRL-1 "adding" noise at test time, Figur
 opposite), so our columns say what they are: test_noise=on | off; the paper's pair is drawn
 beside both.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,23 +49,29 @@ from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
 PAPER = {
-    ("fcn-alpha", "succ"): (69.73, 48.04, 41.73), ("dqn-alpha", "succ"): (88.27, 76.20, 71.41),
-    ("fedrl-1", "succ"): (92.52, 79.83, 77.88), ("fedrl-2", "succ"): (95.06, 84.31, 82.02),
-    ("fcn-full", "succ"): (72.16, 56.44, 50.15), ("dqn-full", "succ"): (93.69, 83.40, 79.73),
+    ("fcn-alpha", "succ"): (69.73, 48.04, 41.73),
+    ("dqn-alpha", "succ"): (88.27, 76.20, 71.41),
+    ("fedrl-1", "succ"): (92.52, 79.83, 77.88),
+    ("fedrl-2", "succ"): (95.06, 84.31, 82.02),
+    ("fcn-full", "succ"): (72.16, 56.44, 50.15),
+    ("dqn-full", "succ"): (93.69, 83.40, 79.73),
     ("dqn-alpha", "rwd"): (13.781, -112.084, -285.946),
     ("fedrl-1", "rwd"): (18.152, -94.193, -226.583),
-    ("fedrl-2", "rwd"): (19.101, -84.139, -189.756), ("dqn-full", "rwd"): (31.286, -38.114, -52.72),
+    ("fedrl-2", "rwd"): (19.101, -84.139, -189.756),
+    ("dqn-full", "rwd"): (31.286, -38.114, -52.72),
 }
 SIZES = (8, 16, 32)
 # label, method, test_noise, paper key(s)
-ROWS = [("random α (β stays)", "random-alpha", "", ()),
-        ("random α and β", "random-both", "", ()),
-        ("FCN-alpha", "fcn-alpha", "", ("fcn-alpha",)),
-        ("DQN-alpha", "dqn-alpha", "", ("dqn-alpha",)),
-        ("FedRL test_noise=on", "fedrl", "on", ("fedrl-1", "fedrl-2")),
-        ("FedRL test_noise=off", "fedrl", "off", ("fedrl-1", "fedrl-2")),
-        ("FCN-full", "fcn-full", "", ("fcn-full",)),
-        ("DQN-full", "dqn-full", "", ("dqn-full",))]
+ROWS = [
+    ("random α (β stays)", "random-alpha", "", ()),
+    ("random α and β", "random-both", "", ()),
+    ("FCN-alpha", "fcn-alpha", "", ("fcn-alpha",)),
+    ("DQN-alpha", "dqn-alpha", "", ("dqn-alpha",)),
+    ("FedRL test_noise=on", "fedrl", "on", ("fedrl-1", "fedrl-2")),
+    ("FedRL test_noise=off", "fedrl", "off", ("fedrl-1", "fedrl-2")),
+    ("FCN-full", "fcn-full", "", ("fcn-full",)),
+    ("DQN-full", "dqn-full", "", ("dqn-full",)),
+]
 METHODS = list(dict.fromkeys(r[1] for r in ROWS))
 DEFAULT_ROUNDS = {8: 300, 16: 400, 32: 500}
 
@@ -79,6 +86,7 @@ def splits_for(map_file: str | None, args) -> dict[str, str]:
     count = 8000
     if map_file:
         from envs.gridworld import load_mat
+
         count = load_mat(map_file).count
     if count >= 8000:
         ranges = {"train": "0-6399", "valid": "6400-7199", "test": "7200-7999"}
@@ -92,8 +100,14 @@ def splits_for(map_file: str | None, args) -> dict[str, str]:
 
 def job_key(job: dict) -> str:
     extra = "_".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(job["extra"].items()))
-    return (f"{job['method']}_{job['rules']}_n{job['size']}_s{job['seed']}_r{job['rounds']}"
-            + (f"_{extra}" if extra else "")).replace("/", "-").replace(" ", "")
+    return (
+        (
+            f"{job['method']}_{job['rules']}_n{job['size']}_s{job['seed']}_r{job['rounds']}"
+            + (f"_{extra}" if extra else "")
+        )
+        .replace("/", "-")
+        .replace(" ", "")
+    )
 
 
 def one_run(job: dict) -> list[dict]:
@@ -110,29 +124,50 @@ def one_run(job: dict) -> list[dict]:
     score = "test" if len(s.test) else "valid"
     maps = s.map_report()
     out = []
-    for noise in (("on", "off") if job["method"] == "fedrl" else ("",)):
+    for noise in ("on", "off") if job["method"] == "fedrl" else ("",):
         sfx = f"-test_noise={noise}" if noise else ""
         for ckpt, pre in (("best", "best-"), ("last", "")):
-            out.append({"method": job["method"], "rules": job["rules"], "size": job["size"],
-                        "seed": job["seed"], "test_noise": noise, "checkpoint": ckpt,
-                        "split": score, "succ_rate": last[f"{pre}{score}-succ-rate{sfx}"],
-                        "avg_reward": last[f"{pre}{score}-avg-reward{sfx}"],
-                        "best_round": last["best-round"], "rounds": job["rounds"],
-                        "transitions": job["rounds"] * s.envs * s.act_steps,
-                        "updates": job["rounds"] * s.updates, "update_ratio": s.update_ratio,
-                        "history": s.history, "updates_per_round": s.updates,
-                        "eps_decay": s.eps_decay, "target_update": s.target_update,
-                        "envs": s.envs, "lr": s.lr, "act_steps": s.act_steps,
-                        "exchange": EXCHANGE, "wall_s": round(last["wall_s"], 1),
-                        "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
-                        "maps_skipped": json.dumps({k: v["maps"] - v["used"]
-                                                    for k, v in maps.items()})})
+            out.append(
+                {
+                    "method": job["method"],
+                    "rules": job["rules"],
+                    "size": job["size"],
+                    "seed": job["seed"],
+                    "test_noise": noise,
+                    "checkpoint": ckpt,
+                    "split": score,
+                    "succ_rate": last[f"{pre}{score}-succ-rate{sfx}"],
+                    "avg_reward": last[f"{pre}{score}-avg-reward{sfx}"],
+                    "best_round": last["best-round"],
+                    "rounds": job["rounds"],
+                    "transitions": job["rounds"] * s.envs * s.act_steps,
+                    "updates": job["rounds"] * s.updates,
+                    "update_ratio": s.update_ratio,
+                    "history": s.history,
+                    "updates_per_round": s.updates,
+                    "eps_decay": s.eps_decay,
+                    "target_update": s.target_update,
+                    "envs": s.envs,
+                    "lr": s.lr,
+                    "act_steps": s.act_steps,
+                    "exchange": EXCHANGE,
+                    "wall_s": round(last["wall_s"], 1),
+                    "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
+                    "maps_skipped": json.dumps({k: v["maps"] - v["used"] for k, v in maps.items()}),
+                }
+            )
     return out
 
 
-SETTINGS_COLUMNS = {"history": "history", "updates_per_round": "updates",
-                    "eps_decay": "eps_decay", "target_update": "target_update", "envs": "envs",
-                    "lr": "lr", "act_steps": "act_steps"}
+SETTINGS_COLUMNS = {
+    "history": "history",
+    "updates_per_round": "updates",
+    "eps_decay": "eps_decay",
+    "target_update": "target_update",
+    "envs": "envs",
+    "lr": "lr",
+    "act_steps": "act_steps",
+}
 # bumped when the FedRL exchange changes what a run computes (2: updates ride on the acting
 # messages, the newest step's transitions join the replay one round later): older runs retrain
 EXCHANGE = 2
@@ -141,10 +176,19 @@ EXCHANGE = 2
 def settings_of(job: dict):
     from clients.fedrl_party import Settings
     from server.config import merged
-    return Settings.from_config(merged(
-        {"seed": job["seed"], "fedrl.size": job["size"], "fedrl.rules": job["rules"],
-         "fedrl.map-file": job["map_file"] or "",
-         **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()}, **job["extra"]}))
+
+    return Settings.from_config(
+        merged(
+            {
+                "seed": job["seed"],
+                "fedrl.size": job["size"],
+                "fedrl.rules": job["rules"],
+                "fedrl.map-file": job["map_file"] or "",
+                **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()},
+                **job["extra"],
+            }
+        )
+    )
 
 
 def cached_run(job: dict) -> list[dict]:
@@ -154,18 +198,23 @@ def cached_run(job: dict) -> list[dict]:
     if path.exists():
         out = json.loads(path.read_text())
         s = settings_of(job)
-        if all(out[0].get(col) == getattr(s, attr) for col, attr in SETTINGS_COLUMNS.items()) \
-                and out[0].get("exchange") == EXCHANGE:
+        if (
+            all(out[0].get(col) == getattr(s, attr) for col, attr in SETTINGS_COLUMNS.items())
+            and out[0].get("exchange") == EXCHANGE
+        ):
             return out
     out = one_run(job)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out))
     tmp.replace(path)  # atomic: a killed run leaves no half result to resume from
     best = [r for r in out if r["checkpoint"] == "best"]
-    print(f"  {job['method']:12s} {job['rules']:9s} {job['size']:2d}x{job['size']:<2d} seed "
-          f"{job['seed']}: " + ", ".join(f"{r['test_noise'] or 'succ'} {r['succ_rate']:.3f}"
-                                         for r in best)
-          + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)", flush=True)
+    print(
+        f"  {job['method']:12s} {job['rules']:9s} {job['size']:2d}x{job['size']:<2d} seed "
+        f"{job['seed']}: "
+        + ", ".join(f"{r['test_noise'] or 'succ'} {r['succ_rate']:.3f}" for r in best)
+        + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)",
+        flush=True,
+    )
     return out
 
 
@@ -189,13 +238,19 @@ def fmt(vals: np.ndarray) -> str:
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for rules in sorted(runs.rules.unique()):
-        for metric, col, scale, key in (("SuccRate %", "succ_rate", 100.0, "succ"),
-                                        ("AvgRwd", "avg_reward", 1.0, "rwd")):
+        for metric, col, scale, key in (
+            ("SuccRate %", "succ_rate", 100.0, "succ"),
+            ("AvgRwd", "avg_reward", 1.0, "rwd"),
+        ):
             for label, method, noise, paper in ROWS:
                 row = {"rules": rules, "metric": metric, "method": label}
                 for size in sorted(runs["size"].unique()):
-                    sel = runs[(runs.rules == rules) & (runs.method == method)
-                               & (runs["size"] == size) & (runs.test_noise.fillna("") == noise)]
+                    sel = runs[
+                        (runs.rules == rules)
+                        & (runs.method == method)
+                        & (runs["size"] == size)
+                        & (runs.test_noise.fillna("") == noise)
+                    ]
                     for ckpt in ("best", "last"):
                         vals = sel[sel.checkpoint == ckpt][col].to_numpy() * scale
                         row[f"{size}x{size} ours {ckpt}"] = fmt(vals)
@@ -210,13 +265,14 @@ def markdown(table: pd.DataFrame) -> str:
     sizes = sorted({int(c.split("x")[0]) for c in table.columns if c.endswith(" paper")})
     out = []
     for rules, t in table.groupby("rules", sort=False):
-        head = ["metric", "method"] + [f"{n}x{n} {c}" for n in sizes
-                                       for c in ("best", "last", "paper")]
-        out += [f"**{rules} rules**", "", "| " + " | ".join(head) + " |",
-                "|" + "---|" * len(head)]
+        head = ["metric", "method"] + [
+            f"{n}x{n} {c}" for n in sizes for c in ("best", "last", "paper")
+        ]
+        out += [f"**{rules} rules**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for _, r in t.iterrows():
-            cells = [r.metric, r.method] + [str(r[f"{n}x{n} {c}"]) for n in sizes
-                                            for c in ("ours best", "ours last", "paper")]
+            cells = [r.metric, r.method] + [
+                str(r[f"{n}x{n} {c}"]) for n in sizes for c in ("ours best", "ours last", "paper")
+            ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
@@ -229,8 +285,14 @@ def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:
         vals = [values(method, noise, ckpt) for _, method, noise, _ in rows]
         means = [v.mean() if len(v) else np.nan for v in vals]
         sds = [v.std(ddof=1) if len(v) > 1 else 0 for v in vals]
-        ax.bar(x + (j - 1) * 0.28, means, 0.28, yerr=sds, capsize=2,
-               label=f"ours, {ckpt} checkpoint (mean ± sd)")
+        ax.bar(
+            x + (j - 1) * 0.28,
+            means,
+            0.28,
+            yerr=sds,
+            capsize=2,
+            label=f"ours, {ckpt} checkpoint (mean ± sd)",
+        )
 
 
 def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
@@ -239,19 +301,40 @@ def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
     labels = [r[0] for r in ROWS]
     x = np.arange(len(labels))
     for ax, size in zip(axes[0], sizes):
+
         def succ(method, noise, ckpt, size=size):
-            sel = runs[(runs.rules == rules) & (runs.method == method) & (runs["size"] == size)
-                       & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
+            sel = runs[
+                (runs.rules == rules)
+                & (runs.method == method)
+                & (runs["size"] == size)
+                & (runs.test_noise.fillna("") == noise)
+                & (runs.checkpoint == ckpt)
+            ]
             return sel.succ_rate.to_numpy() * 100
+
         ours_bars(ax, x, ROWS, succ)
-        paper = [np.nan if not p else np.mean([PAPER[(k, "succ")][SIZES.index(size)] for k in p])
-                 for *_, p in ROWS]
-        lo = [np.nan if not p else min(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
-              for *_, p in ROWS]
-        hi = [np.nan if not p else max(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
-              for *_, p in ROWS]
-        ax.bar(x + 0.28, paper, 0.28, color="none", edgecolor="k", hatch="//",
-               yerr=[np.subtract(paper, lo), np.subtract(hi, paper)], label="paper Table 1")
+        paper = [
+            np.nan if not p else np.mean([PAPER[(k, "succ")][SIZES.index(size)] for k in p])
+            for *_, p in ROWS
+        ]
+        lo = [
+            np.nan if not p else min(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
+            for *_, p in ROWS
+        ]
+        hi = [
+            np.nan if not p else max(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
+            for *_, p in ROWS
+        ]
+        ax.bar(
+            x + 0.28,
+            paper,
+            0.28,
+            color="none",
+            edgecolor="k",
+            hatch="//",
+            yerr=[np.subtract(paper, lo), np.subtract(hi, paper)],
+            label="paper Table 1",
+        )
         ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_title(f"{size}x{size}, {rules} rules: SuccRate %")
@@ -286,14 +369,18 @@ def common_args(ap: argparse.ArgumentParser) -> None:
         ap.add_argument(f"--{k}-maps", default="", help=f"{k} map range FIRST-LAST")
     ap.add_argument("--run-config", default="", help='fedrl.* overrides, e.g. "fedrl.history=4"')
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_table1"),
-                    help="where finished runs are kept (resume)")
+    ap.add_argument(
+        "--work",
+        default=str(ROOT / "runs" / "fedrl_table1"),
+        help="where finished runs are kept (resume)",
+    )
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
 
 
 def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
     """Validated run-config overrides and map file per size (ValueError names the flag)."""
     from server.config import merged, parse_overrides
+
     if args.jobs <= 0 or args.eval_every <= 0:
         raise ValueError("--jobs and --eval-every must be positive")
     try:
@@ -321,8 +408,9 @@ def refuse_overwrite(paths: list[Path], force: bool) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), choices=SIZES)
-    ap.add_argument("--rules", nargs="+", default=["paper", "reference"],
-                    choices=["paper", "reference"])
+    ap.add_argument(
+        "--rules", nargs="+", default=["paper", "reference"], choices=["paper", "reference"]
+    )
     ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     ap.add_argument("--rounds", default="", help="N, or SIZE=N,... (default 8=300,16=400,32=500)")
     ap.add_argument("--name", default="fedrl_table1")
@@ -338,11 +426,24 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"fedrl_table1: {e}", file=sys.stderr)
         return 2
-    jobs = [{"method": m, "rules": r, "size": size, "seed": seed, "rounds": rounds[size],
-             "eval_every": args.eval_every, "map_file": files[size], "ranges": ranges[size],
-             "extra": extra, "work": args.work}
-            for size in args.sizes for r in args.rules for seed in args.seeds
-            for m in args.methods]
+    jobs = [
+        {
+            "method": m,
+            "rules": r,
+            "size": size,
+            "seed": seed,
+            "rounds": rounds[size],
+            "eval_every": args.eval_every,
+            "map_file": files[size],
+            "ranges": ranges[size],
+            "extra": extra,
+            "work": args.work,
+        }
+        for size in args.sizes
+        for r in args.rules
+        for seed in args.seeds
+        for m in args.methods
+    ]
     for size in args.sizes:
         print(f"{size}x{size}: maps {ranges[size]} from {files[size] or 'generated maps'}")
     runs = run_jobs(jobs, args.jobs)

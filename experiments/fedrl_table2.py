@@ -35,6 +35,7 @@ words (19%, 10%, 8%).
 Each run is saved as it finishes (`--work`, default runs/fedrl_table2/); a rerun skips those
 there. Results: experiments/results/<name>{,_runs}.csv and <name>.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,22 +58,29 @@ DATASETS = ("win2k", "cooking", "wikihow")
 NAMES = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}
 # Table 2 of the paper (F1 %, AvgRwd) at WHS / CT / WHG; FedRL-1/-2 as printed
 PAPER = {
-    ("fcn-alpha", "f1"): (86.19, 65.44, 55.18), ("dqn-alpha", "f1"): (92.11, 74.64, 66.37),
-    ("fedrl-1", "f1"): (93.76, 85.05, 75.64), ("fedrl-2", "f1"): (94.41, 84.92, 75.85),
-    ("fcn-full", "f1"): (91.42, 79.03, 68.93), ("dqn-full", "f1"): (94.55, 83.39, 74.63),
-    ("dqn-alpha", "rwd"): (54.762, 47.375, 46.510), ("fedrl-1", "rwd"): (55.623, 50.472, 48.359),
-    ("fedrl-2", "rwd"): (55.894, 50.452, 48.373), ("dqn-full", "rwd"): (56.192, 50.307, 48.154),
+    ("fcn-alpha", "f1"): (86.19, 65.44, 55.18),
+    ("dqn-alpha", "f1"): (92.11, 74.64, 66.37),
+    ("fedrl-1", "f1"): (93.76, 85.05, 75.64),
+    ("fedrl-2", "f1"): (94.41, 84.92, 75.85),
+    ("fcn-full", "f1"): (91.42, 79.03, 68.93),
+    ("dqn-full", "f1"): (94.55, 83.39, 74.63),
+    ("dqn-alpha", "rwd"): (54.762, 47.375, 46.510),
+    ("fedrl-1", "rwd"): (55.623, 50.472, 48.359),
+    ("fedrl-2", "rwd"): (55.894, 50.452, 48.373),
+    ("dqn-full", "rwd"): (56.192, 50.307, 48.154),
 }
 # label, method, test_noise, paper key(s)
-ROWS = [("random (select p=1/2)", "random-alpha", "", ()),
-        ("FCN-alpha", "fcn-alpha", "", ("fcn-alpha",)),
-        ("DQN-alpha", "dqn-alpha", "", ("dqn-alpha",)),
-        ("FedRL test_noise=on", "fedrl", "on", ("fedrl-1", "fedrl-2")),
-        ("FedRL test_noise=off", "fedrl", "off", ("fedrl-1", "fedrl-2")),
-        ("FedRL, MLP 32, test_noise=on", "fedrl-mlp32", "on", ("fedrl-1", "fedrl-2")),
-        ("FedRL, MLP 32, test_noise=off", "fedrl-mlp32", "off", ("fedrl-1", "fedrl-2")),
-        ("FCN-full", "fcn-full", "", ("fcn-full",)),
-        ("DQN-full", "dqn-full", "", ("dqn-full",))]
+ROWS = [
+    ("random (select p=1/2)", "random-alpha", "", ()),
+    ("FCN-alpha", "fcn-alpha", "", ("fcn-alpha",)),
+    ("DQN-alpha", "dqn-alpha", "", ("dqn-alpha",)),
+    ("FedRL test_noise=on", "fedrl", "on", ("fedrl-1", "fedrl-2")),
+    ("FedRL test_noise=off", "fedrl", "off", ("fedrl-1", "fedrl-2")),
+    ("FedRL, MLP 32, test_noise=on", "fedrl-mlp32", "on", ("fedrl-1", "fedrl-2")),
+    ("FedRL, MLP 32, test_noise=off", "fedrl-mlp32", "off", ("fedrl-1", "fedrl-2")),
+    ("FCN-full", "fcn-full", "", ("fcn-full",)),
+    ("DQN-full", "dqn-full", "", ("dqn-full",)),
+]
 METHODS = list(dict.fromkeys(r[1] for r in ROWS))
 # variants: (method of experiments/fedrl_local.py, run config) -- theta_g with the paper's 4
 # hidden ReLU units (its "4 x 2") loses units to ReLU death and often collapses to selecting
@@ -80,9 +88,16 @@ METHODS = list(dict.fromkeys(r[1] for r in ROWS))
 VARIANTS = {"fedrl-mlp32": ("fedrl", {"fedrl.mlp-hidden": 32})}
 # the reference's schedule (FRL2019/FRL text2action/main.py): one update per word tagged, target
 # copied every 5 updates, exploration 1 -> 0.1 over 1,000 steps, updates from 32 transitions on
-CPU_CONFIG = {"fedrl.envs": 4, "fedrl.act-steps": 8, "fedrl.updates": 32,
-              "fedrl.batch-size": 32, "fedrl.target-update": 5, "fedrl.eps-decay": 1000,
-              "fedrl.warmup": 64, "fedrl.replay": 50000}
+CPU_CONFIG = {
+    "fedrl.envs": 4,
+    "fedrl.act-steps": 8,
+    "fedrl.updates": 32,
+    "fedrl.batch-size": 32,
+    "fedrl.target-update": 5,
+    "fedrl.eps-decay": 1000,
+    "fedrl.warmup": 64,
+    "fedrl.replay": 50000,
+}
 
 
 def paper_value(keys: tuple, metric: str, dataset: str) -> str:
@@ -92,18 +107,31 @@ def paper_value(keys: tuple, metric: str, dataset: str) -> str:
 
 def job_key(job: dict) -> str:
     extra = "_".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(job["extra"].items()))
-    return (f"{job['method']}_{job['dataset']}_f{job['fold']}_s{job['seed']}_w{job['words']}"
-            f"_r{job['rounds']}" + (f"_{extra}" if extra else "")).replace("/", "-")
+    return (
+        f"{job['method']}_{job['dataset']}_f{job['fold']}_s{job['seed']}_w{job['words']}"
+        f"_r{job['rounds']}" + (f"_{extra}" if extra else "")
+    ).replace("/", "-")
 
 
 def settings_of(job: dict):
     from clients.fedrl_party import Settings
     from server.config import merged
-    return Settings.from_config(merged(
-        {"seed": job["seed"], "fedrl.domain": "text2action", "fedrl.t2a-data": job["data"],
-         "fedrl.t2a-dataset": job["dataset"], "fedrl.t2a-fold": job["fold"],
-         "fedrl.t2a-words": job["words"], **CPU_CONFIG,
-         **VARIANTS.get(job["method"], ("", {}))[1], **job["extra"]}))
+
+    return Settings.from_config(
+        merged(
+            {
+                "seed": job["seed"],
+                "fedrl.domain": "text2action",
+                "fedrl.t2a-data": job["data"],
+                "fedrl.t2a-dataset": job["dataset"],
+                "fedrl.t2a-fold": job["fold"],
+                "fedrl.t2a-words": job["words"],
+                **CPU_CONFIG,
+                **VARIANTS.get(job["method"], ("", {}))[1],
+                **job["extra"],
+            }
+        )
+    )
 
 
 def one_run(job: dict) -> list[dict]:
@@ -119,22 +147,35 @@ def one_run(job: dict) -> list[dict]:
     rows = train(method, s, job["rounds"], eval_every=job["eval_every"], log=None)
     last = rows[-1]
     out = []
-    for noise in (("on", "off") if method == "fedrl" else ("",)):
+    for noise in ("on", "off") if method == "fedrl" else ("",):
         sfx = f"-test_noise={noise}" if noise else ""
         for ckpt, pre in (("best", "best-"), ("last", "")):
-            out.append({"method": job["method"], "dataset": job["dataset"], "fold": job["fold"],
-                        "seed": job["seed"], "test_noise": noise, "checkpoint": ckpt,
-                        "f1": last[f"{pre}test-f1{sfx}"],
-                        "precision": last[f"{pre}test-precision{sfx}"],
-                        "recall": last[f"{pre}test-recall{sfx}"],
-                        "avg_reward": last[f"{pre}test-avg-reward{sfx}"],
-                        "best_round": last["best-round"], "rounds": job["rounds"],
-                        "words": s.t2a_words, "updates": job["rounds"] * s.updates,
-                        "transitions": job["rounds"] * s.envs * s.act_steps,
-                        "clip": s.clip, "sigma": s.sigma, "mlp_hidden": s.mlp_hidden,
-                        "word_vectors": "word2vec on the 3 corpora (substitute)",
-                        "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
-                        "exchange": EXCHANGE, "wall_s": round(last["wall_s"], 1)})
+            out.append(
+                {
+                    "method": job["method"],
+                    "dataset": job["dataset"],
+                    "fold": job["fold"],
+                    "seed": job["seed"],
+                    "test_noise": noise,
+                    "checkpoint": ckpt,
+                    "f1": last[f"{pre}test-f1{sfx}"],
+                    "precision": last[f"{pre}test-precision{sfx}"],
+                    "recall": last[f"{pre}test-recall{sfx}"],
+                    "avg_reward": last[f"{pre}test-avg-reward{sfx}"],
+                    "best_round": last["best-round"],
+                    "rounds": job["rounds"],
+                    "words": s.t2a_words,
+                    "updates": job["rounds"] * s.updates,
+                    "transitions": job["rounds"] * s.envs * s.act_steps,
+                    "clip": s.clip,
+                    "sigma": s.sigma,
+                    "mlp_hidden": s.mlp_hidden,
+                    "word_vectors": "word2vec on the 3 corpora (substitute)",
+                    "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
+                    "exchange": EXCHANGE,
+                    "wall_s": round(last["wall_s"], 1),
+                }
+            )
     return out
 
 
@@ -143,32 +184,43 @@ def cached_run(job: dict) -> list[dict]:
     if path.exists():
         out = json.loads(path.read_text())
         # a FedRL run of an older exchange retrains; baselines do not use the exchange
-        if not VARIANTS.get(job["method"], (job["method"],))[0] == "fedrl" \
-                or out[0].get("exchange") == EXCHANGE:
+        if (
+            not VARIANTS.get(job["method"], (job["method"],))[0] == "fedrl"
+            or out[0].get("exchange") == EXCHANGE
+        ):
             return out
     out = one_run(job)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out))
     tmp.replace(path)  # atomic: a killed run leaves nothing half-written to resume from
     best = [r for r in out if r["checkpoint"] == "best"]
-    print(f"  {job['method']:12s} {job['dataset']:8s} fold {job['fold']} seed {job['seed']}: "
-          + ", ".join(f"F1 {r['test_noise'] or ''} {r['f1']:.3f}" for r in best)
-          + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)", flush=True)
+    print(
+        f"  {job['method']:12s} {job['dataset']:8s} fold {job['fold']} seed {job['seed']}: "
+        + ", ".join(f"F1 {r['test_noise'] or ''} {r['f1']:.3f}" for r in best)
+        + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)",
+        flush=True,
+    )
     return out
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for metric, col, scale, key in (("F1 %", "f1", 100.0, "f1"), ("AvgRwd", "avg_reward", 1.0,
-                                                                    "rwd")):
+    for metric, col, scale, key in (
+        ("F1 %", "f1", 100.0, "f1"),
+        ("AvgRwd", "avg_reward", 1.0, "rwd"),
+    ):
         for label, method, noise, paper in ROWS:
             row = {"metric": metric, "method": label}
             for ds in [d for d in DATASETS if d in set(runs.dataset)]:
-                sel = runs[(runs.method == method) & (runs.dataset == ds)
-                           & (runs.test_noise.fillna("") == noise)]
+                sel = runs[
+                    (runs.method == method)
+                    & (runs.dataset == ds)
+                    & (runs.test_noise.fillna("") == noise)
+                ]
                 for ckpt in ("best", "last"):
                     row[f"{NAMES[ds]} ours {ckpt}"] = fmt(
-                        sel[sel.checkpoint == ckpt][col].to_numpy() * scale)
+                        sel[sel.checkpoint == ckpt][col].to_numpy() * scale
+                    )
                 row[f"{NAMES[ds]} runs"] = len(sel) // 2
                 row[f"{NAMES[ds]} paper"] = paper_value(paper, key, ds)
             rows.append(row)
@@ -180,9 +232,14 @@ def markdown(table: pd.DataFrame) -> str:
     head = ["metric", "method"] + [f"{n} {c}" for n in names for c in ("best", "last", "paper")]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in table.iterrows():
-        out.append("| " + " | ".join([r.metric, r.method] + [
-            str(r[f"{n} {c}"]) for n in names for c in ("ours best", "ours last", "paper")])
-            + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [r.metric, r.method]
+                + [str(r[f"{n} {c}"]) for n in names for c in ("ours best", "ours last", "paper")]
+            )
+            + " |"
+        )
     return "\n".join(out)
 
 
@@ -192,17 +249,33 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
     labels = [r[0] for r in ROWS]
     x = np.arange(len(labels))
     for ax, ds in zip(axes[0], datasets):
+
         def f1(method, noise, ckpt, ds=ds):
-            sel = runs[(runs.method == method) & (runs.dataset == ds)
-                       & (runs.test_noise.fillna("") == noise) & (runs.checkpoint == ckpt)]
+            sel = runs[
+                (runs.method == method)
+                & (runs.dataset == ds)
+                & (runs.test_noise.fillna("") == noise)
+                & (runs.checkpoint == ckpt)
+            ]
             return sel.f1.to_numpy() * 100
+
         ours_bars(ax, x, ROWS, f1)
         vals = [[PAPER[(k, "f1")][DATASETS.index(ds)] for k in p] for *_, p in ROWS]
         paper = [np.mean(v) if v else np.nan for v in vals]
-        err = [[p - min(v) if v else 0 for p, v in zip(paper, vals)],
-               [max(v) - p if v else 0 for p, v in zip(paper, vals)]]
-        ax.bar(x + 0.28, paper, 0.28, color="none", edgecolor="k", hatch="//", yerr=err,
-               label="paper Table 2 (FedRL: FedRL-1..FedRL-2)")
+        err = [
+            [p - min(v) if v else 0 for p, v in zip(paper, vals)],
+            [max(v) - p if v else 0 for p, v in zip(paper, vals)],
+        ]
+        ax.bar(
+            x + 0.28,
+            paper,
+            0.28,
+            color="none",
+            edgecolor="k",
+            hatch="//",
+            yerr=err,
+            label="paper Table 2 (FedRL: FedRL-1..FedRL-2)",
+        )
         ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_ylabel("F1 of action names on the test fold (%)")
@@ -217,9 +290,13 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
 
 def main(argv=None) -> int:
     from server.config import merged, parse_overrides
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text2action"),
-                    help="directory of the EASDRL pickles")
+    ap.add_argument(
+        "--data",
+        default=str(ROOT.parent / "shared" / "data" / "text2action"),
+        help="directory of the EASDRL pickles",
+    )
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     ap.add_argument("--folds", type=int, nargs="+", default=[0, 1, 2])
@@ -227,7 +304,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--words", type=int, default=100, help="words kept per text (paper: 500)")
     ap.add_argument("--eval-every", type=int, default=10, help="valid every k rounds")
-    ap.add_argument("--run-config", default="", help='fedrl.* overrides')
+    ap.add_argument("--run-config", default="", help="fedrl.* overrides")
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_table2"))
     ap.add_argument("--name", default="fedrl_table2")
@@ -245,22 +322,36 @@ def main(argv=None) -> int:
         if unknown:
             raise ValueError(f"--run-config: unknown key(s) {', '.join(unknown)}")
         refuse_overwrite([out_csv, runs_csv, png], args.force)
-        jobs = [{"method": m, "dataset": ds, "fold": f, "seed": 10 * sd + f,
-                 "rounds": args.rounds, "words": args.words, "eval_every": args.eval_every,
-                 "data": str(Path(args.data).resolve()), "extra": extra, "work": args.work}
-                for ds in args.datasets for f in args.folds for sd in args.seeds
-                for m in args.methods]
-        for ds in args.datasets:   # a bad fold or a broken file fails here, not in a worker
+        jobs = [
+            {
+                "method": m,
+                "dataset": ds,
+                "fold": f,
+                "seed": 10 * sd + f,
+                "rounds": args.rounds,
+                "words": args.words,
+                "eval_every": args.eval_every,
+                "data": str(Path(args.data).resolve()),
+                "extra": extra,
+                "work": args.work,
+            }
+            for ds in args.datasets
+            for f in args.folds
+            for sd in args.seeds
+            for m in args.methods
+        ]
+        for ds in args.datasets:  # a bad fold or a broken file fails here, not in a worker
             settings_of({**jobs[0], "dataset": ds, "fold": max(args.folds)}).check_maps()
-    except Exception as e:   # one line naming the flag or file
+    except Exception as e:  # one line naming the flag or file
         print(f"fedrl_table2: {e}", file=sys.stderr)
         return 2
     Path(args.work).mkdir(parents=True, exist_ok=True)
     from envs.word_vectors import word_vectors
-    word_vectors(jobs[0]["data"])   # train/cache once before the workers read it
+
+    word_vectors(jobs[0]["data"])  # train/cache once before the workers read it
     there = sum((Path(args.work) / f"{job_key(j)}.json").exists() for j in jobs)
     print(f"{len(jobs)} runs ({there} found in {args.work}), {args.jobs} at a time", flush=True)
-    order = sorted(jobs, key=lambda j: not j["method"].startswith("fedrl"))   # longest first
+    order = sorted(jobs, key=lambda j: not j["method"].startswith("fedrl"))  # longest first
     with ProcessPoolExecutor(args.jobs) as pool:
         runs = pd.DataFrame([r for rows in pool.map(cached_run, order) for r in rows])
     RESULTS.mkdir(parents=True, exist_ok=True)

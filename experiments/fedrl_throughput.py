@@ -22,6 +22,7 @@ transitions / (B x S)) and valid checks every 1,280 transitions, in one process 
 computes the same: tests/fedrl_parity.py). Runs are kept in --work and reused (resume).
 Writes experiments/results/fedrl_throughput.csv (and _runs.csv).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,15 +44,23 @@ from experiments.simulate import RESULTS, ROOT, command_line, simulate
 def default_config() -> str:
     """B,S,K of the run config's defaults (pyproject.toml)."""
     from server.config import merged
+
     cfg = merged({})
     return f"{cfg['fedrl.envs']},{cfg['fedrl.act-steps']},{cfg['fedrl.updates']}"
 
 
 def run_config(b: int, s: int, k: int) -> dict:
     # updates start in round 2; the final evaluation is kept short (4 valid maps, no test split)
-    return {"fedrl.envs": b, "fedrl.act-steps": s, "fedrl.updates": k, "fedrl.warmup": b * s,
-            "fedrl.eval-episodes": 4, "fedrl.test-maps": "", "client-threads": 1,
-            "eval-every": 100000}
+    return {
+        "fedrl.envs": b,
+        "fedrl.act-steps": s,
+        "fedrl.updates": k,
+        "fedrl.warmup": b * s,
+        "fedrl.eval-episodes": 4,
+        "fedrl.test-maps": "",
+        "client-threads": 1,
+        "eval-every": 100000,
+    }
 
 
 def local_round_times(cfg: dict, rounds: int) -> list[float]:
@@ -80,11 +89,15 @@ def timing(b: int, s: int, k: int, rounds: int, work: Path) -> dict:
     t_flower = float(steady["wall_s"].median())
     msgs = float(steady["messages"].diff().median())
     t_local = float(np.median(local_round_times(cfg, rounds)[2:-1]))
-    return {"messages_per_round": msgs, "flower_round_s": round(t_flower, 3),
-            "local_round_s": round(t_local, 3),
-            "flower_env_steps_per_s": round(b * s / t_flower, 1),
-            "flower_updates_per_s": round(k / t_flower, 1),
-            "local_updates_per_s": round(k / t_local, 1), "ratio": round(t_local / t_flower, 3)}
+    return {
+        "messages_per_round": msgs,
+        "flower_round_s": round(t_flower, 3),
+        "local_round_s": round(t_local, 3),
+        "flower_env_steps_per_s": round(b * s / t_flower, 1),
+        "flower_updates_per_s": round(k / t_flower, 1),
+        "local_updates_per_s": round(k / t_local, 1),
+        "ratio": round(t_local / t_flower, 3),
+    }
 
 
 def success(configs: list[tuple], args) -> pd.DataFrame:
@@ -93,20 +106,30 @@ def success(configs: list[tuple], args) -> pd.DataFrame:
     jobs = []
     for b, s, k in configs:
         per_round = b * s
-        jobs += [{"method": "fedrl", "rules": "paper", "size": 8, "seed": seed,
-                  "rounds": args.transitions // per_round,
-                  "eval_every": max(1, 1280 // per_round), "map_file": files[8],
-                  "ranges": ranges, "work": args.work,
-                  "extra": {"fedrl.envs": b, "fedrl.act-steps": s, "fedrl.updates": k}}
-                 for seed in args.seeds]
+        jobs += [
+            {
+                "method": "fedrl",
+                "rules": "paper",
+                "size": 8,
+                "seed": seed,
+                "rounds": args.transitions // per_round,
+                "eval_every": max(1, 1280 // per_round),
+                "map_file": files[8],
+                "ranges": ranges,
+                "work": args.work,
+                "extra": {"fedrl.envs": b, "fedrl.act-steps": s, "fedrl.updates": k},
+            }
+            for seed in args.seeds
+        ]
     runs = run_jobs(jobs, args.jobs)
     return runs[runs.test_noise == "on"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--configs", nargs="+",
-                    default=["32,4,64", "64,2,64", "128,1,64", "128,1,128", "256,1,128"])
+    ap.add_argument(
+        "--configs", nargs="+", default=["32,4,64", "64,2,64", "128,1,64", "128,1,128", "256,1,128"]
+    )
     ap.add_argument("--timing-rounds", type=int, default=12)
     ap.add_argument("--transitions", type=int, default=25600, help="per success run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -116,9 +139,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="success runs in parallel")
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_throughput"))
     ap.add_argument("--skip-success", action="store_true", help="timings only")
-    ap.add_argument("--success-only", action="store_true",
-                    help="train the success runs into --work and stop (a later full run reuses "
-                         "them and times on an idle machine)")
+    ap.add_argument(
+        "--success-only",
+        action="store_true",
+        help="train the success runs into --work and stop (a later full run reuses "
+        "them and times on an idle machine)",
+    )
     ap.add_argument("--force", action="store_true", help="overwrite the result files")
     args = ap.parse_args(argv)
     args.run_config, args.eval_every = "", 1
@@ -136,10 +162,16 @@ def main(argv=None) -> int:
         return 0
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     rows, work = [], Path(tempfile.mkdtemp(prefix="fedrl-throughput-"))
-    for b, s, k in configs:   # timings first, one at a time, on an idle machine
-        row = {"B": b, "S": s, "K": k, "update_ratio": k / (b * s),
-               "default": f"{b},{s},{k}" == default_config(), **timing(b, s, k, args.timing_rounds, work),
-               "machine": machine}
+    for b, s, k in configs:  # timings first, one at a time, on an idle machine
+        row = {
+            "B": b,
+            "S": s,
+            "K": k,
+            "update_ratio": k / (b * s),
+            "default": f"{b},{s},{k}" == default_config(),
+            **timing(b, s, k, args.timing_rounds, work),
+            "machine": machine,
+        }
         print(row, flush=True)
         rows.append(row)
     shutil.rmtree(work, ignore_errors=True)
@@ -158,8 +190,9 @@ def main(argv=None) -> int:
             table["seeds"] = int(stats["count"].min())
         top = table.loc[table.succ_best_mean.idxmax()]
         # within the seed spread of the best: no lower than the best's mean minus its sd
-        table["within_spread_of_best"] = (table.succ_best_mean
-                                          >= top.succ_best_mean - top.succ_best_sd)
+        table["within_spread_of_best"] = (
+            table.succ_best_mean >= top.succ_best_mean - top.succ_best_sd
+        )
         table["rounds"] = args.transitions // (table.B * table.S)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False)

@@ -23,6 +23,7 @@ steps (rounds x one house's local steps): averaging K houses that each took s st
 same model moves it about as far as s steps on K times the batch, not K x s steps. Best
 (highest val_unseen SR) and last evaluation, mean and sd over seeds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,38 +58,61 @@ def main(argv=None) -> int:
     base, pipe = ROOT / "runs" / "fedvln-gap", Path(a.pipeline_out)
     rows = []
     for seed in a.seeds:
-        runs = {"centralized (pooled data)": (pipe / f"seed{seed}", "central/agent"),
-                "2 houses x 12 steps, fresh optimizer (pipeline)": (pipe / f"seed{seed}",
-                                                                    "agent")}
+        runs = {
+            "centralized (pooled data)": (pipe / f"seed{seed}", "central/agent"),
+            "2 houses x 12 steps, fresh optimizer (pipeline)": (pipe / f"seed{seed}", "agent"),
+        }
         for name, (label, rc) in VARIANTS.items():
             run = base / f"{name}-s{seed}"
-            simulate("fedvln", run, rounds=a.rounds, seed=seed,
-                     run_config=f'fedvln.stage="agent" eval-every={a.eval_every} {rc}')
+            simulate(
+                "fedvln",
+                run,
+                rounds=a.rounds,
+                seed=seed,
+                run_config=f'fedvln.stage="agent" eval-every={a.eval_every} {rc}',
+            )
             runs[label] = (run.parent, run.name)
         curves = {}
         for name, (out, run) in runs.items():
             df = curve(out, run)
             if df is None or not len(df):
-                raise SystemExit(f"fedvln_gap: {out / run} is missing or unfinished; run "
-                                 f"`python -m experiments.fedvln_pipeline` first")
+                raise SystemExit(
+                    f"fedvln_gap: {out / run} is missing or unfinished; run "
+                    f"`python -m experiments.fedvln_pipeline` first"
+                )
             curves[name] = df
         # the federated run's sequential steps: rounds x one house's local steps per round
         fed = pd.read_csv(pipe / f"seed{seed}" / "agent" / "rounds.csv").query("round > 0")
         sequential = int(a.rounds * (fed["local_steps"] / fed["n_clients"]).median())
         cent = curves["centralized (pooled data)"]
-        curves[f"centralized, first {sequential} steps (the federated run's sequential "
-               f"steps)"] = cent[cent["steps"] <= sequential].reset_index(drop=True)
+        curves[f"centralized, first {sequential} steps (the federated run's sequential steps)"] = (
+            cent[cent["steps"] <= sequential].reset_index(drop=True)
+        )
         for name, df in curves.items():
             for ck, r in pick(df, "val_unseen_sr").items():
-                rows.append({"run": name, "checkpoint": ck, "seed": seed,
-                             "steps": int(r["steps"]), "val_unseen_sr": r["val_unseen_sr"],
-                             "val_seen_sr": r.get("val_seen_sr", np.nan)})
+                rows.append(
+                    {
+                        "run": name,
+                        "checkpoint": ck,
+                        "seed": seed,
+                        "steps": int(r["steps"]),
+                        "val_unseen_sr": r["val_unseen_sr"],
+                        "val_seen_sr": r.get("val_seen_sr", np.nan),
+                    }
+                )
     df = pd.DataFrame(rows)
-    table = (df.groupby(["run", "checkpoint"], sort=False)
-             .agg(n_seeds=("seed", "size"), steps=("steps", "mean"),
-                  val_unseen_sr=("val_unseen_sr", "mean"), val_unseen_sr_sd=("val_unseen_sr", "std"),
-                  val_seen_sr=("val_seen_sr", "mean"), val_seen_sr_sd=("val_seen_sr", "std"))
-             .reset_index())
+    table = (
+        df.groupby(["run", "checkpoint"], sort=False)
+        .agg(
+            n_seeds=("seed", "size"),
+            steps=("steps", "mean"),
+            val_unseen_sr=("val_unseen_sr", "mean"),
+            val_unseen_sr_sd=("val_unseen_sr", "std"),
+            val_seen_sr=("val_seen_sr", "mean"),
+            val_seen_sr_sd=("val_seen_sr", "std"),
+        )
+        .reset_index()
+    )
     dest = Path(a.results_dir)
     dest.mkdir(parents=True, exist_ok=True)
     table.round(2).to_csv(dest / "fedvln_gap.csv", index=False)

@@ -13,6 +13,7 @@ sets them. A round count is the first evaluated round at or above the target (a 
 --eval-every or the last round); a seed that never reaches a target counts as not reached, and
 the table gives how many seeds did. Rows: mean and sd over seeds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +24,15 @@ import pandas as pd
 
 from experiments.simulate import RESULTS, ROOT, simulate
 
-PAPER_T7 = pd.DataFrame({  # Envdrop on R2R: rounds to reach 43/45/47% unseen SR, best SR
-    "E": [3, 5, 8, 12, 18], "target_43": [234, 183, 112, 79, 65],
-    "target_45": [400, 291, 204, 115, 152], "target_47": [480, 847, None, None, None],
-    "best_sr": [48.2, 47.0, 46.0, 46.3, 45.6]})
+PAPER_T7 = pd.DataFrame(
+    {  # Envdrop on R2R: rounds to reach 43/45/47% unseen SR, best SR
+        "E": [3, 5, 8, 12, 18],
+        "target_43": [234, 183, 112, 79, 65],
+        "target_45": [400, 291, 204, 115, 152],
+        "target_47": [480, 847, None, None, None],
+        "best_sr": [48.2, 47.0, 46.0, 46.3, 45.6],
+    }
+)
 
 
 def parse_args(argv=None):
@@ -56,13 +62,18 @@ def table(curves: dict[tuple[float, int], pd.DataFrame], targets: list[float]) -
         for t in targets:
             hits = np.array([rounds_to(c, t) for c in runs])
             row[f"target_{t:g}"] = np.nanmean(hits) if np.isfinite(hits).any() else np.nan
-            row[f"target_{t:g}_sd"] = np.nanstd(hits, ddof=1) if np.isfinite(hits).sum() > 1 \
-                else np.nan
+            row[f"target_{t:g}_sd"] = (
+                np.nanstd(hits, ddof=1) if np.isfinite(hits).sum() > 1 else np.nan
+            )
             row[f"target_{t:g}_reached"] = int(np.isfinite(hits).sum())
         best = np.array([c["val_unseen_sr"].max() for c in runs])
         last = np.array([c["val_unseen_sr"].iloc[-1] for c in runs])
-        row.update(best_sr=best.mean(), best_sr_sd=best.std(ddof=1) if len(runs) > 1 else np.nan,
-                   last_sr=last.mean(), last_sr_sd=last.std(ddof=1) if len(runs) > 1 else np.nan)
+        row.update(
+            best_sr=best.mean(),
+            best_sr_sd=best.std(ddof=1) if len(runs) > 1 else np.nan,
+            last_sr=last.mean(),
+            last_sr_sd=last.std(ddof=1) if len(runs) > 1 else np.nan,
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -75,16 +86,26 @@ def main(argv=None) -> int:
     curves = {}
     for seed in a.seeds:
         for e in a.epochs:
-            rc = [f'fedvln.stage="agent" fedvln.local-epochs={float(e)} eval-every={a.eval_every}',
-                  "fedvln.eval-seen=false", a.run_config]
+            rc = [
+                f'fedvln.stage="agent" fedvln.local-epochs={float(e)} eval-every={a.eval_every}',
+                "fedvln.eval-seen=false",
+                a.run_config,
+            ]
             if a.data_dir:
                 rc.append(f'fedvln.data-dir="{Path(a.data_dir).resolve()}"')
-            run = simulate("fedvln", base / f"E{e:g}-s{seed}", rounds=a.rounds, seed=seed,
-                           run_config=" ".join(x for x in rc if x))
+            run = simulate(
+                "fedvln",
+                base / f"E{e:g}-s{seed}",
+                rounds=a.rounds,
+                seed=seed,
+                run_config=" ".join(x for x in rc if x),
+            )
             df = pd.read_csv(run / "rounds.csv")
             curves[(e, seed)] = df.dropna(subset=["val_unseen_sr"])[["round", "val_unseen_sr"]]
-    means = {e: np.mean([c["val_unseen_sr"].max() for (e2, _), c in curves.items() if e2 == e])
-             for e in a.epochs}
+    means = {
+        e: np.mean([c["val_unseen_sr"].max() for (e2, _), c in curves.items() if e2 == e])
+        for e in a.epochs
+    }
     targets = a.targets or [round(f * min(means.values()), 1) for f in (0.6, 0.8, 1.0)]
     ours = table(curves, targets)
     suffix = f"_{a.tag}" if a.tag else ""
@@ -99,6 +120,7 @@ def main(argv=None) -> int:
 
 def plot(curves: dict, targets: list[float], png: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -109,12 +131,15 @@ def plot(curves: dict, targets: list[float], png: Path) -> None:
         n = min(len(c) for c in runs)
         y = np.stack([c["val_unseen_sr"].iloc[:n].to_numpy() for c in runs])
         x = runs[0]["round"].iloc[:n]
-        line, = ax.plot(x, y.mean(0), marker=".", label=f"E = {e:g} (n={len(runs)})")
+        (line,) = ax.plot(x, y.mean(0), marker=".", label=f"E = {e:g} (n={len(runs)})")
         ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
     for t in targets:
         ax.axhline(t, color="grey", lw=0.6, ls=":")
-    ax.set(xlabel="communication round", ylabel="val_unseen SR (%)",
-           title="ours (embedded): mean, min-max over seeds; dotted: targets")
+    ax.set(
+        xlabel="communication round",
+        ylabel="val_unseen SR (%)",
+        title="ours (embedded): mean, min-max over seeds; dotted: targets",
+    )
     ax.legend(fontsize=8)
     ax = axes[1]
     for col, t in (("target_43", 43), ("target_45", 45), ("target_47", 47)):

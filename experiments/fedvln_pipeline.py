@@ -30,6 +30,7 @@ pre-exploration) to the lowest mean best SR among the compared methods, so each 
 some method's mean best is not above the start, to the highest mean best instead (methods that
 never get there show as not reaching it); if none beats the start there is no target.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,7 @@ PAPER_T2 = {  # FedVLN Table 2, R2R, Envdrop rows
     ("FedEnvdrop_aug", "val_seen"): [4.14, 70.4, 58.7, 62.0, 69.8, 59.2],
     ("FedEnvdrop_aug", "val_unseen"): [5.22, 58.5, 47.5, 51.3, 60.8, 47.0],
 }
-PAPER_T4 = {"Cent": (33.6, 30.7), "Fed": (31.7, 31.9)}   # ResNet speaker BLEU seen, unseen
+PAPER_T4 = {"Cent": (33.6, 30.7), "Fed": (31.7, 31.9)}  # ResNet speaker BLEU seen, unseen
 PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "centralized": ([3.89, 73.7, 61.7, 64.8, 71.5, 64.6], "data"),
     "env-based": ([3.49, 78.5, 64.0, 67.4, 73.2, 67.5], "nothing"),
@@ -74,9 +75,12 @@ PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "fed-lan+seen": ([3.47, 78.1, 64.8, 68.3, 73.5, 67.3], "24.6%"),
 }
 PAPER_T9 = {  # optimizer steps (x 10^2) to 44% (seen training) / 62% (pre-exploration), R2R
-    ("seen", "centralized"): 356, ("seen", "federated"): 825,
-    ("preexplore", "centralized"): 105, ("preexplore", "env-based"): 7,
-    ("preexplore", "fed-full"): 97, ("preexplore", "fed-lan+seen"): 13,
+    ("seen", "centralized"): 356,
+    ("seen", "federated"): 825,
+    ("preexplore", "centralized"): 105,
+    ("preexplore", "env-based"): 7,
+    ("preexplore", "fed-full"): 97,
+    ("preexplore", "fed-lan+seen"): 13,
 }
 
 
@@ -109,9 +113,11 @@ def stage_config(a, stage: str, extra: str = "") -> str:
 def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
     """One federated stage, resumed if finished; an interrupted one is redone."""
     done = run / "rounds.csv"
-    if done.is_file() and (pd.read_csv(done)["round"].max() < rounds
-                           or not (run / "config.json").is_file()
-                           or "wall_s" not in json.loads((run / "config.json").read_text())):
+    if done.is_file() and (
+        pd.read_csv(done)["round"].max() < rounds
+        or not (run / "config.json").is_file()
+        or "wall_s" not in json.loads((run / "config.json").read_text())
+    ):
         shutil.rmtree(run)
     simulate("fedvln", run, rounds=rounds, seed=seed, run_config=config)
 
@@ -120,12 +126,22 @@ def run_seed(a, out: Path, seed: int) -> None:
     _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
     _stage(a, out / "speaker", a.speaker_rounds, seed, stage_config(a, "speaker"))
     spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
-    _stage(a, out / "augment", a.aug_rounds, seed,
-           stage_config(a, "augment", f'fedvln.agent-init="{out / "agent" / "best.pt"}" {spk}'))
+    _stage(
+        a,
+        out / "augment",
+        a.aug_rounds,
+        seed,
+        stage_config(a, "augment", f'fedvln.agent-init="{out / "agent" / "best.pt"}" {spk}'),
+    )
     pre = f'fedvln.agent-init="{out / "augment" / "best.pt"}" {spk}'
     for v in VARIANTS:
-        _stage(a, out / f"preexplore-{v}", a.pre_rounds, seed,
-               stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'))
+        _stage(
+            a,
+            out / f"preexplore-{v}",
+            a.pre_rounds,
+            seed,
+            stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'),
+        )
     centralized(a, out, seed)
     centralized_preexplore(a, out, seed)
     floor(out, seed)
@@ -148,9 +164,15 @@ def floor(out: Path, seed: int) -> None:
     for split in ("val_seen", "val_unseen"):
         eps = setup.split(split)
         m, _ = vln_agent.evaluate(follower, setup.world, eps, tokens, s)
-        row.update({f"{split}_n": len(eps), **{f"{split}_{k}": x for k, x in m.items()},
-                    f"{split}_bleu": vln_speaker.bleu(speaker, vln_speaker.PathInputs(
-                        setup.world), eps, setup.vocab)})
+        row.update(
+            {
+                f"{split}_n": len(eps),
+                **{f"{split}_{k}": x for k, x in m.items()},
+                f"{split}_bleu": vln_speaker.bleu(
+                    speaker, vln_speaker.PathInputs(setup.world), eps, setup.vocab
+                ),
+            }
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([row]).to_csv(dest, index=False)
 
@@ -167,20 +189,46 @@ def centralized(a, out: Path, seed: int) -> None:
     """Envdrop, speaker and Envdrop_aug on pooled data, step for step with the federated runs:
     as many optimizer steps as each federated stage made, evaluated every as many steps as one
     federated evaluation interval (the federated runs' own evaluation points)."""
-    steps = {s: _eval_steps(out / s / "rounds.csv", c) for s, c in
-             (("agent", "val_unseen_sr"), ("speaker", "val_unseen_bleu"),
-              ("augment", "val_unseen_sr"))}
+    steps = {
+        s: _eval_steps(out / s / "rounds.csv", c)
+        for s, c in (
+            ("agent", "val_unseen_sr"),
+            ("speaker", "val_unseen_bleu"),
+            ("augment", "val_unseen_sr"),
+        )
+    }
     cfg = json.loads((out / "agent" / "config.json").read_text())
     every = max(1, steps["agent"][-1] // max(1, len(steps["agent"])))
-    args = ["--iters", str(steps["agent"][-1]), "--speaker-iters", str(steps["speaker"][-1]),
-            "--aug-iters", str(steps["augment"][-1]), "--eval-every", str(every),
-            "--aug-routes", str(cfg["fedvln.aug-routes"]),
-            "--seed", str(seed), "--threads", "2", "--out", str(out / "central"),
-            "--results-dir", str(out / "central"),
-            "--embedding", str(cfg["fedvln.embedding"]), "--hidden", str(cfg["fedvln.hidden"]),
-            "--batch-size", str(cfg["fedvln.batch-size"]),
-            "--train-houses", str(cfg["fedvln.train-houses"]),
-            "--unseen-houses", str(cfg["fedvln.unseen-houses"])]
+    args = [
+        "--iters",
+        str(steps["agent"][-1]),
+        "--speaker-iters",
+        str(steps["speaker"][-1]),
+        "--aug-iters",
+        str(steps["augment"][-1]),
+        "--eval-every",
+        str(every),
+        "--aug-routes",
+        str(cfg["fedvln.aug-routes"]),
+        "--seed",
+        str(seed),
+        "--threads",
+        "2",
+        "--out",
+        str(out / "central"),
+        "--results-dir",
+        str(out / "central"),
+        "--embedding",
+        str(cfg["fedvln.embedding"]),
+        "--hidden",
+        str(cfg["fedvln.hidden"]),
+        "--batch-size",
+        str(cfg["fedvln.batch-size"]),
+        "--train-houses",
+        str(cfg["fedvln.train-houses"]),
+        "--unseen-houses",
+        str(cfg["fedvln.unseen-houses"]),
+    ]
     if a.data_dir:
         args += ["--data-dir", str(Path(a.data_dir).resolve())]
     if vln_centralized.main(args) != 0:
@@ -207,31 +255,53 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
         mine = speaker_routes(h, int(cfg["fedvln.preexplore-routes"]), int(cfg["seed"]))
         routes += mine
         val += h.val
-        per_round += follower_steps(0, len(mine), float(cfg["fedvln.preexplore-epochs"]),
-                                    int(cfg["fedvln.batch-size"]),
-                                    int(cfg["fedvln.max-local-steps"]))
+        per_round += follower_steps(
+            0,
+            len(mine),
+            float(cfg["fedvln.preexplore-epochs"]),
+            int(cfg["fedvln.batch-size"]),
+            int(cfg["fedvln.max-local-steps"]),
+        )
     s = agent_settings(cfg)
     tokens = vln_agent.Tokens(setup.vocab, s.max_words)
-    bt = vln_agent.BackTranslation(speaker, vln_speaker.PathInputs(setup.world), setup.vocab,
-                                   s.max_words)
+    bt = vln_agent.BackTranslation(
+        speaker, vln_speaker.PathInputs(setup.world), setup.vocab, s.max_words
+    )
     r = recipe_of(cfg)
     rng = np.random.default_rng(seed)
     rows, t0 = [], time.time()
     for rnd in range(1, a.pre_rounds + 1):
-        opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)   # as fresh as a house's
-        loss = vln_agent.train_batches(follower, opt, setup.world, [], tokens, s,
-                                       iterations=per_round, rng=rng, routes=routes,
-                                       back_translate=bt)
+        opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)  # as fresh as a house's
+        loss = vln_agent.train_batches(
+            follower,
+            opt,
+            setup.world,
+            [],
+            tokens,
+            s,
+            iterations=per_round,
+            rng=rng,
+            routes=routes,
+            back_translate=bt,
+        )
         if rnd % a.pre_eval_every == 0 or rnd == a.pre_rounds:
             m, _ = vln_agent.evaluate(follower, setup.world, val, tokens, s)
-            rows.append({"round": rnd, "local_steps_cum": rnd * per_round, "train_loss": loss,
-                         "val_unseen_n": len(val),
-                         **{f"val_unseen_{k}": v for k, v in m.items()},
-                         "wall_s": time.time() - t0})
+            rows.append(
+                {
+                    "round": rnd,
+                    "local_steps_cum": rnd * per_round,
+                    "train_loss": loss,
+                    "val_unseen_n": len(val),
+                    **{f"val_unseen_{k}": v for k, v in m.items()},
+                    "wall_s": time.time() - t0,
+                }
+            )
             pd.DataFrame(rows).to_csv(log_path, index=False)
-            print(f"[centralized pre-exploration] round {rnd}/{a.pre_rounds} "
-                  f"({per_round} steps each): unseen SR {m['sr']:.1f} SPL {m['spl']:.1f}",
-                  flush=True)
+            print(
+                f"[centralized pre-exploration] round {rnd}/{a.pre_rounds} "
+                f"({per_round} steps each): unseen SR {m['sr']:.1f} SPL {m['spl']:.1f}",
+                flush=True,
+            )
     return log_path
 
 
@@ -259,7 +329,7 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
         return pd.read_csv(f).rename(columns={"local_steps_cum": "steps"}) if f.is_file() else None
     f, cfg = out / run / "rounds.csv", out / run / "config.json"
     if not f.is_file() or not cfg.is_file() or "wall_s" not in json.loads(cfg.read_text()):
-        return None                         # missing, or still running
+        return None  # missing, or still running
     df = pd.read_csv(f)
     df = df[df["round"] > 0].copy()
     df["steps"] = df["local_steps"].fillna(0).cumsum()
@@ -299,9 +369,13 @@ def seed_dirs(out: Path, seeds: list[int]) -> dict[int, Path]:
 def table2(dirs: dict[int, Path]) -> pd.DataFrame:
     rows = []
     for seed, out in dirs.items():
-        for model, run in (("untrained (floor)", "untrained"),
-                           ("Envdrop", "central/agent"), ("FedEnvdrop", "agent"),
-                           ("Envdrop_aug", "central/augment"), ("FedEnvdrop_aug", "augment")):
+        for model, run in (
+            ("untrained (floor)", "untrained"),
+            ("Envdrop", "central/agent"),
+            ("FedEnvdrop", "agent"),
+            ("Envdrop_aug", "central/augment"),
+            ("FedEnvdrop_aug", "augment"),
+        ):
             df = curve(out, run)
             if df is None or not len(df):
                 continue
@@ -313,43 +387,67 @@ def table2(dirs: dict[int, Path]) -> pd.DataFrame:
                     n = r.get(f"{split}_n", np.nan)
                     if n != n and split == "val_unseen" and len(n_unseen):
                         n = n_unseen.iloc[0]
-                    rows.append({"model": model, "split": split, "checkpoint": ck, "seed": seed,
-                                 "steps": int(r["steps"]), "n_eval": n,
-                                 "se_eval": se_eval(r[f"{split}_sr"], n),
-                                 **{k: r[f"{split}_{k}"] for k in NAV}})
+                    rows.append(
+                        {
+                            "model": model,
+                            "split": split,
+                            "checkpoint": ck,
+                            "seed": seed,
+                            "steps": int(r["steps"]),
+                            "n_eval": n,
+                            "se_eval": se_eval(r[f"{split}_sr"], n),
+                            **{k: r[f"{split}_{k}"] for k in NAV},
+                        }
+                    )
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["model", "split", "checkpoint"], NAV + ["se_eval", "steps"])
-    return _with_paper(t, lambda r: PAPER_T2.get((r["model"], r["split"]), [np.nan] * 6), NAV,
-                       ["model", "split"])
+    return _with_paper(
+        t, lambda r: PAPER_T2.get((r["model"], r["split"]), [np.nan] * 6), NAV, ["model", "split"]
+    )
 
 
 def _with_paper(t: pd.DataFrame, paper_of, cols: list[str], keys: list[str]) -> pd.DataFrame:
     t = t.assign(source="ours")
     papers = []
     for _, r in t.drop_duplicates(keys).iterrows():
-        papers.append({**{k: r[k] for k in keys}, "source": "paper",
-                       **dict(zip(cols, paper_of(r)))})
+        papers.append(
+            {**{k: r[k] for k in keys}, "source": "paper", **dict(zip(cols, paper_of(r)))}
+        )
     return pd.concat([t, pd.DataFrame(papers)], ignore_index=True)
 
 
 def table4(dirs: dict[int, Path]) -> pd.DataFrame:
     rows = []
     for seed, out in dirs.items():
-        for name, run in (("untrained (floor)", "untrained"), ("Cent", "central/speaker"),
-                          ("Fed", "speaker")):
+        for name, run in (
+            ("untrained (floor)", "untrained"),
+            ("Cent", "central/speaker"),
+            ("Fed", "speaker"),
+        ):
             df = curve(out, run)
             if df is None or not len(df):
                 continue
             for ck, r in pick(df, "val_unseen_bleu").items():
-                rows.append({"speaker": name, "checkpoint": ck, "seed": seed,
-                             "steps": int(r["steps"]), "val_seen_bleu": r["val_seen_bleu"],
-                             "val_unseen_bleu": r["val_unseen_bleu"]})
+                rows.append(
+                    {
+                        "speaker": name,
+                        "checkpoint": ck,
+                        "seed": seed,
+                        "steps": int(r["steps"]),
+                        "val_seen_bleu": r["val_seen_bleu"],
+                        "val_unseen_bleu": r["val_unseen_bleu"],
+                    }
+                )
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["speaker", "checkpoint"], ["val_seen_bleu", "val_unseen_bleu", "steps"])
-    return _with_paper(t, lambda r: PAPER_T4.get(r["speaker"], [np.nan] * 2),
-                       ["val_seen_bleu", "val_unseen_bleu"], ["speaker"])
+    return _with_paper(
+        t,
+        lambda r: PAPER_T4.get(r["speaker"], [np.nan] * 2),
+        ["val_seen_bleu", "val_unseen_bleu"],
+        ["speaker"],
+    )
 
 
 def _pre_run(v: str) -> str:
@@ -368,12 +466,19 @@ def table5(dirs: dict[int, Path]) -> pd.DataFrame:
             if v != "centralized":
                 mb = pd.read_csv(out / _pre_run(v) / "rounds.csv")["bytes_up"].sum() / 1e6
             for ck, r in pick(df, "val_unseen_sr").items():
-                rows.append({"method": v, "checkpoint": ck, "seed": seed,
-                             "start_sr": start["val_unseen_sr"].max() if start is not None
-                             else np.nan, "mb_up": mb, "steps": int(r["steps"]),
-                             "n_eval": r["val_unseen_n"],
-                             "se_eval": se_eval(r["val_unseen_sr"], r["val_unseen_n"]),
-                             **{k: r[f"val_unseen_{k}"] for k in NAV}})
+                rows.append(
+                    {
+                        "method": v,
+                        "checkpoint": ck,
+                        "seed": seed,
+                        "start_sr": start["val_unseen_sr"].max() if start is not None else np.nan,
+                        "mb_up": mb,
+                        "steps": int(r["steps"]),
+                        "n_eval": r["val_unseen_n"],
+                        "se_eval": se_eval(r["val_unseen_sr"], r["val_unseen_n"]),
+                        **{k: r[f"val_unseen_{k}"] for k in NAV},
+                    }
+                )
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["method", "checkpoint"], NAV + ["se_eval", "start_sr", "mb_up", "steps"])
@@ -386,36 +491,60 @@ def steps_to(df: pd.DataFrame, target: float) -> float:
 
 
 def table9(dirs: dict[int, Path]) -> pd.DataFrame:
-    groups = {"seen": {"centralized": "central/agent", "federated": "agent"},
-              "preexplore": {v: _pre_run(v) for v in ("centralized",) + VARIANTS}}
+    groups = {
+        "seen": {"centralized": "central/agent", "federated": "agent"},
+        "preexplore": {v: _pre_run(v) for v in ("centralized",) + VARIANTS},
+    }
     rows = []
     for phase, runs in groups.items():
         curves = {(s, m): curve(out, r) for s, out in dirs.items() for m, r in runs.items()}
         curves = {k: c for k, c in curves.items() if c is not None and len(c)}
         if not curves:
             continue
-        best = pd.DataFrame([{"m": m, "best": c["val_unseen_sr"].max()}
-                             for (_, m), c in curves.items()]).groupby("m")["best"].mean()
+        best = (
+            pd.DataFrame(
+                [{"m": m, "best": c["val_unseen_sr"].max()} for (_, m), c in curves.items()]
+            )
+            .groupby("m")["best"]
+            .mean()
+        )
         start = 0.0
         if phase == "preexplore":
-            starts = [curve(out, "augment")["val_unseen_sr"].max() for out in dirs.values()
-                      if curve(out, "augment") is not None]
+            starts = [
+                curve(out, "augment")["val_unseen_sr"].max()
+                for out in dirs.values()
+                if curve(out, "augment") is not None
+            ]
             start = float(np.mean(starts)) if starts else 0.0
         # 90% of the way to the lowest mean best; if some method never beats the start, to
         # the highest one instead (the others then show as not reaching it)
         top = best.min() if best.min() > start else best.max()
         target = round(start + 0.9 * (top - start), 1) if top > start else float("nan")
         for (seed, m), c in curves.items():
-            rows.append({"phase": phase, "method": m, "seed": seed, "target_sr": target,
-                         "steps": steps_to(c, target), "reached": float(steps_to(c, target) ==
-                                                                        steps_to(c, target))})
+            rows.append(
+                {
+                    "phase": phase,
+                    "method": m,
+                    "seed": seed,
+                    "target_sr": target,
+                    "steps": steps_to(c, target),
+                    "reached": float(steps_to(c, target) == steps_to(c, target)),
+                }
+            )
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["phase", "method"], ["target_sr", "steps", "reached"])
     t["reached"] = (t["reached"] * t["n_seeds"]).round().astype(int)
-    paper = [{"phase": p, "method": m, "source": "paper (R2R)",
-              "target_sr": 44.0 if p == "seen" else 62.0, "steps": 100 * v}
-             for (p, m), v in PAPER_T9.items()]
+    paper = [
+        {
+            "phase": p,
+            "method": m,
+            "source": "paper (R2R)",
+            "target_sr": 44.0 if p == "seen" else 62.0,
+            "steps": 100 * v,
+        }
+        for (p, m), v in PAPER_T9.items()
+    ]
     return pd.concat([t.assign(source="ours"), pd.DataFrame(paper)], ignore_index=True)
 
 
@@ -432,54 +561,74 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     lines = []
     t = result["table2"]
     if len(t):
-        lines += ["| Table 2 | checkpoint | seeds | steps | val_seen SR | val_unseen SR | "
-                  "val_unseen SPL | SE of one eval | paper val_unseen SR / SPL |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| Table 2 | checkpoint | seeds | steps | val_seen SR | val_unseen SR | "
+            "val_unseen SPL | SE of one eval | paper val_unseen SR / SPL |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         ours = t[t["source"] == "ours"]
         for (model, ck), g in ours.groupby(["model", "checkpoint"], sort=False):
             u = g[g["split"] == "val_unseen"].iloc[0]
             s_ = g[g["split"] == "val_seen"]
             p = PAPER_T2.get((model, "val_unseen"), ["–"] * 6)
-            lines.append(f"| {model} | {ck} | {int(u['n_seeds'])} | {u['steps']:.0f} | "
-                         f"{_pm(s_.iloc[0], 'sr') if len(s_) else '–'} | {_pm(u, 'sr')} | "
-                         f"{_pm(u, 'spl')} | {u['se_eval']:.1f} | {p[3]} / {p[2]} |")
+            lines.append(
+                f"| {model} | {ck} | {int(u['n_seeds'])} | {u['steps']:.0f} | "
+                f"{_pm(s_.iloc[0], 'sr') if len(s_) else '–'} | {_pm(u, 'sr')} | "
+                f"{_pm(u, 'spl')} | {u['se_eval']:.1f} | {p[3]} / {p[2]} |"
+            )
         lines.append("")
     t = result["table4"]
     if len(t):
-        lines += ["| Table 4 (BLEU-4) | checkpoint | seeds | val_seen | val_unseen | "
-                  "paper val_seen / val_unseen |", "|---|---|---|---|---|---|"]
+        lines += [
+            "| Table 4 (BLEU-4) | checkpoint | seeds | val_seen | val_unseen | "
+            "paper val_seen / val_unseen |",
+            "|---|---|---|---|---|---|",
+        ]
         for _, r in t[t["source"] == "ours"].iterrows():
             p = PAPER_T4.get(r["speaker"], ("–", "–"))
-            lines.append(f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
-                         f"{_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
-                         f"{p[0]} / {p[1]} |")
+            lines.append(
+                f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
+                f"{_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
+                f"{p[0]} / {p[1]} |"
+            )
         lines.append("")
     t = result["table5"]
     if len(t):
-        lines += ["| Table 5 (val_unseen) | checkpoint | seeds | SR | SPL | nDTW | "
-                  "SE of one eval | start SR | MB up | paper SR |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| Table 5 (val_unseen) | checkpoint | seeds | SR | SPL | nDTW | "
+            "SE of one eval | start SR | MB up | paper SR |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for _, r in t[t["source"] == "ours"].iterrows():
             mb = "–" if r["mb_up"] != r["mb_up"] else f"{r['mb_up']:.1f}"
-            lines.append(f"| {r['method']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
-                         f"{_pm(r, 'sr')} | {_pm(r, 'spl')} | {_pm(r, 'ndtw')} | "
-                         f"{r['se_eval']:.1f} | {_pm(r, 'start_sr')} | {mb} | "
-                         f"{PAPER_T5[r['method']][0][3]} |")
+            lines.append(
+                f"| {r['method']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
+                f"{_pm(r, 'sr')} | {_pm(r, 'spl')} | {_pm(r, 'ndtw')} | "
+                f"{r['se_eval']:.1f} | {_pm(r, 'start_sr')} | {mb} | "
+                f"{PAPER_T5[r['method']][0][3]} |"
+            )
         lines.append("")
     t = result["table9"]
     if len(t):
-        lines += ["| Table 9 | method | target SR | steps to target | seeds reaching it | "
-                  "paper steps (R2R) |", "|---|---|---|---|---|---|"]
+        lines += [
+            "| Table 9 | method | target SR | steps to target | seeds reaching it | "
+            "paper steps (R2R) |",
+            "|---|---|---|---|---|---|",
+        ]
         for _, r in t[t["source"] == "ours"].iterrows():
             paper = PAPER_T9.get((r["phase"], r["method"]))
             if r["target_sr"] != r["target_sr"]:
-                lines.append(f"| {r['phase']} | {r['method']} | none: no method's mean best "
-                             f"beats the start | – | – | "
-                             f"{'–' if paper is None else paper * 100} |")
+                lines.append(
+                    f"| {r['phase']} | {r['method']} | none: no method's mean best "
+                    f"beats the start | – | – | "
+                    f"{'–' if paper is None else paper * 100} |"
+                )
                 continue
-            lines.append(f"| {r['phase']} | {r['method']} | {r['target_sr']:.1f} | "
-                         f"{_pm(r, 'steps', 0)} | {int(r['reached'])} / {int(r['n_seeds'])} | "
-                         f"{'–' if paper is None else paper * 100} |")
+            lines.append(
+                f"| {r['phase']} | {r['method']} | {r['target_sr']:.1f} | "
+                f"{_pm(r, 'steps', 0)} | {int(r['reached'])} / {int(r['n_seeds'])} | "
+                f"{'–' if paper is None else paper * 100} |"
+            )
     return "\n".join(lines)
 
 
@@ -488,8 +637,12 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
     dirs = seed_dirs(out, a.seeds)
     for seed, d in dirs.items():
         floor(d, seed)
-    result = {"table2": table2(dirs), "table4": table4(dirs), "table5": table5(dirs),
-              "table9": table9(dirs)}
+    result = {
+        "table2": table2(dirs),
+        "table4": table4(dirs),
+        "table5": table5(dirs),
+        "table9": table9(dirs),
+    }
     dest.mkdir(parents=True, exist_ok=True)
     for name, t in result.items():
         if len(t):
@@ -508,25 +661,37 @@ def _band(ax, dirs, run, col, label, style="-"):
     n = min(len(c) for c in cs)
     x = cs[0]["steps"].iloc[:n].to_numpy()
     y = np.stack([c[col].iloc[:n].to_numpy() for c in cs])
-    line, = ax.plot(x, y.mean(0), style, marker=".", label=f"{label} (n={len(cs)})")
+    (line,) = ax.plot(x, y.mean(0), style, marker=".", label=f"{label} (n={len(cs)})")
     ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
 
 
 def plot(dirs: dict[int, Path], png: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    for run, label, style in (("agent", "FedEnvdrop", "-"), ("central/agent", "Envdrop", "--"),
-                              ("augment", "FedEnvdrop_aug", "-"),
-                              ("central/augment", "Envdrop_aug", "--")):
+    for run, label, style in (
+        ("agent", "FedEnvdrop", "-"),
+        ("central/agent", "Envdrop", "--"),
+        ("augment", "FedEnvdrop_aug", "-"),
+        ("central/augment", "Envdrop_aug", "--"),
+    ):
         _band(axes[0], dirs, run, "val_unseen_sr", label, style)
     for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
-        axes[0].axhline(PAPER_T2[(model, "val_unseen")][3], color="grey", ls=ls, lw=0.8,
-                        label=f"paper {model} (R2R)")
-    axes[0].set(xlabel="optimizer steps, all houses (augment: from its start)",
-                ylabel="val_unseen SR (%)", title="Table 2: follower")
+        axes[0].axhline(
+            PAPER_T2[(model, "val_unseen")][3],
+            color="grey",
+            ls=ls,
+            lw=0.8,
+            label=f"paper {model} (R2R)",
+        )
+    axes[0].set(
+        xlabel="optimizer steps, all houses (augment: from its start)",
+        ylabel="val_unseen SR (%)",
+        title="Table 2: follower",
+    )
     for run, label, style in (("speaker", "Fed", "-"), ("central/speaker", "Cent", "--")):
         _band(axes[1], dirs, run, "val_unseen_bleu", label, style)
     for name, ls in (("Cent", "--"), ("Fed", "-")):
@@ -534,17 +699,31 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
     axes[1].set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
     for v in ("centralized",) + VARIANTS:
         _band(axes[2], dirs, _pre_run(v), "val_unseen_sr", v)
-    starts = [c["val_unseen_sr"].max() for c in (curve(o, "augment") for o in dirs.values())
-              if c is not None and len(c)]
-    if starts:   # where every pre-exploration starts: the augmented agent's best checkpoint
+    starts = [
+        c["val_unseen_sr"].max()
+        for c in (curve(o, "augment") for o in dirs.values())
+        if c is not None and len(c)
+    ]
+    if starts:  # where every pre-exploration starts: the augmented agent's best checkpoint
         axes[2].axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
-        axes[2].annotate("start (augmented agent, best)", (0.01, float(np.mean(starts))),
-                         xycoords=("axes fraction", "data"), fontsize=7, va="bottom")
-    axes[2].set(xlabel="optimizer steps, all houses", ylabel="val_unseen SR (%)",
-                title="Table 5: pre-exploration (paper R2R SR in legend)")
+        axes[2].annotate(
+            "start (augmented agent, best)",
+            (0.01, float(np.mean(starts))),
+            xycoords=("axes fraction", "data"),
+            fontsize=7,
+            va="bottom",
+        )
+    axes[2].set(
+        xlabel="optimizer steps, all houses",
+        ylabel="val_unseen SR (%)",
+        title="Table 5: pre-exploration (paper R2R SR in legend)",
+    )
     handles, labels = axes[2].get_legend_handles_labels()
-    axes[2].legend(handles, [f"{lab}; paper {PAPER_T5[lab.split(' (')[0]][0][3]}"
-                             for lab in labels], fontsize=7)
+    axes[2].legend(
+        handles,
+        [f"{lab}; paper {PAPER_T5[lab.split(' (')[0]][0][3]}" for lab in labels],
+        fontsize=7,
+    )
     for ax in axes[:2]:
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -554,12 +733,18 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    for flag in ("agent_rounds", "speaker_rounds", "aug_rounds", "pre_rounds", "eval_every",
-                 "pre_eval_every"):
+    for flag in (
+        "agent_rounds",
+        "speaker_rounds",
+        "aug_rounds",
+        "pre_rounds",
+        "eval_every",
+        "pre_eval_every",
+    ):
         if getattr(a, flag) < 1:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
     out = Path(a.out) if a.out else ROOT / "runs" / ("fedvln" + (f"-{a.tag}" if a.tag else ""))
-    out = out.resolve()   # checkpoints are handed to the stages by absolute path
+    out = out.resolve()  # checkpoints are handed to the stages by absolute path
     if not a.tables_only:
         for seed in a.seeds:
             run_seed(a, out / f"seed{seed}", seed)

@@ -7,6 +7,7 @@ Reads experiments/results/{fedrl_throughput,round_overhead,scale,vln_update_spee
 written by the script of the same name) and puts every goal of issue 18 beside what was
 measured; a missing CSV is named, not skipped.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,67 +22,104 @@ def rows() -> list[dict]:
     thr = pd.read_csv(RESULTS / "fedrl_throughput.csv")
     d = thr[thr["default"]].iloc[0]
     top = thr.loc[thr.succ_best_mean.idxmax()]
-    out.append({"what": f"FedRL throughput, default B={d.B} x S={d.S}, K={d.K} "
-                        f"({d.messages_per_round:.0f} messages/round)",
-                "measured": f"{d.ratio:.2f} of one process ({d.flower_round_s:.2f} s vs "
-                            f"{d.local_round_s:.2f} s per round)",
-                "goal": ">= 0.5", "met": "yes" if d.ratio >= 0.5 else "no"})
-    out.append({"what": "FedRL SuccRate at the default (8x8, paper rules, best checkpoint)",
-                "measured": f"{d.succ_best_mean:.1f} ± {d.succ_best_sd:.1f} vs the sweep's best "
-                            f"{top.succ_best_mean:.1f} ± {top.succ_best_sd:.1f} "
-                            f"(B={top.B}, S={top.S}, K={top.K})",
-                "goal": "within the best's seed spread",
-                "met": "yes" if d.within_spread_of_best else "no"})
+    out.append(
+        {
+            "what": f"FedRL throughput, default B={d.B} x S={d.S}, K={d.K} "
+            f"({d.messages_per_round:.0f} messages/round)",
+            "measured": f"{d.ratio:.2f} of one process ({d.flower_round_s:.2f} s vs "
+            f"{d.local_round_s:.2f} s per round)",
+            "goal": ">= 0.5",
+            "met": "yes" if d.ratio >= 0.5 else "no",
+        }
+    )
+    out.append(
+        {
+            "what": "FedRL SuccRate at the default (8x8, paper rules, best checkpoint)",
+            "measured": f"{d.succ_best_mean:.1f} ± {d.succ_best_sd:.1f} vs the sweep's best "
+            f"{top.succ_best_mean:.1f} ± {top.succ_best_sd:.1f} "
+            f"(B={top.B}, S={top.S}, K={top.K})",
+            "goal": "within the best's seed spread",
+            "met": "yes" if d.within_spread_of_best else "no",
+        }
+    )
     ro = pd.read_csv(RESULTS / "round_overhead.csv")
     for _, r in ro.iterrows():
         goal = r.goal if isinstance(r.goal, str) else ""
         met = ("yes" if r.ratio <= 1.15 else "no") if goal else ""
-        out.append({"what": f"{r.measure} ({r.setting})",
-                    "measured": f"{r.ratio:.2f} ({r.ours_s:.3g} s vs {r.baseline_s:.3g} s)",
-                    "goal": goal, "met": met})
+        out.append(
+            {
+                "what": f"{r.measure} ({r.setting})",
+                "measured": f"{r.ratio:.2f} ({r.ours_s:.3g} s vs {r.baseline_s:.3g} s)",
+                "goal": goal,
+                "met": met,
+            }
+        )
     sc = pd.read_csv(RESULTS / "scale.csv")
     base = sc.iloc[0]
     for _, r in sc.iloc[1:].iterrows():
         if r.returncode != 0:
-            out.append({"what": f"{r.clients} virtual clients", "measured":
-                        f"failed (exit {r.returncode}) after {r.total_s:.0f} s, peak "
-                        f"{r.peak_gib:.1f} GiB", "goal": "", "met": "no"})
+            out.append(
+                {
+                    "what": f"{r.clients} virtual clients",
+                    "measured": f"failed (exit {r.returncode}) after {r.total_s:.0f} s, peak "
+                    f"{r.peak_gib:.1f} GiB",
+                    "goal": "",
+                    "met": "no",
+                }
+            )
             continue
-        out.append({"what": f"round time, {r.clients} vs {base.clients} virtual clients "
-                            f"({r.participants} train per round)",
-                    "measured": f"{r.round_vs_smallest:.2f}x ({r.round_s:.2f} s vs "
-                                f"{base.round_s:.2f} s); start + round 1: "
-                                f"{r.to_first_round_end_s:.0f} s vs "
-                                f"{base.to_first_round_end_s:.0f} s",
-                    "goal": "<= 2x" if r.clients <= 1000 else "",
-                    "met": ("yes" if r.round_vs_smallest <= 2 else "no")
-                    if r.clients <= 1000 else ""})
-        out.append({"what": f"peak memory, {r.clients} virtual clients (process tree)",
-                    "measured": f"{r.peak_gib:.2f} GiB ({base.clients}: {base.peak_gib:.2f} GiB)",
-                    "goal": "< 8 GiB" if r.clients >= 5000 else "",
-                    "met": ("yes" if r.peak_gib < 8 else "no") if r.clients >= 5000 else ""})
+        out.append(
+            {
+                "what": f"round time, {r.clients} vs {base.clients} virtual clients "
+                f"({r.participants} train per round)",
+                "measured": f"{r.round_vs_smallest:.2f}x ({r.round_s:.2f} s vs "
+                f"{base.round_s:.2f} s); start + round 1: "
+                f"{r.to_first_round_end_s:.0f} s vs "
+                f"{base.to_first_round_end_s:.0f} s",
+                "goal": "<= 2x" if r.clients <= 1000 else "",
+                "met": ("yes" if r.round_vs_smallest <= 2 else "no") if r.clients <= 1000 else "",
+            }
+        )
+        out.append(
+            {
+                "what": f"peak memory, {r.clients} virtual clients (process tree)",
+                "measured": f"{r.peak_gib:.2f} GiB ({base.clients}: {base.peak_gib:.2f} GiB)",
+                "goal": "< 8 GiB" if r.clients >= 5000 else "",
+                "met": ("yes" if r.peak_gib < 8 else "no") if r.clients >= 5000 else "",
+            }
+        )
     vln = pd.read_csv(RESULTS / "vln_update_speed.csv")
     best = vln.iloc[1:].loc[vln.iloc[1:].ratio_to_before.idxmax()]
     for _, r in vln.iloc[1:].iterrows():
-        out.append({"what": f"FedVLN follower update, {r.variant} vs bmm, 1 thread",
-                    "measured": f"{r.ratio_to_before:.2f}x ({r.updates_per_s:.2f} updates/s)",
-                    "goal": ">= 1.5x" if r.variant == best.variant else "",
-                    "met": ("yes" if r.ratio_to_before >= 1.5 else "no")
-                    if r.variant == best.variant else ""})
+        out.append(
+            {
+                "what": f"FedVLN follower update, {r.variant} vs bmm, 1 thread",
+                "measured": f"{r.ratio_to_before:.2f}x ({r.updates_per_s:.2f} updates/s)",
+                "goal": ">= 1.5x" if r.variant == best.variant else "",
+                "met": ("yes" if r.ratio_to_before >= 1.5 else "no")
+                if r.variant == best.variant
+                else "",
+            }
+        )
     return out
 
 
 def fedrl_rows() -> list[dict]:
     thr = pd.read_csv(RESULTS / "fedrl_throughput.csv")
-    return [{"B envs x S steps, K": f"{r.B} x {r.S}, K={r.K}" + (" (default)" if r.default else ""),
-             "messages/round": int(r.messages_per_round),
-             "Flower s/round": f"{r.flower_round_s:.2f}",
-             "one process s/round": f"{r.local_round_s:.2f}", "ratio": f"{r.ratio:.2f}",
-             "rounds": int(r.rounds),
-             "SuccRate best": f"{r.succ_best_mean:.1f} ± {r.succ_best_sd:.1f}",
-             "SuccRate last": f"{r.succ_last_mean:.1f} ± {r.succ_last_sd:.1f}",
-             "within spread of best": "yes" if r.within_spread_of_best else "no"}
-            for r in thr.itertuples()]
+    return [
+        {
+            "B envs x S steps, K": f"{r.B} x {r.S}, K={r.K}" + (" (default)" if r.default else ""),
+            "messages/round": int(r.messages_per_round),
+            "Flower s/round": f"{r.flower_round_s:.2f}",
+            "one process s/round": f"{r.local_round_s:.2f}",
+            "ratio": f"{r.ratio:.2f}",
+            "rounds": int(r.rounds),
+            "SuccRate best": f"{r.succ_best_mean:.1f} ± {r.succ_best_sd:.1f}",
+            "SuccRate last": f"{r.succ_last_mean:.1f} ± {r.succ_last_sd:.1f}",
+            "within spread of best": "yes" if r.within_spread_of_best else "no",
+        }
+        for r in thr.itertuples()
+    ]
 
 
 def main(argv=None) -> int:

@@ -6,6 +6,7 @@ Writes one PNG per metric column of rounds.csv (every column but round/stage), e
 so several runs overlay for comparison. Default output: DIR/plots for one run, ./plots for
 several.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,22 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = []
     for _, df in runs:
-        metrics += [c for c in df.columns if c not in NOT_METRICS and c not in metrics
-                    and pd.api.types.is_numeric_dtype(df[c])]
+        metrics += [
+            c
+            for c in df.columns
+            if c not in NOT_METRICS and c not in metrics and pd.api.types.is_numeric_dtype(df[c])
+        ]
     written = []
     for metric in metrics:
         fig, ax = plt.subplots(figsize=(6, 4))
         for label, df in runs:
             if metric in df.columns:
                 for stage, part in df.groupby("stage", sort=False) if "stage" in df else [("", df)]:
-                    name = label if df.get("stage", pd.Series([""])).nunique() <= 1 else f"{label} {stage}"
+                    name = (
+                        label
+                        if df.get("stage", pd.Series([""])).nunique() <= 1
+                        else f"{label} {stage}"
+                    )
                     ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
         ax.set_xlabel("round")
         ax.set_ylabel(metric)

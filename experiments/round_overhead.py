@@ -16,6 +16,7 @@ against a memcpy of the same bytes (issue 18, items 5-6).
    deserialized and stacked again for the mean), and a memcpy of the same bytes.
 Writes experiments/results/round_overhead.csv.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,44 +49,63 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
 
         def send_and_receive(self, messages, timeout=None):
             import uuid
+
             messages = list(messages)
             for m in messages:
                 m.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             return list(self.pool.map(self._deliver, messages))
 
     torch.set_num_threads(1)
-    cfg = merged({"method": "fedavg", "num-server-rounds": rounds, "num-clients": clients,
-                  "out-dir": str(out), **cfg_over})
+    cfg = merged(
+        {
+            "method": "fedavg",
+            "num-server-rounds": rounds,
+            "num-clients": clients,
+            "out-dir": str(out),
+            **cfg_over,
+        }
+    )
     driving.run(TwoWorkers(app, cfg, clients), cfg, "fedavg")
     return pd.read_csv(out / "rounds.csv")
 
 
 def round_overhead(rounds: int, clients: int, work: Path) -> dict:
-    flower = pd.read_csv(simulate("fedavg", work / "flower", rounds=rounds, seed=0,
-                                  num_clients=clients) / "rounds.csv")
+    flower = pd.read_csv(
+        simulate("fedavg", work / "flower", rounds=rounds, seed=0, num_clients=clients)
+        / "rounds.csv"
+    )
     bare = bare_loop({"seed": 0}, rounds, clients, work / "bare")
     t_f = float(flower[flower["round"] >= 2].wall_s.median())
     t_b = float(bare[bare["round"] >= 2].wall_s.median())
-    return {"measure": "FedAvg round wall / bare loop", "setting":
-            f"{clients} silos, 2 local epochs, 64x64, eval every round, rounds 2-{rounds}",
-            "ours_s": round(t_f, 3), "baseline_s": round(t_b, 3), "ratio": round(t_f / t_b, 3),
-            "goal": "<= 1.15"}
+    return {
+        "measure": "FedAvg round wall / bare loop",
+        "setting": f"{clients} silos, 2 local epochs, 64x64, eval every round, rounds 2-{rounds}",
+        "ours_s": round(t_f, 3),
+        "baseline_s": round(t_b, 3),
+        "ratio": round(t_f / t_b, 3),
+        "goal": "<= 1.15",
+    }
 
 
 def replies(n_params: int, n: int, seed: int = 0):
     from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
+
     # Flower builds a Message only inside a run: give this process one (as tests/conftest.py)
     TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = 1
     rng = np.random.default_rng(seed)
     shapes = [(n_params // 4,), (n_params // 4,), (n_params // 2,)]
-    ref = ArrayRecord({f"w{i}": Array(rng.standard_normal(s).astype(np.float32))
-                       for i, s in enumerate(shapes)})
+    ref = ArrayRecord(
+        {f"w{i}": Array(rng.standard_normal(s).astype(np.float32)) for i, s in enumerate(shapes)}
+    )
     out = []
     for _ in range(n):
         rec = ArrayRecord({k: Array(v.numpy() + 0.01) for k, v in ref.items()})
-        msg = Message(RecordDict({"arrays": rec, "metrics": MetricRecord({"num-examples": 300})}),
-                      dst_node_id=1, message_type="train")
+        msg = Message(
+            RecordDict({"arrays": rec, "metrics": MetricRecord({"num-examples": 300})}),
+            dst_node_id=1,
+            message_type="train",
+        )
         out.append(Message(msg.content, reply_to=msg))
     return ref, out
 
@@ -94,17 +114,22 @@ def old_aggregate(reps, ref) -> dict:
     """Before: screening deserialized every array, then the mean deserialized it again and
     stacked all replies in float64."""
     from strategies.screening import screen_update
+
     for r in reps:
         screen_update(r, ref)
     w = np.full(len(reps), 1.0 / len(reps))
-    return {k: np.tensordot(w, np.stack([r.content["arrays"][k].numpy().astype(np.float64)
-                                         for r in reps]), axes=1).astype(np.float32)
-            for k in ref.keys()}
+    return {
+        k: np.tensordot(
+            w, np.stack([r.content["arrays"][k].numpy().astype(np.float64) for r in reps]), axes=1
+        ).astype(np.float32)
+        for k in ref.keys()
+    }
 
 
 def new_aggregate(reps, ref):
     from strategies.robust import aggregate
     from strategies.screening import screen_update
+
     updates = [screen_update(r, ref)[1] for r in reps]
     return aggregate(updates, [300.0] * len(updates), "mean")
 
@@ -127,14 +152,26 @@ def aggregation(n_params: int, n: int) -> list[dict]:
     t_old = best_of(lambda: old_aggregate(reps, ref))
     new = new_aggregate(reps, ref)
     old = old_aggregate(reps, ref)
-    assert all(np.allclose(new[k].numpy(), old[k], atol=1e-5) for k in old)   # same result
+    assert all(np.allclose(new[k].numpy(), old[k], atol=1e-5) for k in old)  # same result
     setting = f"{n} replies x {n_params / 1e6:.2f}M float32 parameters"
-    return [{"measure": "aggregation (screen + mean) / memcpy", "setting": setting,
-             "ours_s": round(t_new, 4), "baseline_s": round(t_copy, 4),
-             "ratio": round(t_new / t_copy, 2), "goal": ""},
-            {"measure": "aggregation before (decoded twice) / memcpy", "setting": setting,
-             "ours_s": round(t_old, 4), "baseline_s": round(t_copy, 4),
-             "ratio": round(t_old / t_copy, 2), "goal": ""}]
+    return [
+        {
+            "measure": "aggregation (screen + mean) / memcpy",
+            "setting": setting,
+            "ours_s": round(t_new, 4),
+            "baseline_s": round(t_copy, 4),
+            "ratio": round(t_new / t_copy, 2),
+            "goal": "",
+        },
+        {
+            "measure": "aggregation before (decoded twice) / memcpy",
+            "setting": setting,
+            "ours_s": round(t_old, 4),
+            "baseline_s": round(t_copy, 4),
+            "ratio": round(t_old / t_copy, 2),
+            "goal": "",
+        },
+    ]
 
 
 def main(argv=None) -> int:
@@ -145,6 +182,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-rounds", action="store_true", help="aggregation only")
     args = ap.parse_args(argv)
     from models.resnet8 import ResNet8, count_parameters
+
     resnet = count_parameters(ResNet8(64, 1))
     rows = []
     for n_params in (resnet, 13_000_000):

@@ -13,6 +13,7 @@ descendant, sampled every 0.5 s from /proc, so Linux only). The issue's goals: r
 1,000 clients <= 2x the 10-client round; 5,000 clients complete under 8 GiB.
 Writes experiments/results/scale.csv.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,11 +57,25 @@ def tree_rss(root: int) -> int:
 
 def run(n: int, participants: int, rounds: int, out: Path) -> dict:
     frac = min(1.0, participants / n)
-    rc = (f"fraction-train={frac} fraction-evaluate={frac} max-evaluate-clients={participants} "
-          "driving.train-per-silo=32 driving.test-per-silo=16 driving.image-size=32 "
-          "driving.local-epochs=1 node-wait-timeout=1800")
-    cmd = [sys.executable, str(ROOT / "simulation.py"), "fedavg", "--rounds", str(rounds),
-           "--num-clients", str(n), "--out", str(out), "--no-plots", "--run-config", rc]
+    rc = (
+        f"fraction-train={frac} fraction-evaluate={frac} max-evaluate-clients={participants} "
+        "driving.train-per-silo=32 driving.test-per-silo=16 driving.image-size=32 "
+        "driving.local-epochs=1 node-wait-timeout=1800"
+    )
+    cmd = [
+        sys.executable,
+        str(ROOT / "simulation.py"),
+        "fedavg",
+        "--rounds",
+        str(rounds),
+        "--num-clients",
+        str(n),
+        "--out",
+        str(out),
+        "--no-plots",
+        "--run-config",
+        rc,
+    ]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -70,12 +85,19 @@ def run(n: int, participants: int, rounds: int, out: Path) -> dict:
         while not done.is_set():
             peak[0] = max(peak[0], tree_rss(proc.pid))
             time.sleep(0.5)
+
     threading.Thread(target=watch, daemon=True).start()
     rc_ = proc.wait()
     done.set()
     total = time.perf_counter() - t0
-    row = {"clients": n, "participants": participants, "rounds": rounds, "returncode": rc_,
-           "total_s": round(total, 1), "peak_gib": round(peak[0] / 2**30, 2)}
+    row = {
+        "clients": n,
+        "participants": participants,
+        "rounds": rounds,
+        "returncode": rc_,
+        "total_s": round(total, 1),
+        "peak_gib": round(peak[0] / 2**30, 2),
+    }
     if rc_ == 0:
         df = pd.read_csv(out / "rounds.csv")
         row["round_s"] = round(float(df[df["round"] >= 2].wall_s.median()), 2)

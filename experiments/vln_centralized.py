@@ -20,6 +20,7 @@ training houses only. Optimizers and learning rates are the CPU recipe's
 (`clients/vln_recipe.py`). The summary reports the last evaluation; the logs hold every one
 (`experiments.fedvln_pipeline` reports best and last over seeds).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,7 @@ PAPER = {
     ("Envdrop", "val_seen"): dict(ne=4.71, osr=65.6, spl=53.2, sr=56.1, cls=66.8, ndtw=55.0),
     ("Envdrop", "val_unseen"): dict(ne=5.87, osr=52.7, spl=40.9, sr=44.5, cls=57.1, ndtw=42.3),
     ("Envdrop_aug", "val_seen"): dict(ne=3.93, osr=71.6, spl=61.0, sr=64.1, cls=71.4, ndtw=61.3),
-    ("Envdrop_aug", "val_unseen"): dict(ne=5.36, osr=57.7, spl=45.8, sr=49.9, cls=59.3,
-                                        ndtw=45.3),
+    ("Envdrop_aug", "val_unseen"): dict(ne=5.36, osr=57.7, spl=45.8, sr=49.9, cls=59.3, ndtw=45.3),
     ("Speaker", "val_seen"): dict(bleu=33.6),
     ("Speaker", "val_unseen"): dict(bleu=30.7),
 }
@@ -67,14 +67,26 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
     p.add_argument("--features-tsv", default="", help="36-view feature TSV (default: semantic)")
-    p.add_argument("--train-houses", type=int, default=HouseSpec.train_houses,
-                   help="embedded data: seen houses")
-    p.add_argument("--unseen-houses", type=int, default=HouseSpec.unseen_houses,
-                   help="embedded data: unseen houses")
+    p.add_argument(
+        "--train-houses",
+        type=int,
+        default=HouseSpec.train_houses,
+        help="embedded data: seen houses",
+    )
+    p.add_argument(
+        "--unseen-houses",
+        type=int,
+        default=HouseSpec.unseen_houses,
+        help="embedded data: unseen houses",
+    )
     p.add_argument("--tag", default="", help="suffix of the results files (e.g. r2r)")
     p.add_argument("--out", default="", help="run folder (default runs/vln-central[-TAG])")
-    p.add_argument("--stages", nargs="+", default=["agent", "speaker", "augment"],
-                   choices=["agent", "speaker", "augment"])
+    p.add_argument(
+        "--stages",
+        nargs="+",
+        default=["agent", "speaker", "augment"],
+        choices=["agent", "speaker", "augment"],
+    )
     p.add_argument("--iters", type=_positive, default=3000, help="follower updates")
     p.add_argument("--speaker-iters", type=_positive, default=1500)
     p.add_argument("--aug-iters", type=_positive, default=1500)
@@ -83,10 +95,18 @@ def parse_args(argv=None):
     p.add_argument("--eval-size", type=int, default=0, help="episodes per split (0 = all)")
     p.add_argument("--batch-size", type=_positive, default=32)
     p.add_argument("--lr", type=float, default=CPU["agent"].lr, help="follower learning rate")
-    p.add_argument("--optimizer", default=CPU["agent"].optimizer, choices=sorted(OPTIMIZERS),
-                   help="follower optimizer (clients/vln_recipe.py)")
-    p.add_argument("--speaker-lr", type=float, default=CPU["speaker"].lr,
-                   help="speaker learning rate (Adam, clients/vln_recipe.py)")
+    p.add_argument(
+        "--optimizer",
+        default=CPU["agent"].optimizer,
+        choices=sorted(OPTIMIZERS),
+        help="follower optimizer (clients/vln_recipe.py)",
+    )
+    p.add_argument(
+        "--speaker-lr",
+        type=float,
+        default=CPU["speaker"].lr,
+        help="speaker learning rate (Adam, clients/vln_recipe.py)",
+    )
     p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
     p.add_argument("--ml-weight", type=float, default=0.2)
     p.add_argument("--max-actions", type=_positive, default=35, help="moves before an episode ends")
@@ -106,31 +126,49 @@ def _subset(eps, n, seed):
     return [eps[i] for i in sorted(idx)]
 
 
-def train_follower(a, vln, model, train, evals, stage, out, tokens, settings, routes=(),
-                   back_translate=None):
+def train_follower(
+    a, vln, model, train, evals, stage, out, tokens, settings, routes=(), back_translate=None
+):
     opt = make_optimizer(a.optimizer, model.parameters(), a.lr)
     rng = np.random.default_rng(a.seed)
     iters = a.iters if stage == "agent" else a.aug_iters
     rows, best, t0 = [], -1.0, time.time()
     for start in range(0, iters, a.eval_every):
         n = min(a.eval_every, iters - start)
-        loss = vln_agent.train_batches(model, opt, vln.world, train, tokens, settings,
-                                       iterations=n, rng=rng, routes=routes,
-                                       back_translate=back_translate)
+        loss = vln_agent.train_batches(
+            model,
+            opt,
+            vln.world,
+            train,
+            tokens,
+            settings,
+            iterations=n,
+            rng=rng,
+            routes=routes,
+            back_translate=back_translate,
+        )
         row = {"iteration": start + n, "loss": loss, "wall_s": time.time() - t0}
         for split, eps in evals.items():
             m, _ = vln_agent.evaluate(model, vln.world, eps, tokens, settings)
             row.update({f"{split}_n": len(eps), **{f"{split}_{k}": v for k, v in m.items()}})
         rows.append(row)
-        if row["val_unseen_sr"] > best:   # the paper's checkpoint: best val_unseen SR
+        if row["val_unseen_sr"] > best:  # the paper's checkpoint: best val_unseen SR
             best = row["val_unseen_sr"]
-            vln_checkpoint.save(out / "checkpoints" / f"{stage}_best.pt", model, vln.vocab,
-                                log=rows, best_iteration=row["iteration"])
+            vln_checkpoint.save(
+                out / "checkpoints" / f"{stage}_best.pt",
+                model,
+                vln.vocab,
+                log=rows,
+                best_iteration=row["iteration"],
+            )
         pd.DataFrame(rows).to_csv(out / f"{stage}_log.csv", index=False)
-        print(f"[{stage}] it {row['iteration']}/{iters} loss {loss:.3f} "
-              f"seen SR {row['val_seen_sr']:.1f} SPL {row['val_seen_spl']:.1f} | "
-              f"unseen SR {row['val_unseen_sr']:.1f} SPL {row['val_unseen_spl']:.1f} "
-              f"({row['wall_s']:.0f} s)", flush=True)
+        print(
+            f"[{stage}] it {row['iteration']}/{iters} loss {loss:.3f} "
+            f"seen SR {row['val_seen_sr']:.1f} SPL {row['val_seen_spl']:.1f} | "
+            f"unseen SR {row['val_unseen_sr']:.1f} SPL {row['val_unseen_spl']:.1f} "
+            f"({row['wall_s']:.0f} s)",
+            flush=True,
+        )
     vln_checkpoint.save(out / "checkpoints" / f"{stage}.pt", model, vln.vocab, log=rows)
     return rows
 
@@ -142,20 +180,29 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
     rows, best, t0 = [], -1.0, time.time()
     for start in range(0, a.speaker_iters, a.eval_every):
         n = min(a.eval_every, a.speaker_iters - start)
-        loss = vln_speaker.train_batches(speaker, opt, inputs, train, vln.vocab, s,
-                                         iterations=n, rng=rng)
+        loss = vln_speaker.train_batches(
+            speaker, opt, inputs, train, vln.vocab, s, iterations=n, rng=rng
+        )
         row = {"iteration": start + n, "loss": loss, "wall_s": time.time() - t0}
         for split, eps in evals.items():
             row[f"{split}_bleu"] = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
         rows.append(row)
         pd.DataFrame(rows).to_csv(out / "speaker_log.csv", index=False)
-        print(f"[speaker] it {row['iteration']}/{a.speaker_iters} loss {loss:.3f} BLEU seen "
-              f"{row['val_seen_bleu']:.1f} unseen {row['val_unseen_bleu']:.1f} "
-              f"({row['wall_s']:.0f} s)", flush=True)
-        if row["val_unseen_bleu"] > best:   # as FedVLN's best_val_unseen_bleu
+        print(
+            f"[speaker] it {row['iteration']}/{a.speaker_iters} loss {loss:.3f} BLEU seen "
+            f"{row['val_seen_bleu']:.1f} unseen {row['val_unseen_bleu']:.1f} "
+            f"({row['wall_s']:.0f} s)",
+            flush=True,
+        )
+        if row["val_unseen_bleu"] > best:  # as FedVLN's best_val_unseen_bleu
             best = row["val_unseen_bleu"]
-            vln_checkpoint.save(out / "checkpoints" / "speaker.pt", speaker, vln.vocab,
-                                log=rows, best_iteration=row["iteration"])
+            vln_checkpoint.save(
+                out / "checkpoints" / "speaker.pt",
+                speaker,
+                vln.vocab,
+                log=rows,
+                best_iteration=row["iteration"],
+            )
     return rows
 
 
@@ -163,7 +210,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     try:
         return run(a)
-    except DataError as e:   # bad data folder, feature file or missing earlier stage
+    except DataError as e:  # bad data folder, feature file or missing earlier stage
         print(f"vln_centralized: error: {e}", file=sys.stderr)
         return 2
 
@@ -175,15 +222,26 @@ def run(a) -> int:
     suffix = f"_{a.tag}" if a.tag else ""
     out = Path(a.out) if a.out else ROOT / "runs" / f"vln-central{suffix.replace('_', '-')}"
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    vln = open_vln(a.data_dir, a.features_tsv,
-                   HouseSpec(train_houses=a.train_houses, unseen_houses=a.unseen_houses))
+    vln = open_vln(
+        a.data_dir,
+        a.features_tsv,
+        HouseSpec(train_houses=a.train_houses, unseen_houses=a.unseen_houses),
+    )
     train = vln.split("train")
     evals = {s: _subset(vln.split(s), a.eval_size, a.seed) for s in ("val_seen", "val_unseen")}
-    print(f"data: {vln.source}; train {len(train)} instructions in "
-          f"{len({e.scan for e in train})} houses; eval {', '.join(f'{k} {len(v)}' for k, v in evals.items())}; "
-          f"vocab {len(vln.vocab)}", flush=True)
-    settings = vln_agent.AgentSettings(batch_size=a.batch_size, lr=a.lr, feedback=a.feedback,
-                                       ml_weight=a.ml_weight, max_actions=a.max_actions)
+    print(
+        f"data: {vln.source}; train {len(train)} instructions in "
+        f"{len({e.scan for e in train})} houses; eval {', '.join(f'{k} {len(v)}' for k, v in evals.items())}; "
+        f"vocab {len(vln.vocab)}",
+        flush=True,
+    )
+    settings = vln_agent.AgentSettings(
+        batch_size=a.batch_size,
+        lr=a.lr,
+        feedback=a.feedback,
+        ml_weight=a.ml_weight,
+        max_actions=a.max_actions,
+    )
     tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
     inputs = vln_speaker.PathInputs(vln.world)
     fsize = FollowerSize(len(vln.vocab), vln.world.feature_dim, a.embedding, a.hidden)
@@ -194,33 +252,58 @@ def run(a) -> int:
         """Finished earlier: its checkpoint exists and its log reached the stage's length."""
         target = {"agent": a.iters, "speaker": a.speaker_iters, "augment": a.aug_iters}[stage]
         log = out / f"{stage}_log.csv"
-        return (not a.redo and (ck / f"{stage}.pt").is_file() and log.is_file()
-                and pd.read_csv(log)["iteration"].max() >= target)
+        return (
+            not a.redo
+            and (ck / f"{stage}.pt").is_file()
+            and log.is_file()
+            and pd.read_csv(log)["iteration"].max() >= target
+        )
 
     for stage in a.stages:
         if done(stage):
             print(f"[{stage}] finished earlier in {out}; skipped (--redo retrains)")
     if "agent" in a.stages and not done("agent"):
         follower = Follower(fsize)
-        print(f"follower: {sum(p.numel() for p in follower.parameters()):,} parameters, "
-              f"language encoder {100 * parameter_share(follower, 'lang_encoder.'):.1f}%")
+        print(
+            f"follower: {sum(p.numel() for p in follower.parameters()):,} parameters, "
+            f"language encoder {100 * parameter_share(follower, 'lang_encoder.'):.1f}%"
+        )
         train_follower(a, vln, follower, train, evals, "agent", out, tokens, settings)
     if "speaker" in a.stages and not done("speaker"):
         train_speaker(a, vln, Speaker(ssize), train, evals, out, inputs)
     if "augment" in a.stages and not done("augment"):
         for need, stage in (("speaker", "speaker"), ("agent_best", "agent")):
             if not (ck / f"{need}.pt").is_file():
-                raise DataError(f"{ck / need}.pt not found: the augment stage needs the "
-                                f"{stage} stage first (--stages {stage} augment)")
+                raise DataError(
+                    f"{ck / need}.pt not found: the augment stage needs the "
+                    f"{stage} stage first (--stages {stage} augment)"
+                )
         speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
         follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
-        routes = [r for name in sorted({e.scan for e in train})
-                  for r in speaker_routes(open_house(vln, name), a.aug_routes, a.seed)]
+        routes = [
+            r
+            for name in sorted({e.scan for e in train})
+            for r in speaker_routes(open_house(vln, name), a.aug_routes, a.seed)
+        ]
         bt = vln_agent.BackTranslation(speaker, inputs, vln.vocab, settings.max_words)
-        print(f"[augment] {len(routes)} sampled routes in the train houses, back-translated "
-              f"batch by batch", flush=True)
-        train_follower(a, vln, follower, train, evals, "augment", out, tokens, settings,
-                       routes=routes, back_translate=bt)
+        print(
+            f"[augment] {len(routes)} sampled routes in the train houses, back-translated "
+            f"batch by batch",
+            flush=True,
+        )
+        train_follower(
+            a,
+            vln,
+            follower,
+            train,
+            evals,
+            "augment",
+            out,
+            tokens,
+            settings,
+            routes=routes,
+            back_translate=bt,
+        )
     summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}")
     return 0
 
@@ -233,19 +316,35 @@ def summarize(out: Path, dest: Path) -> None:
             continue
         last = pd.read_csv(out / f"{stage}_log.csv").iloc[-1]
         for split in ("val_seen", "val_unseen"):
-            for src, vals in (("ours", {k: last[f"{split}_{k}"] for k in NAV}),
-                              ("paper", PAPER[(model, split)])):
-                rows.append({"model": model, "split": split, "source": src,
-                             "iterations": int(last["iteration"]) if src == "ours" else None,
-                             **vals})
+            for src, vals in (
+                ("ours", {k: last[f"{split}_{k}"] for k in NAV}),
+                ("paper", PAPER[(model, split)]),
+            ):
+                rows.append(
+                    {
+                        "model": model,
+                        "split": split,
+                        "source": src,
+                        "iterations": int(last["iteration"]) if src == "ours" else None,
+                        **vals,
+                    }
+                )
     if (out / "speaker_log.csv").is_file():
         log = pd.read_csv(out / "speaker_log.csv")
         best = log.loc[log["val_seen_bleu"].idxmax()]
         for split in ("val_seen", "val_unseen"):
-            rows.append({"model": "Speaker", "split": split, "source": "ours",
-                         "iterations": int(best["iteration"]), "bleu": best[f"{split}_bleu"]})
-            rows.append({"model": "Speaker", "split": split, "source": "paper",
-                         **PAPER[("Speaker", split)]})
+            rows.append(
+                {
+                    "model": "Speaker",
+                    "split": split,
+                    "source": "ours",
+                    "iterations": int(best["iteration"]),
+                    "bleu": best[f"{split}_bleu"],
+                }
+            )
+            rows.append(
+                {"model": "Speaker", "split": split, "source": "paper", **PAPER[("Speaker", split)]}
+            )
     if not rows:
         return
     table = pd.DataFrame(rows)
@@ -257,17 +356,19 @@ def summarize(out: Path, dest: Path) -> None:
 
 def plot_curves(out: Path, png: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    offset = 0     # the augmented stage continues from the follower's last iteration
+    offset = 0  # the augmented stage continues from the follower's last iteration
     for stage, style in (("agent", "-"), ("augment", "--")):
         if (out / f"{stage}_log.csv").is_file():
             log = pd.read_csv(out / f"{stage}_log.csv")
             for split in ("val_seen", "val_unseen"):
-                axes[0].plot(offset + log["iteration"], log[f"{split}_sr"], style,
-                             label=f"{stage} {split}")
+                axes[0].plot(
+                    offset + log["iteration"], log[f"{split}_sr"], style, label=f"{stage} {split}"
+                )
             offset += int(log["iteration"].max())
     axes[0].set(xlabel="follower updates", ylabel="SR (%)", title="follower")
     axes[0].legend(fontsize=8)

@@ -13,6 +13,7 @@ Variants, each timed on the same batches from the embedded houses after 3 warm-u
 The rollout already stops when every episode of the batch has ended (clients/vln_agent.py).
 Writes experiments/results/vln_update_speed.csv: updates/s and the ratio to the first row.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,23 +54,28 @@ def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) ->
     tokens = vln_agent.Tokens(vln.vocab, s.max_words)
     opt = torch.optim.RMSprop(model.parameters(), lr=s.lr)
     eps = vln.split("train")
-    vln_agent.train_batches(model, opt, vln.world, eps, tokens, s, iterations=3,
-                            rng=np.random.default_rng(0))
+    vln_agent.train_batches(
+        model, opt, vln.world, eps, tokens, s, iterations=3, rng=np.random.default_rng(0)
+    )
     t0 = time.perf_counter()
-    vln_agent.train_batches(model, opt, vln.world, eps, tokens, s, iterations=updates,
-                            rng=np.random.default_rng(1))
+    vln_agent.train_batches(
+        model, opt, vln.world, eps, tokens, s, iterations=updates, rng=np.random.default_rng(1)
+    )
     return updates / (time.perf_counter() - t0)
 
 
 def same_values() -> bool:
     from models.envdrop import SoftDotAttention
+
     torch.manual_seed(0)
     att = SoftDotAttention(16, 24)
     h, ctx = torch.randn(5, 16), torch.randn(5, 7, 24)
     mask = torch.rand(5, 7) > 0.2
     mask[:, 0] = True
-    return all(torch.allclose(a, b, atol=1e-6) for a, b in
-               zip(att(h, ctx, mask), bmm_forward(att, h, ctx, mask)))
+    return all(
+        torch.allclose(a, b, atol=1e-6)
+        for a, b in zip(att(h, ctx, mask), bmm_forward(att, h, ctx, mask))
+    )
 
 
 def main(argv=None) -> int:
@@ -86,12 +92,15 @@ def main(argv=None) -> int:
         return 1
     vln = open_vln("")
     new_forward = SoftDotAttention.forward
-    variants = [("bmm attention, 1 thread (before)", bmm_forward, 1, False),
-                ("multiply-sum attention, 1 thread", new_forward, 1, False),
-                ("multiply-sum attention, 2 threads", new_forward, 2, False)]
+    variants = [
+        ("bmm attention, 1 thread (before)", bmm_forward, 1, False),
+        ("multiply-sum attention, 1 thread", new_forward, 1, False),
+        ("multiply-sum attention, 2 threads", new_forward, 2, False),
+    ]
     if args.compile:
-        variants.append(("multiply-sum attention, compiled decoder, 1 thread", new_forward, 1,
-                         True))
+        variants.append(
+            ("multiply-sum attention, compiled decoder, 1 thread", new_forward, 1, True)
+        )
     rows = []
     for name, forward, threads, compiled in variants:
         SoftDotAttention.forward = forward

@@ -10,6 +10,7 @@ Environmental dropout: one dropout mask over the visual feature dimensions per e
 for every view and every step of the episode (Envdrop's "same dropout mask over an
 environment"), applied to the panorama and candidate features but not to their angle parts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ PREFIXES = ("lang_encoder.", "decoder.", "critic.")
 @dataclass(frozen=True)
 class FollowerSize:
     vocab: int
-    feature: int          # view feature + 128 angle
+    feature: int  # view feature + 128 angle
     embedding: int = 64
-    hidden: int = 128     # Bi-LSTM output (2 x hidden/2) and decoder state
+    hidden: int = 128  # Bi-LSTM output (2 x hidden/2) and decoder state
     action_embedding: int = 32
     dropout: float = 0.5
     feature_dropout: float = 0.3
@@ -69,11 +70,13 @@ class LangEncoder(nn.Module):
     def forward(self, tokens: torch.Tensor):
         mask = tokens != 0
         lengths = mask.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(self.drop(self.embedding(tokens)), lengths,
-                                                   batch_first=True, enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.drop(self.embedding(tokens)), lengths, batch_first=True, enforce_sorted=False
+        )
         out, (h, c) = self.lstm(packed)
-        ctx, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
-                                                  total_length=tokens.shape[1])
+        ctx, _ = nn.utils.rnn.pad_packed_sequence(
+            out, batch_first=True, total_length=tokens.shape[1]
+        )
         h0 = torch.tanh(self.to_state(torch.cat([h[-2], h[-1]], 1)))
         c0 = torch.cat([c[-2], c[-1]], 1)
         return self.drop(ctx), mask, h0, c0
@@ -106,8 +109,12 @@ class Follower(nn.Module):
         self.size = size
         self.lang_encoder = LangEncoder(size)
         self.decoder = ActionDecoder(size)
-        self.critic = nn.Sequential(nn.Linear(size.hidden, size.hidden), nn.ReLU(),
-                                    nn.Dropout(size.dropout), nn.Linear(size.hidden, 1))
+        self.critic = nn.Sequential(
+            nn.Linear(size.hidden, size.hidden),
+            nn.ReLU(),
+            nn.Dropout(size.dropout),
+            nn.Linear(size.hidden, 1),
+        )
         self.feat_drop = nn.Dropout(size.feature_dropout)
 
     def env_drop_mask(self, batch: int, device) -> torch.Tensor:

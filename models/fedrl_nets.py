@@ -11,6 +11,7 @@
 - `FullQNet`: DQN-full / FCN-full, one network over both parties' observations (two conv
   branches, concatenated, then 256 units), as the reference's `build_nn_full`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,12 +44,11 @@ class SharedMLP(nn.Module):
 
 
 class FullQNet(nn.Module):
-    def __init__(self, history: int, w_alpha: int, w_beta: int, n_actions: int,
-                 hidden: int = 256):
+    def __init__(self, history: int, w_alpha: int, w_beta: int, n_actions: int, hidden: int = 256):
         super().__init__()
         self.conv_a = nn.Conv2d(history, 32, 3, padding=1)
         self.conv_b = nn.Conv2d(history, 32, 3, padding=1)
-        self.fc = nn.Linear(32 * (w_alpha ** 2 + w_beta ** 2), hidden)
+        self.fc = nn.Linear(32 * (w_alpha**2 + w_beta**2), hidden)
         self.out = nn.Linear(hidden, n_actions)
 
     def forward(self, obs_a: torch.Tensor, obs_b: torch.Tensor) -> torch.Tensor:

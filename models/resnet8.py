@@ -6,6 +6,7 @@ max-pool, three residual blocks of 32/64/128 channels (each BN-ReLU-conv(s2)-BN-
 has 314,657 trainable parameters, the count the CDL paper reports. The input size is configurable
 so that CPU runs can use small images; the head's width follows from it.
 """
+
 from __future__ import annotations
 
 import torch

@@ -8,6 +8,7 @@ contexts -> vocabulary logits. Trained by teacher forcing (cross-entropy); decod
 for evaluation (BLEU) and greedily or by sampling for augmentation. Environmental dropout is
 applied to the visual part of the inputs as in the follower.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,16 +54,22 @@ class Speaker(nn.Module):
         `feature_mask` (B, 1, visual dims) replaces the speaker's own environmental dropout:
         back-translation shows the speaker the follower's dropped-out environment."""
         B, T, _ = actions.shape
-        mask = feature_mask if feature_mask is not None else self.feat_drop(
-            torch.ones(B, 1, self.size.feature - ANGLE_DIM, device=actions.device))
+        mask = (
+            feature_mask
+            if feature_mask is not None
+            else self.feat_drop(
+                torch.ones(B, 1, self.size.feature - ANGLE_DIM, device=actions.device)
+            )
+        )
         actions = self._drop_visual(actions, mask)
         panos = self._drop_visual(panos, mask.unsqueeze(1))
         h, _ = self.action_lstm(actions)
         mixed, _, _ = self.pano_attn(h.reshape(B * T, -1), panos.reshape(B * T, 36, -1))
         x = torch.cat([mixed.view(B, T, -1), h], -1)
         lengths = step_mask.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(self.drop(x), lengths, batch_first=True,
-                                                   enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.drop(x), lengths, batch_first=True, enforce_sorted=False
+        )
         out, (hn, cn) = self.post_lstm(packed)
         ctx, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
         return self.drop(ctx), (hn, cn)
@@ -81,13 +88,22 @@ class Speaker(nn.Module):
         """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1] (PAD ignored)."""
         ctx, state = self.encode(actions, panos, step_mask)
         logits, _ = self.decode(tokens[:, :-1], ctx, step_mask, state)
-        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                           tokens[:, 1:].reshape(-1), ignore_index=PAD)
+        return nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), ignore_index=PAD
+        )
 
     @torch.no_grad()
-    def generate(self, actions, panos, step_mask, bos: int, max_len: int = 80,
-                 sample: bool = False, generator: torch.Generator | None = None,
-                 feature_mask: torch.Tensor | None = None):
+    def generate(
+        self,
+        actions,
+        panos,
+        step_mask,
+        bos: int,
+        max_len: int = 80,
+        sample: bool = False,
+        generator: torch.Generator | None = None,
+        feature_mask: torch.Tensor | None = None,
+    ):
         """(B, <= max_len) token ids, starting after <BOS>, PAD after each <EOS>."""
         ctx, state = self.encode(actions, panos, step_mask, feature_mask)
         B = actions.shape[0]

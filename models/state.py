@@ -5,6 +5,7 @@ turn into meaningless floats, and with a fixed momentum they do not affect the m
 means and variances do travel and are averaged like weights, as in FedAvg's reference
 implementations.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -15,8 +16,11 @@ from torch import nn
 
 def shared_state(model: nn.Module) -> OrderedDict[str, torch.Tensor]:
     """The arrays to send, on the CPU."""
-    return OrderedDict((k, v.detach().cpu().clone()) for k, v in model.state_dict().items()
-                       if not k.endswith("num_batches_tracked"))
+    return OrderedDict(
+        (k, v.detach().cpu().clone())
+        for k, v in model.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    )
 
 
 def load_shared_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -24,12 +28,14 @@ def load_shared_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:
-        raise KeyError(f"model arrays do not match: missing {missing[:3]}, unexpected "
-                       f"{unexpected[:3]}")
+        raise KeyError(
+            f"model arrays do not match: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
 
 
-def initial_state(image_size: int, channels: int, seed: int, with_sub: bool = False
-                  ) -> OrderedDict[str, torch.Tensor]:
+def initial_state(
+    image_size: int, channels: int, seed: int, with_sub: bool = False
+) -> OrderedDict[str, torch.Tensor]:
     """The common starting model of every driving method (seeded, so runs compare), plus a copy
     under `sub.` when a method also mixes a CDL sub-network (its reference variant)."""
     from models.resnet8 import ResNet8

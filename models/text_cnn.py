@@ -15,6 +15,7 @@ The tag is the reference's fixed tag embedding: tag i (0 untagged, 1 neglected, 
 becomes a 50-d vector of i's. An observation is [text id, tags...] (envs/text2action.py); the
 per-text tables are buffers that are not saved (each party rebuilds them from its own data).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,8 +40,9 @@ class PosFeatures(nn.Module):
 class WordFeatures(nn.Module):
     def __init__(self, vectors: np.ndarray):
         super().__init__()
-        self.register_buffer("table", torch.as_tensor(vectors, dtype=torch.float32),
-                             persistent=False)
+        self.register_buffer(
+            "table", torch.as_tensor(vectors, dtype=torch.float32), persistent=False
+        )
         self.width = vectors.shape[-1]
 
     def forward(self, texts: torch.Tensor) -> torch.Tensor:
@@ -58,8 +60,9 @@ class FullFeatures(nn.Module):
 
 
 class TextCNN(nn.Module):
-    def __init__(self, features: nn.Module, n_actions: int = 2, filters: int = 32,
-                 tag_dim: int = DIM):
+    def __init__(
+        self, features: nn.Module, n_actions: int = 2, filters: int = 32, tag_dim: int = DIM
+    ):
         super().__init__()
         self.features, self.tag_dim = features, tag_dim
         width = features.width + tag_dim

@@ -3,6 +3,7 @@ vocabulary it was trained with (a checkpoint is useless with a different word or
 
 A checkpoint holds only tensors and plain values (numbers, strings, lists, dicts), and is read
 with `torch.load(weights_only=True)`: a file handed to `fedvln.agent-init` cannot run code."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -21,9 +22,16 @@ def save(path: str | Path, model: Follower | Speaker, vocab: Vocab | None, **ext
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"kind": type(model).__name__, "size": asdict(model.size),
-                "vocab": None if vocab is None else list(vocab.words),
-                "state": model.state_dict(), **_plain(extra)}, tmp)
+    torch.save(
+        {
+            "kind": type(model).__name__,
+            "size": asdict(model.size),
+            "vocab": None if vocab is None else list(vocab.words),
+            "state": model.state_dict(),
+            **_plain(extra),
+        },
+        tmp,
+    )
     tmp.replace(path)
 
 
@@ -42,20 +50,29 @@ def load(path: str | Path) -> tuple[Follower | Speaker, Vocab | None, dict]:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise DataError(f"{path}: checkpoint not found") from None
-    except Exception as e:   # pickle refusing a global, a truncated or foreign file, ...
-        raise DataError(f"{path}: not a follower/speaker checkpoint that loads without running "
-                        f"code ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]})") from None
+    except Exception as e:  # pickle refusing a global, a truncated or foreign file, ...
+        raise DataError(
+            f"{path}: not a follower/speaker checkpoint that loads without running "
+            f"code ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]})"
+        ) from None
     kinds = {"Follower": (Follower, FollowerSize), "Speaker": (Speaker, SpeakerSize)}
-    if not isinstance(ck, dict) or ck.get("kind") not in kinds or not isinstance(
-            ck.get("size"), dict) or "state" not in ck:
-        raise DataError(f"{path}: not a follower/speaker checkpoint (needs 'kind', 'size', "
-                        f"'state')")
+    if (
+        not isinstance(ck, dict)
+        or ck.get("kind") not in kinds
+        or not isinstance(ck.get("size"), dict)
+        or "state" not in ck
+    ):
+        raise DataError(
+            f"{path}: not a follower/speaker checkpoint (needs 'kind', 'size', 'state')"
+        )
     cls, size = kinds[ck["kind"]]
     try:
         model = cls(size(**ck["size"]))
         model.load_state_dict(ck["state"])
     except (TypeError, RuntimeError) as e:
-        raise DataError(f"{path}: {ck['kind']} checkpoint does not fit its own sizes "
-                        f"({str(e).splitlines()[0][:160]})") from None
+        raise DataError(
+            f"{path}: {ck['kind']} checkpoint does not fit its own sizes "
+            f"({str(e).splitlines()[0][:160]})"
+        ) from None
     extra = {k: v for k, v in ck.items() if k not in ("kind", "size", "vocab", "state")}
     return model, None if ck["vocab"] is None else Vocab(ck["vocab"]), extra

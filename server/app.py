@@ -1,4 +1,5 @@
 """The ServerApp (`flwr run .` and simulation.py both run this): dispatch on run config `method`."""
+
 from __future__ import annotations
 
 from logging import INFO
@@ -26,10 +27,13 @@ def main(grid: Grid, context: Context) -> None:
     if bool(cfg["resume"]):
         check_resume_round(cfg)
     graph = methods.get(name).server == "server.decentralized" and str(cfg["topology"]) not in (
-        "ring", "complete")   # a GML graph fixes the silos itself
+        "ring",
+        "complete",
+    )  # a GML graph fixes the silos itself
     if methods.get(name).domain == "driving" and not graph:
-        cfg["num-clients"] = fit_to_federation(grid, int(cfg["num-clients"]),
-                                               float(cfg["node-wait-timeout"]))
+        cfg["num-clients"] = fit_to_federation(
+            grid, int(cfg["num-clients"]), float(cfg["node-wait-timeout"])
+        )
     check_faults(cfg, 2 if methods.get(name).domain == "gridworld" else int(cfg["num-clients"]))
     grid = AdaptiveTimeout(grid, float(cfg["timeout-factor"]), float(cfg["timeout-floor"]))
     methods.server_module(name).run(grid, cfg, name)
@@ -45,5 +49,7 @@ def check_resume_round(cfg: dict) -> None:
     path = Path(str(cfg["out-dir"])) / "rounds.csv"
     done = int(pd.read_csv(path)["round"].max()) if path.is_file() else 0
     if int(cfg["resume-round"]) != done:
-        raise ConfigError(f"run config 'resume-round' is {cfg['resume-round']}, but {path} ends "
-                          f"at round {done}: set resume-round={done}")
+        raise ConfigError(
+            f"run config 'resume-round' is {cfg['resume-round']}, but {path} ends "
+            f"at round {done}: set resume-round={done}"
+        )

@@ -16,6 +16,7 @@ the last and at the best checkpoint: `test-...` and `best-test-...` columns; `be
 is the valid score of the kept checkpoint. Each evaluation step costs two messages, so on 32x32
 (T_m = 178) one evaluation is ~700 messages: choose `eval-every` accordingly.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,10 +55,13 @@ def query_roles(grid, node_ids: list[int], timeout: float) -> dict[str, int]:
     roles: dict[str, int] = {}
     for node, ident in query_identities(grid, node_ids, timeout).items():
         role = str(ident.get("role", "")) or (
-            "alpha" if int(ident["partition-id"]) == 0 else "beta")
+            "alpha" if int(ident["partition-id"]) == 0 else "beta"
+        )
         if role in roles:
-            raise FederationError(f"two nodes claim role {role!r}; give each SuperNode "
-                                  "--node-config role=alpha or role=beta")
+            raise FederationError(
+                f"two nodes claim role {role!r}; give each SuperNode "
+                "--node-config role=alpha or role=beta"
+            )
         roles[role] = node
     if set(roles) != {"alpha", "beta"}:
         raise FederationError(f"FedRL needs one alpha and one beta node, got {sorted(roles)}")
@@ -74,18 +78,31 @@ class Exchange:
     run at once: the party may have acted on the step (a late reply, a released NaN), and
     sending it again would put the two parties out of step."""
 
-    def __init__(self, grid, roles: dict[str, int], recorder: Recorder, timeout: float,
-                 retries: int = 0):
+    def __init__(
+        self, grid, roles: dict[str, int], recorder: Recorder, timeout: float, retries: int = 0
+    ):
         self.grid, self.roles, self.rec, self.timeout = grid, roles, recorder, timeout
         self.retries = retries
         self.messages = 0
-        self.round = 0          # the server round, stamped on every message
+        self.round = 0  # the server round, stamped on every message
 
-    def __call__(self, role: str, step: str, data: dict | None = None, theta_g=None,
-                 evaluation: bool = False, **conf):
+    def __call__(
+        self,
+        role: str,
+        step: str,
+        data: dict | None = None,
+        theta_g=None,
+        evaluation: bool = False,
+        **conf,
+    ):
         for attempt in range(self.retries + 1):
-            content = RecordDict({"config": ConfigRecord(
-                {"step": step, "server-round": self.round, "attempt": attempt, **conf})})
+            content = RecordDict(
+                {
+                    "config": ConfigRecord(
+                        {"step": step, "server-round": self.round, "attempt": attempt, **conf}
+                    )
+                }
+            )
             if data:
                 content["data"] = array_record(data)
             if theta_g is not None:
@@ -95,32 +112,51 @@ class Exchange:
             replies = list(self.grid.send_and_receive([msg], timeout=self.timeout))
             self.messages += 1
             if not replies:
-                self.rec.add_client(node=self.roles[role], partition=role,
-                                    status=f"failed: no reply to {step!r} within the timeout")
-                raise FederationError(f"{role} did not answer {step!r} in round {self.round} "
-                                      f"within {self.timeout:.0f} s")
+                self.rec.add_client(
+                    node=self.roles[role],
+                    partition=role,
+                    status=f"failed: no reply to {step!r} within the timeout",
+                )
+                raise FederationError(
+                    f"{role} did not answer {step!r} in round {self.round} "
+                    f"within {self.timeout:.0f} s"
+                )
             rep = replies[0]
             if not rep.has_error():
                 break
-            log(INFO, "[fedembodied] %s failed in %r (attempt %d):\n%s", role, step, attempt,
-                rep.error.reason)
-            self.rec.add_client(node=self.roles[role], partition=role,
-                                status=f"failed in {step!r}, attempt {attempt + 1}: "
-                                       f"{one_line(rep.error.reason)}")
-        else:   # two parties cannot lose one: the run stops, naming it
-            raise FederationError(f"{role} failed in {step!r} in round {self.round} "
-                                  f"{self.retries + 1} times (fedrl.retries = {self.retries}); "
-                                  f"last: {one_line(rep.error.reason)}")
+            log(
+                INFO,
+                "[fedembodied] %s failed in %r (attempt %d):\n%s",
+                role,
+                step,
+                attempt,
+                rep.error.reason,
+            )
+            self.rec.add_client(
+                node=self.roles[role],
+                partition=role,
+                status=f"failed in {step!r}, attempt {attempt + 1}: {one_line(rep.error.reason)}",
+            )
+        else:  # two parties cannot lose one: the run stops, naming it
+            raise FederationError(
+                f"{role} failed in {step!r} in round {self.round} "
+                f"{self.retries + 1} times (fedrl.retries = {self.retries}); "
+                f"last: {one_line(rep.error.reason)}"
+            )
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
         out = {k: v.numpy() for k, v in rep.content["data"].items()}
         theta = rep.content.get("theta-g")
         sent = {**out, **({f"theta-g/{k}": v.numpy() for k, v in theta.items()} if theta else {})}
         bad = [k for k, v in sent.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
         if bad:  # relaying NaN/inf would poison the other party's network
-            self.rec.add_client(node=self.roles[role], partition=role,
-                                status=f"rejected: non-finite {', '.join(bad)} in {step!r}")
-            raise FederationError(f"{role} sent non-finite values in {step!r} in round "
-                                  f"{self.round}: {', '.join(bad)}")
+            self.rec.add_client(
+                node=self.roles[role],
+                partition=role,
+                status=f"rejected: non-finite {', '.join(bad)} in {step!r}",
+            )
+            raise FederationError(
+                f"{role} sent non-finite values in {step!r} in round {self.round}: {', '.join(bad)}"
+            )
         self.check_relayed(role, step, out, theta)
         metrics = dict(rep.content["metrics"]) if "metrics" in rep.content else {}
         return out, theta, metrics
@@ -132,18 +168,21 @@ class Exchange:
         (a wrong one would reach the other party's network unchecked)."""
         extra = sorted(set(out) - SENDS.get((role, step), set()))
         if extra:
-            raise FederationError(f"{role} sent arrays {extra} in {step!r}, which the protocol "
-                                  f"does not relay")
+            raise FederationError(
+                f"{role} sent arrays {extra} in {step!r}, which the protocol does not relay"
+            )
         for k in ("a-alpha", "a-beta"):
-            if k in out and out[k].size and (out[k].dtype.kind not in "iu" or out[k].min() < -1
-                                             or out[k].max() >= 16):
+            if (
+                k in out
+                and out[k].size
+                and (out[k].dtype.kind not in "iu" or out[k].min() < -1 or out[k].max() >= 16)
+            ):
                 raise FederationError(f"{role} sent {k} that are not action ids in {step!r}")
         if theta is not None:
             shapes = {k: tuple(v.shape) for k, v in theta.items()}
             self.theta_shapes = getattr(self, "theta_shapes", None) or shapes
             if shapes != self.theta_shapes:
-                raise FederationError(f"{role} sent a theta_g of other names or shapes in "
-                                      f"{step!r}")
+                raise FederationError(f"{role} sent a theta_g of other names or shapes in {step!r}")
 
 
 class Protocol:
@@ -153,9 +192,9 @@ class Protocol:
         self.s, self.send = s, send
         self.rng = np.random.default_rng([s.seed, 99])
         self.theta_g = None
-        self.prev = None          # alpha's last action ids, not yet seen by beta
-        self.c_alpha = None       # C_alpha of alpha's current observation (paper action mode)
-        self.pending = None       # alpha's last targets for beta: ids, Y, C_alpha(s_j), theta_g
+        self.prev = None  # alpha's last action ids, not yet seen by beta
+        self.c_alpha = None  # C_alpha of alpha's current observation (paper action mode)
+        self.pending = None  # alpha's last targets for beta: ids, Y, C_alpha(s_j), theta_g
         self.transitions = self.updates = self.samples = 0
 
     def train_round(self, evaluating: bool = False) -> dict:
@@ -184,22 +223,36 @@ class Protocol:
             self.theta_g = theta_b if theta_b is not None else self.theta_g
             data = {"c-beta": b["c-beta"], "a-beta": b["a-beta"]}
             if ids is not None:
-                data.update({"ids": ids, "c-beta-ids": b["c-beta-ids"],
-                             "c-beta-next-ids": b["c-beta-next-ids"]})
-            a, theta_a, ma = send("alpha", "act", data,
-                                  theta_g=self.theta_g if step == 0 else None, report=last, **mark)
+                data.update(
+                    {
+                        "ids": ids,
+                        "c-beta-ids": b["c-beta-ids"],
+                        "c-beta-next-ids": b["c-beta-next-ids"],
+                    }
+                )
+            a, theta_a, ma = send(
+                "alpha",
+                "act",
+                data,
+                theta_g=self.theta_g if step == 0 else None,
+                report=last,
+                **mark,
+            )
             self.prev, self.c_alpha = a["a-alpha"], a.get("c-alpha")
             if ids is not None:
-                self.pending = ({"update-ids": ids, "y": a["y"], "c-alpha-ids": a["c-alpha-ids"]},
-                                theta_a)
+                self.pending = (
+                    {"update-ids": ids, "y": a["y"], "c-alpha-ids": a["c-alpha-ids"]},
+                    theta_a,
+                )
                 self.updates += len(ids)
                 self.samples += ids.size
             metrics.update({**mb, **ma})
         self.transitions += s.envs * s.act_steps
         if evaluating:
             metrics.update(self.flush())
-        metrics.update({"env-steps": self.transitions, "updates": self.updates,
-                        "train-samples": self.samples})
+        metrics.update(
+            {"env-steps": self.transitions, "updates": self.updates, "train-samples": self.samples}
+        )
         return metrics
 
     def flush(self) -> dict:
@@ -224,20 +277,34 @@ class Protocol:
         conf = {"split": split, "weights": weights, "test-noise": test_noise}
         c_alpha, prev, first = None, None, True
         if paper:
-            c_alpha = send("alpha", "eval-observe", theta_g=self.theta_g, evaluation=True,
-                           start=True, **conf)[0]["c-alpha"]
+            c_alpha = send(
+                "alpha", "eval-observe", theta_g=self.theta_g, evaluation=True, start=True, **conf
+            )[0]["c-alpha"]
         for _ in range(self.s.horizon + 1):
-            b, _, _ = send("beta", "eval-act", {"prev-alpha": prev, "c-alpha": c_alpha},
-                           evaluation=True, start=first, **conf)
-            a, _, m = send("alpha", "eval-act", {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
-                           theta_g=self.theta_g if first and not paper else None,
-                           evaluation=True, start=first and not paper, **conf)
+            b, _, _ = send(
+                "beta",
+                "eval-act",
+                {"prev-alpha": prev, "c-alpha": c_alpha},
+                evaluation=True,
+                start=first,
+                **conf,
+            )
+            a, _, m = send(
+                "alpha",
+                "eval-act",
+                {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
+                theta_g=self.theta_g if first and not paper else None,
+                evaluation=True,
+                start=first and not paper,
+                **conf,
+            )
             prev, c_alpha, first = a["a-alpha"], a.get("c-alpha"), False
             if not m["active"]:
                 tag = "on" if test_noise else "off"
                 pre = "best-" if weights == "best" else ""
-                return {f"{pre}{split}-{k}-test_noise={tag}": v
-                        for k, v in m.items() if k != "active"}
+                return {
+                    f"{pre}{split}-{k}-test_noise={tag}": v for k, v in m.items() if k != "active"
+                }
         raise FederationError(f"evaluation on {split} did not end")
 
     def keep_best(self) -> None:
@@ -275,18 +342,31 @@ def run(grid, cfg: dict, name: str) -> None:
     recorder = Recorder(out_dir(cfg, name), cfg)
     nodes = wait_for_nodes(grid, 2, float(cfg["node-wait-timeout"]))
     roles = query_roles(grid, nodes, float(cfg["node-wait-timeout"]))
-    send = Exchange(grid, roles, recorder, float(cfg["round-timeout"]),
-                    retries=int(cfg["fedrl.retries"]))
+    send = Exchange(
+        grid, roles, recorder, float(cfg["round-timeout"]), retries=int(cfg["fedrl.retries"])
+    )
     proto = Protocol(s, send)
     select = Selection(s.select_key())
     maps = s.map_report()
     for split, rep in maps.items():
         log(INFO, "[fedembodied] %s %s: %s", split, "texts" if s.text else "maps", rep)
     privacy: dict = {}
-    world = (f"Text2Action {s.t2a_dataset} fold {s.t2a_fold}/{s.t2a_folds}" if s.text else
-             f"Grid-World {s.size}x{s.size}, {s.rules} rules")
-    log(INFO, "[fedembodied] FedRL %s, %s mode, B=%d envs x %d steps, K=%d updates/round "
-        "(%.3g per transition)", world, s.mode, s.envs, s.act_steps, s.updates, s.update_ratio)
+    world = (
+        f"Text2Action {s.t2a_dataset} fold {s.t2a_fold}/{s.t2a_folds}"
+        if s.text
+        else f"Grid-World {s.size}x{s.size}, {s.rules} rules"
+    )
+    log(
+        INFO,
+        "[fedembodied] FedRL %s, %s mode, B=%d envs x %d steps, K=%d updates/round "
+        "(%.3g per transition)",
+        world,
+        s.mode,
+        s.envs,
+        s.act_steps,
+        s.updates,
+        s.update_ratio,
+    )
     t_start = time.perf_counter()
     done = recorder.last_round()
     if done:
@@ -306,17 +386,32 @@ def run(grid, cfg: dict, name: str) -> None:
         recorder.add_client(node=roles["beta"], partition="beta", status="ok")
         for role in ("alpha", "beta") if evaluating else ():  # each party writes its own state
             send(role, "checkpoint", evaluation=True, **{"save-state": True})
-        save_round(recorder, rnd, proto, select, send, privacy)   # before rounds.csv says rnd
+        save_round(recorder, rnd, proto, select, send, privacy)  # before rounds.csv says rnd
         row = recorder.end_round(proto.theta_g)
-        log(INFO, "[fedembodied] round %d/%d  %s %s  alpha privacy epsilon=%s  "
-            "wall=%.2fs", rnd, rounds, s.select_key(), row.get(s.select_key(), "-"),
-            row.get("alpha-privacy-epsilon", "-"), row["wall_s"])
-    recorder.write_config(privacy={**privacy, "delta": s.delta, "sigma": s.sigma,
-                                   "clip": s.clip,
-                                   "insecure_no_noise": bool(cfg["fedrl.insecure-no-noise"])},
-                          maps=maps, rules=s.rules, action_mode=s.mode,
-                          update_ratio=s.update_ratio,
-                          wall_s=round(time.perf_counter() - t_start, 2))
+        log(
+            INFO,
+            "[fedembodied] round %d/%d  %s %s  alpha privacy epsilon=%s  wall=%.2fs",
+            rnd,
+            rounds,
+            s.select_key(),
+            row.get(s.select_key(), "-"),
+            row.get("alpha-privacy-epsilon", "-"),
+            row["wall_s"],
+        )
+    recorder.write_config(
+        privacy={
+            **privacy,
+            "delta": s.delta,
+            "sigma": s.sigma,
+            "clip": s.clip,
+            "insecure_no_noise": bool(cfg["fedrl.insecure-no-noise"]),
+        },
+        maps=maps,
+        rules=s.rules,
+        action_mode=s.mode,
+        update_ratio=s.update_ratio,
+        wall_s=round(time.perf_counter() - t_start, 2),
+    )
     log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, privacy)
 
 
@@ -324,8 +419,9 @@ def _tensors(arrays) -> dict | None:
     return None if arrays is None else {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
 
 
-def save_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
-               send: Exchange, privacy: dict) -> None:
+def save_round(
+    recorder: Recorder, rnd: int, proto: Protocol, select: Selection, send: Exchange, privacy: dict
+) -> None:
     """What the server needs to go on after round `rnd`: theta_g, the protocol's in-flight
     values (alpha's last actions and C_alpha, beta's deferred update), counters, its RNG, model selection and the
     privacy ledger's last report (checkpoints/fedrl_{0,1}.pt; the parties save their own
@@ -334,22 +430,27 @@ def save_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
     pending = None
     if proto.pending:
         data, theta_a = proto.pending
-        pending = {**{f"data/{k}": v for k, v in data.items()},
-                   **{f"theta/{k}": v.numpy() for k, v in theta_a.items()}}
-    state = {"theta_g": _tensors(theta), "pending": _tensors(pending),
-             "prev": None if proto.prev is None else torch.from_numpy(np.array(proto.prev)),
-             "c_alpha": None if proto.c_alpha is None else torch.from_numpy(
-                 np.array(proto.c_alpha)),
-             "counters": [proto.transitions, proto.updates, proto.samples, send.messages],
-             "rng": json.dumps(proto.rng.bit_generator.state),
-             "theta_shapes": json.dumps(getattr(send, "theta_shapes", None)),
-             "select": json.dumps({"score": select.score, "best": select.best}),
-             "privacy": json.dumps(privacy)}
+        pending = {
+            **{f"data/{k}": v for k, v in data.items()},
+            **{f"theta/{k}": v.numpy() for k, v in theta_a.items()},
+        }
+    state = {
+        "theta_g": _tensors(theta),
+        "pending": _tensors(pending),
+        "prev": None if proto.prev is None else torch.from_numpy(np.array(proto.prev)),
+        "c_alpha": None if proto.c_alpha is None else torch.from_numpy(np.array(proto.c_alpha)),
+        "counters": [proto.transitions, proto.updates, proto.samples, send.messages],
+        "rng": json.dumps(proto.rng.bit_generator.state),
+        "theta_shapes": json.dumps(getattr(send, "theta_shapes", None)),
+        "select": json.dumps({"score": select.score, "best": select.best}),
+        "privacy": json.dumps(privacy),
+    }
     save_by_parity(recorder, "fedrl", rnd, state)
 
 
-def load_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
-               send: Exchange) -> dict:
+def load_round(
+    recorder: Recorder, rnd: int, proto: Protocol, select: Selection, send: Exchange
+) -> dict:
     """The server's state after round `rnd` (save_round); returns the privacy report."""
     st = load_by_parity(recorder, "fedrl", rnd)
     if st["theta_g"] is not None:
@@ -358,8 +459,9 @@ def load_round(recorder: Recorder, rnd: int, proto: Protocol, select: Selection,
     pending = st.get("pending")
     if pending:
         data = {k[5:]: v.numpy() for k, v in pending.items() if k.startswith("data/")}
-        theta_a = ArrayRecord({k[6:]: Array(v.numpy()) for k, v in pending.items()
-                               if k.startswith("theta/")})
+        theta_a = ArrayRecord(
+            {k[6:]: Array(v.numpy()) for k, v in pending.items() if k.startswith("theta/")}
+        )
         proto.pending = (data, theta_a)
     proto.c_alpha = None if st["c_alpha"] is None else st["c_alpha"].numpy()
     proto.transitions, proto.updates, proto.samples, send.messages = st["counters"]

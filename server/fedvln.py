@@ -33,6 +33,7 @@ there is nothing to schedule); the server's model in pre-exploration is what is 
 language encoder in fed-lan), so `checkpoints/` hold only that part; the local optimizer state
 is reset every round (see `clients/vln_recipe.py`).
 """
+
 from __future__ import annotations
 
 import time
@@ -64,15 +65,16 @@ VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 class Plan:
     """What one stage does: which model, what is shared, who trains at which rate, who is
     scored, and what the setup round hands out."""
-    model: str                                  # follower | speaker
-    share: str                                  # "*" all, "lang_encoder.", "" nothing
+
+    model: str  # follower | speaker
+    share: str  # "*" all, "lang_encoder.", "" nothing
     rates: dict[str, float]
     eval_roles: tuple[str, ...]
     epochs: float
-    keep_local: bool = False                    # houses keep their own follower
+    keep_local: bool = False  # houses keep their own follower
     init_agent: bool = False
-    speaker_to: tuple[str, ...] = ()            # roles that get the speaker in setup
-    follower_to: tuple[str, ...] = ()           # roles that get the starting follower in setup
+    speaker_to: tuple[str, ...] = ()  # roles that get the speaker in setup
+    follower_to: tuple[str, ...] = ()  # roles that get the starting follower in setup
     routes: int = 0
 
 
@@ -86,12 +88,25 @@ def plan_of(cfg: dict) -> Plan:
     if stage == "speaker":
         return Plan("speaker", "*", {"seen": r}, scored, float(cfg["fedvln.speaker-epochs"]))
     if stage == "augment":
-        return Plan("follower", "*", {"seen": r}, scored, float(cfg["fedvln.local-epochs"]),
-                    init_agent=True, speaker_to=("seen",), routes=int(cfg["fedvln.aug-routes"]))
+        return Plan(
+            "follower",
+            "*",
+            {"seen": r},
+            scored,
+            float(cfg["fedvln.local-epochs"]),
+            init_agent=True,
+            speaker_to=("seen",),
+            routes=int(cfg["fedvln.aug-routes"]),
+        )
     r1, r2 = float(cfg["fedvln.unseen-rate"]), float(cfg["fedvln.preexplore-seen-rate"])
-    common = dict(eval_roles=("unseen",), epochs=float(cfg["fedvln.preexplore-epochs"]),
-                  keep_local=True, init_agent=True, speaker_to=("unseen",),
-                  routes=int(cfg["fedvln.preexplore-routes"]))
+    common = dict(
+        eval_roles=("unseen",),
+        epochs=float(cfg["fedvln.preexplore-epochs"]),
+        keep_local=True,
+        init_agent=True,
+        speaker_to=("unseen",),
+        routes=int(cfg["fedvln.preexplore-routes"]),
+    )
     if variant == "env-based":
         return Plan("follower", "", {"unseen": 1.0}, follower_to=("unseen",), **common)
     if variant == "fed-full":
@@ -104,19 +119,31 @@ def plan_of(cfg: dict) -> Plan:
 def check_config(cfg: dict) -> Plan:
     stage, variant = str(cfg["fedvln.stage"]), str(cfg["fedvln.variant"])
     if stage not in STAGES:
-        raise ConfigError(f"run config 'fedvln.stage' must be one of {', '.join(STAGES)}, "
-                          f"got {stage!r}")
+        raise ConfigError(
+            f"run config 'fedvln.stage' must be one of {', '.join(STAGES)}, got {stage!r}"
+        )
     if stage == "preexplore" and variant == "centralized":
-        raise ConfigError("fedvln.variant 'centralized' pools every house's data in one place "
-                          "and is not a federated run; `python -m experiments.fedvln_pipeline` "
-                          "runs it beside the federated variants (Table 5)")
+        raise ConfigError(
+            "fedvln.variant 'centralized' pools every house's data in one place "
+            "and is not a federated run; `python -m experiments.fedvln_pipeline` "
+            "runs it beside the federated variants (Table 5)"
+        )
     if stage == "preexplore" and variant not in VARIANTS:
-        raise ConfigError(f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, "
-                          f"got {variant!r}")
-    for key in ("num-server-rounds", "eval-every", "max-empty-rounds", "fedvln.batch-size",
-                "fedvln.embedding",
-                "fedvln.hidden", "fedvln.aug-routes", "fedvln.preexplore-routes",
-                "fedvln.train-houses", "fedvln.unseen-houses"):
+        raise ConfigError(
+            f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, got {variant!r}"
+        )
+    for key in (
+        "num-server-rounds",
+        "eval-every",
+        "max-empty-rounds",
+        "fedvln.batch-size",
+        "fedvln.embedding",
+        "fedvln.hidden",
+        "fedvln.aug-routes",
+        "fedvln.preexplore-routes",
+        "fedvln.train-houses",
+        "fedvln.unseen-houses",
+    ):
         positive(cfg, key)
     for key in ("fedvln.local-epochs", "fedvln.speaker-epochs", "fedvln.preexplore-epochs"):
         positive(cfg, key, float)
@@ -127,31 +154,41 @@ def check_config(cfg: dict) -> Plan:
         if not 0 < float(cfg[key]) <= 1:
             raise ConfigError(f"run config {key!r} must be in (0, 1], got {cfg[key]}")
     if not 0 <= float(cfg["fedvln.server-lr-decay"]) <= 1:
-        raise ConfigError(f"run config 'fedvln.server-lr-decay' must be in [0, 1] (0 = the "
-                          f"recipe's), got {cfg['fedvln.server-lr-decay']}")
+        raise ConfigError(
+            f"run config 'fedvln.server-lr-decay' must be in [0, 1] (0 = the "
+            f"recipe's), got {cfg['fedvln.server-lr-decay']}"
+        )
     try:
         r = recipe_of(cfg)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if r.optimizer not in OPTIMIZERS:
-        raise ConfigError(f"run config 'fedvln.optimizer' must be one of "
-                          f"{', '.join(OPTIMIZERS)} or empty, got {r.optimizer!r}")
+        raise ConfigError(
+            f"run config 'fedvln.optimizer' must be one of "
+            f"{', '.join(OPTIMIZERS)} or empty, got {r.optimizer!r}"
+        )
     if int(cfg["fedvln.max-local-steps"]) < 0:
         raise ConfigError("run config 'fedvln.max-local-steps' must be >= 0")
     if str(cfg["fedvln.optimizer-state"]) not in ("round", "house"):
-        raise ConfigError(f"run config 'fedvln.optimizer-state' must be round or house, "
-                          f"got {cfg['fedvln.optimizer-state']!r}")
+        raise ConfigError(
+            f"run config 'fedvln.optimizer-state' must be round or house, "
+            f"got {cfg['fedvln.optimizer-state']!r}"
+        )
     if str(cfg["fedvln.feedback"]) not in ("mixed", "teacher"):
-        raise ConfigError(f"run config 'fedvln.feedback' must be mixed or teacher, "
-                          f"got {cfg['fedvln.feedback']!r}")
+        raise ConfigError(
+            f"run config 'fedvln.feedback' must be mixed or teacher, got {cfg['fedvln.feedback']!r}"
+        )
     plan = plan_of(cfg)
     needs = (["fedvln.agent-init"] if plan.init_agent else []) + (
-        ["fedvln.speaker-init"] if plan.speaker_to else [])
+        ["fedvln.speaker-init"] if plan.speaker_to else []
+    )
     for key in needs:
         path = str(cfg[key])
         if not path:
-            raise ConfigError(f"stage {stage!r} needs run config {key!r}: a checkpoint of the "
-                              f"{'agent' if 'agent' in key else 'speaker'} stage")
+            raise ConfigError(
+                f"stage {stage!r} needs run config {key!r}: a checkpoint of the "
+                f"{'agent' if 'agent' in key else 'speaker'} stage"
+            )
         if not Path(path).is_file():
             raise ConfigError(f"run config {key!r}: {path} is not a file")
     return plan
@@ -175,8 +212,10 @@ def _houses(grid, cfg: dict) -> tuple[dict[int, int], dict[int, dict]]:
 def _load_init(path: str, want) -> torch.nn.Module:
     model, _, _ = vln_checkpoint.load(path)
     if model.size != want:
-        raise ConfigError(f"{path}: a {type(model).__name__} of size {model.size}, but this "
-                          f"run's houses and config need {want}")
+        raise ConfigError(
+            f"{path}: a {type(model).__name__} of size {model.size}, but this "
+            f"run's houses and config need {want}"
+        )
     return model
 
 
@@ -197,17 +236,26 @@ def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speak
     n_aug = 0
     for rep in grid.send_and_receive(msgs, timeout=float(cfg["round-timeout"])):
         if rep.has_error():
-            raise FederationError(f"house of node {rep.metadata.src_node_id} failed its setup: "
-                                  f"{rep.error.reason}")
+            raise FederationError(
+                f"house of node {rep.metadata.src_node_id} failed its setup: {rep.error.reason}"
+            )
         m = rep.content["metrics"]
         n_aug += int(m["num-augmented"])
-        recorder.add_client(node=rep.metadata.src_node_id,
-                            partition=parts[rep.metadata.src_node_id],
-                            num_examples=int(m["num-examples"]), status="ok")
+        recorder.add_client(
+            node=rep.metadata.src_node_id,
+            partition=parts[rep.metadata.src_node_id],
+            num_examples=int(m["num-examples"]),
+            status="ok",
+        )
     recorder.add_metrics({"augmented_episodes": n_aug})
     recorder.end_round()
-    log(INFO, "[fedembodied] setup: %d houses received models; %d routes sampled in the "
-        "houses for the speaker", len(msgs), n_aug)
+    log(
+        INFO,
+        "[fedembodied] setup: %d houses received models; %d routes sampled in the "
+        "houses for the speaker",
+        len(msgs),
+        n_aug,
+    )
 
 
 def run(grid, cfg: dict, name: str) -> None:
@@ -217,8 +265,10 @@ def run(grid, cfg: dict, name: str) -> None:
     recorder = Recorder(out_dir(cfg, name), cfg, stage=tag.replace("/", "-"))
     done = recorder.last_round()
     if done and (plan.speaker_to or plan.follower_to):
-        raise ConfigError(f"cannot resume fedvln stage {tag}: its setup round's models and "
-                          "sampled routes live in the houses' memory; start the stage again")
+        raise ConfigError(
+            f"cannot resume fedvln stage {tag}: its setup round's models and "
+            "sampled routes live in the houses' memory; start the stage again"
+        )
     parts, idents = _houses(grid, cfg)
     vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
     torch.manual_seed(int(cfg["seed"]))
@@ -226,47 +276,74 @@ def run(grid, cfg: dict, name: str) -> None:
         follower = _load_init(str(cfg["fedvln.agent-init"]), follower_size(cfg, vocab, feat))
     else:
         follower = Follower(follower_size(cfg, vocab, feat))
-    speaker = (_load_init(str(cfg["fedvln.speaker-init"]), speaker_size(cfg, vocab, feat))
-               if plan.speaker_to else Speaker(speaker_size(cfg, vocab, feat)))
+    speaker = (
+        _load_init(str(cfg["fedvln.speaker-init"]), speaker_size(cfg, vocab, feat))
+        if plan.speaker_to
+        else Speaker(speaker_size(cfg, vocab, feat))
+    )
     model = speaker if plan.model == "speaker" else follower
     n_params = sum(p.numel() for p in model.parameters())
     shared = shared_part(model, plan.share)
     n_shared = sum(int(a.numpy().size) for a in shared.values())
     roles = {p: i["role"] for p, i in idents.items()}
     count = {r: sum(1 for v in roles.values() if v == r) for r in ("seen", "unseen")}
-    recorder.write_config(num_parameters=n_params, shared_parameters=n_shared,
-                          shared_fraction=n_shared / n_params,
-                          language_encoder_fraction=parameter_share(follower, LANG),
-                          houses={i["house"]: i["role"] for i in idents.values()})
-    log(INFO, "[fedembodied] FedVLN %s: %d seen + %d unseen houses; %s of %d parameters, "
-        "%d shared (%.1f%%); results in %s", tag, count["seen"], count["unseen"], plan.model,
-        n_params, n_shared, 100 * n_shared / n_params, recorder.out)
+    recorder.write_config(
+        num_parameters=n_params,
+        shared_parameters=n_shared,
+        shared_fraction=n_shared / n_params,
+        language_encoder_fraction=parameter_share(follower, LANG),
+        houses={i["house"]: i["role"] for i in idents.values()},
+    )
+    log(
+        INFO,
+        "[fedembodied] FedVLN %s: %d seen + %d unseen houses; %s of %d parameters, "
+        "%d shared (%.1f%%); results in %s",
+        tag,
+        count["seen"],
+        count["unseen"],
+        plan.model,
+        n_params,
+        n_shared,
+        100 * n_shared / n_params,
+        recorder.out,
+    )
     if plan.speaker_to or plan.follower_to:
         _setup_round(grid, cfg, plan, parts, idents, recorder, follower, speaker)
 
     recipe = recipe_of(cfg)
     recorder.write_config(recipe=recipe.__dict__)
     strategy = FedVLNStrategy(
-        roles=roles, rates=plan.rates, eval_roles=plan.eval_roles,
-        server_lr=recipe.server_lr, lr_decay=recipe.server_lr_decay,
-        send_global_for_eval=not plan.keep_local, recorder=recorder,
-        num_clients=len(parts), seed=int(cfg["seed"]), node_wait_s=float(cfg["node-wait-timeout"]),
-        eval_every=int(cfg["eval-every"]), num_rounds=rounds,
-        max_empty_rounds=positive(cfg, "max-empty-rounds"), min_train_nodes=1,
-        min_evaluate_nodes=1, fraction_evaluate=float(cfg["fraction-evaluate"]),
-        max_evaluate_nodes=int(cfg["max-evaluate-clients"]))
+        roles=roles,
+        rates=plan.rates,
+        eval_roles=plan.eval_roles,
+        server_lr=recipe.server_lr,
+        lr_decay=recipe.server_lr_decay,
+        send_global_for_eval=not plan.keep_local,
+        recorder=recorder,
+        num_clients=len(parts),
+        seed=int(cfg["seed"]),
+        node_wait_s=float(cfg["node-wait-timeout"]),
+        eval_every=int(cfg["eval-every"]),
+        num_rounds=rounds,
+        max_empty_rounds=positive(cfg, "max-empty-rounds"),
+        min_train_nodes=1,
+        min_evaluate_nodes=1,
+        fraction_evaluate=float(cfg["fraction-evaluate"]),
+        max_evaluate_nodes=int(cfg["max-evaluate-clients"]),
+    )
     strategy.partitions = parts
     best = {"score": -1.0}
     key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
     t0 = time.perf_counter()
 
     initial = shared
-    if done:   # resume: the shared arrays after the last finished round, the best score so far
+    if done:  # resume: the shared arrays after the last finished round, the best score so far
         initial = ArrayRecord(load_round(recorder, done))
         strategy.round_offset = done
         strategy.empty_rounds = trailing_empty_rounds(recorder)
-        best["score"] = max([float(r[key]) for r in recorder.rounds
-                             if key in r and r[key] == r[key]], default=-1.0)
+        best["score"] = max(
+            [float(r[key]) for r in recorder.rounds if key in r and r[key] == r[key]], default=-1.0
+        )
         log(INFO, "[fedembodied] resuming FedVLN %s after round %d of %d", tag, done, rounds)
 
     def end_of_round(server_round: int, arrays: ArrayRecord):
@@ -276,23 +353,44 @@ def run(grid, cfg: dict, name: str) -> None:
         row = recorder.end_round(arrays)
         if plan.share == "*" and row.get(key, -1) > best["score"]:
             best["score"] = row[key]
-            _save(model, arrays, recorder.out / "best.pt", round=server_round,
-                  **{key: best["score"]})
-        scores = "  ".join(f"{s} {m} {row[f'{s}_{m}']:.1f}" for s in ("val_seen", "val_unseen")
-                           for m in ("sr", "spl", "bleu") if f"{s}_{m}" in row)
-        log(INFO, "[fedembodied] round %d/%d  %s  loss %.3f  clients %d  up %.1f MB  wall %.1fs",
-            server_round, rounds, scores or "(no evaluation)", row.get("train_loss", float("nan")),
-            row["n_clients"], row["bytes_up"] / 1e6, row["wall_s"])
+            _save(
+                model, arrays, recorder.out / "best.pt", round=server_round, **{key: best["score"]}
+            )
+        scores = "  ".join(
+            f"{s} {m} {row[f'{s}_{m}']:.1f}"
+            for s in ("val_seen", "val_unseen")
+            for m in ("sr", "spl", "bleu")
+            if f"{s}_{m}" in row
+        )
+        log(
+            INFO,
+            "[fedembodied] round %d/%d  %s  loss %.3f  clients %d  up %.1f MB  wall %.1fs",
+            server_round,
+            rounds,
+            scores or "(no evaluation)",
+            row.get("train_loss", float("nan")),
+            row["n_clients"],
+            row["bytes_up"] / 1e6,
+            row["wall_s"],
+        )
         return None
 
-    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds - done,
-                            timeout=float(cfg["round-timeout"]),
-                            train_config=ConfigRecord({"step": plan.model, "epochs": plan.epochs,
-                                                       "share": plan.share,
-                                                       "keep-local": plan.keep_local}),
-                            evaluate_config=ConfigRecord({"model": plan.model,
-                                                          "local": plan.keep_local}),
-                            evaluate_fn=end_of_round)
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=rounds - done,
+        timeout=float(cfg["round-timeout"]),
+        train_config=ConfigRecord(
+            {
+                "step": plan.model,
+                "epochs": plan.epochs,
+                "share": plan.share,
+                "keep-local": plan.keep_local,
+            }
+        ),
+        evaluate_config=ConfigRecord({"model": plan.model, "local": plan.keep_local}),
+        evaluate_fn=end_of_round,
+    )
     if plan.share == "*":
         _save(model, result.arrays, recorder.out / "model.pt", rounds=rounds)
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))

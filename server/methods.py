@@ -3,6 +3,7 @@
 The single place where a method is registered; the launcher's --help, the ServerApp and the
 ClientApp all read it. Runners and handlers are imported lazily so listing methods is cheap.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,24 +19,62 @@ class Method:
     domain: str  # which data the method runs on ("driving", ...)
 
 
-METHODS: dict[str, Method] = {m.name: m for m in [
-    Method("fedavg", "FedAvg of a ResNet-8 steering regressor over non-IID driving silos",
-           "server.driving", "clients.driving", "driving"),
-    Method("fedprox", "FedProx (proximal term mu on the client) on the same driving silos",
-           "server.driving", "clients.driving", "driving"),
-    Method("gossip", "decentralized ResNet-8 on a peer topology, server as relay (DroNet DFL)",
-           "server.decentralized", "clients.driving", "driving"),
-    Method("cdl", "CDL: Siamese backbone/sub-network, contrastive-divergence loss, peer topology",
-           "server.decentralized", "clients.cdl", "driving"),
-    Method("cdl-sfl", "CDL clients under a FedAvg server (CDL SFL)",
-           "server.driving", "clients.cdl", "driving"),
-    Method("fedrl", "FedRL: two parties (alpha with rewards, beta without) exchanging noised Q "
-           "outputs through a shared MLP, Grid-World", "server.fedrl", "clients.fedrl",
-           "gridworld"),
-    Method("fedvln", "FedVLN: one client per house; federated follower, speaker, augmentation "
-           "and pre-exploration (--stage, --variant)", "server.fedvln", "clients.fedvln", "vln"),
-]}
-
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        Method(
+            "fedavg",
+            "FedAvg of a ResNet-8 steering regressor over non-IID driving silos",
+            "server.driving",
+            "clients.driving",
+            "driving",
+        ),
+        Method(
+            "fedprox",
+            "FedProx (proximal term mu on the client) on the same driving silos",
+            "server.driving",
+            "clients.driving",
+            "driving",
+        ),
+        Method(
+            "gossip",
+            "decentralized ResNet-8 on a peer topology, server as relay (DroNet DFL)",
+            "server.decentralized",
+            "clients.driving",
+            "driving",
+        ),
+        Method(
+            "cdl",
+            "CDL: Siamese backbone/sub-network, contrastive-divergence loss, peer topology",
+            "server.decentralized",
+            "clients.cdl",
+            "driving",
+        ),
+        Method(
+            "cdl-sfl",
+            "CDL clients under a FedAvg server (CDL SFL)",
+            "server.driving",
+            "clients.cdl",
+            "driving",
+        ),
+        Method(
+            "fedrl",
+            "FedRL: two parties (alpha with rewards, beta without) exchanging noised Q "
+            "outputs through a shared MLP, Grid-World",
+            "server.fedrl",
+            "clients.fedrl",
+            "gridworld",
+        ),
+        Method(
+            "fedvln",
+            "FedVLN: one client per house; federated follower, speaker, augmentation "
+            "and pre-exploration (--stage, --variant)",
+            "server.fedvln",
+            "clients.fedvln",
+            "vln",
+        ),
+    ]
+}
 
 
 def get(name: str) -> Method:

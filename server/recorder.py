@@ -12,6 +12,7 @@ DIR/checkpoints/   the global model (decentralized: the silos' average) after ev
 Files are rewritten after every round, so an interrupted run keeps what it finished; with
 `resume` a Recorder takes those rows back and the run continues after its last round.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,16 @@ from flwr.app import ArrayRecord
 from server.config import ConfigError
 
 ROUND_COLUMNS = ["round", "stage", "wall_s", "n_clients", "bytes_up", "bytes_down"]
-CLIENT_COLUMNS = ["round", "stage", "node", "partition", "num_examples", "train_loss", "fit_s",
-                  "status"]
+CLIENT_COLUMNS = [
+    "round",
+    "stage",
+    "node",
+    "partition",
+    "num_examples",
+    "train_loss",
+    "fit_s",
+    "status",
+]
 
 
 def out_dir(cfg: dict, name: str) -> Path:
@@ -104,18 +113,25 @@ class Recorder:
     # ---- called by the server at the end of a round -----------------------------------
     def end_round(self, arrays: ArrayRecord | None = None) -> dict:
         """Write the round's row (metrics added by the strategy) and checkpoint the model."""
-        row = {"round": self._round, "stage": self.stage,
-               "wall_s": round(time.perf_counter() - self._t0, 4),
-               "n_clients": self._n_clients, "bytes_up": self._up, "bytes_down": self._down,
-               "eval_bytes_down": self._eval_down, **self._metrics}
-        if arrays is not None:   # first, atomically: rounds.csv must never name a round
-            path = self.out / "checkpoints" / f"round_{self._round:04d}.pt"   # with no model
+        row = {
+            "round": self._round,
+            "stage": self.stage,
+            "wall_s": round(time.perf_counter() - self._t0, 4),
+            "n_clients": self._n_clients,
+            "bytes_up": self._up,
+            "bytes_down": self._down,
+            "eval_bytes_down": self._eval_down,
+            **self._metrics,
+        }
+        if arrays is not None:  # first, atomically: rounds.csv must never name a round
+            path = self.out / "checkpoints" / f"round_{self._round:04d}.pt"  # with no model
             torch.save(arrays.to_torch_state_dict(), path.with_suffix(".tmp"))
             os.replace(path.with_suffix(".tmp"), path)
         self.rounds.append(row)
         pd.DataFrame(self.rounds).to_csv(self.out / "rounds.csv", index=False)
-        pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(self.out / "clients.csv",
-                                                                  index=False)
+        pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(
+            self.out / "clients.csv", index=False
+        )
         if self.silos:
             pd.DataFrame(self.silos).to_csv(self.out / "silos.csv", index=False)
         return row
@@ -137,8 +153,9 @@ def load_by_parity(recorder: "Recorder", name: str, rnd: int) -> dict:
         raise ConfigError(f"cannot resume: {path} is missing")
     saved = torch.load(path, map_location="cpu", weights_only=True)
     if int(saved["round"]) != rnd:
-        raise ConfigError(f"cannot resume: {path} holds round {saved['round']}, rounds.csv "
-                          f"ends at {rnd}")
+        raise ConfigError(
+            f"cannot resume: {path} holds round {saved['round']}, rounds.csv ends at {rnd}"
+        )
     return saved
 
 

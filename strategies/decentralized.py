@@ -12,6 +12,7 @@ average, so each model's error on the pooled test set (the union of the splits) 
 example-weighted pool of the silos' answers; without it (large topologies, where that costs
 N^2 model transfers) each silo scores its own model and the average.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,9 +39,19 @@ def to_record(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, Arra
 
 
 class TopologyRelay:
-    def __init__(self, topology: Topology, recorder, *, node_wait_s: float, timeout_s: float,
-                 cross_eval: bool, max_empty_rounds: int = 3, eval_fraction: float = 1.0,
-                 eval_cap: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        topology: Topology,
+        recorder,
+        *,
+        node_wait_s: float,
+        timeout_s: float,
+        cross_eval: bool,
+        max_empty_rounds: int = 3,
+        eval_fraction: float = 1.0,
+        eval_cap: int = 0,
+        seed: int = 0,
+    ):
         self.topology = topology
         self.eval_fraction, self.eval_cap, self.seed = eval_fraction, eval_cap, seed
         self.recorder = recorder
@@ -48,9 +59,9 @@ class TopologyRelay:
         self.timeout_s = timeout_s
         self.cross_eval = cross_eval
         self.max_empty_rounds = max_empty_rounds
-        self.empty_rounds = 0   # consecutive rounds in which no silo's update was accepted
+        self.empty_rounds = 0  # consecutive rounds in which no silo's update was accepted
         self.partitions: dict[int, int] = {}  # node id -> partition
-        self.retired: set[int] = set()         # nodes whose silo a newer node took
+        self.retired: set[int] = set()  # nodes whose silo a newer node took
 
     @property
     def node_of(self) -> dict[int, int]:
@@ -62,8 +73,10 @@ class TopologyRelay:
         ids = wait_for_nodes(grid, n, self.node_wait_s)
         self.partitions = query_partitions(grid, ids, self.node_wait_s)
         if sorted(self.partitions.values())[:n] != list(range(n)):
-            raise FederationError(f"topology {self.topology.name!r} needs partitions 0..{n - 1}, "
-                                  f"nodes have {sorted(self.partitions.values())}")
+            raise FederationError(
+                f"topology {self.topology.name!r} needs partitions 0..{n - 1}, "
+                f"nodes have {sorted(self.partitions.values())}"
+            )
 
     def train_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:
         """One accumulation + local training; returns the silos' new models. Who holds which
@@ -73,21 +86,36 @@ class TopologyRelay:
         a = self.topology.mixing
         mixes = [mix(models, a[i]) for i in range(len(models))]
         silos = [i for i in range(len(models)) if i in node_of]
-        msgs = [Message(RecordDict({"arrays": ArrayRecord(to_record(mixes[i])),
-                                    "config": ConfigRecord({"server-round": rnd,
-                                                            "save-state": True})}),
-                        dst_node_id=node_of[i], message_type=MessageType.TRAIN)
-                for i in silos]
+        msgs = [
+            Message(
+                RecordDict(
+                    {
+                        "arrays": ArrayRecord(to_record(mixes[i])),
+                        "config": ConfigRecord({"server-round": rnd, "save-state": True}),
+                    }
+                ),
+                dst_node_id=node_of[i],
+                message_type=MessageType.TRAIN,
+            )
+            for i in silos
+        ]
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
-        replies = [(silos[k], rep) for k, rep in
-                   answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))]
+        replies = [
+            (silos[k], rep)
+            for k, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))
+        ]
         new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
         losses, weights, accepted = [], [], []
         for i in sorted(set(range(len(models))) - {i for i, _ in replies}):
-            why = ("no reply within the round timeout" if i in node_of
-                   else "no node holds this silo")
-            self.recorder.add_client(node=node_of.get(i, -1), partition=i, num_examples=0,
-                                     train_loss=None, fit_s=None, status=f"failed: {why}")
+            why = "no reply within the round timeout" if i in node_of else "no node holds this silo"
+            self.recorder.add_client(
+                node=node_of.get(i, -1),
+                partition=i,
+                num_examples=0,
+                train_loss=None,
+                fit_s=None,
+                status=f"failed: {why}",
+            )
         sent = dict(zip(silos, msgs))
         for i, rep in replies:
             reference = sent[i].content["arrays"]
@@ -95,27 +123,37 @@ class TopologyRelay:
             m = {} if rep.has_error() else dict(rep.content["metrics"])
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
-            self.recorder.add_client(node=node_of[i], partition=i,
-                                     num_examples=m.get("num-examples", 0),
-                                     train_loss=m.get("train-loss"), fit_s=m.get("fit-s"),
-                                     status=problem or "ok")
+            self.recorder.add_client(
+                node=node_of[i],
+                partition=i,
+                num_examples=m.get("num-examples", 0),
+                train_loss=m.get("train-loss"),
+                fit_s=m.get("fit-s"),
+                status=problem or "ok",
+            )
             if problem is None:
                 new[i] = update
                 losses.append(float(m["train-loss"]))
                 weights.append(float(m["num-examples"]))
                 accepted.append(m)
-        metrics = {"n_accepted": len(losses),
-                   "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
-                   "consensus_distance": consensus_distance(new, parameter_names(new[0]))}
+        metrics = {
+            "n_accepted": len(losses),
+            "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
+            "consensus_distance": consensus_distance(new, parameter_names(new[0])),
+        }
         metrics.update(mean_signals(accepted))
         self.recorder.add_metrics(metrics)
         self.empty_rounds = 0 if losses else self.empty_rounds + 1
         if self.empty_rounds >= self.max_empty_rounds:
-            raise ClientsFailed(f"no silo's update was accepted in {self.empty_rounds} "
-                                f"consecutive rounds (up to round {rnd}; run config "
-                                f"'max-empty-rounds'); last failure: " + next(
-                                    (one_line(r.error.reason) for _, r in replies
-                                     if r.has_error()), "see clients.csv"))
+            raise ClientsFailed(
+                f"no silo's update was accepted in {self.empty_rounds} "
+                f"consecutive rounds (up to round {rnd}; run config "
+                f"'max-empty-rounds'); last failure: "
+                + next(
+                    (one_line(r.error.reason) for _, r in replies if r.has_error()),
+                    "see clients.csv",
+                )
+            )
         return new
 
     def evaluate_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:
@@ -125,9 +163,8 @@ class TopologyRelay:
         node_of = self.node_of
         silos = [i for i in range(n) if i in node_of]
         n_eval = sample_size(len(silos), self.eval_fraction, self.eval_cap)
-        if n_eval < len(silos):   # fraction-evaluate / max-evaluate-clients: a seeded draw
-            silos = sorted(random.Random((self.seed * 100_003 + rnd) * 7 + 1).sample(silos,
-                                                                                    n_eval))
+        if n_eval < len(silos):  # fraction-evaluate / max-evaluate-clients: a seeded draw
+            silos = sorted(random.Random((self.seed * 100_003 + rnd) * 7 + 1).sample(silos, n_eval))
         msgs = []
         for i in silos:
             chosen = list(range(n)) if self.cross_eval else [i]
@@ -135,9 +172,18 @@ class TopologyRelay:
             for k, j in enumerate(chosen):
                 record.update(to_record(models[j], f"m{k}/"))
             record.update(to_record(average, f"m{len(chosen)}/"))
-            msgs.append(Message(RecordDict({"arrays": ArrayRecord(record), "config": ConfigRecord(
-                {"server-round": rnd})}), dst_node_id=node_of[i],
-                message_type=MessageType.EVALUATE))
+            msgs.append(
+                Message(
+                    RecordDict(
+                        {
+                            "arrays": ArrayRecord(record),
+                            "config": ConfigRecord({"server-round": rnd}),
+                        }
+                    ),
+                    dst_node_id=node_of[i],
+                    message_type=MessageType.EVALUATE,
+                )
+            )
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs), evaluation=True)
         answers = {}
         for k, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s)):
@@ -156,22 +202,34 @@ class TopologyRelay:
         rows = []
         for i, (_, mse, mae) in sorted(answers.items()):
             own = i if self.cross_eval else 0
-            row = {"round": rnd, "partition": i, "rmse_own": math.sqrt(mse[own]),
-                   "mae_own": mae[own]}
+            row = {
+                "round": rnd,
+                "partition": i,
+                "rmse_own": math.sqrt(mse[own]),
+                "mae_own": mae[own],
+            }
             if self.cross_eval:
                 row["rmse_pooled"], row["mae_pooled"] = pooled(i)
             rows.append(row)
         avg_rmse, avg_mae = pooled(n if self.cross_eval else 1)
-        metrics = {"silo_rmse_own_mean": float(np.mean([r["rmse_own"] for r in rows])),
-                   "silo_mae_own_mean": float(np.mean([r["mae_own"] for r in rows])),
-                   "avg_rmse": avg_rmse, "avg_mae": avg_mae, "n_eval_silos": len(rows)}
+        metrics = {
+            "silo_rmse_own_mean": float(np.mean([r["rmse_own"] for r in rows])),
+            "silo_mae_own_mean": float(np.mean([r["mae_own"] for r in rows])),
+            "avg_rmse": avg_rmse,
+            "avg_mae": avg_mae,
+            "n_eval_silos": len(rows),
+        }
         if self.cross_eval:
             metrics["silo_rmse_pooled_mean"] = float(np.mean([r["rmse_pooled"] for r in rows]))
             metrics["silo_mae_pooled_mean"] = float(np.mean([r["mae_pooled"] for r in rows]))
-            metrics["rmse"], metrics["mae"] = (metrics["silo_rmse_pooled_mean"],
-                                               metrics["silo_mae_pooled_mean"])
+            metrics["rmse"], metrics["mae"] = (
+                metrics["silo_rmse_pooled_mean"],
+                metrics["silo_mae_pooled_mean"],
+            )
         else:  # the headline falls back to the silos' own splits (named in the docs)
-            metrics["rmse"], metrics["mae"] = (metrics["silo_rmse_own_mean"],
-                                               metrics["silo_mae_own_mean"])
+            metrics["rmse"], metrics["mae"] = (
+                metrics["silo_rmse_own_mean"],
+                metrics["silo_mae_own_mean"],
+            )
         self.recorder.add_metrics(metrics)
         return rows

@@ -15,6 +15,7 @@ Sampling: `rates` gives each role (`seen`, `unseen`) its participation rate; a r
 and n houses trains max(1, floor(r * n)) of them per round (the paper's r * n), chosen with a
 seeded RNG so runs repeat. Evaluation goes to every house of `eval_roles`.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,11 @@ from strategies.screened_fedavg import ScreenedFedAvg, sample_size
 from strategies.screening import MAX_EXAMPLES
 
 NAV_METRICS = ("ne", "sr", "osr", "spl", "tl", "ndtw", "sdtw", "cls")
-BLEU_STATS = ("sys_len", "ref_len", *(f"{k}_{n}" for k in ("correct", "total")
-                                      for n in range(1, 5)))
+BLEU_STATS = (
+    "sys_len",
+    "ref_len",
+    *(f"{k}_{n}" for k in ("correct", "total") for n in range(1, 5)),
+)
 
 
 PERCENT = ("sr", "osr", "spl", "ndtw", "sdtw", "cls")
@@ -78,7 +82,10 @@ def pool(records: list[dict]) -> dict[str, float]:
             out[f"{split}_bleu"] = BLEU.compute_bleu(
                 [tot[f"correct_{i}"] for i in range(1, 5)],
                 [tot[f"total_{i}"] for i in range(1, 5)],
-                tot["sys_len"], tot["ref_len"], smooth_method="exp").score
+                tot["sys_len"],
+                tot["ref_len"],
+                smooth_method="exp",
+            ).score
         for m in NAV_METRICS:
             if f"{split}_{m}" in rows[0]:
                 out[f"{split}_{m}"] = sum(r[f"{split}_n"] * r[f"{split}_{m}"] for r in rows) / n
@@ -88,10 +95,18 @@ def pool(records: list[dict]) -> dict[str, float]:
 class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
     """MRO: FedAvgM's server step runs on ScreenedFedAvg's screened weighted average."""
 
-    def __init__(self, *, roles: dict[int, str], rates: dict[str, float],
-                 eval_roles: tuple[str, ...], server_lr: float = 2.0, lr_decay: float = 1.0,
-                 send_global_for_eval: bool = True, **kwargs):
-        ScreenedFedAvg.__init__(self, **kwargs)   # FedAvgM's __init__ would drop our arguments
+    def __init__(
+        self,
+        *,
+        roles: dict[int, str],
+        rates: dict[str, float],
+        eval_roles: tuple[str, ...],
+        server_lr: float = 2.0,
+        lr_decay: float = 1.0,
+        send_global_for_eval: bool = True,
+        **kwargs,
+    ):
+        ScreenedFedAvg.__init__(self, **kwargs)  # FedAvgM's __init__ would drop our arguments
         self.server_learning_rate = server_lr
         self.server_momentum = 0.0
         self.server_opt = True
@@ -122,8 +137,12 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
     def evaluate_nodes(self, grid: Grid, server_round: int) -> list[int]:
         """The houses of `eval_roles`: `fraction-evaluate` of them, at most
         `max-evaluate-clients` (a seeded draw; all of them by default)."""
-        nodes = [n for role, nodes in sorted(self._by_role(grid).items())
-                 if role in self.eval_roles for n in nodes]
+        nodes = [
+            n
+            for role, nodes in sorted(self._by_role(grid).items())
+            if role in self.eval_roles
+            for n in nodes
+        ]
         k = sample_size(len(nodes), self.fraction_evaluate, self.max_evaluate_nodes)
         if k == len(nodes):
             return nodes
@@ -131,31 +150,39 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
         rng = random.Random((self.seed * 100_003 + server_round) * 7 + 1)
         return sorted(rng.sample(nodes, k), key=lambda n: parts[n])
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        t = server_round + self.round_offset   # a resumed run counts on from its last round
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        t = server_round + self.round_offset  # a resumed run counts on from its last round
         self.server_learning_rate = self.base_lr * self.lr_decay ** (t - 1)
         return super().configure_train(server_round, arrays, config, grid)
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         arrays, metrics = super().aggregate_train(server_round, replies)
-        if metrics is not None:   # local_steps: optimizer steps summed over houses (Table 9)
-            steps = sum(int(next(iter(r.content.metric_records.values())).get("local-steps", 0))
-                        for r in replies if not r.has_error())
-            self.recorder.add_metrics({"server_lr": self.server_learning_rate,
-                                       "local_steps": steps})
+        if metrics is not None:  # local_steps: optimizer steps summed over houses (Table 9)
+            steps = sum(
+                int(next(iter(r.content.metric_records.values())).get("local-steps", 0))
+                for r in replies
+                if not r.has_error()
+            )
+            self.recorder.add_metrics(
+                {"server_lr": self.server_learning_rate, "local_steps": steps}
+            )
         return arrays, metrics
 
-    def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],
-                  message_type: str) -> list[Message]:
+    def _messages(
+        self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int], message_type: str
+    ) -> list[Message]:
         if message_type == MessageType.EVALUATE and not self.send_global_for_eval:
-            arrays = ArrayRecord()   # each house scores its own local model
+            arrays = ArrayRecord()  # each house scores its own local model
         return super()._messages(arrays, config, node_ids, message_type)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         records = []
         for r in self._sorted(replies):
             if r.has_error() or len(r.content.metric_records) != 1:
@@ -163,8 +190,13 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
             rec = dict(next(iter(r.content.metric_records.values())))
             problem = eval_problem(rec)
             if problem:
-                log(WARNING, "[fedembodied] round %d: evaluation of node %d left out: %s",
-                    server_round, r.metadata.src_node_id, problem)
+                log(
+                    WARNING,
+                    "[fedembodied] round %d: evaluation of node %d left out: %s",
+                    server_round,
+                    r.metadata.src_node_id,
+                    problem,
+                )
                 continue
             records.append(rec)
         pooled = pool(records)

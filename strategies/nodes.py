@@ -4,6 +4,7 @@ The server cannot read a node's node_config, so it asks each node once with a `q
 for its partition id. Waiting is bounded: with fewer nodes than expected the run fails with a
 clear message instead of waiting forever (FedAvg's own sampler would loop endlessly).
 """
+
 from __future__ import annotations
 
 import time
@@ -29,7 +30,8 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
             raise FederationError(
                 f"only {len(ids)} of the {expected} expected nodes connected within "
                 f"{timeout_s:.0f} s: start {expected} SuperNodes (`flwr run`: --federation-config "
-                f"\"num-supernodes={expected}\"), or ask for fewer (run config 'num-clients')")
+                f"\"num-supernodes={expected}\"), or ask for fewer (run config 'num-clients')"
+            )
         time.sleep(0.5)
 
 
@@ -43,22 +45,36 @@ def fit_to_federation(grid: Grid, expected: int, timeout_s: float) -> int:
     first = wait_for_nodes(grid, 1, timeout_s)[:1]
     size = int(query_identities(grid, first, timeout_s)[first[0]]["num-partitions"])
     if size != expected:
-        log(WARNING, "[fedembodied] the nodes report a federation of %d (num-partitions), the "
+        log(
+            WARNING,
+            "[fedembodied] the nodes report a federation of %d (num-partitions), the "
             "run config num-clients=%d: running %d silos. For %d, start that many nodes "
-            "(`flwr run . --federation-config \"num-supernodes=%d\"`)", size, expected, size,
-            expected, expected)
+            '(`flwr run . --federation-config "num-supernodes=%d"`)',
+            size,
+            expected,
+            size,
+            expected,
+            expected,
+        )
     return size
 
 
 def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, dict]:
     """node id -> the identity the node reports (partition-id, num-partitions, role)."""
-    msgs = [Message(RecordDict({"config": ConfigRecord({"ask": "identity"})}),
-                    dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids]
+    msgs = [
+        Message(
+            RecordDict({"config": ConfigRecord({"ask": "identity"})}),
+            dst_node_id=n,
+            message_type=MessageType.QUERY,
+        )
+        for n in node_ids
+    ]
     out: dict[int, dict] = {}
     for rep in grid.send_and_receive(msgs, timeout=timeout_s):
         if rep.has_error():
-            raise FederationError(f"node {rep.metadata.src_node_id} failed the identity query: "
-                                  f"{rep.error.reason}")
+            raise FederationError(
+                f"node {rep.metadata.src_node_id} failed the identity query: {rep.error.reason}"
+            )
         out[rep.metadata.src_node_id] = dict(rep.content["identity"])
     if len(out) != len(node_ids):
         raise FederationError(f"{len(node_ids) - len(out)} nodes did not answer the identity query")
@@ -75,8 +91,10 @@ def partitions_of(identities: dict[int, dict]) -> dict[int, int]:
     out = {n: int(ident["partition-id"]) for n, ident in identities.items()}
     dup = len(set(out.values())) != len(out)
     if dup:
-        raise FederationError(f"two nodes claim the same partition-id: {sorted(out.values())}; "
-                              "give each SuperNode its own --node-config partition-id")
+        raise FederationError(
+            f"two nodes claim the same partition-id: {sorted(out.values())}; "
+            "give each SuperNode its own --node-config partition-id"
+        )
     return out
 
 
@@ -95,8 +113,9 @@ def answered(messages: list[Message], replies) -> list[tuple[int, Message]]:
     return sorted(out, key=lambda x: x[0])
 
 
-def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float,
-                       retired: set[int]) -> dict[int, int]:
+def refresh_partitions(
+    grid: Grid, partitions: dict[int, int], wait_s: float, retired: set[int]
+) -> dict[int, int]:
     """node id -> partition, checked against the connected nodes (call it every round): a node
     that left is dropped, a new one (a restarted SuperNode comes back with a new id, with or
     without node authentication) is asked who it is, and when two nodes claim one partition
@@ -104,8 +123,12 @@ def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float,
     `retired` and is not asked again (else the two would take turns). Updates both in place."""
     online = set(grid.get_node_ids()) - retired
     for gone in set(partitions) - online:
-        log(WARNING, "[fedembodied] node %d (partition %d) left the federation", gone,
-            partitions.pop(gone))
+        log(
+            WARNING,
+            "[fedembodied] node %d (partition %d) left the federation",
+            gone,
+            partitions.pop(gone),
+        )
     new = sorted(online - set(partitions))
     if new:
         try:
@@ -115,8 +138,14 @@ def refresh_partitions(grid: Grid, partitions: dict[int, int], wait_s: float,
             found = {}
         for node, part in found.items():
             for old in [n for n, q in partitions.items() if q == part]:
-                log(WARNING, "[fedembodied] node %d now holds partition %d; node %d, which "
-                    "held it, is no longer used (stop it)", node, part, old)
+                log(
+                    WARNING,
+                    "[fedembodied] node %d now holds partition %d; node %d, which "
+                    "held it, is no longer used (stop it)",
+                    node,
+                    part,
+                    old,
+                )
                 del partitions[old]
                 retired.add(old)
             partitions[node] = part

@@ -6,6 +6,7 @@ the example counts (a forged count cannot buy weight). `update_norm` is the L2 n
 update's change to the global model over its floating arrays; `max-update-norm` rejects the
 updates above it before they are aggregated.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,9 @@ def update_norm(update: dict[str, np.ndarray], current: dict[str, np.ndarray]) -
     return math.sqrt(total)
 
 
-def aggregate(updates: list[dict[str, np.ndarray]], weights: list[float], how: str,
-              trim: float = 0.2) -> ArrayRecord:
+def aggregate(
+    updates: list[dict[str, np.ndarray]], weights: list[float], how: str, trim: float = 0.2
+) -> ArrayRecord:
     """One ArrayRecord from the accepted updates (numpy arrays, as screen_update decoded them):
     weighted mean, median or trimmed mean (cutting floor(trim * n) values at each end of every
     coordinate; at least one value stays). The mean accumulates in float64 without stacking."""
@@ -45,7 +47,7 @@ def aggregate(updates: list[dict[str, np.ndarray]], weights: list[float], how: s
                 value = np.median(stack, axis=0)
             else:
                 k = min(int(math.floor(trim * len(updates))), (len(updates) - 1) // 2)
-                value = np.sort(stack, axis=0)[k:len(updates) - k].mean(axis=0)
+                value = np.sort(stack, axis=0)[k : len(updates) - k].mean(axis=0)
         if ref.dtype.kind in "iu":
             value = np.rint(value)
         out[name] = Array(np.ascontiguousarray(value.astype(ref.dtype)))

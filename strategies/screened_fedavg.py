@@ -16,6 +16,7 @@
 * evaluation runs on every silo's own test split; the pooled metrics are the example-weighted
   ones, which equal RMSE/MAE on the union of the test splits, so no test data leaves a silo.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,10 +51,22 @@ class ClientsFailed(RuntimeError):
 
 
 class ScreenedFedAvg(FedAvg):
-    def __init__(self, *, recorder, num_clients: int, seed: int, node_wait_s: float = 120.0,
-                 eval_every: int = 1, num_rounds: int = 0, max_empty_rounds: int = 3,
-                 aggregator: str = "mean", trim: float = 0.2, max_update_norm: float = 0.0,
-                 max_evaluate_nodes: int = 0, **kwargs):
+    def __init__(
+        self,
+        *,
+        recorder,
+        num_clients: int,
+        seed: int,
+        node_wait_s: float = 120.0,
+        eval_every: int = 1,
+        num_rounds: int = 0,
+        max_empty_rounds: int = 3,
+        aggregator: str = "mean",
+        trim: float = 0.2,
+        max_update_norm: float = 0.0,
+        max_evaluate_nodes: int = 0,
+        **kwargs,
+    ):
         kwargs.setdefault("min_available_nodes", num_clients)
         super().__init__(**kwargs)
         self.recorder = recorder
@@ -63,16 +76,16 @@ class ScreenedFedAvg(FedAvg):
         self.eval_every = eval_every
         self.num_rounds = num_rounds
         self.partitions: dict[int, int] | None = None  # node id -> partition id
-        self.unheld: list[int] = []              # sampled partitions no node holds
-        self.retired: set[int] = set()           # nodes whose partition a newer node took
+        self.unheld: list[int] = []  # sampled partitions no node holds
+        self.retired: set[int] = set()  # nodes whose partition a newer node took
         self.current: ArrayRecord | None = None
         self.max_empty_rounds = max_empty_rounds
-        self.empty_rounds = 0                    # consecutive rounds with no accepted update
-        self.sent: list[Message] = []            # this round's training messages
-        self.round_offset = 0    # a resumed run: Flower counts its rounds from 1 again
-        self.aggregator, self.trim = aggregator, trim      # strategies/robust.py
-        self.max_update_norm = max_update_norm             # 0 = no bound
-        self.max_evaluate_nodes = max_evaluate_nodes       # 0 = no cap
+        self.empty_rounds = 0  # consecutive rounds with no accepted update
+        self.sent: list[Message] = []  # this round's training messages
+        self.round_offset = 0  # a resumed run: Flower counts its rounds from 1 again
+        self.aggregator, self.trim = aggregator, trim  # strategies/robust.py
+        self.max_update_norm = max_update_norm  # 0 = no bound
+        self.max_evaluate_nodes = max_evaluate_nodes  # 0 = no cap
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -81,12 +94,13 @@ class ScreenedFedAvg(FedAvg):
             ids = wait_for_nodes(grid, self.num_clients, self.node_wait_s)
             self.partitions = query_partitions(grid, ids, self.node_wait_s)
             return self.partitions
-        if grid is None:   # a strategy driven by hand (unit tests): the given map is the truth
+        if grid is None:  # a strategy driven by hand (unit tests): the given map is the truth
             return self.partitions
         return refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
 
-    def sample(self, grid: Grid, server_round: int, fraction: float, cap: int = 0,
-               stream: int = 0) -> list[int]:
+    def sample(
+        self, grid: Grid, server_round: int, fraction: float, cap: int = 0, stream: int = 0
+    ) -> list[int]:
         """Node ids of a seeded sample of the run's partitions, in partition order: `fraction`
         of them, at most `cap` (0 = no cap). It is drawn over every partition, held by a node
         or not, so a lost silo does not change who else is picked; picked silos that no node
@@ -97,7 +111,7 @@ class ScreenedFedAvg(FedAvg):
         everyone = sorted(set(range(self.num_clients)) | set(by_part))
         k = sample_size(len(everyone), fraction, cap)
         key = self.seed * 100_003 + server_round
-        rng = random.Random(key * 7 + stream if stream else key)   # stream 0: training's draw
+        rng = random.Random(key * 7 + stream if stream else key)  # stream 0: training's draw
         chosen = sorted(rng.sample(everyone, k))
         self.unheld = [p for p in chosen if p not in by_part]
         return [by_part[p] for p in chosen if p in by_part]
@@ -112,43 +126,65 @@ class ScreenedFedAvg(FedAvg):
     def evaluate_nodes(self, grid: Grid, server_round: int) -> list[int]:
         """Who is scored: `fraction-evaluate` of the silos, at most `max-evaluate-clients`,
         in every evaluating round including the last (a seeded draw of its own)."""
-        nodes = self.sample(grid, server_round, self.fraction_evaluate, self.max_evaluate_nodes,
-                            stream=1)
-        self.unheld = []   # an unheld silo is not scored; training's rows say it is gone
+        nodes = self.sample(
+            grid, server_round, self.fraction_evaluate, self.max_evaluate_nodes, stream=1
+        )
+        self.unheld = []  # an unheld silo is not scored; training's rows say it is gone
         return nodes
 
-    def _messages(self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int],
-                  message_type: str) -> list[Message]:
-        msgs = list(self._construct_messages(
-            RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config}),
-            node_ids, message_type))
-        self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs),
-                                evaluation=message_type == MessageType.EVALUATE)
+    def _messages(
+        self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int], message_type: str
+    ) -> list[Message]:
+        msgs = list(
+            self._construct_messages(
+                RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config}),
+                node_ids,
+                message_type,
+            )
+        )
+        self.recorder.add_bytes(
+            down=sum(message_bytes(m) for m in msgs),
+            evaluation=message_type == MessageType.EVALUATE,
+        )
         if message_type == MessageType.TRAIN:
             self.sent = msgs
         return msgs
 
     # ---- training ---------------------------------------------------------------------
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         server_round += self.round_offset
         self.recorder.start_round(server_round)
         self.current = arrays
-        config = ConfigRecord({**dict(config), **self._extra_train_config(),
-                               "server-round": server_round, "save-state": True})
+        config = ConfigRecord(
+            {
+                **dict(config),
+                **self._extra_train_config(),
+                "server-round": server_round,
+                "save-state": True,
+            }
+        )
         self.unheld = []
         nodes = self.train_nodes(grid, server_round)
-        for p in self.unheld:   # picked, but its SuperNode is gone
-            self.recorder.add_client(node=None, partition=p, num_examples=0, train_loss=None,
-                                     fit_s=None, status="failed: no node holds this silo")
+        for p in self.unheld:  # picked, but its SuperNode is gone
+            self.recorder.add_client(
+                node=None,
+                partition=p,
+                num_examples=0,
+                train_loss=None,
+                fit_s=None,
+                status="failed: no node holds this silo",
+            )
         return self._messages(arrays, config, nodes, MessageType.TRAIN)
 
     def _sorted(self, replies: Iterable[Message]) -> list[Message]:
         parts = self.partitions or {}
         return sorted(replies, key=lambda m: parts.get(m.metadata.src_node_id, -1))
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         server_round += self.round_offset
         accepted, current = [], None
         parts = self.partitions or {}
@@ -156,98 +192,144 @@ class ScreenedFedAvg(FedAvg):
         pairs.sort(key=lambda ir: parts.get(self.sent[ir[0]].metadata.dst_node_id, -1))
         for i, rep in pairs:
             node = self.sent[i].metadata.dst_node_id
-            problem, update = screen_update(rep, self.current, array_key=self.arrayrecord_key,
-                                            weight_key=self.weighted_by_key)
+            problem, update = screen_update(
+                rep, self.current, array_key=self.arrayrecord_key, weight_key=self.weighted_by_key
+            )
             if rep.has_error():
-                log(WARNING, "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
-                    server_round, node, parts.get(node, -1), rep.error.reason)
+                log(
+                    WARNING,
+                    "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
+                    server_round,
+                    node,
+                    parts.get(node, -1),
+                    rep.error.reason,
+                )
                 problem = f"failed: {one_line(rep.error.reason)}"
             elif problem is None and self.max_update_norm > 0:
-                if current is None:   # the global model, decoded once per round
+                if current is None:  # the global model, decoded once per round
                     current = {k: v.numpy() for k, v in self.current.items()}
                 norm = update_norm(update, current)
                 if norm > self.max_update_norm:
-                    problem = (f"rejected: update norm {norm:.3g} > max-update-norm "
-                               f"{self.max_update_norm:g}")
-            m = {} if rep.has_error() else dict(next(iter(rep.content.metric_records.values()),
-                                                     MetricRecord()))
+                    problem = (
+                        f"rejected: update norm {norm:.3g} > max-update-norm "
+                        f"{self.max_update_norm:g}"
+                    )
+            m = (
+                {}
+                if rep.has_error()
+                else dict(next(iter(rep.content.metric_records.values()), MetricRecord()))
+            )
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
             self.recorder.add_client(
-                node=node, partition=parts.get(node, -1),
-                num_examples=m.get(self.weighted_by_key, 0), train_loss=m.get("train-loss"),
-                fit_s=m.get("fit-s"), status=problem or "ok")
+                node=node,
+                partition=parts.get(node, -1),
+                num_examples=m.get(self.weighted_by_key, 0),
+                train_loss=m.get("train-loss"),
+                fit_s=m.get("fit-s"),
+                status=problem or "ok",
+            )
             if problem is None:
                 accepted.append((rep.content, update))
         answered_ix = {i for i, _ in pairs}
         for i, msg in enumerate(self.sent):
             if i not in answered_ix:
                 node = msg.metadata.dst_node_id
-                self.recorder.add_client(node=node, partition=parts.get(node, -1),
-                                         num_examples=0, train_loss=None, fit_s=None,
-                                         status="failed: no reply within the round timeout")
+                self.recorder.add_client(
+                    node=node,
+                    partition=parts.get(node, -1),
+                    num_examples=0,
+                    train_loss=None,
+                    fit_s=None,
+                    status="failed: no reply within the round timeout",
+                )
         if not accepted:
             self.recorder.add_metrics({"n_accepted": 0})
             self.empty_rounds += 1
             if self.empty_rounds >= self.max_empty_rounds:
-                why = next((one_line(rep.error.reason) for _, rep in pairs if rep.has_error()),
-                           "see clients.csv")
-                raise ClientsFailed(f"no update was accepted in {self.empty_rounds} consecutive "
-                                    f"rounds (up to round {server_round}; run config "
-                                    f"'max-empty-rounds'); last failure: {why}")
+                why = next(
+                    (one_line(rep.error.reason) for _, rep in pairs if rep.has_error()),
+                    "see clients.csv",
+                )
+                raise ClientsFailed(
+                    f"no update was accepted in {self.empty_rounds} consecutive "
+                    f"rounds (up to round {server_round}; run config "
+                    f"'max-empty-rounds'); last failure: {why}"
+                )
             return None, None  # the global model stays as it was
         self.empty_rounds = 0
         updates = [u for _, u in accepted]
         accepted = [c for c, _ in accepted]
-        n = [float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
-             for c in accepted]
+        n = [
+            float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
+            for c in accepted
+        ]
         arrays = aggregate(updates, n, self.aggregator, self.trim)
-        loss = [float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
-                for c in accepted]
-        metrics = MetricRecord({"train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
-                                "n_accepted": len(accepted),
-                                **mean_signals([dict(next(iter(c.metric_records.values())))
-                                                for c in accepted])})
+        loss = [
+            float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
+            for c in accepted
+        ]
+        metrics = MetricRecord(
+            {
+                "train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
+                "n_accepted": len(accepted),
+                **mean_signals([dict(next(iter(c.metric_records.values()))) for c in accepted]),
+            }
+        )
         self.recorder.add_metrics(dict(metrics))
         return arrays, metrics
 
     # ---- evaluation on every silo -----------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         server_round += self.round_offset
         if not evaluates(server_round, self.eval_every, self.num_rounds):
             return []
         config = ConfigRecord({**dict(config), "server-round": server_round})
-        return self._messages(arrays, config, self.evaluate_nodes(grid, server_round),
-                              MessageType.EVALUATE)
+        return self._messages(
+            arrays, config, self.evaluate_nodes(grid, server_round), MessageType.EVALUATE
+        )
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         server_round += self.round_offset
         rows = []
         for rep in self._sorted(replies):
             if rep.has_error() or len(rep.content.metric_records) != 1:
                 continue
             m = next(iter(rep.content.metric_records.values()))
-            try:   # a malformed or forged reply is left out, never pooled or crashing the run
+            try:  # a malformed or forged reply is left out, never pooled or crashing the run
                 row = (float(m["num-examples"]), float(m["mse"]), float(m["mae"]))
             except (KeyError, TypeError, ValueError):
-                log(WARNING, "[fedembodied] round %d: evaluation of node %d lacks "
-                    "num-examples/mse/mae; left out", server_round, rep.metadata.src_node_id)
+                log(
+                    WARNING,
+                    "[fedembodied] round %d: evaluation of node %d lacks "
+                    "num-examples/mse/mae; left out",
+                    server_round,
+                    rep.metadata.src_node_id,
+                )
                 continue
-            if all(math.isfinite(v) for v in row) and 0 < row[0] <= MAX_EXAMPLES \
-                    and row[1] >= 0 and row[2] >= 0:
+            if (
+                all(math.isfinite(v) for v in row)
+                and 0 < row[0] <= MAX_EXAMPLES
+                and row[1] >= 0
+                and row[2] >= 0
+            ):
                 rows.append(row)
         if not rows:
             return None
         n_total = sum(r[0] for r in rows)
-        metrics = MetricRecord({
-            "rmse": math.sqrt(sum(n * mse for n, mse, _ in rows) / n_total),
-            "mae": sum(n * mae for n, _, mae in rows) / n_total,
-            "silo_rmse_mean": sum(math.sqrt(mse) for _, mse, _ in rows) / len(rows),
-            "silo_mae_mean": sum(mae for _, _, mae in rows) / len(rows),
-            "n_eval_silos": len(rows),
-        })
+        metrics = MetricRecord(
+            {
+                "rmse": math.sqrt(sum(n * mse for n, mse, _ in rows) / n_total),
+                "mae": sum(n * mae for n, _, mae in rows) / n_total,
+                "silo_rmse_mean": sum(math.sqrt(mse) for _, mse, _ in rows) / len(rows),
+                "silo_mae_mean": sum(mae for _, _, mae in rows) / len(rows),
+                "n_eval_silos": len(rows),
+            }
+        )
         self.recorder.add_metrics(dict(metrics))
         return metrics
 

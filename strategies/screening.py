@@ -8,6 +8,7 @@ ConfigRecord, and its example count is a positive number no larger than MAX_EXAM
 Anything else is rejected with a reason, so one broken or malicious client cannot poison the
 global model or abort the round.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,7 +22,7 @@ def message_bytes(msg: Message) -> int:
     return sum(rec.count_bytes() for rec in msg.content.array_records.values())
 
 
-MAX_EXAMPLES = 10_000_000   # per client per round; far above any silo or house here
+MAX_EXAMPLES = 10_000_000  # per client per round; far above any silo or house here
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -31,11 +32,16 @@ def one_line(reason: str, limit: int = 240) -> str:
     traceback only its last line (the exception), cut to `limit` characters."""
     lines = [ln.strip() for ln in ANSI.sub("", str(reason)).splitlines() if ln.strip()]
     text = lines[-1] if lines else "(no reason given)"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "arrays",
-                  weight_key: str = "num-examples") -> tuple[str | None, dict | None]:
+def screen_update(
+    reply: Message,
+    reference: ArrayRecord,
+    *,
+    array_key: str = "arrays",
+    weight_key: str = "num-examples",
+) -> tuple[str | None, dict | None]:
     """(None, the update's arrays) if the reply is fit to aggregate, else (why not, None).
 
     Each array is deserialized once, here: the norm bound and the aggregation reuse the
@@ -45,8 +51,9 @@ def screen_update(reply: Message, reference: ArrayRecord, *, array_key: str = "a
     return problem, (decoded if problem is None else None)
 
 
-def _problem(reply: Message, reference: ArrayRecord, array_key: str, weight_key: str,
-             decoded: dict) -> str | None:
+def _problem(
+    reply: Message, reference: ArrayRecord, array_key: str, weight_key: str, decoded: dict
+) -> str | None:
     if reply.has_error():
         return f"failed: {one_line(reply.error.reason)}"
     content = reply.content
@@ -69,15 +76,17 @@ def _problem(reply: Message, reference: ArrayRecord, array_key: str, weight_key:
     for name, ref in reference.items():
         a = arrays[name]
         if tuple(a.shape) != tuple(ref.shape) or a.dtype != ref.dtype:
-            return (f"rejected: '{name}' is {a.dtype}{list(a.shape)}, "
-                    f"expected {ref.dtype}{list(ref.shape)}")
+            return (
+                f"rejected: '{name}' is {a.dtype}{list(a.shape)}, "
+                f"expected {ref.dtype}{list(ref.shape)}"
+            )
         values = decoded[name] = a.numpy()
         if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
             return f"rejected: '{name}' has NaN/Inf"
     return None
 
 
-SIGNALS = ("cd-loss", "cd-grad-ratio", "pb-entropy")   # CDL clients' training diagnostics
+SIGNALS = ("cd-loss", "cd-grad-ratio", "pb-entropy")  # CDL clients' training diagnostics
 
 
 def mean_signals(metrics: list[dict]) -> dict[str, float]:

@@ -8,6 +8,7 @@ run config's `round-timeout`, the ceiling and the first round's limit). An excha
 replies to the timeout does not feed the estimate, so a hung client cannot stretch it.
 Set `timeout-factor = 0` to keep the fixed `round-timeout`.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,9 +29,9 @@ class AdaptiveTimeout:
 
     def __init__(self, grid, factor: float, floor_s: float):
         self.grid, self.factor, self.floor_s = grid, factor, floor_s
-        self.slowest: dict[str, float] = {}   # kind -> slowest complete exchange (s)
+        self.slowest: dict[str, float] = {}  # kind -> slowest complete exchange (s)
 
-    def __getattr__(self, name):               # every other Grid method goes straight through
+    def __getattr__(self, name):  # every other Grid method goes straight through
         return getattr(self.grid, name)
 
     def limit(self, kind: str, asked: float | None) -> float | None:
@@ -51,6 +52,13 @@ class AdaptiveTimeout:
         if len(replies) >= len(messages):
             self.slowest[kind] = max(self.slowest.get(kind, 0.0), took)
         else:
-            log(INFO, "[fedembodied] %d of %d %s replies missing after %.1f s (timeout %.1f s)",
-                len(messages) - len(replies), len(messages), kind, took, limit or -1)
+            log(
+                INFO,
+                "[fedembodied] %d of %d %s replies missing after %.1f s (timeout %.1f s)",
+                len(messages) - len(replies),
+                len(messages),
+                kind,
+                took,
+                limit or -1,
+            )
         return replies

@@ -14,6 +14,7 @@ only for j = i and i's in-neighbours. Names (run config `topology`):
   symmetric and doubly stochastic.
 The number of silos of a GML topology is its number of nodes. No flwr here: pure networkx.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,13 +76,19 @@ def load_gml(name: str, topology_dir: Path | str | None) -> nx.Graph:
     if graph.number_of_nodes() < 2 or not nx.is_connected(graph):
         raise TopologyError(f"{path}: needs a connected graph of at least 2 nodes")
     edges = list(graph.edges(data=True))
-    if any("distance" in d for *_, d in edges):   # the tour's weights: all or none
+    if any("distance" in d for *_, d in edges):  # the tour's weights: all or none
         for u, v, d in edges:
             w = d.get("distance")
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 \
-                    or w == float("inf"):
-                raise TopologyError(f"{path}: edge {u}-{v}: field 'distance' must be a finite "
-                                    f"number >= 0 on every edge, got {w!r}")
+            if (
+                isinstance(w, bool)
+                or not isinstance(w, (int, float))
+                or not w >= 0
+                or w == float("inf")
+            ):
+                raise TopologyError(
+                    f"{path}: edge {u}-{v}: field 'distance' must be a finite "
+                    f"number >= 0 on every edge, got {w!r}"
+                )
     return nx.convert_node_labels_to_integers(graph, ordering="sorted", label_attribute="gml_id")
 
 
@@ -97,19 +104,23 @@ def tsp_ring_order(graph: nx.Graph) -> list[int]:
     return order
 
 
-def build(name: str, num_silos: int | None = None, topology_dir: Path | str | None = None
-          ) -> Topology:
+def build(
+    name: str, num_silos: int | None = None, topology_dir: Path | str | None = None
+) -> Topology:
     """The topology called `name`; `num_silos` is required for ring/complete."""
     if name in ("ring", "complete"):
         if not num_silos or num_silos < 1:
             raise TopologyError(f"topology {name!r} needs the number of silos")
-        mixing = ring_mixing(num_silos) if name == "ring" else np.full((num_silos,) * 2,
-                                                                       1.0 / num_silos)
+        mixing = (
+            ring_mixing(num_silos) if name == "ring" else np.full((num_silos,) * 2, 1.0 / num_silos)
+        )
         return Topology(name, mixing, tuple(str(i) for i in range(num_silos)))
     base, _, overlay = name.rpartition("-")
     if overlay not in ("ring", "mst") or not base:
-        raise TopologyError(f"unknown topology {name!r}: use ring, complete, <graph>-ring or "
-                            "<graph>-mst (graph: a GML name in topology-dir or a .gml path)")
+        raise TopologyError(
+            f"unknown topology {name!r}: use ring, complete, <graph>-ring or "
+            "<graph>-mst (graph: a GML name in topology-dir or a .gml path)"
+        )
     graph = load_gml(base, topology_dir)
     n = graph.number_of_nodes()
     if num_silos is not None and num_silos != n:
@@ -154,13 +165,15 @@ def parameter_names(arrays: dict[str, np.ndarray]) -> list[str]:
     return [k for k in arrays if not k.endswith(BUFFERS) and not k.startswith("sub.")]
 
 
-def consensus_distance(arrays: list[dict[str, np.ndarray]], names: list[str] | None = None
-                       ) -> float:
+def consensus_distance(
+    arrays: list[dict[str, np.ndarray]], names: list[str] | None = None
+) -> float:
     """The official CDL code's "Consensus" (`communication.py` l. 122-129): the mean, over silos
     and over every entry of the named arrays (all when None), of the squared deviation from
     the silos' average."""
     names = list(arrays[0]) if names is None else names
     mean = mix([{k: a[k] for k in names} for a in arrays], np.full(len(arrays), 1.0 / len(arrays)))
-    total = sum(float(np.sum((a[k].astype(np.float64) - mean[k]) ** 2)) for a in arrays
-                for k in names)
+    total = sum(
+        float(np.sum((a[k].astype(np.float64) - mean[k]) ** 2)) for a in arrays for k in names
+    )
     return total / (len(arrays) * sum(mean[k].size for k in names))

@@ -1,4 +1,5 @@
 """Shared fixtures. Real data lives in ../shared/data beside the project (CI has it too)."""
+
 from __future__ import annotations
 
 import sys
@@ -42,18 +43,32 @@ class InProcessGrid:
     whole strategies run without Ray; it keeps every message sent and every reply. A ClientApp
     that raises answers with an error reply carrying the traceback, as Flower's engines do."""
 
-    def __init__(self, app, run_config: dict, num_nodes: int, node_config_extra=None,
-                 concurrent: bool = False):
+    def __init__(
+        self,
+        app,
+        run_config: dict,
+        num_nodes: int,
+        node_config_extra=None,
+        concurrent: bool = False,
+    ):
         from flwr.app import Context, RecordDict
 
         self.app = app
-        self.concurrent = concurrent   # deliver at once and honour `timeout` (hang tests)
+        self.concurrent = concurrent  # deliver at once and honour `timeout` (hang tests)
         self.contexts = {
-            5000 + p: Context(run_id=1, node_id=5000 + p,
-                              node_config={"partition-id": p, "num-partitions": num_nodes,
-                                           **(node_config_extra or {})},
-                              state=RecordDict(), run_config=run_config)
-            for p in range(num_nodes)}
+            5000 + p: Context(
+                run_id=1,
+                node_id=5000 + p,
+                node_config={
+                    "partition-id": p,
+                    "num-partitions": num_nodes,
+                    **(node_config_extra or {}),
+                },
+                state=RecordDict(),
+                run_config=run_config,
+            )
+            for p in range(num_nodes)
+        }
         self.sent, self.replies = [], []
 
     def get_node_ids(self):
@@ -62,8 +77,9 @@ class InProcessGrid:
     def _deliver(self, msg):
         try:
             return self.app(msg, self.contexts[msg.metadata.dst_node_id])
-        except Exception:   # as Flower does: a ClientApp that raises sends an error reply
+        except Exception:  # as Flower does: a ClientApp that raises sends an error reply
             from flwr.app import Error, Message
+
             return Message(Error(code=0, reason=traceback.format_exc()), reply_to=msg)
 
     def send_and_receive(self, messages, timeout=None):
@@ -73,8 +89,9 @@ class InProcessGrid:
             self.sent.append(msg)
         if not self.concurrent:
             out = [self._deliver(m) for m in messages]
-        else:   # a reply that misses the timeout is lost, as with Flower's grids
+        else:  # a reply that misses the timeout is lost, as with Flower's grids
             from concurrent.futures import ThreadPoolExecutor, wait
+
             pool = ThreadPoolExecutor(max_workers=len(messages))
             futures = [pool.submit(self._deliver, m) for m in messages]
             wait(futures, timeout=timeout)

@@ -1,5 +1,6 @@
 """A federation of real deploy/ scripts (SuperLink + Fleet gateway, SuperNodes, flwr CLI) for
 tests, on loopback or inside network namespaces."""
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,15 @@ def free_port() -> int:
 def wait_listening(host: str, port: int, timeout: float = 60, prefix=()) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        probe = subprocess.run([*prefix, str(PYTHON), "-c",
-                                f"import socket; socket.create_connection(('{host}', {port}), 1)"],
-                               capture_output=True)
+        probe = subprocess.run(
+            [
+                *prefix,
+                str(PYTHON),
+                "-c",
+                f"import socket; socket.create_connection(('{host}', {port}), 1)",
+            ],
+            capture_output=True,
+        )
         if probe.returncode == 0:
             return
         time.sleep(0.5)
@@ -42,9 +49,14 @@ class Federation:
 
     def start(self, name: str, args: list[str], where: str = "") -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "a")
-        p = subprocess.Popen([*self.prefix.get(where, []), *args], cwd=ROOT, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**ENV, "FLWR_HOME": str(self.tmp / name.split("#")[0])})
+        p = subprocess.Popen(
+            [*self.prefix.get(where, []), *args],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**ENV, "FLWR_HOME": str(self.tmp / name.split("#")[0])},
+        )
         self.procs[name] = p
         return p
 
@@ -57,14 +69,22 @@ class Federation:
         p.wait(timeout=30)
 
     def cli(self, *args: str, where: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.prefix.get(where, []), str(BIN / "flwr"), *args], cwd=ROOT,
-                              env={**ENV, "FLWR_HOME": str(self.tmp / "cli")},
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [*self.prefix.get(where, []), str(BIN / "flwr"), *args],
+            cwd=ROOT,
+            env={**ENV, "FLWR_HOME": str(self.tmp / "cli")},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def connect(self, name: str, address: str, ca: str = "") -> None:
-        subprocess.run([str(ROOT / "deploy/connection.sh"), name, address, *([ca] if ca else [])],
-                       env={**ENV, "FLWR_HOME": str(self.tmp / "cli")}, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(ROOT / "deploy/connection.sh"), name, address, *([ca] if ca else [])],
+            env={**ENV, "FLWR_HOME": str(self.tmp / "cli")},
+            check=True,
+            capture_output=True,
+        )
 
     def status(self, connection: str, run_id: int, where: str = "") -> str:
         """The run's status, or "" while the SuperLink does not answer."""

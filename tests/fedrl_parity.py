@@ -1,5 +1,6 @@
 """One FedRL run config through the Flower app (in-process grid) and through the one-process
 runner, compared round by round: the two transports of one protocol must compute the same."""
+
 import pandas as pd
 import pytest
 

@@ -1,5 +1,6 @@
 """CDL without Ray: the loss, the Siamese training, and whole decentralized runs through an
 in-process grid that records every message."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,8 +15,14 @@ from models.state import shared_state
 from server.config import merged
 from tests.conftest import InProcessGrid
 
-SMALL = {"driving.image-size": 24, "driving.train-per-silo": 16, "driving.test-per-silo": 8,
-         "driving.local-epochs": 1, "driving.batch-size": 8, "num-server-rounds": 2}
+SMALL = {
+    "driving.image-size": 24,
+    "driving.train-per-silo": 16,
+    "driving.test-per-silo": 8,
+    "driving.local-epochs": 1,
+    "driving.batch-size": 8,
+    "num-server-rounds": 2,
+}
 
 
 def test_kl_is_zero_only_for_equal_distributions():
@@ -39,8 +46,17 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
     with torch.no_grad():  # make the pair differ so the KL terms are not zero
         for p in b.parameters():
             p.add_(0.01 * torch.randn_like(p))
-    stats = train_cdl(b, s, data.x_train, data.y_train, epochs=1, optim=LocalOptimizer(lr=0.01), batch_size=8,
-                      seed=1, beta=1.0)
+    stats = train_cdl(
+        b,
+        s,
+        data.x_train,
+        data.y_train,
+        epochs=1,
+        optim=LocalOptimizer(lr=0.01),
+        batch_size=8,
+        seed=1,
+        beta=1.0,
+    )
     assert stats["cd"] > 0
     after = {k: v for k, v in s.state_dict().items() if "running" not in k}
     assert all(torch.equal(before[k], after[k]) for k in before if "num_batches" not in k)
@@ -48,10 +64,27 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
     b1, s1 = _pair(3)
     b2, _ = _pair(3)
     torch.manual_seed(9)
-    train_cdl(b1, s1, data.x_train, data.y_train, epochs=1, optim=LocalOptimizer(lr=0.01), batch_size=8, seed=1,
-              beta=0.0)
+    train_cdl(
+        b1,
+        s1,
+        data.x_train,
+        data.y_train,
+        epochs=1,
+        optim=LocalOptimizer(lr=0.01),
+        batch_size=8,
+        seed=1,
+        beta=0.0,
+    )
     torch.manual_seed(9)
-    train_steering(b2, data.x_train, data.y_train, epochs=1, optim=LocalOptimizer(lr=0.01), batch_size=8, seed=1)
+    train_steering(
+        b2,
+        data.x_train,
+        data.y_train,
+        epochs=1,
+        optim=LocalOptimizer(lr=0.01),
+        batch_size=8,
+        seed=1,
+    )
     for k, v in b1.state_dict().items():
         assert torch.allclose(v, b2.state_dict()[k]), k
 
@@ -59,8 +92,7 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
 def _run(tmp_path, method, n=3, **cfg):
     from server.methods import server_module
 
-    run_cfg = merged({**SMALL, "method": method, "num-clients": n, "out-dir": str(tmp_path),
-                      **cfg})
+    run_cfg = merged({**SMALL, "method": method, "num-clients": n, "out-dir": str(tmp_path), **cfg})
     grid = InProcessGrid(app, run_cfg, n)
     server_module(method).run(grid, run_cfg, method)
     return grid
@@ -73,8 +105,7 @@ def _sent_by_clients(grid, kind="train"):
 def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
     grid = _run(tmp_path, "cdl", topology="ring")
     backbone_keys = set(shared_state(ResNet8(24)))
-    replies = [r for r in grid.replies if r.metadata.message_type in ("train", "evaluate",
-                                                                        "query")]
+    replies = [r for r in grid.replies if r.metadata.message_type in ("train", "evaluate", "query")]
     assert len(_sent_by_clients(grid)) == 3 * 2
     for rep in replies:  # everything any silo ever sent
         for name, record in rep.content.array_records.items():
@@ -82,8 +113,16 @@ def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
         assert set(rep.content.keys()) <= {"arrays", "metrics", "identity"}
         for rec in rep.content.metric_records.values():
             # scalars only: the round's losses and the CDL signal (gradient-norm ratio, entropy)
-            assert set(rec.keys()) <= {"num-examples", "train-loss", "cd-loss", "fit-s", "mse",
-                                       "mae", "cd-grad-ratio", "pb-entropy"}
+            assert set(rec.keys()) <= {
+                "num-examples",
+                "train-loss",
+                "cd-loss",
+                "fit-s",
+                "mse",
+                "mae",
+                "cd-grad-ratio",
+                "pb-entropy",
+            }
     for ctx in grid.contexts.values():  # the sub-network exists, on the silo only
         sub = ctx.state["cdl-sub-network"]
         assert set(sub.keys()) == backbone_keys
@@ -94,8 +133,14 @@ def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
         assert any(not np.array_equal(sub[k].numpy(), sent[k].numpy()) for k in sent.keys())
         assert rep.content["metrics"]["cd-loss"] > 0  # round 2 used the contrastive loss
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    assert {"rmse", "avg_rmse", "silo_rmse_own_mean", "silo_rmse_pooled_mean",
-            "consensus_distance", "cd_loss"} <= set(rounds.columns)
+    assert {
+        "rmse",
+        "avg_rmse",
+        "silo_rmse_own_mean",
+        "silo_rmse_pooled_mean",
+        "consensus_distance",
+        "cd_loss",
+    } <= set(rounds.columns)
     silos = pd.read_csv(tmp_path / "silos.csv")
     assert len(silos) == 6 and silos.rmse_pooled.notna().all()
 
@@ -112,8 +157,9 @@ def test_relay_sends_each_silo_its_own_mix(tmp_path):
     for p in range(3):  # ring: A = 0.5 (I + predecessor)
         own = replies1[5000 + p].content["arrays"][key].numpy()
         pred = replies1[5000 + (p - 1) % 3].content["arrays"][key].numpy()
-        assert np.allclose(round2[5000 + p].content["arrays"][key].numpy(), 0.5 * (own + pred),
-                           atol=1e-6)
+        assert np.allclose(
+            round2[5000 + p].content["arrays"][key].numpy(), 0.5 * (own + pred), atol=1e-6
+        )
     payloads = [round2[5000 + p].content["arrays"][key].numpy() for p in range(3)]
     assert not np.array_equal(payloads[0], payloads[1])
     assert (pd.read_csv(tmp_path / "rounds.csv").consensus_distance > 0).all()
@@ -135,15 +181,19 @@ def test_cdl_under_a_server_is_fedavg_of_backbones(tmp_path):
         assert not any(k.startswith("sub.") for k in rep.content["arrays"].keys())
 
 
-@pytest.mark.parametrize("bad, match", [({"cdl.variant": "official"}, "cdl.variant"),
-                                        ({"cdl.beta": 1.5}, "cdl.beta"),
-                                        ({"topology": "torus"}, "unknown topology"),
-                                        ({"cdl.temperature": 0.0}, "cdl.temperature"),
-                                        ({"driving.non-iid": 1.5}, "driving.non-iid"),
-                                        ({"driving.lr-decay": "cubic"}, "driving.lr-decay"),
-                                        ({"driving.optimizer-state": "x"},
-                                         "driving.optimizer-state"),
-                                        ({"driving.grad-clip": -1.0}, "driving.grad-clip")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"cdl.variant": "official"}, "cdl.variant"),
+        ({"cdl.beta": 1.5}, "cdl.beta"),
+        ({"topology": "torus"}, "unknown topology"),
+        ({"cdl.temperature": 0.0}, "cdl.temperature"),
+        ({"driving.non-iid": 1.5}, "driving.non-iid"),
+        ({"driving.lr-decay": "cubic"}, "driving.lr-decay"),
+        ({"driving.optimizer-state": "x"}, "driving.optimizer-state"),
+        ({"driving.grad-clip": -1.0}, "driving.grad-clip"),
+    ],
+)
 def test_bad_cdl_config_is_named(bad, match):
     from server.config import ConfigError
     from server.decentralized import check_config
@@ -162,6 +212,7 @@ class _OneSiloDown(InProcessGrid):
 
     def send_and_receive(self, messages, timeout=None):
         from flwr.app import Error, Message
+
         out = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"
@@ -181,8 +232,10 @@ class _OneSiloDown(InProcessGrid):
 def test_an_unavailable_silo_keeps_its_mix_and_is_named_in_clients_csv(tmp_path, method):
     from clients.app import app
     from server.methods import server_module
-    run_cfg = merged({**SMALL, "method": method, "num-clients": 3, "out-dir": str(tmp_path),
-                      "topology": "ring"})
+
+    run_cfg = merged(
+        {**SMALL, "method": method, "num-clients": 3, "out-dir": str(tmp_path), "topology": "ring"}
+    )
     server_module(method).run(_OneSiloDown(app, run_cfg, 3), run_cfg, method)
     clients = pd.read_csv(tmp_path / "clients.csv")
     failed = clients[clients.status.str.startswith("failed")]
@@ -202,11 +255,16 @@ class _Restarting(InProcessGrid):
     def get_node_ids(self):
         if self.trains >= 3 * self.at and 5001 in self.contexts:
             from flwr.app import Context, RecordDict
+
             old = self.contexts.pop(5001)
             if self.back:
-                self.contexts[6001] = Context(run_id=1, node_id=6001,
-                                              node_config=dict(old.node_config),
-                                              state=RecordDict(), run_config=old.run_config)
+                self.contexts[6001] = Context(
+                    run_id=1,
+                    node_id=6001,
+                    node_config=dict(old.node_config),
+                    state=RecordDict(),
+                    run_config=old.run_config,
+                )
         return super().get_node_ids()
 
     def send_and_receive(self, messages, timeout=None):
@@ -219,13 +277,22 @@ class _Restarting(InProcessGrid):
 def test_a_restarted_silo_is_found_again_and_a_lost_one_is_named(tmp_path, back):
     from clients.app import app
     from server.methods import server_module
-    run_cfg = merged({**SMALL, "method": "cdl", "num-clients": 3, "out-dir": str(tmp_path),
-                      "topology": "ring", "num-server-rounds": 3})
+
+    run_cfg = merged(
+        {
+            **SMALL,
+            "method": "cdl",
+            "num-clients": 3,
+            "out-dir": str(tmp_path),
+            "topology": "ring",
+            "num-server-rounds": 3,
+        }
+    )
     grid = _Restarting(app, run_cfg, 3, back=back)
     server_module("cdl").run(grid, run_cfg, "cdl")
     clients = pd.read_csv(tmp_path / "clients.csv")
     later = clients[(clients["round"] > 1) & (clients.partition == 1)]
-    if back:   # the new node trains silo 1 from rounds 2 on
+    if back:  # the new node trains silo 1 from rounds 2 on
         assert (later.node == 6001).all() and (later.status == "ok").all() and len(later) == 2
         assert "cdl-sub-network" in grid.contexts[6001].state
     else:
@@ -241,8 +308,9 @@ def test_temperature_sharpens_p_and_strengthens_the_measured_signal():
         with torch.no_grad():
             for p in s.parameters():
                 p.add_(0.05 * torch.randn_like(p))
-        st = train_cdl(b, s, data.x_train, data.y_train, epochs=1, batch_size=8, seed=1,
-                       temperature=t)
+        st = train_cdl(
+            b, s, data.x_train, data.y_train, epochs=1, batch_size=8, seed=1, temperature=t
+        )
         signal[t] = st
     log_dim = np.log(ResNet8(24).feature_dim)
     assert signal[0.3]["pb_entropy"] < signal[1.0]["pb_entropy"] <= log_dim + 1e-6
@@ -267,9 +335,18 @@ def test_sqrt_decay_follows_the_silo_step_count():
 def test_optimizer_state_persists_in_the_silo_and_is_never_sent(tmp_path, method):
     """optimizer-state=silo: one Adam per silo across rounds, as the official code; its state
     stays in the node's context (the replies carry the model's arrays only)."""
-    grid = _run(tmp_path, method, topology="ring", **{
-        "driving.optimizer": "adam", "driving.lr": 0.001, "driving.optimizer-state": "silo",
-        "driving.local-steps": 1, "num-server-rounds": 3})
+    grid = _run(
+        tmp_path,
+        method,
+        topology="ring",
+        **{
+            "driving.optimizer": "adam",
+            "driving.lr": 0.001,
+            "driving.optimizer-state": "silo",
+            "driving.local-steps": 1,
+            "num-server-rounds": 3,
+        },
+    )
     network = "model" if method == "gossip" else "backbone"
     for ctx in grid.contexts.values():
         assert int(ctx.state["driving-local-steps"]["n"]) == 3
@@ -282,13 +359,16 @@ def test_optimizer_state_persists_in_the_silo_and_is_never_sent(tmp_path, method
     for rep in _sent_by_clients(grid):
         assert set(rep.content["arrays"].keys()) == backbone_keys
     fresh = _run(tmp_path / "fresh", method, topology="ring", **{"num-server-rounds": 2})
-    assert not any(k.startswith("driving-optimizer") for ctx in fresh.contexts.values()
-                   for k in ctx.state.keys())
+    assert not any(
+        k.startswith("driving-optimizer")
+        for ctx in fresh.contexts.values()
+        for k in ctx.state.keys()
+    )
 
 
 def test_signal_reaches_rounds_csv_under_a_server_and_on_a_ring(tmp_path):
     for method in ("cdl-sfl", "cdl"):
         _run(tmp_path / method, method, topology="ring")
         rounds = pd.read_csv(tmp_path / method / "rounds.csv")
-        assert np.isnan(rounds.cd_grad_ratio[0])   # round 1: no sub-network yet
+        assert np.isnan(rounds.cd_grad_ratio[0])  # round 1: no sub-network yet
         assert rounds.cd_grad_ratio.iloc[-1] > 0 and 0 < rounds.pb_entropy.iloc[-1] <= np.log(512)

@@ -1,6 +1,7 @@
 """Flower's deployment engine through deploy/*.sh on loopback: a run survives a SuperNode killed
 mid-run and restarted (with a new node id), the SuperLink keeps its runs and nodes across a
 restart (its database), and the network port serves SuperNodes only (the Fleet gateway)."""
+
 import json
 import subprocess
 
@@ -10,20 +11,40 @@ import pandas as pd
 from tests.conftest import ROOT
 from tests.deployment import Federation, free_port, rounds_done, wait_for, wait_listening
 
-SMALL = ("driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
-         "driving.local-epochs=1 timeout-floor=20.0")
+SMALL = (
+    "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
+    "driving.local-epochs=1 timeout-floor=20.0"
+)
 
 
 def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nodes(tmp_path):
     port, control = free_port(), free_port()
     fed = Federation(tmp_path)
-    link = [str(ROOT / "deploy/superlink.sh"), "--host", "127.0.0.1", "--port", str(port),
-            "--control-port", str(control)]
+    link = [
+        str(ROOT / "deploy/superlink.sh"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--control-port",
+        str(control),
+    ]
 
     def supernode(pid: int, name: str):
-        fed.start(name, [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
-                         "--partition-id", str(pid), "--num-partitions", "2",
-                         "--port", str(free_port())])
+        fed.start(
+            name,
+            [
+                str(ROOT / "deploy/supernode.sh"),
+                "--superlink",
+                f"127.0.0.1:{port}",
+                "--partition-id",
+                str(pid),
+                "--num-partitions",
+                "2",
+                "--port",
+                str(free_port()),
+            ],
+        )
 
     try:
         fed.start("link", link)
@@ -32,39 +53,53 @@ def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nod
         supernode(0, "sn0")
         supernode(1, "sn1")
         # the network port answers SuperNodes only: run submission / listing are refused there
-        for path in ("/v1/control/list-runs", "/v1/control/start-run",
-                     "/v1/fleet/../control/list-runs"):
+        for path in (
+            "/v1/control/list-runs",
+            "/v1/control/start-run",
+            "/v1/fleet/../control/list-runs",
+        ):
             r = httpx.post(f"http://127.0.0.1:{port}{path}", content=b"")
             assert r.status_code == 403, (path, r.status_code)
         fed.connect("loop", f"127.0.0.1:{control}")
         out = tmp_path / "out"
-        started = fed.cli("run", str(ROOT), "loop", "--format", "json", "--run-config",
-                          f'num-server-rounds=4 num-clients=2 out-dir="{out}" {SMALL}')
+        started = fed.cli(
+            "run",
+            str(ROOT),
+            "loop",
+            "--format",
+            "json",
+            "--run-config",
+            f'num-server-rounds=4 num-clients=2 out-dir="{out}" {SMALL}',
+        )
         run_id = json.loads(started.stdout)["run-id"]
 
         wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
-        fed.kill("sn1")                                   # kill -9 mid-run
+        fed.kill("sn1")  # kill -9 mid-run
         wait_for(lambda: rounds_done(out) >= 2, 300, what="round 2 without silo 1")
-        supernode(1, "sn1#2")                             # same silo, a new node id
-        wait_for(lambda: fed.status("loop", run_id).startswith("finished"), 400,
-                 what="the run to finish")
+        supernode(1, "sn1#2")  # same silo, a new node id
+        wait_for(
+            lambda: fed.status("loop", run_id).startswith("finished"), 400, what="the run to finish"
+        )
         assert fed.status("loop", run_id) == "finished:completed", fed.log("link")
 
         rounds = pd.read_csv(out / "rounds.csv")
         assert list(rounds["round"]) == [1, 2, 3, 4]
         assert rounds["n_accepted"].iloc[0] == 2 and rounds["n_accepted"].iloc[1] == 1
-        assert rounds["n_accepted"].iloc[-1] == 2              # silo 1 trains again
+        assert rounds["n_accepted"].iloc[-1] == 2  # silo 1 trains again
         clients = pd.read_csv(out / "clients.csv")
         silo1 = clients[clients.partition == 1].set_index("round")
-        assert list(silo1.index) == [1, 2, 3, 4]               # every round says what silo 1 did
-        assert silo1.status[2].startswith("failed")            # the killed node, one line
-        assert silo1.status[4] == "ok" and silo1.node[4] != silo1.node[1]   # a new node id
+        assert list(silo1.index) == [1, 2, 3, 4]  # every round says what silo 1 did
+        assert silo1.status[2].startswith("failed")  # the killed node, one line
+        assert silo1.status[4] == "ok" and silo1.node[4] != silo1.node[1]  # a new node id
 
         # restart the SuperLink: its database keeps the run, and both SuperNodes reconnect
         fed.kill("link")
         fed.start("link#2", link)
-        wait_for(lambda: fed.status("loop", run_id) == "finished:completed", 60,
-                 what="the restarted SuperLink to list the finished run")
+        wait_for(
+            lambda: fed.status("loop", run_id) == "finished:completed",
+            60,
+            what="the restarted SuperLink to list the finished run",
+        )
 
         def online() -> int:
             ls = fed.cli("supernode", "ls", "loop", "--format", "json")
@@ -72,12 +107,21 @@ def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nod
                 return sum(n["status"] == "online" for n in json.loads(ls.stdout)["nodes"])
             except (ValueError, KeyError):
                 return 0
+
         wait_for(lambda: online() >= 2, 120, what="both SuperNodes to reconnect")
         assert all(p.poll() is None for name, p in fed.procs.items() if name.startswith("sn"))
     finally:
         fed.close()
-    leftover = subprocess.run(["pgrep", "-f", f"127.0.0.1:({port}|{control})"],
-                              capture_output=True, text=True).stdout.split()
-    wait_for(lambda: not subprocess.run(["pgrep", "-f", f"127.0.0.1:({port}|{control})"],
-                                        capture_output=True).stdout, 20, 0.5,
-             what=f"processes to exit: {leftover}")
+    leftover = subprocess.run(
+        ["pgrep", "-f", f"127.0.0.1:({port}|{control})"], capture_output=True, text=True
+    ).stdout.split()
+    wait_for(
+        lambda: (
+            not subprocess.run(
+                ["pgrep", "-f", f"127.0.0.1:({port}|{control})"], capture_output=True
+            ).stdout
+        ),
+        20,
+        0.5,
+        what=f"processes to exit: {leftover}",
+    )

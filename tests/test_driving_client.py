@@ -1,4 +1,5 @@
 """The driving ClientApp called directly (no Ray): what it trains on and what it sends back."""
+
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -8,19 +9,31 @@ from models.resnet8 import ResNet8
 from models.state import shared_state
 from server.config import merged
 
-SMALL = {"driving.image-size": 24, "driving.train-per-silo": 24, "driving.test-per-silo": 8,
-         "driving.local-epochs": 1, "driving.batch-size": 8}
+SMALL = {
+    "driving.image-size": 24,
+    "driving.train-per-silo": 24,
+    "driving.test-per-silo": 8,
+    "driving.local-epochs": 1,
+    "driving.batch-size": 8,
+}
 
 
 def _ctx(pid=0, **cfg):
-    return Context(run_id=1, node_id=100 + pid,
-                   node_config={"partition-id": pid, "num-partitions": 3},
-                   state=RecordDict(), run_config=merged({**SMALL, **cfg}))
+    return Context(
+        run_id=1,
+        node_id=100 + pid,
+        node_config={"partition-id": pid, "num-partitions": 3},
+        state=RecordDict(),
+        run_config=merged({**SMALL, **cfg}),
+    )
 
 
 def _msg(kind, arrays, **config):
-    return Message(RecordDict({"arrays": arrays, "config": ConfigRecord(
-        {"server-round": 1, **config})}), dst_node_id=100, message_type=kind)
+    return Message(
+        RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 1, **config})}),
+        dst_node_id=100,
+        message_type=kind,
+    )
 
 
 def _global():
@@ -30,8 +43,9 @@ def _global():
 
 def _distance(a: ArrayRecord, b: ArrayRecord) -> float:
     """Squared distance of the trainable weights (BN running stats move regardless of mu)."""
-    return float(sum(np.sum((a[k].numpy() - b[k].numpy()) ** 2) for k in a.keys()
-                     if "running_" not in k))
+    return float(
+        sum(np.sum((a[k].numpy() - b[k].numpy()) ** 2) for k in a.keys() if "running_" not in k)
+    )
 
 
 def test_train_reply_has_global_arrays_and_metrics():
@@ -59,8 +73,11 @@ def test_evaluate_and_identity_query():
     rep = app(_msg("evaluate", _global()), _ctx(pid=2))
     m = rep.content["metrics"]
     assert m["num-examples"] == 8 and m["mse"] > 0 and m["mae"] > 0
-    q = Message(RecordDict({"config": ConfigRecord({"ask": "identity"})}), dst_node_id=102,
-                message_type="query")
+    q = Message(
+        RecordDict({"config": ConfigRecord({"ask": "identity"})}),
+        dst_node_id=102,
+        message_type="query",
+    )
     ident = app(q, _ctx(pid=2)).content["identity"]
     assert ident["partition-id"] == 2 and ident["num-partitions"] == 3
 
@@ -74,9 +91,13 @@ def test_fault_injection_sends_nan_from_that_partition_only():
 
 
 def test_node_with_its_own_data_dir(udacity_dir):
-    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 4, "num-partitions": 5,
-                                                     "data-dir": str(udacity_dir)},
-                  state=RecordDict(), run_config=merged(SMALL))
+    ctx = Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": 4, "num-partitions": 5, "data-dir": str(udacity_dir)},
+        state=RecordDict(),
+        run_config=merged(SMALL),
+    )
     rep = app(_msg("evaluate", _global()), ctx)
     assert rep.content["metrics"]["num-examples"] == round(613 * 0.2)
 

@@ -31,10 +31,11 @@ def test_shared_log_is_cut_into_contiguous_silos(udacity_dir):
     silos = [load_silo(udacity_dir, i, 5, 24) for i in range(5)]
     sizes = [len(s.y_train) + len(s.y_test) for s in silos]
     assert sum(sizes) == 613
-    all_y = np.array([s for _, s in read_udacity_log(udacity_dir / "driving_log.csv")],
-                     dtype=np.float32)
+    all_y = np.array(
+        [s for _, s in read_udacity_log(udacity_dir / "driving_log.csv")], dtype=np.float32
+    )
     first = silos[0]
-    assert np.array_equal(np.concatenate([first.y_train, first.y_test]), all_y[:sizes[0]])
+    assert np.array_equal(np.concatenate([first.y_train, first.y_test]), all_y[: sizes[0]])
 
 
 def _write_log(tmp_path, lines, images=("a.jpg",)):
@@ -46,8 +47,13 @@ def _write_log(tmp_path, lines, images=("a.jpg",)):
 
 
 def test_bad_logs_name_file_line_and_field(tmp_path):
-    path = _write_log(tmp_path, ["D:\\rec\\IMG\\a.jpg, l.jpg, r.jpg, 0.1, 0, 0, 3",
-                                 "D:\\rec\\IMG\\a.jpg, l.jpg, r.jpg, left, 0, 0, 3"])
+    path = _write_log(
+        tmp_path,
+        [
+            "D:\\rec\\IMG\\a.jpg, l.jpg, r.jpg, 0.1, 0, 0, 3",
+            "D:\\rec\\IMG\\a.jpg, l.jpg, r.jpg, left, 0, 0, 3",
+        ],
+    )
     with pytest.raises(DataError, match=r"driving_log.csv:2: field 'steering'"):
         read_udacity_log(path)
     path.write_text("a.jpg, 0.1, 0\n")
@@ -72,11 +78,17 @@ def test_npz_with_images_or_file_names(tmp_path):
     for silo in (0, 1):
         d = tmp_path / str(silo)
         d.mkdir()
-        np.savez(d / "train.npz", imgs=rng.integers(0, 255, (6, 30, 40)).astype(np.uint8),
-                 ground_truths=rng.uniform(-1, 1, 6))
+        np.savez(
+            d / "train.npz",
+            imgs=rng.integers(0, 255, (6, 30, 40)).astype(np.uint8),
+            ground_truths=rng.uniform(-1, 1, 6),
+        )
         Image.new("L", (40, 30), 77).save(d / "f0.png")
-        np.savez(d / "test.npz", file_names=np.array(["/elsewhere/f0.png", "f0.png"]),
-                 ground_truths=np.array([0.1, -0.2]))
+        np.savez(
+            d / "test.npz",
+            file_names=np.array(["/elsewhere/f0.png", "f0.png"]),
+            ground_truths=np.array([0.1, -0.2]),
+        )
     validate_data_dir(tmp_path, 2)
     silo = load_silo(tmp_path, 1, 2, 24)
     assert silo.x_train.shape == (6, 1, 24, 24) and silo.x_test.shape == (2, 1, 24, 24)
@@ -102,7 +114,7 @@ def test_real_sullychen_dash_cam_loads_as_silos_with_wheel_degrees_normalised():
     assert sum(len(s.y_train) + len(s.y_test) for s in silos) == 101
     assert silos[0].x_train.shape[1:] == (1, 24, 24) and silos[0].x_train.max() <= 1
     log2018 = SHARED_DATA / "driving" / "sullychen_2018_07_01_steering_log" / "data.txt"
-    if log2018.is_file():                     # `N.jpg angle,timestamp` (no images shipped)
+    if log2018.is_file():  # `N.jpg angle,timestamp` (no images shipped)
         labels = read_sullychen_log(log2018)
         assert len(labels) == 63825 and all(-1 <= v <= 1 for _, v in labels)
 

@@ -53,7 +53,9 @@ def test_non_iid_knob_runs_from_iid_to_the_default_silos():
     # 1 is the default silos exactly; 0 gives every silo the same distribution
     assert silo_profile(4, 0, 1.0) == silo_profile(4, 0)
     assert silo_profile(1, 0, 0.0) == silo_profile(7, 0, 0.0)
-    assert np.array_equal(make_silo(2, 0, 6, 2, 24, 1, 1.0).x_train, make_silo(2, 0, 6, 2, 24).x_train)
+    assert np.array_equal(
+        make_silo(2, 0, 6, 2, 24, 1, 1.0).x_train, make_silo(2, 0, 6, 2, 24).x_train
+    )
     spread = {}
     for k in (0.0, 0.5, 1.0):
         silos = [make_silo(i, 0, 150, 1, 24, 1, k) for i in range(8)]

@@ -1,4 +1,5 @@
 """End to end on Flower's real engines: few and small, each costs tens of seconds."""
+
 import json
 import os
 import subprocess
@@ -8,23 +9,43 @@ import pandas as pd
 
 from tests.conftest import PYTHON, ROOT, run_tokens_alive
 
-SMALL = ("driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
-         "driving.local-epochs=1")
+SMALL = (
+    "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
+    "driving.local-epochs=1"
+)
 
 
 def _launch(args, token, timeout=600):
     """simulation.py with a known run token, so the test can look for its processes."""
-    return subprocess.run([PYTHON, str(ROOT / "simulation.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token})
+    return subprocess.run(
+        [PYTHON, str(ROOT / "simulation.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token},
+    )
 
 
 def test_simulation_engine_run_with_a_poisoned_client(tmp_path):
     out = tmp_path / "run"
     token = f"test-{uuid.uuid4().hex}"
     res = _launch(
-        ["fedprox", "--rounds", "2", "--num-clients", "3", "--seed", "1", "--out", str(out),
-         "--run-config", SMALL + " faults.nan-partitions=\"2\""], token)
+        [
+            "fedprox",
+            "--rounds",
+            "2",
+            "--num-clients",
+            "3",
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+            "--run-config",
+            SMALL + ' faults.nan-partitions="2"',
+        ],
+        token,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "round 1/2" in res.stdout and "round 2/2" in res.stdout  # progress per round
     rounds = pd.read_csv(out / "rounds.csv")
@@ -55,22 +76,53 @@ def test_a_client_hung_in_the_last_round_does_not_hold_the_run_open(tmp_path):
 
     out, token = tmp_path / "run", f"test-{uuid.uuid4().hex}"
     t0 = time.monotonic()
-    res = _launch(["fedavg", "--rounds", "2", "--num-clients", "2", "--out", str(out),
-                   "--no-plots", "--run-config", SMALL + ' faults.hang-partitions="1" '
-                   'faults.rounds="2" faults.hang-s=600.0 timeout-floor=3.0'], token)
+    res = _launch(
+        [
+            "fedavg",
+            "--rounds",
+            "2",
+            "--num-clients",
+            "2",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--run-config",
+            SMALL + ' faults.hang-partitions="1" '
+            'faults.rounds="2" faults.hang-s=600.0 timeout-floor=3.0',
+        ],
+        token,
+    )
     assert res.returncode == 0, res.stderr
     assert time.monotonic() - t0 < 300 and "a hung client" in res.stderr
     clients = pd.read_csv(out / "clients.csv")
-    assert clients[(clients["round"] == 2) & (clients.partition == 1)].status.str.startswith(
-        "failed: no reply").all()
+    assert (
+        clients[(clients["round"] == 2) & (clients.partition == 1)]
+        .status.str.startswith("failed: no reply")
+        .all()
+    )
     assert run_tokens_alive(token) == []
 
 
 def test_simulation_engine_cdl_on_a_ring(tmp_path):
     out = tmp_path / "cdl"
     token = f"test-{uuid.uuid4().hex}"
-    res = _launch(["cdl", "--topology", "ring", "--rounds", "2", "--num-clients", "3", "--out",
-                   str(out), "--no-plots", "--run-config", SMALL], token)
+    res = _launch(
+        [
+            "cdl",
+            "--topology",
+            "ring",
+            "--rounds",
+            "2",
+            "--num-clients",
+            "3",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--run-config",
+            SMALL,
+        ],
+        token,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     rounds = pd.read_csv(out / "rounds.csv")
     assert list(rounds["round"]) == [1, 2] and (rounds["n_accepted"] == 3).all()
@@ -84,10 +136,21 @@ def test_simulation_engine_cdl_on_a_ring(tmp_path):
 def test_simulation_engine_fedrl_two_parties(tmp_path):
     out = tmp_path / "fedrl"
     token = f"test-{uuid.uuid4().hex}"
-    res = _launch(["fedrl", "--rounds", "2", "--out", str(out), "--no-plots", "--run-config",
-                   "fedrl.envs=8 fedrl.act-steps=2 fedrl.updates=2 fedrl.warmup=16 "
-                   "fedrl.batch-size=8 fedrl.eval-episodes=3 fedrl.max-steps=4 "
-                   'fedrl.test-maps=""'], token)
+    res = _launch(
+        [
+            "fedrl",
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--run-config",
+            "fedrl.envs=8 fedrl.act-steps=2 fedrl.updates=2 fedrl.warmup=16 "
+            "fedrl.batch-size=8 fedrl.eval-episodes=3 fedrl.max-steps=4 "
+            'fedrl.test-maps=""',
+        ],
+        token,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "privacy at delta=1e-05" in res.stdout  # epsilon printed at the end
     rounds = pd.read_csv(out / "rounds.csv")
@@ -103,12 +166,24 @@ def test_simulation_engine_fedrl_two_parties(tmp_path):
 def test_simulation_engine_fedvln_one_client_per_house(tmp_path):
     out = tmp_path / "fedvln"
     token = f"test-{uuid.uuid4().hex}"
-    res = _launch(["fedvln", "--stage", "agent", "--rounds", "1", "--out", str(out),
-                   "--no-plots", "--run-config",
-                   "fedvln.train-houses=3 fedvln.unseen-houses=2 fedvln.embedding=16 "
-                   "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5"], token)
+    res = _launch(
+        [
+            "fedvln",
+            "--stage",
+            "agent",
+            "--rounds",
+            "1",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--run-config",
+            "fedvln.train-houses=3 fedvln.unseen-houses=2 fedvln.embedding=16 "
+            "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5",
+        ],
+        token,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "3 seen + 2 unseen houses" in res.stdout      # houses learned from the nodes
+    assert "3 seen + 2 unseen houses" in res.stdout  # houses learned from the nodes
     rounds = pd.read_csv(out / "rounds.csv")
     assert rounds.loc[0, "n_accepted"] == 1 and rounds.loc[0, "bytes_up"] > 0
     assert rounds.loc[0, "val_seen_n"] == 90 and rounds.loc[0, "val_unseen_n"] == 180

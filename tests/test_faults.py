@@ -1,6 +1,7 @@
 """Fault injection (clients/faults.py) for every method, whole runs on the in-process grid:
 a partition that raises or sends NaN is recorded and never aggregated; the run goes on (FedRL,
 whose two parties cannot lose one, stops and names the party)."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,13 +9,28 @@ import pytest
 from server.config import merged
 from tests.conftest import InProcessGrid
 
-DRIVING = {"driving.image-size": 24, "driving.train-per-silo": 16, "driving.test-per-silo": 8,
-           "driving.local-epochs": 1, "driving.batch-size": 8, "num-server-rounds": 2,
-           "num-clients": 3, "topology": "ring"}
-FEDVLN = {"method": "fedvln", "num-clients": 5, "num-server-rounds": 2,
-          "fedvln.train-houses": 3, "fedvln.unseen-houses": 2, "fedvln.embedding": 16,
-          "fedvln.hidden": 32, "fedvln.batch-size": 8, "fedvln.max-local-steps": 2,
-          "fedvln.seen-rate": 1.0}
+DRIVING = {
+    "driving.image-size": 24,
+    "driving.train-per-silo": 16,
+    "driving.test-per-silo": 8,
+    "driving.local-epochs": 1,
+    "driving.batch-size": 8,
+    "num-server-rounds": 2,
+    "num-clients": 3,
+    "topology": "ring",
+}
+FEDVLN = {
+    "method": "fedvln",
+    "num-clients": 5,
+    "num-server-rounds": 2,
+    "fedvln.train-houses": 3,
+    "fedvln.unseen-houses": 2,
+    "fedvln.embedding": 16,
+    "fedvln.hidden": 32,
+    "fedvln.batch-size": 8,
+    "fedvln.max-local-steps": 2,
+    "fedvln.seen-rate": 1.0,
+}
 FAULTS = {"faults.raise-partitions": "1", "faults.nan-partitions": "2"}
 
 
@@ -29,13 +45,13 @@ def test_a_raising_and_a_nan_partition_are_recorded_and_never_aggregated(tmp_pat
     server_module(method).run(grid, cfg, method)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     rounds = rounds[rounds["round"] > 0]
-    assert len(rounds) == 2 and (rounds["n_accepted"] == 1).all()   # only partition 0
+    assert len(rounds) == 2 and (rounds["n_accepted"] == 1).all()  # only partition 0
     rows = pd.read_csv(tmp_path / "clients.csv")
     rows = rows[rows["round"] > 0]
     raised = rows[rows.partition == 1].status
     nan = rows[rows.partition == 2].status
     assert len(raised) == 2 and raised.str.match(r"failed: .*InjectedFault: injected fault").all()
-    assert "\n" not in "".join(raised)                                 # one line per cell
+    assert "\n" not in "".join(raised)  # one line per cell
     assert len(nan) == 2 and nan.str.contains("NaN").all()
     assert (rows[rows.partition == 0].status == "ok").all()
 
@@ -44,13 +60,26 @@ def test_fedrl_stops_naming_the_party_that_raised(tmp_path):
     from clients.app import app
     from server import fedrl as server
 
-    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 16,
-                  "fedrl.envs": 8, "fedrl.act-steps": 2, "fedrl.updates": 3,
-                  "fedrl.batch-size": 8, "fedrl.eval-episodes": 6, "fedrl.max-steps": 6,
-                  "faults.raise-partitions": "1", "out-dir": str(tmp_path)})
-    with pytest.raises(server.FederationError,
-                       match=r"beta failed in 'act' in round 1 3 times \(fedrl.retries = 2\)"
-                             r".*InjectedFault"):
+    cfg = merged(
+        {
+            "method": "fedrl",
+            "num-server-rounds": 2,
+            "fedrl.warmup": 16,
+            "fedrl.envs": 8,
+            "fedrl.act-steps": 2,
+            "fedrl.updates": 3,
+            "fedrl.batch-size": 8,
+            "fedrl.eval-episodes": 6,
+            "fedrl.max-steps": 6,
+            "faults.raise-partitions": "1",
+            "out-dir": str(tmp_path),
+        }
+    )
+    with pytest.raises(
+        server.FederationError,
+        match=r"beta failed in 'act' in round 1 3 times \(fedrl.retries = 2\)"
+        r".*InjectedFault",
+    ):
         server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
 
 
@@ -71,20 +100,25 @@ def test_fault_draws_follow_lists_rounds_and_fraction():
 
     cfg = merged({"faults.hang-partitions": "0,2-3", "faults.rounds": "2-3"})
     assert [fault_of(cfg, p, 2) for p in range(5)] == ["hang", None, "hang", "hang", None]
-    assert fault_of(cfg, 0, 1) is None and fault_of(cfg, 0, 4) is None   # other rounds
+    assert fault_of(cfg, 0, 1) is None and fault_of(cfg, 0, 4) is None  # other rounds
     cfg = merged({"faults.fraction": 0.2, "faults.fraction-kind": "nan", "seed": 3})
     draws = [fault_of(cfg, p, r) for p in range(20) for r in range(1, 51)]
     assert 0.15 < draws.count("nan") / len(draws) < 0.25 and set(draws) == {None, "nan"}
     assert draws == [fault_of(cfg, p, r) for p in range(20) for r in range(1, 51)]  # seeded
     again = [fault_of(cfg, p, r, attempt=1) for p in range(20) for r in range(1, 51)]
-    assert again != draws      # a retried call draws again
+    assert again != draws  # a retried call draws again
 
 
-@pytest.mark.parametrize("bad, key", [({"faults.raise-partitions": "1,7"}, "raise-partitions"),
-                                      ({"faults.nan-partitions": "x"}, "nan-partitions"),
-                                      ({"faults.rounds": "2-"}, "faults.rounds"),
-                                      ({"faults.fraction": 1.5}, "faults.fraction"),
-                                      ({"faults.fraction-kind": "slow"}, "fraction-kind")])
+@pytest.mark.parametrize(
+    "bad, key",
+    [
+        ({"faults.raise-partitions": "1,7"}, "raise-partitions"),
+        ({"faults.nan-partitions": "x"}, "nan-partitions"),
+        ({"faults.rounds": "2-"}, "faults.rounds"),
+        ({"faults.fraction": 1.5}, "faults.fraction"),
+        ({"faults.fraction-kind": "slow"}, "fraction-kind"),
+    ],
+)
 def test_bad_fault_settings_are_named(bad, key):
     from server.config import ConfigError, check_faults
 
@@ -93,16 +127,22 @@ def test_bad_fault_settings_are_named(bad, key):
 
 
 @pytest.mark.parametrize("method", ["fedavg", "cdl", "fedvln"])
-def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregated(tmp_path,
-                                                                                 method):
+def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregated(tmp_path, method):
     from clients.app import app
     from clients.faults import fault_of
     from server.methods import server_module
 
     base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method, "num-clients": 5}
-    cfg = merged({**base, "num-server-rounds": 4, "faults.fraction": 0.2, "seed": 4,
-                  "faults.fraction-kind": "raise" if method == "cdl" else "nan",
-                  "out-dir": str(tmp_path)})
+    cfg = merged(
+        {
+            **base,
+            "num-server-rounds": 4,
+            "faults.fraction": 0.2,
+            "seed": 4,
+            "faults.fraction-kind": "raise" if method == "cdl" else "nan",
+            "out-dir": str(tmp_path),
+        }
+    )
     n = int(cfg["num-clients"])
     grid = InProcessGrid(app, cfg, n)
     server_module(method).run(grid, cfg, method)
@@ -118,7 +158,7 @@ def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregate
     assert len(rounds) == 4
     ok = rows[rows.status == "ok"].groupby("round").size()
     assert (rows.status != "ok").sum() > 0
-    for _, r in rounds.iterrows():    # accepted = the calls that were not faulty, every round
+    for _, r in rounds.iterrows():  # accepted = the calls that were not faulty, every round
         assert r.n_accepted == ok.get(int(r["round"]), 0)
 
 
@@ -131,9 +171,18 @@ def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
     from server.methods import server_module
     from strategies.timeouts import AdaptiveTimeout
 
-    cfg = merged({**DRIVING, "method": "fedavg", "num-server-rounds": 4, "round-timeout": 600.0,
-                  "faults.hang-partitions": "1", "faults.rounds": "3", "faults.hang-s": 20.0,
-                  "out-dir": str(tmp_path)})
+    cfg = merged(
+        {
+            **DRIVING,
+            "method": "fedavg",
+            "num-server-rounds": 4,
+            "round-timeout": 600.0,
+            "faults.hang-partitions": "1",
+            "faults.rounds": "3",
+            "faults.hang-s": 20.0,
+            "out-dir": str(tmp_path),
+        }
+    )
     grid = AdaptiveTimeout(InProcessGrid(app, cfg, 3, concurrent=True), 5.0, 1.0)
     t0 = time.monotonic()
     server_module("fedavg").run(grid, cfg, "fedavg")
@@ -151,10 +200,22 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
     from clients.app import app
     from server import fedrl as server
 
-    cfg = merged({"method": "fedrl", "num-server-rounds": 2, "fedrl.warmup": 16,
-                  "fedrl.envs": 8, "fedrl.act-steps": 2, "fedrl.updates": 3,
-                  "fedrl.batch-size": 8, "fedrl.eval-episodes": 6, "fedrl.max-steps": 6,
-                  "faults.fraction": 0.2, "seed": 4, "out-dir": str(tmp_path)})
+    cfg = merged(
+        {
+            "method": "fedrl",
+            "num-server-rounds": 2,
+            "fedrl.warmup": 16,
+            "fedrl.envs": 8,
+            "fedrl.act-steps": 2,
+            "fedrl.updates": 3,
+            "fedrl.batch-size": 8,
+            "fedrl.eval-episodes": 6,
+            "fedrl.max-steps": 6,
+            "faults.fraction": 0.2,
+            "seed": 4,
+            "out-dir": str(tmp_path),
+        }
+    )
     server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
     rows = pd.read_csv(tmp_path / "clients.csv")
     retried = rows[rows.status.str.startswith("failed in")]
@@ -162,15 +223,19 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
     assert len(pd.read_csv(tmp_path / "rounds.csv").query("round > 0")) == 2
 
 
-@pytest.mark.parametrize("method, extra", [
-    ("fedavg", {}), ("gossip", {}),
-    # CDL whose silos keep their Adam state and sub-networks in their own context: resumed
-    # only if each silo reads its state back (clients/state_store.py)
-    ("cdl", {"driving.optimizer": "adam", "driving.optimizer-state": "silo"}),
-    ("fedrl", {}),
-    # houses keep their own optimizer; the server's lr decays with the round
-    ("fedvln", {"fedvln.optimizer-state": "house", "fedvln.server-lr-decay": 0.5}),
-])
+@pytest.mark.parametrize(
+    "method, extra",
+    [
+        ("fedavg", {}),
+        ("gossip", {}),
+        # CDL whose silos keep their Adam state and sub-networks in their own context: resumed
+        # only if each silo reads its state back (clients/state_store.py)
+        ("cdl", {"driving.optimizer": "adam", "driving.optimizer-state": "silo"}),
+        ("fedrl", {}),
+        # houses keep their own optimizer; the server's lr decays with the round
+        ("fedvln", {"fedvln.optimizer-state": "house", "fedvln.server-lr-decay": 0.5}),
+    ],
+)
 def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra):
     """Rounds 1-2, then (a new ServerApp, new client contexts: all in-memory state gone)
     resume = true up to round 3: the same rows and the same final metrics, bit for bit, as 3
@@ -180,7 +245,8 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
     from tests.test_fedrl import SMALL as FEDRL_SMALL
 
     base = {"fedrl": {**FEDRL_SMALL, "eval-every": 1}, "fedvln": FEDVLN}.get(
-        method, {**DRIVING, "num-clients": 3, "driving.train-per-silo": 24})
+        method, {**DRIVING, "num-clients": 3, "driving.train-per-silo": 24}
+    )
     base = {**base, **extra, "method": method}
     n = {"fedrl": 2, "fedvln": 5}.get(method, 3)
 
@@ -190,20 +256,30 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
     class KilledInRound3(InProcessGrid):
         """The run dies after its second exchange of round 3: some nodes already trained
         (and saved their state) in the round that rounds.csv never got."""
+
         calls = 0
 
         def send_and_receive(self, messages, timeout=None):
             replies = super().send_and_receive(messages, timeout)
-            if any(int(m.content.config_records.get("config", {}).get("server-round", 0)) == 3
-                   for m in messages):
+            if any(
+                int(m.content.config_records.get("config", {}).get("server-round", 0)) == 3
+                for m in messages
+            ):
                 self.calls += 1
                 if self.calls == 2:
                     raise Killed
             return replies
 
     def run(out, grid_cls=InProcessGrid, resume=False):
-        cfg = merged({**base, "num-server-rounds": 3, "resume": resume,
-                      "resume-round": 2 if resume else 0, "out-dir": str(out)})
+        cfg = merged(
+            {
+                **base,
+                "num-server-rounds": 3,
+                "resume": resume,
+                "resume-round": 2 if resume else 0,
+                "out-dir": str(out),
+            }
+        )
         server_module(method).run(grid_cls(app, cfg, n), cfg, method)
         return pd.read_csv(out / "rounds.csv")
 
@@ -213,12 +289,18 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
     assert pd.read_csv(tmp_path / "cut" / "rounds.csv")["round"].max() == 2
     resumed = run(tmp_path / "cut", resume=True)
     assert resumed["round"].tolist() == [1, 2, 3]
-    cols = {"fedrl": ["valid-succ-rate-test_noise=off", "updates", "messages",
-                      "alpha-privacy-epsilon", "best-round"],
-            "gossip": ["train_loss", "rmse", "n_accepted", "avg_rmse", "consensus_distance"],
-            "cdl": ["train_loss", "rmse", "avg_rmse", "consensus_distance"],
-            "fedvln": ["train_loss", "n_accepted", "val_unseen_sr", "val_unseen_spl"]}.get(
-        method, ["train_loss", "rmse", "n_accepted"])
+    cols = {
+        "fedrl": [
+            "valid-succ-rate-test_noise=off",
+            "updates",
+            "messages",
+            "alpha-privacy-epsilon",
+            "best-round",
+        ],
+        "gossip": ["train_loss", "rmse", "n_accepted", "avg_rmse", "consensus_distance"],
+        "cdl": ["train_loss", "rmse", "avg_rmse", "consensus_distance"],
+        "fedvln": ["train_loss", "n_accepted", "val_unseen_sr", "val_unseen_spl"],
+    }.get(method, ["train_loss", "rmse", "n_accepted"])
     assert resumed[cols].equals(whole[cols]), (resumed[cols], whole[cols])
     clients = pd.read_csv(tmp_path / "cut" / "clients.csv")
     assert len(clients) == len(pd.read_csv(tmp_path / "whole" / "clients.csv"))

@@ -1,4 +1,5 @@
 """FedRL: the noise mechanism, the accountant, what each party sends, and protocol parity."""
+
 import json
 
 import numpy as np
@@ -18,10 +19,19 @@ from server.config import ConfigError, merged
 from tests.conftest import InProcessGrid
 from tests.fedrl_parity import assert_flower_equals_local
 
-SMALL = {"method": "fedrl", "num-server-rounds": 4, "fedrl.warmup": 32, "fedrl.envs": 8,
-         "fedrl.act-steps": 2, "fedrl.updates": 3, "fedrl.batch-size": 8,
-         "fedrl.eval-episodes": 6, "fedrl.max-steps": 6, "fedrl.target-update": 2,
-         "eval-every": 2}
+SMALL = {
+    "method": "fedrl",
+    "num-server-rounds": 4,
+    "fedrl.warmup": 32,
+    "fedrl.envs": 8,
+    "fedrl.act-steps": 2,
+    "fedrl.updates": 3,
+    "fedrl.batch-size": 8,
+    "fedrl.eval-episodes": 6,
+    "fedrl.max-steps": 6,
+    "fedrl.target-update": 2,
+    "eval-every": 2,
+}
 
 
 def test_release_bounds_then_noises_and_keeps_the_ranking():
@@ -48,13 +58,16 @@ def test_epsilon_grows_with_releases_and_shrinks_with_noise():
     assert led.counts[1] == 0 and led.max_releases() == 3  # a retired record still counts
 
 
-@pytest.mark.parametrize("override, key", [
-    ({"fedrl.windows": "3,4"}, "fedrl.windows"),
-    ({"fedrl.action-mode": "both"}, "fedrl.action-mode"),
-    ({"fedrl.train-maps": "9-2"}, "fedrl.train-maps"),
-    ({"fedrl.test-maps": "7000-9000"}, "fedrl.test-maps"),
-    ({"fedrl.envs": 0}, "fedrl.envs"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ({"fedrl.windows": "3,4"}, "fedrl.windows"),
+        ({"fedrl.action-mode": "both"}, "fedrl.action-mode"),
+        ({"fedrl.train-maps": "9-2"}, "fedrl.train-maps"),
+        ({"fedrl.test-maps": "7000-9000"}, "fedrl.test-maps"),
+        ({"fedrl.envs": 0}, "fedrl.envs"),
+    ],
+)
 def test_bad_fedrl_config_names_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
         fedrl_server.check_config(merged({"method": "fedrl", **override}))
@@ -69,6 +82,7 @@ def _spy_release(monkeypatch):
         if sigma > 0:
             produced.append(out.detach().numpy().copy())
         return out
+
     monkeypatch.setattr(party_mod, "release", spy)
     return produced
 
@@ -114,7 +128,9 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
     ckpt = torch.load(tmp_path / "checkpoints" / "round_0004.pt")
     assert set(ckpt) == mlp_keys
     conf = json.loads((tmp_path / "config.json").read_text())
-    assert conf["privacy"]["alpha-privacy-epsilon"] > 0 and conf["privacy"]["beta-privacy-epsilon"] > 0
+    assert (
+        conf["privacy"]["alpha-privacy-epsilon"] > 0 and conf["privacy"]["beta-privacy-epsilon"] > 0
+    )
     assert conf["maps"]["valid"]["used"] == 800 and conf["rules"] == "paper"
     assert conf["privacy"]["delta"] == 1e-5
 
@@ -151,19 +167,26 @@ def test_state_survives_serialisation_and_targets_really_update():
     y2, *_ = c2.update(ids, c, c_next, None)
     assert np.allclose(y1, y2)
     assert alpha.counters["updates"] == 7  # odd: the online network moved past its target
-    assert not all(torch.equal(a, b) for a, b in zip(alpha.q.parameters(),
-                                                     alpha.q_target.parameters()))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(alpha.q.parameters(), alpha.q_target.parameters())
+    )
 
 
 def test_joint_action_mode_moves_both_agents_from_alphas_mlp(tmp_path):
-    cfg = merged({**SMALL, "fedrl.action-mode": "joint-action", "fedrl.windows": "5,3",
-                  "out-dir": str(tmp_path)})
+    cfg = merged(
+        {
+            **SMALL,
+            "fedrl.action-mode": "joint-action",
+            "fedrl.windows": "5,3",
+            "out-dir": str(tmp_path),
+        }
+    )
     s = Settings.from_config(cfg)
     local = FedRLLocal(s)
     for _ in range(3):
         local.round()
     assert s.n_actions == 16 and local.alpha.mlp.heads[0].out_features == 16
-    n = local.beta.counters["transitions"]   # beta stores a step when alpha's actions reach it
+    n = local.beta.counters["transitions"]  # beta stores a step when alpha's actions reach it
     assert n == local.alpha.counters["transitions"] - s.envs
     a_alpha = local.alpha.replay.get(np.arange(n))["a"]
     a_beta = local.beta.replay.get(np.arange(n))["a"]
@@ -179,10 +202,13 @@ def test_a_party_sending_nan_stops_the_run_with_its_name(monkeypatch, tmp_path):
         c, a = real_act(self, prev, c_alpha)
         c[0, 0] = np.nan
         return c, a
+
     monkeypatch.setattr(Beta, "act", nan_act)
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
-    with pytest.raises(fedrl_server.FederationError,
-                       match="beta sent non-finite values in 'act' in round 1: c-beta"):
+    with pytest.raises(
+        fedrl_server.FederationError,
+        match="beta sent non-finite values in 'act' in round 1: c-beta",
+    ):
         fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
 
 
@@ -212,6 +238,7 @@ def test_in_paper_mode_beta_acts_on_its_federated_q_with_alphas_c():
 def test_baselines_move_beta_like_fedrl_does(method):
     """Like for like: beta moves in every method that FedRL's beta moves in (paper mode)."""
     from experiments.fedrl_local import make, play
+
     s = Settings.from_config(merged({**SMALL}))
     runner = make(method, s)
     for _ in range(3):
@@ -230,10 +257,13 @@ def test_baselines_move_beta_like_fedrl_does(method):
 
 def test_floors_and_model_selection_report_best_and_last(tmp_path):
     from experiments.fedrl_local import train
+
     s = Settings.from_config(merged({**SMALL}))
     rows = train("dqn-alpha", s, 6, eval_every=2, log=None)
     last = rows[-1]
-    assert {"test-succ-rate", "best-test-succ-rate", "best-valid-succ-rate", "best-round"} <= set(last)
+    assert {"test-succ-rate", "best-test-succ-rate", "best-valid-succ-rate", "best-round"} <= set(
+        last
+    )
     evals = [r["valid-succ-rate"] for r in rows if "valid-succ-rate" in r]
     assert last["best-valid-succ-rate"] == max(evals)
     assert rows[last["best-round"] - 1]["valid-succ-rate"] == max(evals)
@@ -243,11 +273,30 @@ def test_floors_and_model_selection_report_best_and_last(tmp_path):
 
 def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, monkeypatch, capsys):
     import experiments.fedrl_table1 as t1
+
     monkeypatch.setattr(t1, "RESULTS", tmp_path / "results")
-    args = ["--sizes", "8", "--rules", "paper", "--methods", "random-both", "dqn-alpha",
-            "--seeds", "0", "1", "--rounds", "3", "--eval-every", "1", "--jobs", "1",
-            "--work", str(tmp_path / "work"), "--run-config",
-            "fedrl.eval-episodes=10 fedrl.warmup=32 fedrl.envs=8 fedrl.batch-size=8"]
+    args = [
+        "--sizes",
+        "8",
+        "--rules",
+        "paper",
+        "--methods",
+        "random-both",
+        "dqn-alpha",
+        "--seeds",
+        "0",
+        "1",
+        "--rounds",
+        "3",
+        "--eval-every",
+        "1",
+        "--jobs",
+        "1",
+        "--work",
+        str(tmp_path / "work"),
+        "--run-config",
+        "fedrl.eval-episodes=10 fedrl.warmup=32 fedrl.envs=8 fedrl.batch-size=8",
+    ]
     assert t1.main(args) == 0
     runs = pd.read_csv(tmp_path / "results" / "fedrl_table1_runs.csv")
     assert set(runs.checkpoint) == {"best", "last"} and runs.seed.nunique() == 2
@@ -260,6 +309,7 @@ def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, mo
 
     def retrain(job):
         raise AssertionError("a finished run was trained again")
+
     monkeypatch.setattr(t1, "one_run", retrain)
     assert t1.main(args + ["--force"]) == 0  # every run resumed from --work
     assert t1.main(args[:-2] + ["--force", "--map-dir", str(tmp_path / "none")]) == 2
@@ -275,21 +325,30 @@ def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
     def bad_act(self, prev, c_alpha=None):
         c, a = real_act(self, prev, c_alpha)
         return c, a + 100
+
     monkeypatch.setattr(Beta, "act", bad_act)
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
     with pytest.raises(fedrl_server.FederationError, match="beta sent a-beta that are not action"):
         fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
     ex = fedrl_server.Exchange.__new__(fedrl_server.Exchange)
     with pytest.raises(fedrl_server.FederationError, match=r"arrays \['secret'\]"):
-        ex.check_relayed("alpha", "act", {"a-alpha": np.zeros(2, np.int64),
-                                          "secret": np.zeros(1)}, None)
+        ex.check_relayed(
+            "alpha", "act", {"a-alpha": np.zeros(2, np.int64), "secret": np.zeros(1)}, None
+        )
 
 
 def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
     with pytest.raises(ConfigError, match="insecure-no-noise"):
         fedrl_server.check_config(merged({**SMALL, "fedrl.sigma": 0.0}))
-    cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.0,
-                  "fedrl.insecure-no-noise": True, "out-dir": str(tmp_path)})
+    cfg = merged(
+        {
+            **SMALL,
+            "num-server-rounds": 1,
+            "fedrl.sigma": 0.0,
+            "fedrl.insecure-no-noise": True,
+            "out-dir": str(tmp_path),
+        }
+    )
     fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
     privacy = json.loads((tmp_path / "config.json").read_text())["privacy"]
     assert privacy["insecure_no_noise"] is True and privacy["sigma"] == 0
@@ -298,11 +357,21 @@ def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
 def test_a_party_refuses_less_noise_than_its_operator_set(tmp_path):
     """Hostile server: the run config asks sigma 0.5 (and the insecure flag); the parties'
     own node config says min-sigma 1: they refuse, and the run stops naming the party."""
-    cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.5,
-                  "fedrl.insecure-no-noise": True, "out-dir": str(tmp_path)})
+    cfg = merged(
+        {
+            **SMALL,
+            "num-server-rounds": 1,
+            "fedrl.sigma": 0.5,
+            "fedrl.insecure-no-noise": True,
+            "out-dir": str(tmp_path),
+        }
+    )
     grid = InProcessGrid(app, cfg, 2, node_config_extra={"min-sigma": 1.0})
-    with pytest.raises(fedrl_server.FederationError, match=r"PermissionError: party \w+: the run "
-                                                           r"asks fedrl.sigma=0.5"):
+    with pytest.raises(
+        fedrl_server.FederationError,
+        match=r"PermissionError: party \w+: the run "
+        r"asks fedrl.sigma=0.5",
+    ):
         fedrl_server.run(grid, cfg, "fedrl")
     assert not any("data" in r.content for r in grid.replies if not r.has_error())
 
@@ -313,11 +382,16 @@ def _hostile(role: str, step: str, change):
 
     def app_(msg, ctx):
         rep = app(msg, ctx)
-        mine = str(ctx.node_config.get("role", "")) or ("alpha" if int(
-            ctx.node_config["partition-id"]) == 0 else "beta")
+        mine = str(ctx.node_config.get("role", "")) or (
+            "alpha" if int(ctx.node_config["partition-id"]) == 0 else "beta"
+        )
         conf = msg.content["config"]
-        if mine == role and not rep.has_error() and conf.get("step") == step and int(
-                conf.get("server-round", 0)) >= 4:   # honest first rounds (an update), then a lie
+        if (
+            mine == role
+            and not rep.has_error()
+            and conf.get("step") == step
+            and int(conf.get("server-round", 0)) >= 4
+        ):  # honest first rounds (an update), then a lie
             data = {k: v.numpy() for k, v in rep.content["data"].items()}
             metrics = dict(rep.content["metrics"]) if "metrics" in rep.content else {}
             theta = rep.content.get("theta-g")
@@ -328,25 +402,39 @@ def _hostile(role: str, step: str, change):
             if theta is not None:
                 rep.content["theta-g"] = theta
         return rep
+
     return app_
 
 
 def _wrong_theta(data, metrics, theta):
     from flwr.app import Array, ArrayRecord
-    if theta is None:   # alpha's acts before the round's last step carry no theta_g
+
+    if theta is None:  # alpha's acts before the round's last step carry no theta_g
         return data, metrics, theta
     return data, metrics, ArrayRecord({k: Array(np.zeros((3, 3), np.float32)) for k in theta})
 
 
-@pytest.mark.parametrize("role, step, change, culprit", [
-    ("beta", "act", lambda d, m, t: ({**d, "a-beta": np.full_like(d["a-beta"], 99)}, m, t),
-     "a-beta that are not action ids"),
-    ("beta", "act", lambda d, m, t: ({**d, "leak": np.ones(3, np.float32)}, m, t),
-     r"arrays \['leak'\]"),
-    ("alpha", "act", _wrong_theta, "theta_g of other names or shapes"),
-])
-def test_a_hostile_party_is_stopped_before_its_reply_reaches_the_other(tmp_path, role, step,
-                                                                       change, culprit):
+@pytest.mark.parametrize(
+    "role, step, change, culprit",
+    [
+        (
+            "beta",
+            "act",
+            lambda d, m, t: ({**d, "a-beta": np.full_like(d["a-beta"], 99)}, m, t),
+            "a-beta that are not action ids",
+        ),
+        (
+            "beta",
+            "act",
+            lambda d, m, t: ({**d, "leak": np.ones(3, np.float32)}, m, t),
+            r"arrays \['leak'\]",
+        ),
+        ("alpha", "act", _wrong_theta, "theta_g of other names or shapes"),
+    ],
+)
+def test_a_hostile_party_is_stopped_before_its_reply_reaches_the_other(
+    tmp_path, role, step, change, culprit
+):
     """What the server relays is checked: action ids in range, only the protocol's arrays,
     theta_g of the first round's names and shapes (a wrong one from the start fails in the
     receiving party, which loads it into its own network)."""
@@ -365,8 +453,16 @@ def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
 
     def send(role, step, data=None, theta_g=None, evaluation=False, **conf):
         calls.append(step)
-        return ({"c-alpha": np.zeros(1), "c-beta": np.zeros(1), "a-beta": np.zeros(1, np.int64),
-                 "a-alpha": np.zeros(1, np.int64)}, None, {"active": 1})
+        return (
+            {
+                "c-alpha": np.zeros(1),
+                "c-beta": np.zeros(1),
+                "a-beta": np.zeros(1, np.int64),
+                "a-alpha": np.zeros(1, np.int64),
+            },
+            None,
+            {"active": 1},
+        )
 
     with pytest.raises(fedrl_server.FederationError, match="did not end"):
         fedrl_server.Protocol(s, send).play("valid", True)

@@ -1,5 +1,6 @@
 """FedVLN: the Eq. 7 server step, house sampling, pooled metrics, and a privacy audit of every
 message the houses send, with whole stages run in-process (no Ray) on five tiny houses."""
+
 import math
 
 import numpy as np
@@ -12,24 +13,46 @@ from server.recorder import Recorder
 from strategies.fedvln import FedVLNStrategy, pool
 from tests.conftest import InProcessGrid
 
-TINY = {"method": "fedvln", "num-clients": 5, "num-server-rounds": 1,
-        "fedvln.train-houses": 3, "fedvln.unseen-houses": 2, "fedvln.embedding": 16,
-        "fedvln.hidden": 32, "fedvln.batch-size": 8, "fedvln.max-local-steps": 2,
-        "fedvln.seen-rate": 0.5, "fedvln.aug-routes": 4, "fedvln.preexplore-routes": 6}
+TINY = {
+    "method": "fedvln",
+    "num-clients": 5,
+    "num-server-rounds": 1,
+    "fedvln.train-houses": 3,
+    "fedvln.unseen-houses": 2,
+    "fedvln.embedding": 16,
+    "fedvln.hidden": 32,
+    "fedvln.batch-size": 8,
+    "fedvln.max-local-steps": 2,
+    "fedvln.seen-rate": 0.5,
+    "fedvln.aug-routes": 4,
+    "fedvln.preexplore-routes": 6,
+}
 
 
 def _strategy(tmp_path, roles, rates, **kw):
-    s = FedVLNStrategy(roles=roles, rates=rates, eval_roles=("seen", "unseen"),
-                       recorder=Recorder(tmp_path, {}), num_clients=len(roles), seed=0,
-                       min_train_nodes=1, min_evaluate_nodes=1, **kw)
+    s = FedVLNStrategy(
+        roles=roles,
+        rates=rates,
+        eval_roles=("seen", "unseen"),
+        recorder=Recorder(tmp_path, {}),
+        num_clients=len(roles),
+        seed=0,
+        min_train_nodes=1,
+        min_evaluate_nodes=1,
+        **kw,
+    )
     s.partitions = {1000 + p: p for p in roles}
     return s
 
 
 def _reply(msg, value, n):
     arrays = ArrayRecord({"w": Array(np.full(3, value, np.float32))})
-    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(
-        {"num-examples": n, "train-loss": 0.1})}), reply_to=msg)
+    return Message(
+        RecordDict(
+            {"arrays": arrays, "metrics": MetricRecord({"num-examples": n, "train-loss": 0.1})}
+        ),
+        reply_to=msg,
+    )
 
 
 def test_server_step_is_eq7_with_learning_rate_and_decay(tmp_path):
@@ -41,7 +64,7 @@ def test_server_step_is_eq7_with_learning_rate_and_decay(tmp_path):
     assert np.allclose(arrays["w"].numpy(), 7.5)
     msgs = list(s.configure_train(2, arrays, ConfigRecord(), grid=None))
     arrays, _ = s.aggregate_train(2, [_reply(msgs[0], 8.5, 1), _reply(msgs[1], 8.5, 1)])
-    assert np.allclose(arrays["w"].numpy(), 8.5)   # eta_2 = 2 * 0.5 = 1: plain FedAvg
+    assert np.allclose(arrays["w"].numpy(), 8.5)  # eta_2 = 2 * 0.5 = 1: plain FedAvg
 
 
 def test_a_nan_update_is_rejected_before_the_server_step(tmp_path):
@@ -49,7 +72,7 @@ def test_a_nan_update_is_rejected_before_the_server_step(tmp_path):
     w0 = ArrayRecord({"w": Array(np.ones(3, np.float32))})
     msgs = list(s.configure_train(1, w0, ConfigRecord(), grid=None))
     arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], np.nan, 5), _reply(msgs[1], 2.0, 1)])
-    assert np.allclose(arrays["w"].numpy(), 3.0)    # 1 + 2 * (2 - 1) from the good house only
+    assert np.allclose(arrays["w"].numpy(), 3.0)  # 1 + 2 * (2 - 1) from the good house only
     assert metrics["n_accepted"] == 1
     s.recorder.end_round(arrays)
     status = pd.read_csv(tmp_path / "clients.csv")["status"].tolist()
@@ -64,15 +87,19 @@ def test_houses_are_sampled_per_role_at_their_rates(tmp_path):
         parts = [n - 1000 for n in nodes]
         assert sum(p < 10 for p in parts) == 2 and sum(p >= 10 for p in parts) == 3
         assert parts == sorted(parts)
-    assert len({tuple(p) for p in picks}) > 1                       # changes per round
+    assert len({tuple(p) for p in picks}) > 1  # changes per round
     assert picks[0] == _strategy(tmp_path, roles, {"seen": 0.2, "unseen": 0.6}).train_nodes(None, 1)
     assert len(s.evaluate_nodes(None, 1)) == 15
 
 
 def test_pooled_navigation_metrics_are_episode_weighted():
-    out = pool([{"val_unseen_n": 10, "val_unseen_sr": 50.0},
-                {"val_unseen_n": 30, "val_unseen_sr": 10.0},
-                {"val_seen_n": 0}])
+    out = pool(
+        [
+            {"val_unseen_n": 10, "val_unseen_sr": 50.0},
+            {"val_unseen_n": 30, "val_unseen_sr": 10.0},
+            {"val_seen_n": 0},
+        ]
+    )
     assert out == {"val_unseen_n": 40, "val_unseen_sr": 20.0}
 
 
@@ -85,28 +112,49 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     from envs.vln_houses import HouseSpec
     from models.speaker import Speaker
     from server.config import merged
-    torch.manual_seed(0)   # the speaker's start must not depend on which tests ran before
+
+    torch.manual_seed(0)  # the speaker's start must not depend on which tests ran before
     setup = open_setup("", "", HouseSpec(train_houses=3, unseen_houses=2))
     speaker = Speaker(speaker_size(merged(TINY), len(setup.vocab), setup.world.feature_dim))
     inputs = vln_speaker.PathInputs(setup.world)
     houses = [open_house(setup, h) for h in ("house000", "house001", "house002")]
     # a few teacher-forced steps so the greedy instructions share n-grams with the references
     opt = torch.optim.Adam(speaker.parameters(), lr=1e-2)
-    vln_speaker.train_batches(speaker, opt, inputs, houses[0].train, setup.vocab,
-                              vln_speaker.SpeakerSettings(batch_size=16), iterations=120,
-                              rng=np.random.default_rng(0))
-    records = [{f"val_seen_{k}": v for k, v in
-                vln_speaker.bleu_stats(speaker, inputs, h.val, setup.vocab).items()}
-               for h in houses]
+    vln_speaker.train_batches(
+        speaker,
+        opt,
+        inputs,
+        houses[0].train,
+        setup.vocab,
+        vln_speaker.SpeakerSettings(batch_size=16),
+        iterations=120,
+        rng=np.random.default_rng(0),
+    )
+    records = [
+        {
+            f"val_seen_{k}": v
+            for k, v in vln_speaker.bleu_stats(speaker, inputs, h.val, setup.vocab).items()
+        }
+        for h in houses
+    ]
     union = [e for h in houses for e in h.val]
     expected = vln_speaker.bleu(speaker, inputs, union, setup.vocab)
     assert expected > 1.0
     assert math.isclose(pool(records)["val_seen_bleu"], expected, rel_tol=1e-9)
     assert pool(records)["val_seen_bleu"] != pytest.approx(
-        np.mean([sacrebleu.BLEU.compute_bleu([r[f"val_seen_correct_{i}"] for i in range(1, 5)],
-                                             [r[f"val_seen_total_{i}"] for i in range(1, 5)],
-                                             r["val_seen_sys_len"], r["val_seen_ref_len"],
-                                             smooth_method="exp").score for r in records]))
+        np.mean(
+            [
+                sacrebleu.BLEU.compute_bleu(
+                    [r[f"val_seen_correct_{i}"] for i in range(1, 5)],
+                    [r[f"val_seen_total_{i}"] for i in range(1, 5)],
+                    r["val_seen_sys_len"],
+                    r["val_seen_ref_len"],
+                    smooth_method="exp",
+                ).score
+                for r in records
+            ]
+        )
+    )
 
 
 # ---- whole stages in process: what leaves a house ------------------------------------------
@@ -121,8 +169,16 @@ def _run(tmp_path, name, **extra):
     return grid, tmp_path / name
 
 
-IDENTITY = {"partition-id", "num-partitions", "role", "house", "vocab-size", "feature-dim",
-            "num-train", "num-val"}
+IDENTITY = {
+    "partition-id",
+    "num-partitions",
+    "role",
+    "house",
+    "vocab-size",
+    "feature-dim",
+    "num-train",
+    "num-val",
+}
 ALLOWED_METRICS = {"num-examples", "num-augmented", "train-loss", "local-steps", "fit-s"}
 
 
@@ -134,9 +190,11 @@ def _audit(grid, shared_prefix: str | None):
     from server.config import merged
 
     ctx = next(iter(grid.contexts.values()))
-    params = {k: tuple(v.shape) for kind in ("follower", "speaker")
-              for k, v in _model(kind, merged(dict(ctx.run_config)),
-                                 house_of(ctx)).state_dict().items()}
+    params = {
+        k: tuple(v.shape)
+        for kind in ("follower", "speaker")
+        for k, v in _model(kind, merged(dict(ctx.run_config)), house_of(ctx)).state_dict().items()
+    }
     for rep in grid.replies:
         content = rep.content
         if "identity" in content:
@@ -164,43 +222,58 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
     grid, speaker = _run(tmp_path, "speaker", **{"fedvln.stage": "speaker"})
     _audit(grid, None)
     assert (speaker / "best.pt").is_file()
-    inits = {"fedvln.agent-init": str(agent / "model.pt"),
-             "fedvln.speaker-init": str(speaker / "best.pt")}
+    inits = {
+        "fedvln.agent-init": str(agent / "model.pt"),
+        "fedvln.speaker-init": str(speaker / "best.pt"),
+    }
 
     grid, aug = _run(tmp_path, "augment", **{"fedvln.stage": "augment"}, **inits)
     _audit(grid, None)
     assert pd.read_csv(aug / "rounds.csv").loc[0, "augmented_episodes"] == 3 * 4
-    seen_ctx = grid.contexts[5000]   # routes and speaker kept in the house, never sent
+    seen_ctx = grid.contexts[5000]  # routes and speaker kept in the house, never sent
     assert len(seen_ctx.state["fedvln-routes"]["paths"]) == 4
     assert "fedvln-speaker" in seen_ctx.state
     # best.pt is the round with the best pooled val_unseen SR (the paper's checkpoint)
     from models import vln_checkpoint as ck
+
     rounds = pd.read_csv(agent / "rounds.csv")
     _, _, extra = ck.load(agent / "best.pt")
     assert extra["round"] == int(rounds.loc[rounds["val_unseen_sr"].idxmax(), "round"])
     assert extra["val_unseen_sr"] == pytest.approx(rounds["val_unseen_sr"].max())
     assert (aug / "best.pt").is_file()
 
-    grid, lan = _run(tmp_path, "fed-lan", **{"fedvln.stage": "preexplore",
-                                             "fedvln.variant": "fed-lan",
-                                             "num-server-rounds": 2}, **inits)
+    grid, lan = _run(
+        tmp_path,
+        "fed-lan",
+        **{"fedvln.stage": "preexplore", "fedvln.variant": "fed-lan", "num-server-rounds": 2},
+        **inits,
+    )
     _audit(grid, "lang_encoder.")
     trained = [r for r in grid.replies if "arrays" in r.content and len(r.content["arrays"])]
-    assert trained and all(set(k.split(".")[0] for k in r.content["arrays"].keys())
-                           == {"lang_encoder"} for r in trained)
+    assert trained and all(
+        set(k.split(".")[0] for k in r.content["arrays"].keys()) == {"lang_encoder"}
+        for r in trained
+    )
     # the unseen houses' decoders and critics stayed local and moved away from the start
     from models import vln_checkpoint
+
     init, _, _ = vln_checkpoint.load(agent / "model.pt")
-    moved = [not np.allclose(ctx.state["fedvln-follower"]["decoder.cell.weight_ih"].numpy(),
-                             init.state_dict()["decoder.cell.weight_ih"].numpy())
-             for p, ctx in grid.contexts.items() if "fedvln-follower" in ctx.state]
+    moved = [
+        not np.allclose(
+            ctx.state["fedvln-follower"]["decoder.cell.weight_ih"].numpy(),
+            init.state_dict()["decoder.cell.weight_ih"].numpy(),
+        )
+        for p, ctx in grid.contexts.items()
+        if "fedvln-follower" in ctx.state
+    ]
     assert any(moved)
     cfg = __import__("json").loads((lan / "config.json").read_text())
     assert cfg["shared_fraction"] == pytest.approx(cfg["language_encoder_fraction"])
     assert 0 < cfg["shared_fraction"] < 0.5
 
-    grid, env = _run(tmp_path, "env", **{"fedvln.stage": "preexplore",
-                                         "fedvln.variant": "env-based"}, **inits)
+    grid, env = _run(
+        tmp_path, "env", **{"fedvln.stage": "preexplore", "fedvln.variant": "env-based"}, **inits
+    )
     _audit(grid, "")
     assert pd.read_csv(env / "rounds.csv")["bytes_up"].sum() == 0
 
@@ -211,23 +284,31 @@ def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
     from server.config import merged
 
     official = merged({"fedvln.recipe": "official", "fedvln.stage": "speaker"})
-    assert recipe_of(official).__dict__ == {"optimizer": "adam", "lr": 5e-5, "server_lr": 1.6,
-                                            "server_lr_decay": 1.0}
+    assert recipe_of(official).__dict__ == {
+        "optimizer": "adam",
+        "lr": 5e-5,
+        "server_lr": 1.6,
+        "server_lr_decay": 1.0,
+    }
     agent = recipe_of(merged({"fedvln.recipe": "official"}))
     assert (agent.optimizer, agent.lr, agent.server_lr) == ("rms", 1e-4, 2.0)
     cpu = recipe_of(merged({"fedvln.stage": "preexplore"}))
     assert (cpu.optimizer, cpu.server_lr) == ("rms", 1.0)
-    mine = recipe_of(merged({"fedvln.server-lr": 2.0, "fedvln.lr": 3e-4,
-                             "fedvln.optimizer": "adam"}))
+    mine = recipe_of(
+        merged({"fedvln.server-lr": 2.0, "fedvln.lr": 3e-4, "fedvln.optimizer": "adam"})
+    )
     assert (mine.optimizer, mine.lr, mine.server_lr) == ("adam", 3e-4, 2.0)
 
 
-@pytest.mark.parametrize("key,value,named", [("fedvln.recipe", "paper", "fedvln.recipe"),
-                                             ("fedvln.optimizer", "sgd", "fedvln.optimizer"),
-                                             ("fedvln.server-lr-decay", 1.5,
-                                              "fedvln.server-lr-decay"),
-                                             ("fedvln.aug-ml-weight", -1.0,
-                                              "fedvln.aug-ml-weight")])
+@pytest.mark.parametrize(
+    "key,value,named",
+    [
+        ("fedvln.recipe", "paper", "fedvln.recipe"),
+        ("fedvln.optimizer", "sgd", "fedvln.optimizer"),
+        ("fedvln.server-lr-decay", 1.5, "fedvln.server-lr-decay"),
+        ("fedvln.aug-ml-weight", -1.0, "fedvln.aug-ml-weight"),
+    ],
+)
 def test_bad_recipe_keys_are_named(key, value, named):
     from server import fedvln
     from server.config import ConfigError, merged
@@ -239,9 +320,9 @@ def test_bad_recipe_keys_are_named(key, value, named):
 def test_local_steps_count_as_the_official_code_does():
     from clients.vln_house import follower_steps
 
-    assert follower_steps(120, 0, 3, 32) == 12              # ceil(3 * 120 / 32)
-    assert follower_steps(120, 40, 3, 32) == 6              # half, each labelled + routes
-    assert follower_steps(0, 120, 1, 32) == 4               # routes only (pre-exploration)
+    assert follower_steps(120, 0, 3, 32) == 12  # ceil(3 * 120 / 32)
+    assert follower_steps(120, 40, 3, 32) == 6  # half, each labelled + routes
+    assert follower_steps(0, 120, 1, 32) == 4  # routes only (pre-exploration)
     assert follower_steps(120, 40, 3, 32, cap=5) == 3
 
 
@@ -253,34 +334,48 @@ def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp
         for run, vals in (("agent", srs), ("augment", aug)):
             (out / run).mkdir(parents=True)
             rows = [{"round": 0, "local_steps": None, "val_unseen_sr": None}]
-            rows += [{"round": r + 1, "local_steps": 24, "val_unseen_sr": v,
-                      "val_unseen_n": 400, "val_seen_sr": v + 1, "val_seen_n": 100,
-                      **{f"{sp}_{k}": 1.0 for sp in ("val_seen", "val_unseen")
-                         for k in ("ne", "osr", "spl", "cls", "ndtw")}}
-                     for r, v in enumerate(vals)]
+            rows += [
+                {
+                    "round": r + 1,
+                    "local_steps": 24,
+                    "val_unseen_sr": v,
+                    "val_unseen_n": 400,
+                    "val_seen_sr": v + 1,
+                    "val_seen_n": 100,
+                    **{
+                        f"{sp}_{k}": 1.0
+                        for sp in ("val_seen", "val_unseen")
+                        for k in ("ne", "osr", "spl", "cls", "ndtw")
+                    },
+                }
+                for r, v in enumerate(vals)
+            ]
             pd.DataFrame(rows).to_csv(out / run / "rounds.csv", index=False)
-            (out / run / "config.json").write_text('{"wall_s": 1.0}')   # finished
-    (tmp_path / "seed1" / "preexplore-fed-lan").mkdir()             # still running: left out
+            (out / run / "config.json").write_text('{"wall_s": 1.0}')  # finished
+    (tmp_path / "seed1" / "preexplore-fed-lan").mkdir()  # still running: left out
     pd.DataFrame([{"round": 1, "local_steps": 4}]).to_csv(
-        tmp_path / "seed1" / "preexplore-fed-lan" / "rounds.csv", index=False)
+        tmp_path / "seed1" / "preexplore-fed-lan" / "rounds.csv", index=False
+    )
     assert fp.curve(tmp_path / "seed1", "preexplore-fed-lan") is None
     dirs = fp.seed_dirs(tmp_path, [0, 1, 2])
     assert list(dirs) == [0, 1]
     t2 = fp.table2(dirs)
     fed = t2[(t2["model"] == "FedEnvdrop") & (t2["split"] == "val_unseen")].set_index("checkpoint")
-    assert fed.loc["best", "sr"] == 28 and fed.loc["best", "sr_sd"] == pytest.approx(2 ** 0.5 * 2)
+    assert fed.loc["best", "sr"] == 28 and fed.loc["best", "sr_sd"] == pytest.approx(2**0.5 * 2)
     assert fed.loc["last", "sr"] == 23 and fed.loc["best", "n_seeds"] == 2
-    assert fed.loc["best", "steps"] == 60                   # round 2 (48) and round 3 (72)
-    assert fed.loc["best", "se_eval"] == pytest.approx(np.mean(
-        [np.sqrt(30 * 70 / 400), np.sqrt(26 * 74 / 400)]))
-    seen = t2[(t2["model"] == "FedEnvdrop") & (t2["split"] == "val_seen")
-              & (t2["checkpoint"] == "best")]
-    assert seen["sr"].iloc[0] == 29                         # val_seen of the same evaluation
+    assert fed.loc["best", "steps"] == 60  # round 2 (48) and round 3 (72)
+    assert fed.loc["best", "se_eval"] == pytest.approx(
+        np.mean([np.sqrt(30 * 70 / 400), np.sqrt(26 * 74 / 400)])
+    )
+    seen = t2[
+        (t2["model"] == "FedEnvdrop") & (t2["split"] == "val_seen") & (t2["checkpoint"] == "best")
+    ]
+    assert seen["sr"].iloc[0] == 29  # val_seen of the same evaluation
     assert set(t2.loc[t2["source"] == "paper", "sr"]) >= {47.5, 51.3}
     t9 = fp.table9(dirs)
     row = t9[(t9["phase"] == "seen") & (t9["method"] == "federated")].iloc[0]
-    assert row["target_sr"] == pytest.approx(0.9 * 28)      # 90% of the lowest mean best
-    assert row["steps"] == 60 and row["reached"] == 2       # seed 0 at 48, seed 1 at 72
+    assert row["target_sr"] == pytest.approx(0.9 * 28)  # 90% of the lowest mean best
+    assert row["steps"] == 60 and row["reached"] == 2  # seed 0 at 48, seed 1 at 72
 
 
 def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_asks(tmp_path):
@@ -293,12 +388,32 @@ def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_
     assert house.within("lang_encoder.", "lang_encoder.") and house.within("", "")
     assert not house.within("*", "lang_encoder.") and not house.within("decoder.", "")
     rc = {**TINY, "fedvln.stage": "preexplore", "fedvln.variant": "fed-lan"}
-    ctx = Context(run_id=1, node_id=5003, node_config={"partition-id": 3, "num-partitions": 5},
-                  state=RecordDict(), run_config=rc)
+    ctx = Context(
+        run_id=1,
+        node_id=5003,
+        node_config={"partition-id": 3, "num-partitions": 5},
+        state=RecordDict(),
+        run_config=rc,
+    )
     arrays = house.shared_part(house._model("follower", merged(rc), house.house_of(ctx)), "*")
-    greedy = Message(RecordDict({"arrays": arrays, "config": ConfigRecord(
-        {"step": "follower", "server-round": 1, "epochs": 1.0, "share": "*",
-         "keep-local": True})}), dst_node_id=5003, message_type="train")
+    greedy = Message(
+        RecordDict(
+            {
+                "arrays": arrays,
+                "config": ConfigRecord(
+                    {
+                        "step": "follower",
+                        "server-round": 1,
+                        "epochs": 1.0,
+                        "share": "*",
+                        "keep-local": True,
+                    }
+                ),
+            }
+        ),
+        dst_node_id=5003,
+        message_type="train",
+    )
     with pytest.raises(PermissionError, match="sends at most 'lang_encoder.'"):
         house.train(greedy, ctx)
     # the operator's own node config is the house's policy, stricter than the run's
@@ -310,15 +425,24 @@ def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
     s = _strategy(tmp_path, {0: "seen", 1: "seen", 2: "seen", 3: "seen"}, {"seen": 1.0})
     msgs = s._messages(ArrayRecord(), ConfigRecord(), [1000, 1001, 1002, 1003], "evaluate")
     honest = {"val_seen_n": 10, "val_seen_sr": 20.0, "val_seen_ne": 5.0}
-    forged = [{"val_seen_n": 10, "val_seen_sr": 1000.0, "val_seen_ne": 5.0},     # SR > 100
-              {"val_seen_n": 1e30, "val_seen_sr": 100.0, "val_seen_ne": 0.0},   # count
-              {"val_seen_n": 10, "val_seen_sr": float("nan"), "val_seen_ne": 1.0}]
-    replies = [Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
-               for r, m in zip([honest] + forged, msgs)]
+    forged = [
+        {"val_seen_n": 10, "val_seen_sr": 1000.0, "val_seen_ne": 5.0},  # SR > 100
+        {"val_seen_n": 1e30, "val_seen_sr": 100.0, "val_seen_ne": 0.0},  # count
+        {"val_seen_n": 10, "val_seen_sr": float("nan"), "val_seen_ne": 1.0},
+    ]
+    replies = [
+        Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
+        for r, m in zip([honest] + forged, msgs)
+    ]
     assert s.aggregate_evaluate(1, replies)["val_seen_sr"] == 20.0
-    bleu = {"val_seen_n": 3, "val_seen_sys_len": 10, "val_seen_ref_len": 10,
-            **{f"val_seen_{k}_{i}": 5 for k in ("correct", "total") for i in range(1, 5)}}
+    bleu = {
+        "val_seen_n": 3,
+        "val_seen_sys_len": 10,
+        "val_seen_ref_len": 10,
+        **{f"val_seen_{k}_{i}": 5 for k in ("correct", "total") for i in range(1, 5)},
+    }
     from strategies.fedvln import eval_problem
+
     assert eval_problem(bleu) is None
     assert "negative" in eval_problem({**bleu, "val_seen_correct_2": -3})
     assert "exceeds its total" in eval_problem({**bleu, "val_seen_correct_1": 9})
@@ -339,16 +463,23 @@ def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
     saved = optimizer_arrays(opt)
     again = make_optimizer("rms", model.parameters(), 1e-3)
     load_optimizer_arrays(again, saved)
-    for (k, v) in optimizer_arrays(again).items():
+    for k, v in optimizer_arrays(again).items():
         assert torch.equal(v, saved[k])
-    grid, run = _run(tmp_path, "agent", **{"fedvln.optimizer-state": "house",
-                                           "num-server-rounds": 2, "fedvln.seen-rate": 1.0})
-    kept = [c.state["fedvln-optimizer-follower"] for c in grid.contexts.values()
-            if "fedvln-optimizer-follower" in c.state]
-    assert len(kept) == 3                                   # every seen house, none unseen
+    grid, run = _run(
+        tmp_path,
+        "agent",
+        **{"fedvln.optimizer-state": "house", "num-server-rounds": 2, "fedvln.seen-rate": 1.0},
+    )
+    kept = [
+        c.state["fedvln-optimizer-follower"]
+        for c in grid.contexts.values()
+        if "fedvln-optimizer-follower" in c.state
+    ]
+    assert len(kept) == 3  # every seen house, none unseen
     steps = {float(a.numpy()) for rec in kept for k, a in rec.items() if k.endswith("/step")}
-    assert steps == {4.0}                                   # 2 rounds x 2 local steps, kept
-    assert all("fedvln-optimizer" not in k for r in grid.replies
-               for k in r.content.array_records)           # never sent
+    assert steps == {4.0}  # 2 rounds x 2 local steps, kept
+    assert all(
+        "fedvln-optimizer" not in k for r in grid.replies for k in r.content.array_records
+    )  # never sent
     grid, _ = _run(tmp_path, "agent-round", **{"num-server-rounds": 2})
     assert not any("fedvln-optimizer-follower" in c.state for c in grid.contexts.values())

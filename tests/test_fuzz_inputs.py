@@ -1,6 +1,7 @@
 """Every malformed input of tests/fuzz_corpus.py (flags, run-config values, every data format)
 ends in one clean line naming the culprit: never a traceback, never silently accepted, nothing
 written."""
+
 import pytest
 
 from tests.fuzz_corpus import CASES, outcome
@@ -9,9 +10,22 @@ from tests.fuzz_corpus import CASES, outcome
 def test_the_corpus_is_large_and_covers_every_entry_point():
     names = [c.name for c in CASES]
     assert len(names) == len(set(names)) and len(names) >= 200
-    for part in ("flag", "run-config", "driving csv", "driving npz", "sullychen", "gridworld .mat",
-                 "GML", "R2R", "connectivity", "regions", "objects", "vocab", "feature TSV",
-                 "checkpoint"):
+    for part in (
+        "flag",
+        "run-config",
+        "driving csv",
+        "driving npz",
+        "sullychen",
+        "gridworld .mat",
+        "GML",
+        "R2R",
+        "connectivity",
+        "regions",
+        "objects",
+        "vocab",
+        "feature TSV",
+        "checkpoint",
+    ):
         assert sum(n.startswith(part) for n in names) >= 3, part
 
 

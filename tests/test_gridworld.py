@@ -1,4 +1,5 @@
 """Grid-World: the paper's map files, the generator, and the dynamics and rewards of Sec. 5.1."""
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -23,8 +24,11 @@ def _is_shortest(grid, path):
     g = nx.grid_2d_graph(*grid.shape)
     g.remove_nodes_from([c for c in g.nodes if grid[c] == 0])
     steps = np.abs(np.diff(path, axis=0)).sum(1)
-    return ((steps == 1).all() and all(grid[tuple(c)] == 1 for c in path)
-            and nx.shortest_path_length(g, tuple(path[0]), tuple(path[-1])) == len(path) - 1)
+    return (
+        (steps == 1).all()
+        and all(grid[tuple(c)] == 1 for c in path)
+        and nx.shortest_path_length(g, tuple(path[0]), tuple(path[-1])) == len(path) - 1
+    )
 
 
 @pytest.mark.parametrize("size", [8, 16, 32])
@@ -51,10 +55,15 @@ def test_split_report_counts_used_and_skipped_maps():
     if not MAT.is_file():
         pytest.skip(f"{MAT} not found")
     maps = load_mat(MAT)
-    paper, ref = maps.report(range(6400, 7200), "paper"), maps.report(range(6400, 7200), "reference")
+    paper, ref = (
+        maps.report(range(6400, 7200), "paper"),
+        maps.report(range(6400, 7200), "reference"),
+    )
     assert paper["maps"] == ref["maps"] == 800
-    assert paper["used"] + paper["skipped-no-stored-path"] + paper[
-        "skipped-every-start-already-met"] == 800
+    assert (
+        paper["used"] + paper["skipped-no-stored-path"] + paper["skipped-every-start-already-met"]
+        == 800
+    )
     assert ref["skipped-every-start-already-met"] == 0  # the reference keeps met starts
     assert ref["used"] >= paper["used"] > 750
     # a split with no usable map is refused, naming the key (paper rules: every start met)
@@ -65,10 +74,18 @@ def test_split_report_counts_used_and_skipped_maps():
     from clients.fedrl_party import Settings
     from server import fedrl as fedrl_server
     from server.config import ConfigError, merged
+
     with pytest.raises(ConfigError, match="fedrl.valid-maps: no usable map"):
-        fedrl_server.check_config(merged({"method": "fedrl", "fedrl.map-file": str(MAT),
-                                          "fedrl.valid-maps": _no_path_range(maps),
-                                          "fedrl.test-maps": ""}))
+        fedrl_server.check_config(
+            merged(
+                {
+                    "method": "fedrl",
+                    "fedrl.map-file": str(MAT),
+                    "fedrl.valid-maps": _no_path_range(maps),
+                    "fedrl.test-maps": "",
+                }
+            )
+        )
     s = Settings.from_config(merged({"fedrl.map-file": str(MAT), "fedrl.test-maps": ""}))
     assert set(s.map_report()) == {"train", "valid"}
 
@@ -105,6 +122,7 @@ def test_bad_map_files_are_named(tmp_path):
     with pytest.raises(DataError, match="bad.mat"):
         load_mat(bad)
     import scipy.io as sio
+
     sio.savemat(tmp_path / "nofield.mat", {"all_images": np.zeros((2, 1), object)})
     with pytest.raises(DataError, match="all_states_xy_by_domain"):
         load_mat(tmp_path / "nofield.mat")

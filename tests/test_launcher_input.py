@@ -1,4 +1,5 @@
 """simulation.py rejects bad input with one line and exit code 2, before starting anything."""
+
 import subprocess
 
 import pytest
@@ -7,8 +8,13 @@ from tests.conftest import PYTHON, ROOT
 
 
 def _run(*args, timeout=60):
-    return subprocess.run([PYTHON, str(ROOT / "simulation.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [PYTHON, str(ROOT / "simulation.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def test_help_lists_every_method_with_one_line():
@@ -22,17 +28,24 @@ def test_help_lists_every_method_with_one_line():
 
 # The real process path (exit 2, one line on stderr, nothing written) for a few inputs; the
 # full corpus (800+ malformed flags, values and files) runs in-process in test_fuzz_inputs.py.
-@pytest.mark.parametrize("args, culprit", [
-    (["fedsgd"], "unknown method 'fedsgd'"),
-    (["fedavg", "--run-config", "driving.lr 0.1"], "'driving.lr' is not key=value"),
-    (["fedavg", "--run-config", "round-timeout=0"], "'round-timeout' must be in (0,"),
-    (["fedvln", "--stage", "preexplore"], "'fedvln.agent-init'"),
-    (["fedavg", "--run-config", 'faults.raise-partitions="12"'], "partition 12 does not exist"),
-    (["fedrl", "--run-config", "fedrl.sigma=0.0"], "fedrl.insecure-no-noise"),
-    pytest.param(["fedavg", "--num-gpus", "1"], "no CUDA GPU",
-                 marks=pytest.mark.skipif(__import__("torch").cuda.is_available(),
-                                          reason="this machine has a GPU")),
-])
+@pytest.mark.parametrize(
+    "args, culprit",
+    [
+        (["fedsgd"], "unknown method 'fedsgd'"),
+        (["fedavg", "--run-config", "driving.lr 0.1"], "'driving.lr' is not key=value"),
+        (["fedavg", "--run-config", "round-timeout=0"], "'round-timeout' must be in (0,"),
+        (["fedvln", "--stage", "preexplore"], "'fedvln.agent-init'"),
+        (["fedavg", "--run-config", 'faults.raise-partitions="12"'], "partition 12 does not exist"),
+        (["fedrl", "--run-config", "fedrl.sigma=0.0"], "fedrl.insecure-no-noise"),
+        pytest.param(
+            ["fedavg", "--num-gpus", "1"],
+            "no CUDA GPU",
+            marks=pytest.mark.skipif(
+                __import__("torch").cuda.is_available(), reason="this machine has a GPU"
+            ),
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, culprit, tmp_path):
     res = _run(*args, "--out", str(tmp_path / "out"))
     assert res.returncode == 2, res.stderr
@@ -53,12 +66,20 @@ def test_a_checkpoint_that_would_run_code_is_refused_before_anything_starts(tmp_
             return (exec, (f"open({str(flag)!r}, 'w').write('x')",))
 
     bad = tmp_path / "agent.pt"
-    torch.save({"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad,
-               pickle_module=pickle)
+    torch.save(
+        {"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad, pickle_module=pickle
+    )
     spk = tmp_path / "speaker.pt"
     spk.write_bytes(b"junk")
-    res = _run("fedvln", "--stage", "augment", "--out", str(tmp_path / "out"), "--run-config",
-               f'fedvln.agent-init="{bad}" fedvln.speaker-init="{spk}"')
+    res = _run(
+        "fedvln",
+        "--stage",
+        "augment",
+        "--out",
+        str(tmp_path / "out"),
+        "--run-config",
+        f'fedvln.agent-init="{bad}" fedvln.speaker-init="{spk}"',
+    )
     assert res.returncode == 2 and "fedvln.agent-init:" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and not flag.exists() and not (tmp_path / "out").exists()
 
@@ -84,8 +105,7 @@ def test_graph_topology_fixes_the_number_of_silos(tmp_path):
 
     if not (SHARED_DATA / "topologies" / "gaia.gml").is_file():
         pytest.skip("no shared topologies")
-    res = _run("cdl", "--topology", "gaia-ring", "--num-clients", "5", "--out",
-               str(tmp_path / "x"))
+    res = _run("cdl", "--topology", "gaia-ring", "--num-clients", "5", "--out", str(tmp_path / "x"))
     assert res.returncode == 2 and "contradicts --topology gaia-ring (11 silos)" in res.stderr
 
 
@@ -96,10 +116,24 @@ def test_certificate_recipe_always_covers_what_the_superlink_connects_to(tmp_pat
 
     if not (shutil.which("openssl") and shutil.which("ssh-keygen")):
         pytest.skip("openssl/ssh-keygen not installed")
-    subprocess.run(["bash", str(ROOT / "deploy" / "make_certs.sh"), str(tmp_path), "1",
-                    "DNS:hostA"], check=True, capture_output=True)
-    text = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "server.pem"), "-noout",
-                           "-ext", "subjectAltName"], capture_output=True, text=True).stdout
+    subprocess.run(
+        ["bash", str(ROOT / "deploy" / "make_certs.sh"), str(tmp_path), "1", "DNS:hostA"],
+        check=True,
+        capture_output=True,
+    )
+    text = subprocess.run(
+        [
+            "openssl",
+            "x509",
+            "-in",
+            str(tmp_path / "server.pem"),
+            "-noout",
+            "-ext",
+            "subjectAltName",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text and "DNS:hostA" in text
 
 

@@ -9,9 +9,15 @@ from tests.conftest import PYTHON, ROOT
 def _run_dir(path, method, rmse):
     path.mkdir()
     (path / "config.json").write_text(f'{{"method": "{method}"}}')
-    pd.DataFrame({"round": [1, 2], "stage": ["train"] * 2, "wall_s": [1.0, 0.5],
-                  "rmse": rmse, "status_note": ["a", "b"]}).to_csv(path / "rounds.csv",
-                                                                 index=False)
+    pd.DataFrame(
+        {
+            "round": [1, 2],
+            "stage": ["train"] * 2,
+            "wall_s": [1.0, 0.5],
+            "rmse": rmse,
+            "status_note": ["a", "b"],
+        }
+    ).to_csv(path / "rounds.csv", index=False)
     return path
 
 
@@ -24,6 +30,10 @@ def test_one_png_per_metric_overlaying_runs(tmp_path):
 
 
 def test_cli_reports_missing_run(tmp_path):
-    res = subprocess.run([PYTHON, "-m", "experiments.plot", str(tmp_path / "none")],
-                         capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [PYTHON, "-m", "experiments.plot", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 2 and "rounds.csv: not found" in res.stderr

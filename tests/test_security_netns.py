@@ -2,6 +2,7 @@
 SuperNode authentication: a registered SuperNode on another host joins and trains; a node with
 an unregistered key is refused; a host that holds the public CA certificate can neither list
 runs, submit a run nor register a key through the SuperLink's network port."""
+
 import json
 import os
 import subprocess
@@ -30,8 +31,9 @@ def namespaces():
             assert _ip("netns", "add", ns).returncode == 0
         for ns in (LINK, NODE, EVIL):
             _ip("-n", ns, "link", "set", "lo", "up")
-        for k, (peer, link_ip, peer_ip) in enumerate([(NODE, LINK_IP, NODE_IP),
-                                                      (EVIL, LINK_IP2, EVIL_IP)]):
+        for k, (peer, link_ip, peer_ip) in enumerate(
+            [(NODE, LINK_IP, NODE_IP), (EVIL, LINK_IP2, EVIL_IP)]
+        ):
             a, b = f"{NS}a{k}", f"{NS}b{k}"
             assert _ip("link", "add", a, "type", "veth", "peer", "name", b).returncode == 0
             _ip("link", "set", a, "netns", LINK)
@@ -40,8 +42,10 @@ def namespaces():
             _ip("-n", peer, "addr", "add", f"{peer_ip}/24", "dev", b)
             _ip("-n", LINK, "link", "set", a, "up")
             _ip("-n", peer, "link", "set", b, "up")
-        yield {name: ["ip", "netns", "exec", ns] for name, ns in
-               (("link", LINK), ("node", NODE), ("evil", EVIL))}
+        yield {
+            name: ["ip", "netns", "exec", ns]
+            for name, ns in (("link", LINK), ("node", NODE), ("evil", EVIL))
+        }
     finally:
         for ns in (LINK, NODE, EVIL):
             _ip("netns", "del", ns)
@@ -49,53 +53,94 @@ def namespaces():
 
 def test_only_registered_nodes_join_and_only_the_superlink_host_submits(tmp_path, namespaces):
     certs = tmp_path / "certs"
-    subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(certs), "3", f"IP:{LINK_IP}",
-                    f"IP:{LINK_IP2}"], check=True, capture_output=True)
+    subprocess.run(
+        [str(ROOT / "deploy/make_certs.sh"), str(certs), "3", f"IP:{LINK_IP}", f"IP:{LINK_IP2}"],
+        check=True,
+        capture_output=True,
+    )
     port, control = free_port(), free_port()
     fed = Federation(tmp_path, prefix=namespaces)
     try:
-        fed.start("link", [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port",
-                           str(port), "--control-port", str(control)], where="link")
+        fed.start(
+            "link",
+            [
+                str(ROOT / "deploy/superlink.sh"),
+                "--tls",
+                str(certs),
+                "--port",
+                str(port),
+                "--control-port",
+                str(control),
+            ],
+            where="link",
+        )
         wait_listening(LINK_IP, port, prefix=namespaces["node"])
         wait_listening("127.0.0.1", control, prefix=namespaces["link"])
-        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))     # the operator
+        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))  # the operator
         reg = fed.cli("supernode", "register", str(certs / "supernode_0.pub"), "op", where="link")
         assert reg.returncode == 0, reg.stdout + reg.stderr
 
         def supernode(name, where, address, key):
-            return fed.start(name, [str(ROOT / "deploy/supernode.sh"), "--superlink", address,
-                                    "--partition-id", "0", "--num-partitions", "1",
-                                    "--tls", str(certs / "ca.crt"), "--key", str(certs / key)],
-                             where=where)
+            return fed.start(
+                name,
+                [
+                    str(ROOT / "deploy/supernode.sh"),
+                    "--superlink",
+                    address,
+                    "--partition-id",
+                    "0",
+                    "--num-partitions",
+                    "1",
+                    "--tls",
+                    str(certs / "ca.crt"),
+                    "--key",
+                    str(certs / key),
+                ],
+                where=where,
+            )
 
-        supernode("sn0", "node", f"{LINK_IP}:{port}", "supernode_0")          # registered
+        supernode("sn0", "node", f"{LINK_IP}:{port}", "supernode_0")  # registered
         stranger = supernode("evil-node", "evil", f"{LINK_IP2}:{port}", "supernode_1")
-        stranger.wait(timeout=120)                                          # refused: it exits
+        stranger.wait(timeout=120)  # refused: it exits
         assert stranger.returncode != 0
         assert "Failed to activate" in fed.log("evil-node") or "401" in fed.log("evil-node")
 
         # the attacker holds ca.crt and reaches the port SuperNodes use
         fed.connect("evil", f"{LINK_IP2}:{port}", str(certs / "ca.crt"))
-        for args in (["ls", "evil"], ["supernode", "register", str(certs / "supernode_2.pub"),
-                                      "evil"],
-                     ["run", str(ROOT), "evil", "--run-config", "num-server-rounds=1"]):
+        for args in (
+            ["ls", "evil"],
+            ["supernode", "register", str(certs / "supernode_2.pub"), "evil"],
+            ["run", str(ROOT), "evil", "--run-config", "num-server-rounds=1"],
+        ):
             res = fed.cli(*args, where="evil")
             assert "403" in res.stdout + res.stderr, (args, res.stdout[-500:], res.stderr[-500:])
 
         # nothing the attacker tried took effect, and the operator's own run works over TLS
         runs = json.loads(fed.cli("ls", "op", "--format", "json", where="link").stdout)["runs"]
         assert runs == []
-        nodes = json.loads(fed.cli("supernode", "ls", "op", "--format", "json",
-                                   where="link").stdout)["nodes"]
+        nodes = json.loads(
+            fed.cli("supernode", "ls", "op", "--format", "json", where="link").stdout
+        )["nodes"]
         assert len(nodes) == 1 and nodes[0]["status"] == "online"
         out = tmp_path / "out"
-        started = fed.cli("run", str(ROOT), "op", "--format", "json", "--run-config",
-                          f'num-server-rounds=1 num-clients=1 out-dir="{out}" '
-                          'driving.image-size=32 driving.train-per-silo=40 '
-                          'driving.test-per-silo=16 driving.local-epochs=1', where="link")
+        started = fed.cli(
+            "run",
+            str(ROOT),
+            "op",
+            "--format",
+            "json",
+            "--run-config",
+            f'num-server-rounds=1 num-clients=1 out-dir="{out}" '
+            "driving.image-size=32 driving.train-per-silo=40 "
+            "driving.test-per-silo=16 driving.local-epochs=1",
+            where="link",
+        )
         run_id = json.loads(started.stdout)["run-id"]
-        wait_for(lambda: fed.status("op", run_id, where="link").startswith("finished"), 300,
-                 what="the operator's run")
+        wait_for(
+            lambda: fed.status("op", run_id, where="link").startswith("finished"),
+            300,
+            what="the operator's run",
+        )
         assert fed.status("op", run_id, where="link") == "finished:completed", fed.log("link")
         assert rounds_done(out) == 1
     finally:

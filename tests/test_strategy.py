@@ -1,4 +1,5 @@
 """Screened FedAvg/FedProx without Ray: messages are built and answered by hand."""
+
 import math
 
 import numpy as np
@@ -12,8 +13,9 @@ from strategies.screening import message_bytes
 
 
 def _global():
-    return ArrayRecord({"w": Array(np.zeros((2, 3), np.float32)),
-                        "b": Array(np.zeros(3, np.float32))})
+    return ArrayRecord(
+        {"w": Array(np.zeros((2, 3), np.float32)), "b": Array(np.zeros(3, np.float32))}
+    )
 
 
 def _strategy(tmp_path, cls=ScreenedFedAvg, n=4, fraction=1.0, **kw):
@@ -24,24 +26,39 @@ def _strategy(tmp_path, cls=ScreenedFedAvg, n=4, fraction=1.0, **kw):
 
 
 def _reply(msg, arrays, n=10, loss=0.5):
-    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(
-        {"num-examples": n, "train-loss": loss, "fit-s": 0.1})}), reply_to=msg)
+    return Message(
+        RecordDict(
+            {
+                "arrays": arrays,
+                "metrics": MetricRecord({"num-examples": n, "train-loss": loss, "fit-s": 0.1}),
+            }
+        ),
+        reply_to=msg,
+    )
 
 
 def test_bad_updates_are_rejected_and_the_round_completes(tmp_path):
     s, rec = _strategy(tmp_path)
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
     assert [m.metadata.dst_node_id for m in msgs] == [1000, 1001, 1002, 1003]
-    good = ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
-                        "b": Array(np.full(3, 2, np.float32))})
-    nan = ArrayRecord({"w": Array(np.full((2, 3), np.nan, np.float32)),
-                       "b": Array(np.zeros(3, np.float32))})
-    shape = ArrayRecord({"w": Array(np.ones((3, 2), np.float32)),
-                         "b": Array(np.zeros(3, np.float32))})
-    inf = ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
-                       "b": Array(np.array([1, np.inf, 0], np.float32))})
-    replies = [_reply(msgs[3], inf), _reply(msgs[0], good, n=30), _reply(msgs[2], shape),
-               _reply(msgs[1], nan)]
+    good = ArrayRecord(
+        {"w": Array(np.ones((2, 3), np.float32)), "b": Array(np.full(3, 2, np.float32))}
+    )
+    nan = ArrayRecord(
+        {"w": Array(np.full((2, 3), np.nan, np.float32)), "b": Array(np.zeros(3, np.float32))}
+    )
+    shape = ArrayRecord(
+        {"w": Array(np.ones((3, 2), np.float32)), "b": Array(np.zeros(3, np.float32))}
+    )
+    inf = ArrayRecord(
+        {"w": Array(np.ones((2, 3), np.float32)), "b": Array(np.array([1, np.inf, 0], np.float32))}
+    )
+    replies = [
+        _reply(msgs[3], inf),
+        _reply(msgs[0], good, n=30),
+        _reply(msgs[2], shape),
+        _reply(msgs[1], nan),
+    ]
     arrays, metrics = s.aggregate_train(1, replies)
     assert np.array_equal(arrays["w"].numpy(), np.ones((2, 3)))  # only the good one counted
     assert metrics["n_accepted"] == 1
@@ -62,14 +79,14 @@ def test_all_rejected_keeps_global_model_then_fails_after_max_empty_rounds(tmp_p
     bad = ArrayRecord({"w": Array(np.ones((2, 3), np.float32))})  # missing "b"
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
     arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], bad)])
-    assert arrays is None and metrics is None                     # round 1: model kept
+    assert arrays is None and metrics is None  # round 1: model kept
     msgs = list(s.configure_train(2, _global(), ConfigRecord(), grid=None))
-    assert s.aggregate_train(2, [_reply(msgs[0], _global())])[0] is not None   # resets
+    assert s.aggregate_train(2, [_reply(msgs[0], _global())])[0] is not None  # resets
     for rnd in (3, 4):
         msgs = list(s.configure_train(rnd, _global(), ConfigRecord(), grid=None))
         if rnd == 3:
             assert s.aggregate_train(rnd, [_reply(msgs[0], bad)]) == (None, None)
-        else:   # the second empty round in a row (here: nobody answered) stops the run
+        else:  # the second empty round in a row (here: nobody answered) stops the run
             with pytest.raises(ClientsFailed, match="2 consecutive rounds.*max-empty-rounds"):
                 s.aggregate_train(rnd, [])
 
@@ -84,11 +101,13 @@ def test_failed_and_silent_clients_are_named_with_one_line_reasons(tmp_path):
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
     for k, m in enumerate(msgs):
         m.metadata.__dict__["_message_id"] = f"id{k}"
-    trace = ("\x1b[31mTraceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
-             "    raise ValueError('house 7 has no data')\n"
-             "ValueError: house 7 has no data\x1b[0m\n")
+    trace = (
+        '\x1b[31mTraceback (most recent call last):\n  File "x.py", line 3, in f\n'
+        "    raise ValueError('house 7 has no data')\n"
+        "ValueError: house 7 has no data\x1b[0m\n"
+    )
     err = Message(Error(code=0, reason=trace), reply_to=msgs[1])
-    err.metadata.__dict__["_src_node_id"] = 1                      # from the SuperLink
+    err.metadata.__dict__["_src_node_id"] = 1  # from the SuperLink
     arrays, _ = s.aggregate_train(1, [err, _reply(msgs[0], _global())])
     assert arrays is not None
     rec.end_round(arrays)
@@ -110,8 +129,9 @@ def test_rounds_where_every_client_failed_stop_the_run_after_max_empty_rounds(tm
     s, _ = _strategy(tmp_path, n=2)
     s.max_empty_rounds = 2
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
-    errors = [Message(Error(code=0, reason="DataError: x.jpg not readable"), reply_to=m)
-              for m in msgs]
+    errors = [
+        Message(Error(code=0, reason="DataError: x.jpg not readable"), reply_to=m) for m in msgs
+    ]
     assert s.aggregate_train(1, errors) == (None, None)
     with pytest.raises(ClientsFailed, match="x.jpg not readable"):
         s.aggregate_train(2, errors)
@@ -125,8 +145,12 @@ def test_weighted_average_and_bytes_counted_from_sent_arrays(tmp_path):
     s, rec = _strategy(tmp_path, n=2)
     glob = _global()
     msgs = list(s.configure_train(1, glob, ConfigRecord(), grid=None))
-    ups = [ArrayRecord({"w": Array(np.full((2, 3), v, np.float32)),
-                        "b": Array(np.full(3, v, np.float32))}) for v in (1.0, 4.0)]
+    ups = [
+        ArrayRecord(
+            {"w": Array(np.full((2, 3), v, np.float32)), "b": Array(np.full(3, v, np.float32))}
+        )
+        for v in (1.0, 4.0)
+    ]
     replies = [_reply(msgs[0], ups[0], n=20, loss=1.0), _reply(msgs[1], ups[1], n=10, loss=4.0)]
     arrays, metrics = s.aggregate_train(1, replies)
     assert np.allclose(arrays["w"].numpy(), 2.0)  # (20*1 + 10*4) / 30
@@ -149,9 +173,13 @@ def test_fedprox_sends_mu_and_evaluation_pools_by_examples(tmp_path):
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
     assert msgs[0].content["config"]["proximal-mu"] == 0.25
     evals = list(s.configure_evaluate(1, _global(), ConfigRecord(), grid=None))
-    replies = [Message(RecordDict({"metrics": MetricRecord(
-        {"num-examples": n, "mse": mse, "mae": mae})}), reply_to=m)
-        for m, n, mse, mae in zip(evals, (10, 30), (0.04, 0.16), (0.1, 0.3))]
+    replies = [
+        Message(
+            RecordDict({"metrics": MetricRecord({"num-examples": n, "mse": mse, "mae": mae})}),
+            reply_to=m,
+        )
+        for m, n, mse, mae in zip(evals, (10, 30), (0.04, 0.16), (0.1, 0.3))
+    ]
     m = s.aggregate_evaluate(1, replies)
     assert math.isclose(m["rmse"], math.sqrt((10 * 0.04 + 30 * 0.16) / 40))
     assert math.isclose(m["mae"], (10 * 0.1 + 30 * 0.3) / 40)
@@ -167,10 +195,25 @@ def test_recorder_writes_contract_and_checkpoint(tmp_path):
     arrays, _ = s.aggregate_train(1, [_reply(msgs[0], _global())])
     rec.end_round(arrays)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    assert list(rounds.columns[:7]) == ["round", "stage", "wall_s", "n_clients", "bytes_up",
-                                        "bytes_down", "eval_bytes_down"]
+    assert list(rounds.columns[:7]) == [
+        "round",
+        "stage",
+        "wall_s",
+        "n_clients",
+        "bytes_up",
+        "bytes_down",
+        "eval_bytes_down",
+    ]
     assert list(pd.read_csv(tmp_path / "clients.csv").columns) == [
-        "round", "stage", "node", "partition", "num_examples", "train_loss", "fit_s", "status"]
+        "round",
+        "stage",
+        "node",
+        "partition",
+        "num_examples",
+        "train_loss",
+        "fit_s",
+        "status",
+    ]
     state = torch.load(tmp_path / "checkpoints" / "round_0001.pt")
     assert set(state) == {"w", "b"}
     assert (tmp_path / "config.json").read_text().startswith("{")
@@ -204,22 +247,33 @@ def test_evaluation_every_k_rounds_and_in_the_last(tmp_path):
     rec = Recorder(tmp_path, {"method": "test"})
     s = ScreenedFedAvg(recorder=rec, num_clients=2, seed=0, eval_every=3, num_rounds=7)
     s.partitions = {1000: 0, 1001: 1}
-    sent = [len(list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None)))
-            for r in range(1, 8)]
+    sent = [
+        len(list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None)))
+        for r in range(1, 8)
+    ]
     assert sent == [0, 0, 2, 0, 0, 2, 2]
 
 
 def test_a_second_array_record_or_a_forged_count_is_rejected(tmp_path):
     s, rec = _strategy(tmp_path, n=3)
     msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
-    nan = ArrayRecord({"w": Array(np.full((2, 3), np.nan, np.float32)),
-                       "b": Array(np.zeros(3, np.float32))})
+    nan = ArrayRecord(
+        {"w": Array(np.full((2, 3), np.nan, np.float32)), "b": Array(np.zeros(3, np.float32))}
+    )
     smuggled = _reply(msgs[0], _global())
-    smuggled.content["more"] = nan                  # Flower would average it in unscreened
-    forged = _reply(msgs[1], ArrayRecord({"w": Array(np.full((2, 3), 9, np.float32)),
-                                          "b": Array(np.zeros(3, np.float32))}), n=1e30)
-    honest = _reply(msgs[2], ArrayRecord({"w": Array(np.ones((2, 3), np.float32)),
-                                          "b": Array(np.ones(3, np.float32))}), n=10)
+    smuggled.content["more"] = nan  # Flower would average it in unscreened
+    forged = _reply(
+        msgs[1],
+        ArrayRecord(
+            {"w": Array(np.full((2, 3), 9, np.float32)), "b": Array(np.zeros(3, np.float32))}
+        ),
+        n=1e30,
+    )
+    honest = _reply(
+        msgs[2],
+        ArrayRecord({"w": Array(np.ones((2, 3), np.float32)), "b": Array(np.ones(3, np.float32))}),
+        n=10,
+    )
     arrays, metrics = s.aggregate_train(1, [smuggled, forged, honest])
     assert metrics["n_accepted"] == 1 and np.array_equal(arrays["w"].numpy(), np.ones((2, 3)))
     rec.end_round(arrays)
@@ -230,12 +284,15 @@ def test_a_second_array_record_or_a_forged_count_is_rejected(tmp_path):
 def test_malformed_or_forged_evaluation_replies_neither_crash_nor_move_the_pool(tmp_path):
     s, _ = _strategy(tmp_path, n=4)
     msgs = s._messages(_global(), ConfigRecord(), [1000, 1001, 1002, 1003], "evaluate")
-    rows = [{"num-examples": 10, "mse": 0.04, "mae": 0.1},
-            {"num-examples": 1e30, "mse": 0.0, "mae": 0.0},          # forged weight
-            {"mse": 0.0},                                              # missing fields
-            {"num-examples": 10, "mse": -1.0, "mae": 0.1}]             # impossible error
-    replies = [Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m)
-               for r, m in zip(rows, msgs)]
+    rows = [
+        {"num-examples": 10, "mse": 0.04, "mae": 0.1},
+        {"num-examples": 1e30, "mse": 0.0, "mae": 0.0},  # forged weight
+        {"mse": 0.0},  # missing fields
+        {"num-examples": 10, "mse": -1.0, "mae": 0.1},
+    ]  # impossible error
+    replies = [
+        Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m) for r, m in zip(rows, msgs)
+    ]
     metrics = s.aggregate_evaluate(1, replies)
     assert math.isclose(metrics["rmse"], 0.2) and metrics["n_eval_silos"] == 1
 
@@ -246,28 +303,40 @@ def test_a_restarted_node_is_used_again_and_the_newest_claim_to_a_partition_wins
     from clients.app import app
     from tests.conftest import InProcessGrid
 
-    rc = {"method": "fedavg", "num-clients": 3, "driving.train-per-silo": 8,
-          "driving.test-per-silo": 4, "driving.image-size": 16, "driving.local-epochs": 1}
+    rc = {
+        "method": "fedavg",
+        "num-clients": 3,
+        "driving.train-per-silo": 8,
+        "driving.test-per-silo": 4,
+        "driving.image-size": 16,
+        "driving.local-epochs": 1,
+    }
     grid = InProcessGrid(app, rc, 3)
     s, _ = _strategy(tmp_path, n=3)
     s.partitions = None
     first = [m.metadata.dst_node_id for m in s.configure_train(1, _global(), ConfigRecord(), grid)]
     assert first == [5000, 5001, 5002]
-    ctx = grid.contexts.pop(5001)                          # node 5001 dies and restarts ...
+    ctx = grid.contexts.pop(5001)  # node 5001 dies and restarts ...
     ctx.__dict__["node_id"] = 6001
-    grid.contexts[6001] = ctx                              # ... as node 6001, partition 1
+    grid.contexts[6001] = ctx  # ... as node 6001, partition 1
     again = [m.metadata.dst_node_id for m in s.configure_train(2, _global(), ConfigRecord(), grid)]
     assert again == [5000, 6001, 5002] and s.partitions[6001] == 1 and 5001 not in s.partitions
-    grid.contexts[7000] = type(ctx)(run_id=1, node_id=7000, state=ctx.state, run_config=rc,
-                                   node_config={"partition-id": 0, "num-partitions": 3})
+    grid.contexts[7000] = type(ctx)(
+        run_id=1,
+        node_id=7000,
+        state=ctx.state,
+        run_config=rc,
+        node_config={"partition-id": 0, "num-partitions": 3},
+    )
     third = [m.metadata.dst_node_id for m in s.configure_train(3, _global(), ConfigRecord(), grid)]
-    assert third == [7000, 6001, 5002]                     # newest claim to partition 0 wins
-    del grid.contexts[6001]                                # partition 1's node is gone for good
+    assert third == [7000, 6001, 5002]  # newest claim to partition 0 wins
+    del grid.contexts[6001]  # partition 1's node is gone for good
     s.recorder.clients.clear()
     fourth = [m.metadata.dst_node_id for m in s.configure_train(4, _global(), ConfigRecord(), grid)]
     assert fourth == [7000, 5002]
     assert [(r["partition"], r["status"]) for r in s.recorder.clients] == [
-        (1, "failed: no node holds this silo")]            # recorded, not silently skipped
+        (1, "failed: no node holds this silo")
+    ]  # recorded, not silently skipped
 
 
 def _poisoning(partition: int, factor: float):
@@ -279,19 +348,31 @@ def _poisoning(partition: int, factor: float):
 
     def poisoned(msg, ctx):
         rep = app(msg, ctx)
-        if msg.metadata.message_type == "train" and int(ctx.node_config["partition-id"]) == \
-                partition:
+        if (
+            msg.metadata.message_type == "train"
+            and int(ctx.node_config["partition-id"]) == partition
+        ):
             arrays = rep.content["arrays"]
-            rep.content["arrays"] = ArrayRecord({
-                k: Array(v.numpy() * factor if v.numpy().dtype.kind == "f" else v.numpy())
-                for k, v in arrays.items()})
+            rep.content["arrays"] = ArrayRecord(
+                {
+                    k: Array(v.numpy() * factor if v.numpy().dtype.kind == "f" else v.numpy())
+                    for k, v in arrays.items()
+                }
+            )
         return rep
+
     return poisoned
 
 
-@pytest.mark.parametrize("defence", [{}, {"aggregator": "median"},
-                                     {"aggregator": "trimmed-mean", "trim-fraction": 0.2},
-                                     {"max-update-norm": 100.0}])
+@pytest.mark.parametrize(
+    "defence",
+    [
+        {},
+        {"aggregator": "median"},
+        {"aggregator": "trimmed-mean", "trim-fraction": 0.2},
+        {"max-update-norm": 100.0},
+    ],
+)
 def test_a_scaled_update_wrecks_the_mean_but_not_the_defences(tmp_path, defence):
     import pandas as pd
 
@@ -299,15 +380,25 @@ def test_a_scaled_update_wrecks_the_mean_but_not_the_defences(tmp_path, defence)
     from server.config import merged
     from tests.conftest import InProcessGrid
 
-    cfg = merged({"method": "fedavg", "num-clients": 5, "num-server-rounds": 1,
-                  "driving.image-size": 24, "driving.train-per-silo": 16,
-                  "driving.test-per-silo": 8, "driving.local-epochs": 1,
-                  "driving.batch-size": 8, "out-dir": str(tmp_path), **defence})
+    cfg = merged(
+        {
+            "method": "fedavg",
+            "num-clients": 5,
+            "num-server-rounds": 1,
+            "driving.image-size": 24,
+            "driving.train-per-silo": 16,
+            "driving.test-per-silo": 8,
+            "driving.local-epochs": 1,
+            "driving.batch-size": 8,
+            "out-dir": str(tmp_path),
+            **defence,
+        }
+    )
     driving.run(InProcessGrid(_poisoning(2, 30.0), cfg, 5), cfg, "fedavg")
     rmse = pd.read_csv(tmp_path / "rounds.csv").rmse.iloc[-1]
     status = pd.read_csv(tmp_path / "clients.csv").set_index("partition").status
     if not defence:
-        assert rmse > 5        # the mean follows the poisoned update
+        assert rmse > 5  # the mean follows the poisoned update
     else:
         assert rmse < 1
     if "max-update-norm" in defence:
@@ -329,14 +420,22 @@ def test_fraction_and_cap_on_evaluation_hold_in_the_last_round_too(tmp_path):
     """fraction-evaluate / max-evaluate-clients: a seeded draw of its own in every evaluating
     round, the last included (1,000 silos need not all be scored)."""
     rec = Recorder(tmp_path, {"method": "test"})
-    s = ScreenedFedAvg(recorder=rec, num_clients=100, seed=0, eval_every=2, num_rounds=5,
-                       fraction_evaluate=0.1, max_evaluate_nodes=7)
+    s = ScreenedFedAvg(
+        recorder=rec,
+        num_clients=100,
+        seed=0,
+        eval_every=2,
+        num_rounds=5,
+        fraction_evaluate=0.1,
+        max_evaluate_nodes=7,
+    )
     s.partitions = {1000 + p: p for p in range(100)}
-    sent = [list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None))
-            for r in range(1, 6)]
+    sent = [
+        list(s.configure_evaluate(r, _global(), ConfigRecord(), grid=None)) for r in range(1, 6)
+    ]
     assert [len(m) for m in sent] == [0, 7, 0, 7, 7]
     last = sorted(m.metadata.dst_node_id for m in sent[-1])
-    assert last != sorted(m.metadata.dst_node_id for m in sent[1])      # drawn per round
-    assert last != sorted(s.sample(None, 5, 0.07))                       # not training's draw
+    assert last != sorted(m.metadata.dst_node_id for m in sent[1])  # drawn per round
+    assert last != sorted(s.sample(None, 5, 0.07))  # not training's draw
     s.max_evaluate_nodes = 0
     assert len(list(s.configure_evaluate(5, _global(), ConfigRecord(), grid=None))) == 10

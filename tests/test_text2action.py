@@ -1,5 +1,6 @@
 """Text2Action (FedRL Sec. 5.2): EASDRL's rewards and F1, the world, the parties' features, and
 the same two-party protocol under Flower as in one process."""
+
 import numpy as np
 import pytest
 import torch
@@ -14,12 +15,23 @@ from tests.conftest import SHARED_DATA
 from tests.fedrl_parity import assert_flower_equals_local
 
 DATA = SHARED_DATA / "text2action"
-needs_data = pytest.mark.skipif(not (DATA / "win2k_labeled_text_data.pkl").is_file(),
-                                reason=f"real data not found under {DATA}")
-TINY = {"method": "fedrl", "fedrl.domain": "text2action", "fedrl.t2a-data": str(DATA),
-        "fedrl.t2a-words": 30, "fedrl.envs": 4, "fedrl.act-steps": 3, "fedrl.updates": 4,
-        "fedrl.batch-size": 8, "fedrl.warmup": 16, "fedrl.target-update": 2,
-        "num-server-rounds": 4, "eval-every": 2}
+needs_data = pytest.mark.skipif(
+    not (DATA / "win2k_labeled_text_data.pkl").is_file(), reason=f"real data not found under {DATA}"
+)
+TINY = {
+    "method": "fedrl",
+    "fedrl.domain": "text2action",
+    "fedrl.t2a-data": str(DATA),
+    "fedrl.t2a-words": 30,
+    "fedrl.envs": 4,
+    "fedrl.act-steps": 3,
+    "fedrl.updates": 4,
+    "fedrl.batch-size": 8,
+    "fedrl.warmup": 16,
+    "fedrl.target-update": 2,
+    "num-server-rounds": 4,
+    "eval-every": 2,
+}
 
 
 def crafted(num_words: int = 10) -> Corpus:
@@ -28,8 +40,16 @@ def crafted(num_words: int = 10) -> Corpus:
     labels = np.zeros((1, num_words), np.int8)
     labels[0, :6] = [2, 1, 3, 4, 4, 1]
     ids = np.array([0])
-    return Corpus([["w"] * 6], labels, np.zeros((1, num_words), np.int64), [{3: [4], 4: [3]}],
-                  np.array([6]), 2, {"train": ids, "valid": ids, "test": ids}, num_words)
+    return Corpus(
+        [["w"] * 6],
+        labels,
+        np.zeros((1, num_words), np.int64),
+        [{3: [4], 4: [3]}],
+        np.array([6]),
+        2,
+        {"train": ids, "valid": ids, "test": ids},
+        num_words,
+    )
 
 
 def test_rewards_follow_the_reference_environment_step_by_step():
@@ -54,7 +74,7 @@ def test_f1_counts_optional_actions_only_when_selected_and_exclusive_groups_once
     lab, rel = c.labels[0], c.related[0]
     perfect = np.array([2, 1, 2, 2, 1, 1, 0, 0, 0, 0])
     assert f1_counts(lab, perfect, rel, 6).tolist() == [3, 3, 3]
-    skip_optional = np.array([2, 1, 1, 1, 2, 1, 0, 0, 0, 0])   # the other exclusive one: right
+    skip_optional = np.array([2, 1, 1, 1, 2, 1, 0, 0, 0, 0])  # the other exclusive one: right
     assert f1_counts(lab, skip_optional, rel, 6).tolist() == [2, 2, 2]
     assert prf(np.array([0, 0, 0]))["f1"] == 0.0
 
@@ -109,8 +129,7 @@ def test_each_party_sees_only_its_own_features():
 
 @needs_data
 def test_flower_exchange_equals_the_single_process_run_on_text2action(tmp_path):
-    flower, grid = assert_flower_equals_local(merged({**TINY, "out-dir": str(tmp_path)}),
-                                              tmp_path)
+    flower, grid = assert_flower_equals_local(merged({**TINY, "out-dir": str(tmp_path)}), tmp_path)
     last = flower.iloc[-1]
     assert 0 <= last["best-test-f1-test_noise=on"] <= 1
     # beta never receives a reward, a label or alpha's features: only these arrays reach it
@@ -130,13 +149,16 @@ def test_supervised_baseline_learns_beyond_the_random_floor():
 
 
 @needs_data
-@pytest.mark.parametrize("override, key", [
-    ({"fedrl.t2a-dataset": "recipes"}, "fedrl.t2a-dataset"),
-    ({"fedrl.t2a-data": "/nonexistent/t2a"}, "fedrl.t2a-data"),
-    ({"fedrl.action-mode": "paper"}, "fedrl.action-mode"),
-    ({"fedrl.t2a-fold": 7}, "fedrl.t2a-fold"),
-    ({"fedrl.domain": "atari"}, "fedrl.domain"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ({"fedrl.t2a-dataset": "recipes"}, "fedrl.t2a-dataset"),
+        ({"fedrl.t2a-data": "/nonexistent/t2a"}, "fedrl.t2a-data"),
+        ({"fedrl.action-mode": "paper"}, "fedrl.action-mode"),
+        ({"fedrl.t2a-fold": 7}, "fedrl.t2a-fold"),
+        ({"fedrl.domain": "atari"}, "fedrl.domain"),
+    ],
+)
 def test_bad_text2action_config_names_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
         fedrl_server.check_config(merged({**TINY, **override}))
@@ -145,6 +167,7 @@ def test_bad_text2action_config_names_the_key(override, key):
 @needs_data
 def test_word_vectors_are_trained_reproducibly_offline(tmp_path, monkeypatch):
     from envs.word_vectors import word_vectors
+
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "a"))
     first = word_vectors(DATA)
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "b"))

@@ -1,4 +1,5 @@
 """The Text2Action loader on the real EASDRL pickles, and its refusal to run code."""
+
 import pickle
 
 import numpy as np
@@ -9,8 +10,7 @@ from envs.text2action_data import folds, load_domain, safe_load
 from tests.conftest import SHARED_DATA
 
 DATA = SHARED_DATA / "text2action"
-SIZES = {"win2k": (154, 6927, 1349), "cooking": (116, 24284, 2519),
-         "wikihow": (150, 62576, 4647)}
+SIZES = {"win2k": (154, 6927, 1349), "cooking": (116, 24284, 2519), "wikihow": (150, 62576, 4647)}
 
 
 @pytest.mark.parametrize("domain", sorted(SIZES))
@@ -20,7 +20,7 @@ def test_real_corpora_load_with_their_sizes_and_official_folds(domain):
     texts = load_domain(DATA, domain)
     n, words, acts = SIZES[domain]
     assert len(texts) == n and sum(len(t.words) for t in texts) == words
-    assert sum(int((t.tags > 1).sum()) for t in texts) <= acts   # an index may repeat
+    assert sum(int((t.tags > 1).sum()) for t in texts) <= acts  # an index may repeat
     assert all(len(t.pos) == len(t.words) for t in texts)
     five = folds(DATA, domain, 5)
     assert len(five) == 5 and sorted(np.concatenate(five).tolist()) == list(range(n))

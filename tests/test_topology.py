@@ -30,8 +30,9 @@ def test_metropolis_hastings_is_doubly_stochastic():
     assert np.all(a >= 0)
 
 
-@pytest.mark.parametrize("name, n", [("gaia-ring", 11), ("gaia-mst", 11),
-                                     ("amazon_us-ring", 22), ("exodus-mst", 79)])
+@pytest.mark.parametrize(
+    "name, n", [("gaia-ring", 11), ("gaia-mst", 11), ("amazon_us-ring", 22), ("exodus-mst", 79)]
+)
 def test_gml_topologies_fix_the_number_of_silos(name, n):
     if not TOPOLOGIES.is_dir():
         pytest.skip("no shared topologies")
@@ -85,7 +86,9 @@ def test_mix_and_consensus_distance():
     assert np.isclose(consensus_distance(a), 2.5)
     assert consensus_distance([a[0], a[0]]) == 0
     # parameters only: BatchNorm buffers and a sub-network do not count
-    b = [dict(x, **{"bn.running_var": np.full(3, 9.0 * i), "sub.w": x["w"] * 7}) for i, x in
-         enumerate(a)]
+    b = [
+        dict(x, **{"bn.running_var": np.full(3, 9.0 * i), "sub.w": x["w"] * 7})
+        for i, x in enumerate(a)
+    ]
     assert parameter_names(b[0]) == ["w"]
     assert np.isclose(consensus_distance(b, parameter_names(b[0])), 2.5)

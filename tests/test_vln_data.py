@@ -1,5 +1,6 @@
 """VLN data: the real R2R/Matterport files, the embedded houses written in the same formats,
 features, tokenizer, environment and metrics."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,14 @@ def real() -> VLNData:
 
 @pytest.fixture(scope="module")
 def houses(tmp_path_factory) -> VLNData:
-    spec = HouseSpec(train_houses=4, unseen_houses=2, train_paths=12, val_seen_paths=4,
-                     val_unseen_paths=8, seed=3)
+    spec = HouseSpec(
+        train_houses=4,
+        unseen_houses=2,
+        train_paths=12,
+        val_seen_paths=4,
+        val_unseen_paths=8,
+        seed=3,
+    )
     return VLNData(embedded_dataset(spec, tmp_path_factory.mktemp("cache")))
 
 
@@ -66,7 +73,8 @@ def test_connectivity_keeps_only_included_viewpoints_and_mutual_edges(real):
     a = next(i for i in range(len(scan.ids)) if scan.neighbors[i])
     j = scan.neighbors[a][0]
     assert scan.graph.edges[a, j]["weight"] == pytest.approx(
-        np.linalg.norm(scan.pos[a] - scan.pos[j]))
+        np.linalg.norm(scan.pos[a] - scan.pos[j])
+    )
 
 
 def test_bad_connectivity_and_r2r_files_name_the_file_and_field(tmp_path):
@@ -101,9 +109,12 @@ def test_embedded_houses_are_r2r_like_and_read_back_by_the_same_loader(houses):
         assert scan.dist[nodes[0], nodes[-1]] >= 5.0
         assert scan.path_length(nodes) == pytest.approx(scan.dist[nodes[0], nodes[-1]])
         assert len(eps) == 3 and len({x.instruction for x in eps}) == 3
-    edge = [houses.scan(s).graph.edges[e]["weight"] for s in {e.scan for e in train}
-            for e in houses.scan(s).graph.edges]
-    assert 1.5 < np.mean(edge) < 3.0          # R2R averages 2.25 m per edge
+    edge = [
+        houses.scan(s).graph.edges[e]["weight"]
+        for s in {e.scan for e in train}
+        for e in houses.scan(s).graph.edges
+    ]
+    assert 1.5 < np.mean(edge) < 3.0  # R2R averages 2.25 m per edge
 
 
 def test_instructions_vary_in_wording_and_mention_rooms_and_objects(houses):
@@ -117,8 +128,9 @@ def test_instructions_vary_in_wording_and_mention_rooms_and_objects(houses):
 
 
 def test_houses_differ_in_layout_and_style(houses):
-    scans = sorted({e.scan for e in houses.episodes("train")} |
-                   {e.scan for e in houses.episodes("val_unseen")})
+    scans = sorted(
+        {e.scan for e in houses.episodes("train")} | {e.scan for e in houses.episodes("val_unseen")}
+    )
     sizes = {len(houses.scan(s).ids) for s in scans}
     assert len(sizes) >= 3
     names = [{n for vp in houses.objects[s].values() for n, _ in vp} for s in scans]
@@ -135,9 +147,9 @@ def test_semantic_features_encode_room_and_visible_objects(real):
     assert feats[i, 0, ROOM_CODES.index(label)] == 1.0 and feats[i, 0, :ROOM_DIM].sum() == 1
     name, views = next((n, vs) for n, vs in objs[vp] if vs)
     seen = [k for k in range(36) if any(name == n and k in vs for n, vs in objs[vp])]
-    assert np.any(feats[i, views[0], 2 * ROOM_DIM:] != 0)
+    assert np.any(feats[i, views[0], 2 * ROOM_DIM :] != 0)
     empty = [k for k in range(36) if all(k not in vs for _, vs in objs[vp])]
-    assert empty and np.all(feats[i, empty, 2 * ROOM_DIM:] == 0)
+    assert empty and np.all(feats[i, empty, 2 * ROOM_DIM :] == 0)
     assert seen
 
 
@@ -145,17 +157,20 @@ def test_object_embedding_shares_words_and_angle_feature_is_envdrops():
     def cos(a, b):
         u, v = object_vector(a), object_vector(b)
         return u @ v / np.linalg.norm(u) / np.linalg.norm(v)
+
     assert cos("wooden table", "table") > 0.5 and abs(cos("sofa", "table")) < 0.4
     f = angle_feature(0.5, -0.2)
     assert f.shape == (ANGLE_DIM,)
-    assert np.allclose(f[:4], [math.sin(.5), math.cos(.5), math.sin(-.2), math.cos(-.2)])
+    assert np.allclose(f[:4], [math.sin(0.5), math.cos(0.5), math.sin(-0.2), math.cos(-0.2)])
     assert np.allclose(f[4:8], f[:4])
 
 
 def test_feature_tsv_round_trip_and_corrupt_line(tmp_path):
     rng = np.random.default_rng(0)
-    rows = [("s1", "v1", rng.standard_normal((36, 8)).astype(np.float32)),
-            ("s1", "v2", rng.standard_normal((36, 8)).astype(np.float32))]
+    rows = [
+        ("s1", "v1", rng.standard_normal((36, 8)).astype(np.float32)),
+        ("s1", "v2", rng.standard_normal((36, 8)).astype(np.float32)),
+    ]
     write_tsv(tmp_path / "f.tsv", rows)
     got = read_tsv(tmp_path / "f.tsv")
     assert np.array_equal(got[("s1", "v2")], rows[1][2])
@@ -168,13 +183,36 @@ def test_feature_tsv_round_trip_and_corrupt_line(tmp_path):
 
 def test_tokenizer_and_vocab_as_r2r(real):
     assert split_sentence("Walk past the sofa, turn LEFT...") == [
-        "walk", "past", "the", "sofa", ",", "turn", "left", ".", ".", "."]
+        "walk",
+        "past",
+        "the",
+        "sofa",
+        ",",
+        "turn",
+        "left",
+        ".",
+        ".",
+        ".",
+    ]
     vocab = Vocab.read(real.vocab_file())
-    assert len(vocab) == 992 and vocab.words[-1] == "<BOS>" and vocab.words[:3] == [
-        "<PAD>", "<UNK>", "<EOS>"]
+    assert (
+        len(vocab) == 992
+        and vocab.words[-1] == "<BOS>"
+        and vocab.words[:3] == ["<PAD>", "<UNK>", "<EOS>"]
+    )
     enc = vocab.encode("Walk to the zzzunknownzzz.", 10)
-    assert list(enc[:6]) == [vocab.bos, vocab.index["walk"], vocab.index["to"],
-                             vocab.index["the"], 1, vocab.index["."]] and enc[6] == 2
+    assert (
+        list(enc[:6])
+        == [
+            vocab.bos,
+            vocab.index["walk"],
+            vocab.index["to"],
+            vocab.index["the"],
+            1,
+            vocab.index["."],
+        ]
+        and enc[6] == 2
+    )
     assert vocab.decode(enc) == "walk to the <UNK> ."
     built = Vocab.build(["a b b", "b c"] * 5 + ["d"], min_count=5)
     assert built.words == ["<PAD>", "<UNK>", "<EOS>", "b", "a", "c", "<BOS>"]
@@ -222,16 +260,15 @@ def _line_scan():
     off the line at x=2)."""
     pos = np.array([[0, 0, 0], [2, 0, 0], [4, 0, 0], [6, 0, 0], [8, 0, 0], [2, 2, 0]], float)
     edges = [(0, 1), (1, 2), (2, 3), (3, 4), (1, 5)]
-    return parse_connectivity("line", connectivity_entries([str(i) for i in range(6)], pos,
-                                                           edges))
+    return parse_connectivity("line", connectivity_entries([str(i) for i in range(6)], pos, edges))
 
 
 def test_metrics_match_hand_computed_values_when_stopping_short():
     scan = _line_scan()
     m = episode_metrics(scan, [0, 1, 2], [0, 1, 2, 3])
     assert m["ne"] == 2 and m["sr"] == 1 and m["osr"] == 1 and m["tl"] == 4
-    assert m["spl"] == 1.0                        # 6 / max(4, 6)
-    assert m["ndtw"] == pytest.approx(math.exp(-2 / 12))   # DTW 2 over |R| * 3
+    assert m["spl"] == 1.0  # 6 / max(4, 6)
+    assert m["ndtw"] == pytest.approx(math.exp(-2 / 12))  # DTW 2 over |R| * 3
     assert m["sdtw"] == pytest.approx(m["ndtw"])
     pc = (3 + math.exp(-2 / 3)) / 4
     epl = pc * 6
@@ -266,4 +303,5 @@ def test_repeated_viewpoints_are_scored_as_the_official_evaluator_scores_them():
     off = episode_metrics(scan, [0, 1, 5, 5, 1, 2, 3], [0, 1, 2, 3])
     once = episode_metrics(scan, [0, 1, 5, 1, 2, 3], [0, 1, 2, 3])
     assert off["ndtw"] == pytest.approx(math.exp(-4 / 12)) and once["ndtw"] == pytest.approx(
-        math.exp(-2 / 12))
+        math.exp(-2 / 12)
+    )

@@ -1,4 +1,5 @@
 """VLN models and their training: follower (Envdrop), speaker, BLEU, checkpoints."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,16 @@ from models.speaker import Speaker, SpeakerSize
 @pytest.fixture(scope="module")
 def vln(tmp_path_factory):
     import os
+
     os.environ["FEDEMBODIED_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    spec = HouseSpec(train_houses=3, unseen_houses=1, train_paths=10, val_seen_paths=3,
-                     val_unseen_paths=4, seed=5)
+    spec = HouseSpec(
+        train_houses=3,
+        unseen_houses=1,
+        train_paths=10,
+        val_seen_paths=3,
+        val_unseen_paths=4,
+        seed=5,
+    )
     return open_vln("", spec=spec)
 
 
@@ -45,7 +53,7 @@ def test_environmental_dropout_is_one_mask_per_episode_and_spares_angles(vln):
     feats = torch.ones(4, 36, vln.world.feature_dim)
     out = model.apply_mask(feats, mask)
     assert torch.all(out[:, :, -128:] == 1)
-    assert torch.all(out[:, 0, :-128] == out[:, 17, :-128])        # same mask for every view
+    assert torch.all(out[:, 0, :-128] == out[:, 17, :-128])  # same mask for every view
     assert (out[:, 0, :-128] == 0).any() and not torch.equal(out[0], out[1])
     model.eval()
     assert torch.all(model.env_drop_mask(2, "cpu") == 1)
@@ -57,10 +65,12 @@ def test_teacher_forcing_learns_its_episodes(vln):
     s = vln_agent.AgentSettings(batch_size=4, feedback="teacher", lr=3e-3)
     tokens = vln_agent.Tokens(vln.vocab, 80)
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
-    first = vln_agent.train_batches(model, opt, vln.world, eps, tokens, s, iterations=1,
-                                    rng=np.random.default_rng(0))
-    last = vln_agent.train_batches(model, opt, vln.world, eps, tokens, s, iterations=80,
-                                   rng=np.random.default_rng(0))
+    first = vln_agent.train_batches(
+        model, opt, vln.world, eps, tokens, s, iterations=1, rng=np.random.default_rng(0)
+    )
+    last = vln_agent.train_batches(
+        model, opt, vln.world, eps, tokens, s, iterations=80, rng=np.random.default_rng(0)
+    )
     metrics, trajs = vln_agent.evaluate(model, vln.world, eps, tokens, s)
     assert last < first / 4
     assert metrics["sr"] == 100.0 and set(trajs) == {e.instr_id for e in eps}
@@ -81,42 +91,55 @@ def test_mixed_objective_trains_the_critic_and_the_language_encoder(vln):
 
 
 def test_speaker_learns_and_bleu_is_sacrebleus_corpus_bleu(vln, monkeypatch):
-    eps = vln.split("train")[:12]          # 4 paths x 3 instructions
+    eps = vln.split("train")[:12]  # 4 paths x 3 instructions
     torch.manual_seed(0)
-    speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim, dropout=0.0,
-                                  feature_dropout=0.0))
+    speaker = Speaker(
+        SpeakerSize(len(vln.vocab), vln.world.feature_dim, dropout=0.0, feature_dropout=0.0)
+    )
     inputs = vln_speaker.PathInputs(vln.world)
     before = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
     opt = torch.optim.Adam(speaker.parameters(), lr=3e-3)
-    vln_speaker.train_batches(speaker, opt, inputs, eps, vln.vocab,
-                              vln_speaker.SpeakerSettings(batch_size=12), iterations=120,
-                              rng=np.random.default_rng(0))
+    vln_speaker.train_batches(
+        speaker,
+        opt,
+        inputs,
+        eps,
+        vln.vocab,
+        vln_speaker.SpeakerSettings(batch_size=12),
+        iterations=120,
+        rng=np.random.default_rng(0),
+    )
     after = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
     assert after > before + 20
     # With the first reference as hypothesis, BLEU is sacrebleu's score of exactly that.
     refs = {}
     for e in eps:
         refs.setdefault(e.path_id, []).append(" ".join(split_sentence(e.instruction)))
-    monkeypatch.setattr(vln_speaker, "write_instructions",
-                        lambda sp, inp, firsts, vocab: [refs[e.path_id][0] for e in firsts])
+    monkeypatch.setattr(
+        vln_speaker,
+        "write_instructions",
+        lambda sp, inp, firsts, vocab: [refs[e.path_id][0] for e in firsts],
+    )
     ids = list(refs)
-    expect = sacrebleu.corpus_bleu([refs[i][0] for i in ids],
-                                   [[refs[i][k] for i in ids] for k in range(3)],
-                                   tokenize="none").score
+    expect = sacrebleu.corpus_bleu(
+        [refs[i][0] for i in ids], [[refs[i][k] for i in ids] for k in range(3)], tokenize="none"
+    ).score
     assert vln_speaker.bleu(speaker, inputs, eps, vln.vocab) == pytest.approx(expect) == 100
 
 
 def test_imitation_loss_is_summed_over_steps_and_averaged_over_the_batch(vln):
     """Envdrop's scaling: a per-episode sum of step cross-entropies, averaged over the batch;
     a per-step mean would weigh episodes by their length and shrink the term ~T times."""
-    model = _follower(vln).eval()          # no dropout: the same episode gives the same loss
+    model = _follower(vln).eval()  # no dropout: the same episode gives the same loss
     tokens = vln_agent.Tokens(vln.vocab, 80)
     s = vln_agent.AgentSettings()
     eps = sorted(vln.split("train"), key=lambda e: len(e.path))
     short, long = eps[0], eps[-1]
     assert len(short.path) != len(long.path)
-    one = [vln_agent.rollout(model, vln.world, [e], tokens, "teacher", s)[0].item()
-           for e in (short, long)]
+    one = [
+        vln_agent.rollout(model, vln.world, [e], tokens, "teacher", s)[0].item()
+        for e in (short, long)
+    ]
     both = vln_agent.rollout(model, vln.world, [short, long], tokens, "teacher", s)[0].item()
     assert both == pytest.approx(sum(one) / 2, rel=1e-4)
 
@@ -132,13 +155,16 @@ class _SpyBT(vln_agent.BackTranslation):
 
 
 def test_back_translation_rewrites_every_route_batch_through_the_followers_dropout(
-        vln, monkeypatch):
+    vln, monkeypatch
+):
     routes_of = [e for e in vln.split("train")][:8]
-    routes = [e.__class__(f"r{k}", e.scan, e.path, e.heading, "", 10 ** 7 + k)
-              for k, e in enumerate(routes_of)]                # no instruction: a bare route
+    routes = [
+        e.__class__(f"r{k}", e.scan, e.path, e.heading, "", 10**7 + k)
+        for k, e in enumerate(routes_of)
+    ]  # no instruction: a bare route
     speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim))
     bt = _SpyBT(speaker, vln_speaker.PathInputs(vln.world), vln.vocab)
-    seen = []                                                  # (ml weight, token ids, drop)
+    seen = []  # (ml weight, token ids, drop)
     real = vln_agent.rollout
 
     def spy(model, world, episodes, tokens, mode, s, *, token_ids=None, drop=None):
@@ -150,20 +176,37 @@ def test_back_translation_rewrites_every_route_batch_through_the_followers_dropo
     model = _follower(vln)
     s = vln_agent.AgentSettings(batch_size=4)
     labelled = vln.split("train")[8:16]
-    vln_agent.train_batches(model, torch.optim.RMSprop(model.parameters(), 1e-3), vln.world,
-                            labelled, vln_agent.Tokens(vln.vocab, 80), s, iterations=3,
-                            rng=np.random.default_rng(0), routes=routes, back_translate=bt)
+    vln_agent.train_batches(
+        model,
+        torch.optim.RMSprop(model.parameters(), 1e-3),
+        vln.world,
+        labelled,
+        vln_agent.Tokens(vln.vocab, 80),
+        s,
+        iterations=3,
+        rng=np.random.default_rng(0),
+        routes=routes,
+        back_translate=bt,
+    )
     # each step: one labelled batch (its own words) and one route batch (the speaker's words)
     assert [k.startswith("r") for k, _, _ in seen] == [False, True] * 3
     assert len(bt.masks) == 3
     for (_, ids, drop), mask in zip(seen[1::2], bt.masks):
-        assert drop is mask                                    # speaker saw the follower's mask
+        assert drop is mask  # speaker saw the follower's mask
         assert (ids[:, 0] == vln.vocab.bos).all() and ((ids == 2).sum(1) == 1).all()
     assert all(ids is None for _, ids, _ in seen[0::2])
     with pytest.raises(ValueError, match="BackTranslation"):
-        vln_agent.train_batches(model, torch.optim.RMSprop(model.parameters(), 1e-3),
-                                vln.world, [], vln_agent.Tokens(vln.vocab, 80), s,
-                                iterations=1, rng=np.random.default_rng(0), routes=routes)
+        vln_agent.train_batches(
+            model,
+            torch.optim.RMSprop(model.parameters(), 1e-3),
+            vln.world,
+            [],
+            vln_agent.Tokens(vln.vocab, 80),
+            s,
+            iterations=1,
+            rng=np.random.default_rng(0),
+            routes=routes,
+        )
 
 
 def test_speaker_sees_the_given_dropout_mask_not_its_own(vln):
@@ -176,7 +219,7 @@ def test_speaker_sees_the_given_dropout_mask_not_its_own(vln):
     a = speaker.generate(acts, panos, mask, vln.vocab.bos, 20, feature_mask=ones)
     b = speaker.generate(acts, panos, mask, vln.vocab.bos, 20)
     c = speaker.encode(acts, panos, mask, zeros)[0]
-    assert torch.equal(a, b)                    # eval mode: its own dropout is the identity
+    assert torch.equal(a, b)  # eval mode: its own dropout is the identity
     assert not torch.allclose(c, speaker.encode(acts, panos, mask, ones)[0])
 
 
@@ -193,11 +236,34 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(vln, tmp_path):
 
 def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeypatch):
     from experiments import vln_centralized
+
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
-    args = ["--iters", "2", "--speaker-iters", "2", "--aug-iters", "2", "--eval-every", "2",
-            "--eval-size", "6", "--aug-routes", "2", "--batch-size", "4",
-            "--train-houses", "2", "--unseen-houses", "1", "--threads", "1",
-            "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "res")]
+    args = [
+        "--iters",
+        "2",
+        "--speaker-iters",
+        "2",
+        "--aug-iters",
+        "2",
+        "--eval-every",
+        "2",
+        "--eval-size",
+        "6",
+        "--aug-routes",
+        "2",
+        "--batch-size",
+        "4",
+        "--train-houses",
+        "2",
+        "--unseen-houses",
+        "1",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--results-dir",
+        str(tmp_path / "res"),
+    ]
     assert vln_centralized.main(args) == 0
     for stage in ("agent", "speaker", "augment"):
         model, vocab, extra = vln_checkpoint.load(tmp_path / "run" / "checkpoints" / f"{stage}.pt")
@@ -206,18 +272,32 @@ def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeyp
     assert set(table["model"]) == {"Envdrop", "Envdrop_aug", "Speaker"}
     assert set(table["source"]) == {"ours", "paper"}
     stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
-    assert vln_centralized.main(args) == 0                  # every stage is skipped
+    assert vln_centralized.main(args) == 0  # every stage is skipped
     assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
 
 
 def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch):
     from experiments import vln_centralized
+
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
     missing = tmp_path / "nowhere"
     assert vln_centralized.main(["--data-dir", str(missing), "--out", str(tmp_path / "r")]) == 2
     assert f"{missing}: no connectivity/ folder" in capsys.readouterr().err
-    assert vln_centralized.main(["--stages", "augment", "--train-houses", "2",
-                                 "--unseen-houses", "1", "--out", str(tmp_path / "r")]) == 2
+    assert (
+        vln_centralized.main(
+            [
+                "--stages",
+                "augment",
+                "--train-houses",
+                "2",
+                "--unseen-houses",
+                "1",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     assert "augment stage needs the speaker stage first" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         vln_centralized.main(["--iters", "0"])
@@ -236,8 +316,9 @@ def test_a_checkpoint_that_would_run_code_is_refused(vln, tmp_path):
             return (print, ("pwned",))
 
     bad = tmp_path / "evil.pt"
-    torch.save({"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad,
-               pickle_module=pickle)
+    torch.save(
+        {"kind": "Follower", "size": {}, "state": {}, "x": Evil()}, bad, pickle_module=pickle
+    )
     with pytest.raises(DataError, match="evil.pt: not a follower/speaker checkpoint"):
         vln_checkpoint.load(bad)
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
