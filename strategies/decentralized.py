@@ -132,7 +132,7 @@ class TopologyRelay:
                 status=problem or "ok",
             )
             if problem is None:
-                new[i] = update
+                new[i] = {k: np.array(v) for k, v in update.items()}  # the silo's own copy
                 losses.append(float(m["train-loss"]))
                 weights.append(float(m["num-examples"]))
                 accepted.append(m)

@@ -439,3 +439,21 @@ def test_fraction_and_cap_on_evaluation_hold_in_the_last_round_too(tmp_path):
     assert last != sorted(s.sample(None, 5, 0.07))  # not training's draw
     s.max_evaluate_nodes = 0
     assert len(list(s.configure_evaluate(5, _global(), ConfigRecord(), grid=None))) == 10
+
+
+def test_decode_views_the_bytes_and_equals_flowers_numpy():
+    """The server reads each update once, without np.load's copy, and gets the same values."""
+    from strategies.screening import decode
+
+    for arr in (
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.array(7, np.int64),
+        np.asfortranarray(np.ones((2, 3), np.float64)),
+        np.zeros((0, 5), np.float32),
+    ):
+        a = Array(arr)
+        got = decode(a)
+        assert got.dtype == arr.dtype and got.shape == arr.shape
+        assert np.array_equal(got, a.numpy())
+    view = decode(Array(np.ones(4, np.float32)))
+    assert not view.flags.writeable  # a view of the message's bytes, never changed in place
