@@ -9,6 +9,8 @@ in `SENDS` and checked on every reply, so a change that leaks something fails lo
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -19,10 +21,13 @@ from server.config import merged
 
 STATE = "fedrl-party"
 VERSION = "fedrl-party-version"
-# (run, node) -> (state version, party): the party as this process last saved it. A message
-# finding its context at that version skips rebuilding the party from its arrays (15-50 ms a
-# message, measured); another version (another worker saved since, a resumed run) rebuilds.
-_LIVE: dict[tuple[int, int], tuple[int, object]] = {}
+# (run, node) -> (state token, party): the party as this process last saved it. A message
+# finding its context at that token skips rebuilding the party from its arrays (15-50 ms a
+# message, measured); any other token (another worker saved since, a resumed run, another run
+# with the same ids) rebuilds. Tokens are random, so two states never share one.
+_LIVE: dict[tuple[int, int], tuple[str, object]] = {}
+
+
 # array names each party may send, per step (theta_g travels in its own "theta-g" record);
 # "c-alpha" is empty in joint-action mode, where beta does not act
 SENDS = {
@@ -68,14 +73,14 @@ def _arrays(record: ArrayRecord | None) -> dict[str, np.ndarray]:
     return {} if record is None else {k: v.numpy() for k, v in record.items()}
 
 
-def _version(context: Context) -> int:
-    return int(context.state[VERSION]["v"]) if VERSION in context.state else 0
+def _token(context: Context) -> str:
+    return str(context.state[VERSION]["token"]) if VERSION in context.state else ""
 
 
 def _load(context: Context, s: Settings):
     # popped: a call that fails leaves no half-changed party behind (its retry rebuilds)
     live = _LIVE.pop((context.run_id, context.node_id), None)
-    if live is not None and live[0] == _version(context) > 0:
+    if live is not None and live[0] and live[0] == _token(context):
         return live[1]
     cls = Alpha if role_of(context.node_config) == "alpha" else Beta
     if STATE not in context.state:
@@ -93,10 +98,10 @@ def array_record(arrays: dict) -> ArrayRecord:
 
 
 def _save(context: Context, party) -> None:
-    version = _version(context) + 1
+    token = uuid.uuid4().hex
     context.state[STATE] = array_record(party.state_arrays())
-    context.state[VERSION] = ConfigRecord({"v": version})
-    _LIVE[(context.run_id, context.node_id)] = (version, party)
+    context.state[VERSION] = ConfigRecord({"token": token})
+    _LIVE[(context.run_id, context.node_id)] = (token, party)
 
 
 def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics=None) -> Message:
