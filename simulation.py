@@ -41,7 +41,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from server.methods import METHODS
+    from config.methods import METHODS
 
     lines = "\n".join(f"  {m.name:<10} {m.description}" for m in METHODS.values())
     p = Parser(
@@ -106,15 +106,8 @@ def toml_value(v) -> str:
 
 def resolve(args) -> tuple[dict, Path]:
     """Validate flags and run config; returns (run-config overrides, out dir)."""
-    from server import methods
-    from server.config import (
-        ConfigError,
-        check_faults,
-        check_overrides,
-        check_ranges,
-        defaults,
-        parse_overrides,
-    )
+    from config import check_overrides, methods, parse
+    from config.schema import ConfigError, defaults, parse_overrides
 
     if args.method not in methods.METHODS:
         raise BadInput(
@@ -163,7 +156,7 @@ def resolve(args) -> tuple[dict, Path]:
         flags["fedvln.seen-rate"] = flags.pop("fraction-train")
     overrides.update({k: v for k, v in flags.items() if v is not None})
     try:
-        check_ranges(overrides)
+        parse(overrides)
     except ConfigError as e:
         flag = {
             "num-server-rounds": "--rounds",
@@ -202,7 +195,7 @@ def resolve(args) -> tuple[dict, Path]:
             )
         overrides["num-clients"] = cfg["num-clients"] = houses
     try:
-        check_faults(cfg, int(cfg["num-clients"]))
+        parse(cfg).faults.check_partitions(int(cfg["num-clients"]))
     except ConfigError as e:
         raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
@@ -234,7 +227,7 @@ def resume_overrides(args) -> tuple[dict, Path]:
 
     import pandas as pd
 
-    from server.config import defaults
+    from config.schema import defaults
 
     out = Path(args.resume).resolve()
     shaping = [
@@ -334,14 +327,14 @@ def check_data(domain: str, cfg: dict) -> None:
 
 def vln_houses(cfg: dict) -> int:
     """FedVLN's number of clients: the data's seen plus unseen houses."""
-    from clients.fedvln import spec_of
-    from clients.vln_house import house_names, open_setup
+    from config import parse
+    from contracts.fedvln import spec_of
     from envs.errors import DataError
+    from training.vln_house import house_names, open_setup
 
     try:
-        setup = open_setup(
-            str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]), spec_of(cfg)
-        )
+        c = parse(cfg)
+        setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
         setup.data.validate()
         seen, unseen = house_names(setup)
     except (DataError, OSError) as e:
@@ -558,7 +551,7 @@ def launch(args, overrides: dict, out: Path) -> int:
 
 
 def default(key: str):
-    from server.config import defaults
+    from config.schema import defaults
 
     return defaults()[key]
 

@@ -10,26 +10,25 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import state_store
-from server import methods
-from server.config import merged
+from config import methods, parse
 
 app = ClientApp()
 
 
 def _handler(context: Context):
-    return methods.client_handler(str(merged(dict(context.run_config))["method"]))
+    return methods.client_handler(parse(context.run_config).run.method)
 
 
 def _handle(kind: str, msg: Message, context: Context) -> Message:
     """The method's handler, with the node's state read back in a resumed run and written to
     the node's disk after a message whose config says `save-state` (the server marks the
     message that ends a node's round: a training call, FedRL's checkpoint step)."""
-    cfg = merged(dict(context.run_config))
-    state_store.restore(context, cfg)
+    c = parse(context.run_config)
+    state_store.restore(context, c)
     reply = getattr(_handler(context), kind)(msg, context)
     conf = msg.content.config_records.get("config", {})
     if not reply.has_error() and bool(conf.get("save-state", False)):  # the server says when
-        state_store.save(context, cfg, int(conf.get("server-round", 0)))
+        state_store.save(context, c, int(conf.get("server-round", 0)))
     return reply
 
 

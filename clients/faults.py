@@ -28,8 +28,8 @@ import zlib
 import numpy as np
 import torch
 
-from server.config import FAULT_KINDS as KINDS
-from server.config import id_ranges
+from config import Config
+from config.faults import KINDS
 
 
 class InjectedFault(RuntimeError):
@@ -40,32 +40,31 @@ def partition(context_node_config) -> int:
     return int(context_node_config.get("partition-id", -1))
 
 
-def fault_of(cfg: dict, pid: int, rnd: int, attempt: int = 0, call: str = "training") -> str | None:
+def fault_of(c: Config, pid: int, rnd: int, attempt: int = 0, call: str = "training") -> str | None:
     """The fault of this training call (partition pid, server round rnd, attempt, and which
     call of the round: FedRL makes several), or None."""
-    rounds = id_ranges(cfg["faults.rounds"], "faults.rounds")
-    if rounds and rnd not in rounds:
+    f = c.faults
+    if f.round_set and rnd not in f.round_set:
         return None
     for kind in KINDS:
-        if pid in id_ranges(cfg[f"faults.{kind}-partitions"], f"faults.{kind}-partitions"):
+        if pid in f.partitions[kind]:
             return kind
-    fraction = float(cfg["faults.fraction"])
-    if fraction > 0:
+    if f.fraction > 0:
         draw = np.random.default_rng(
-            [int(cfg["seed"]), rnd, pid, attempt, zlib.crc32(call.encode())]
+            [c.run.seed, rnd, pid, attempt, zlib.crc32(call.encode())]
         ).random()
-        if draw < fraction:
-            return str(cfg["faults.fraction-kind"])
+        if draw < f.fraction:
+            return f.fraction_kind
     return None
 
 
-def before_training(cfg: dict, pid: int, rnd: int, what: str, attempt: int = 0) -> str | None:
+def before_training(c: Config, pid: int, rnd: int, what: str, attempt: int = 0) -> str | None:
     """Raise or hang here if this call is faulty; returns its fault (nan is applied later)."""
-    kind = fault_of(cfg, pid, rnd, attempt, what)
+    kind = fault_of(c, pid, rnd, attempt, what)
     if kind == "raise":
         raise InjectedFault(f"injected fault: partition {pid} fails its {what} in round {rnd}")
     if kind == "hang":
-        time.sleep(float(cfg["faults.hang-s"]) or float(cfg["round-timeout"]) + 5.0)
+        time.sleep(c.faults.hang_s or c.run.round_timeout + 5.0)
     return kind
 
 

@@ -23,12 +23,14 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # pylint: disable=E0611
 
+from config import Config
+
 TAG = "state-store"  # ConfigRecord in context.state: the snapshot's round
 
 
-def folder(context: Context, cfg: dict) -> Path | None:
+def folder(context: Context, c: Config) -> Path | None:
     base = str(context.node_config.get("state-dir", "")) or (
-        str(Path(str(cfg["out-dir"])) / "client-state") if str(cfg["out-dir"]) else ""
+        str(Path(c.run.out_dir) / "client-state") if c.run.out_dir else ""
     )
     if not base:
         return None
@@ -44,10 +46,10 @@ def _read(path: Path) -> tuple[int, RecordDict] | None:
     return int(state[TAG]["round"]), state
 
 
-def save(context: Context, cfg: dict, server_round: int) -> None:
+def save(context: Context, c: Config, server_round: int) -> None:
     """Write the node's state as of `server_round` (atomically; the previous round's snapshot
     is kept until a newer round's replaces it)."""
-    where = folder(context, cfg)
+    where = folder(context, c)
     if where is None or server_round <= 0:
         return
     where.mkdir(parents=True, exist_ok=True)
@@ -61,15 +63,15 @@ def save(context: Context, cfg: dict, server_round: int) -> None:
     os.replace(tmp, newest)
 
 
-def restore(context: Context, cfg: dict) -> int | None:
+def restore(context: Context, c: Config) -> int | None:
     """In a resumed run, fill an empty context state with the newest snapshot of a round <=
     resume-round; returns its round (None: nothing to restore, the node starts fresh)."""
-    if not bool(cfg["resume"]) or TAG in context.state:
+    if not c.run.resume or TAG in context.state:
         return None
-    where = folder(context, cfg)
+    where = folder(context, c)
     if where is None:
         return None
-    k = int(cfg["resume-round"])
+    k = c.run.resume_round
     for name in ("newest.pb", "before.pb"):
         snap = _read(where / name)
         if snap is not None and snap[0] <= k:

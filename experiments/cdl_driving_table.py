@@ -185,10 +185,10 @@ def metrics_of(r: Run, work: Path) -> dict:
 
 def floors(seeds) -> pd.DataFrame:
     """The untrained initial model and the constant predictor on each seed's pooled test set."""
-    from clients.steering_training import evaluate_steering
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
     from models.state import initial_state
+    from training.steering import evaluate_steering
 
     n_train, n_test = (int(t.split("=")[1]) for t in STUDY.split())
     rows = []

@@ -35,10 +35,10 @@ def centralized_reference(args, seed: int) -> dict:
     import numpy as np
     import torch
 
-    from clients.steering_training import LocalOptimizer, evaluate_steering, train_steering
+    from config.schema import defaults, parse_overrides
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
-    from server.config import defaults, parse_overrides
+    from training.steering import LocalOptimizer, evaluate_steering, train_steering
 
     cfg = {**defaults(), **parse_overrides(args.run_config)}
     size, ch = int(cfg["driving.image-size"]), int(cfg["driving.channels"])

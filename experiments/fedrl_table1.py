@@ -114,7 +114,7 @@ def one_run(job: dict) -> list[dict]:
     """Train and score one (method, rules, size, seed); rows per checkpoint and noise setting."""
     import torch
 
-    from experiments.fedrl_local import train
+    from training.fedrl_baselines import train
 
     torch.set_num_threads(1)
     s = settings_of(job)
@@ -174,8 +174,8 @@ EXCHANGE = 2
 
 
 def settings_of(job: dict):
-    from clients.fedrl_party import Settings
-    from server.config import merged
+    from config.schema import merged
+    from training.fedrl_setup import Settings
 
     return Settings.from_config(
         merged(
@@ -379,7 +379,7 @@ def common_args(ap: argparse.ArgumentParser) -> None:
 
 def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
     """Validated run-config overrides and map file per size (ValueError names the flag)."""
-    from server.config import merged, parse_overrides
+    from config.schema import merged, parse_overrides
 
     if args.jobs <= 0 or args.eval_every <= 0:
         raise ValueError("--jobs and --eval-every must be positive")

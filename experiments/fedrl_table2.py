@@ -114,8 +114,8 @@ def job_key(job: dict) -> str:
 
 
 def settings_of(job: dict):
-    from clients.fedrl_party import Settings
-    from server.config import merged
+    from config.schema import merged
+    from training.fedrl_setup import Settings
 
     return Settings.from_config(
         merged(
@@ -138,7 +138,7 @@ def one_run(job: dict) -> list[dict]:
     """Train and score one (method, dataset, fold, seed); rows per checkpoint and noise."""
     import torch
 
-    from experiments.fedrl_local import train
+    from training.fedrl_baselines import train
 
     torch.set_num_threads(1)
     s = settings_of(job)
@@ -289,7 +289,7 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    from server.config import merged, parse_overrides
+    from config.schema import merged, parse_overrides
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(

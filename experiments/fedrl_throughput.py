@@ -7,7 +7,7 @@ throughput and within the seed spread of the best SuccRate).
            [--transitions 25600] [--seeds 0 1 2] [--jobs 2] [--skip-success] [--force]
 
 Each config is B,S,K: B environments per acting message, S acting steps per round (2 messages
-each; the round's K minibatch updates ride on the last step's two, server/fedrl.py).
+each; the round's K minibatch updates ride on the last step's two, server/fedrl_run.py).
 
 Throughput: the config runs (a) through `simulation.py fedrl` (real ServerApp and ClientApps,
 Ray) and (b) as direct calls to the same party code in one process with no Flower
@@ -43,7 +43,7 @@ from experiments.simulate import RESULTS, ROOT, command_line, simulate
 
 def default_config() -> str:
     """B,S,K of the run config's defaults (pyproject.toml)."""
-    from server.config import merged
+    from config.schema import merged
 
     cfg = merged({})
     return f"{cfg['fedrl.envs']},{cfg['fedrl.act-steps']},{cfg['fedrl.updates']}"
@@ -66,12 +66,12 @@ def run_config(b: int, s: int, k: int) -> dict:
 def local_round_times(cfg: dict, rounds: int) -> list[float]:
     import torch
 
-    from clients.fedrl_party import Settings
-    from experiments.fedrl_local import FedRLLocal
-    from server.config import merged
+    from config.schema import merged
+    from training.fedrl_protocol import DirectTransport
+    from training.fedrl_setup import Settings
 
     torch.set_num_threads(1)
-    runner = FedRLLocal(Settings.from_config(merged(cfg)))
+    runner = DirectTransport(Settings.from_config(merged(cfg)))
     times = []
     for rnd in range(1, rounds + 1):
         t0 = time.perf_counter()

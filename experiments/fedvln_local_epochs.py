@@ -6,7 +6,7 @@ reach target val_unseen success rates, for several local epochs E, and the best 
 
 Each (E, seed) is one `simulation.py fedvln --stage agent` run in
 runs/fedvln-epochs[-TAG]/E<E>-s<seed> (resumable: a finished run is reused), scored on
-val_unseen only (`fedvln.eval-seen=false`), with the run config's recipe (clients/vln_recipe.py).
+val_unseen only (`fedvln.eval-seen=false`), with the run config's recipe (config/fedvln_recipe.py).
 The paper's targets (43/45/47% for Envdrop on R2R) do not transfer to other data and model
 sizes, so by default ours are 60/80/100% of the lowest mean best SR among the E, and `--targets`
 sets them. A round count is the first evaluated round at or above the target (a multiple of

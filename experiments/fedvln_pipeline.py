@@ -43,18 +43,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clients import vln_agent, vln_speaker
-from clients.fedvln import agent_settings, follower_size, speaker_size, spec_of
-from clients.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
-from clients.vln_loop import make_optimizer
-from clients.vln_recipe import recipe_of
+from config import parse
+from config.fedvln import VARIANTS  # noqa: E402
+from config.fedvln_recipe import recipe_of
+from contracts.fedvln import agent_settings, follower_size, speaker_size, spec_of
 from experiments import vln_centralized
 from experiments.simulate import RESULTS, ROOT, simulate
 from models import vln_checkpoint
 from models.envdrop import Follower
 from models.speaker import Speaker
+from training import vln_agent, vln_speaker
+from training.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
+from training.vln_loop import make_optimizer
 
-VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw"]
 PAPER_T2 = {  # FedVLN Table 2, R2R, Envdrop rows
     ("Envdrop", "val_seen"): [4.71, 65.6, 53.2, 56.1, 66.8, 55.0],
@@ -155,11 +156,12 @@ def floor(out: Path, seed: int) -> None:
     if dest.is_file() or not (out / "agent" / "config.json").is_file():
         return
     cfg = json.loads((out / "agent" / "config.json").read_text())
-    setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]), spec_of(cfg))
+    c = parse(cfg)
+    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
     v, f = len(setup.vocab), setup.world.feature_dim
     torch.manual_seed(seed)
-    follower, speaker = Follower(follower_size(cfg, v, f)), Speaker(speaker_size(cfg, v, f))
-    s = agent_settings(cfg)
+    follower, speaker = Follower(follower_size(c, v, f)), Speaker(speaker_size(c, v, f))
+    s = agent_settings(c)
     tokens, row = vln_agent.Tokens(setup.vocab, s.max_words), {"round": 0, "steps": 0}
     for split in ("val_seen", "val_unseen"):
         eps = setup.split(split)
@@ -245,29 +247,30 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
         return log_path
     dest.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((out / "preexplore-env-based" / "config.json").read_text())
+    c = parse(cfg)
     torch.manual_seed(seed)
-    setup = open_setup(str(cfg["fedvln.data-dir"]), str(cfg["fedvln.features-tsv"]), spec_of(cfg))
-    follower, _, _ = vln_checkpoint.load(cfg["fedvln.agent-init"])
-    speaker, _, _ = vln_checkpoint.load(cfg["fedvln.speaker-init"])
+    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    follower, _, _ = vln_checkpoint.load(c.fedvln.agent_init)
+    speaker, _, _ = vln_checkpoint.load(c.fedvln.speaker_init)
     houses = [open_house(setup, h) for h in house_names(setup)[1]]
     routes, val, per_round = [], [], 0
     for h in houses:
-        mine = speaker_routes(h, int(cfg["fedvln.preexplore-routes"]), int(cfg["seed"]))
+        mine = speaker_routes(h, c.fedvln.preexplore_routes, c.run.seed)
         routes += mine
         val += h.val
         per_round += follower_steps(
             0,
             len(mine),
-            float(cfg["fedvln.preexplore-epochs"]),
-            int(cfg["fedvln.batch-size"]),
-            int(cfg["fedvln.max-local-steps"]),
+            c.fedvln.preexplore_epochs,
+            c.fedvln.batch_size,
+            c.fedvln.max_local_steps,
         )
-    s = agent_settings(cfg)
+    s = agent_settings(c)
     tokens = vln_agent.Tokens(setup.vocab, s.max_words)
     bt = vln_agent.BackTranslation(
         speaker, vln_speaker.PathInputs(setup.world), setup.vocab, s.max_words
     )
-    r = recipe_of(cfg)
+    r = recipe_of(c.fedvln)
     rng = np.random.default_rng(seed)
     rows, t0 = [], time.time()
     for rnd in range(1, a.pre_rounds + 1):

@@ -35,8 +35,9 @@ import numpy as np
 import pandas as pd
 
 from clients.faults import fault_of
+from config import parse
+from config.schema import merged
 from experiments.simulate import RESULTS, ROOT, command_line
-from server.config import merged
 from simulation import processes_with_token
 
 ROUNDS, KILL_AFTER = 6, 2
@@ -147,7 +148,8 @@ def fault_counts(method: str, out: Path) -> dict:
         return {"injected": int(rec.sum()), "recorded": int(rec.sum()), "wrongly_aggregated": 0}
     sent = clients[clients.partition.notna() & (clients.stage == clients.stage.iloc[0])]
     injected = sum(
-        fault_of(cfg, int(r.partition), int(r["round"])) is not None for _, r in sent.iterrows()
+        fault_of(parse(cfg), int(r.partition), int(r["round"])) is not None
+        for _, r in sent.iterrows()
     )
     ok = clients[clients.status == "ok"].groupby("round").size()
     wrong = int((rec & (clients.status == "ok")).sum())

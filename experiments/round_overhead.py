@@ -6,7 +6,7 @@ against a memcpy of the same bytes (issue 18, items 5-6).
 1. Round wall / bare loop, at the README's FedAvg setting (10 embedded silos, 2 local epochs,
    64x64, evaluation every round): the same run (a) through `simulation.py fedavg` (Flower's
    simulation engine, Ray, 2 ClientApps on 2 cores) and (b) as a bare loop: the same ServerApp
-   code (server/driving.py) and ClientApp (clients/app.py) exchanging the same messages through
+   code (server/driving_run.py) and ClientApp (clients/app.py) exchanging the same messages through
    a grid that calls the ClientApp directly on 2 worker threads (one torch thread each), with no
    Ray, no SuperLink and no polling. Median round wall time over rounds 2..R (round 1 pays
    start-up in both).
@@ -37,12 +37,12 @@ from experiments.simulate import RESULTS, command_line, simulate
 
 
 def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFrame:
-    """server/driving.run over a grid that calls clients/app.py on 2 threads."""
+    """server/driving_run.run over a grid that calls clients/app.py on 2 threads."""
     import torch
 
     from clients.app import app
-    from server import driving
-    from server.config import merged
+    from config.schema import merged
+    from server import driving_run
     from tests.conftest import InProcessGrid
 
     class TwoWorkers(InProcessGrid):
@@ -66,7 +66,7 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
             **cfg_over,
         }
     )
-    driving.run(TwoWorkers(app, cfg, clients), cfg, "fedavg")
+    driving_run.run(TwoWorkers(app, cfg, clients), cfg, "fedavg")
     return pd.read_csv(out / "rounds.csv")
 
 

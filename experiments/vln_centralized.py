@@ -15,9 +15,9 @@ Choices: the augmented stage starts from the follower's best val_unseen checkpoi
 official back-translation scripts do (`--load .../best_val_unseen`); each of its steps adds one
 labelled batch (mlWeight 0.2) and one batch of sampled routes whose instructions the best
 speaker (by val_unseen BLEU) re-writes through the batch's environmental dropout (mlWeight
-0.6), as `clients.vln_agent.train_batches` documents. Augmented routes are sampled in the
+0.6), as `training.vln_agent.train_batches` documents. Augmented routes are sampled in the
 training houses only. Optimizers and learning rates are the CPU recipe's
-(`clients/vln_recipe.py`). The summary reports the last evaluation; the logs hold every one
+(`config/fedvln_recipe.py`). The summary reports the last evaluation; the logs hold every one
 (`experiments.fedvln_pipeline` reports best and last over seeds).
 """
 
@@ -32,10 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clients import vln_agent, vln_speaker
-from clients.vln_house import open_house, speaker_routes
-from clients.vln_loop import OPTIMIZERS, make_optimizer
-from clients.vln_recipe import CPU
+from config.fedvln_recipe import CPU
 from envs.errors import DataError
 from envs.vln_houses import HouseSpec
 from envs.vln_setup import open_vln
@@ -43,6 +40,9 @@ from experiments.simulate import RESULTS, ROOT
 from models import vln_checkpoint
 from models.envdrop import Follower, FollowerSize, parameter_share
 from models.speaker import Speaker, SpeakerSize
+from training import vln_agent, vln_speaker
+from training.vln_house import open_house, speaker_routes
+from training.vln_loop import OPTIMIZERS, make_optimizer
 
 # FedVLN Table 2 (R2R, Envdrop rows) and Table 4 (ResNet speaker, Cent).
 PAPER = {
@@ -99,13 +99,13 @@ def parse_args(argv=None):
         "--optimizer",
         default=CPU["agent"].optimizer,
         choices=sorted(OPTIMIZERS),
-        help="follower optimizer (clients/vln_recipe.py)",
+        help="follower optimizer (config/fedvln_recipe.py)",
     )
     p.add_argument(
         "--speaker-lr",
         type=float,
         default=CPU["speaker"].lr,
-        help="speaker learning rate (Adam, clients/vln_recipe.py)",
+        help="speaker learning rate (Adam, config/fedvln_recipe.py)",
     )
     p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
     p.add_argument("--ml-weight", type=float, default=0.2)

@@ -10,7 +10,7 @@ Variants, each timed on the same batches from the embedded houses after 3 warm-u
                                  with one ClientApp per core has none)
   ... compiled decoder           torch.compile of the per-step decoder (--compile; needs a C++
                                  compiler, and pays its compile time once per process)
-The rollout already stops when every episode of the batch has ended (clients/vln_agent.py).
+The rollout already stops when every episode of the batch has ended (training/vln_agent.py).
 Writes experiments/results/vln_update_speed.csv: updates/s and the ratio to the first row.
 """
 
@@ -42,8 +42,8 @@ def bmm_forward(self, h, ctx, mask=None):
 
 
 def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) -> float:
-    from clients import vln_agent
     from models.envdrop import Follower, FollowerSize
+    from training import vln_agent
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from flwr.app import ArrayRecord
 
-from server.config import ConfigError
+from config.schema import ConfigError
 
 ROUND_COLUMNS = ["round", "stage", "wall_s", "n_clients", "bytes_up", "bytes_down"]
 CLIENT_COLUMNS = [

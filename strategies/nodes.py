@@ -14,9 +14,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 
-
-class FederationError(RuntimeError):
-    """The federation does not have the nodes the run needs."""
+from contracts.errors import FederationError  # noqa: F401 (raised here, imported from here)
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:

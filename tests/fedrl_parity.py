@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from clients.app import app
-from clients.fedrl_party import Settings
-from experiments.fedrl_local import FedRLLocal
-from server import fedrl as fedrl_server
+from server import fedrl_run as fedrl_server
 from tests.conftest import InProcessGrid
+from training.fedrl_protocol import DirectTransport, Selection
+from training.fedrl_setup import Settings
 
 
 def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
@@ -17,8 +17,8 @@ def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
     fedrl_server.run(grid, cfg, "fedrl")
     flower = pd.read_csv(out / "rounds.csv")
     s = Settings.from_config(cfg)
-    local = FedRLLocal(s)
-    select = fedrl_server.Selection(s.select_key())
+    local = DirectTransport(s)
+    select = Selection(s.select_key())
     for rnd in range(1, rounds + 1):
         row = local.round(rnd % every == 0)
         if rnd % every == 0:

@@ -87,7 +87,8 @@ def _readonly(p: Path) -> Path:
 # --- run-config values: every key, wrong type / non-finite / out of range ----------------------
 def _run_config_cases() -> None:
     sys.path.insert(0, str(ROOT))
-    from server.config import RANGES, defaults
+    from config import bounds
+    from config.schema import defaults
 
     method_of = {
         "driving": "fedavg",
@@ -106,7 +107,7 @@ def _run_config_cases() -> None:
             bad = ["1", '"yes"']
         elif isinstance(default, (int, float)):
             bad = ['"x"', "true", "nan", "inf", "-inf"]
-            lo, hi, lo_open = RANGES[key]
+            lo, hi, lo_open = bounds()[key]
             bad += [repr(hi * 10 + 1), repr(lo - 1) if lo > -1 or True else None]
             if lo_open:
                 bad.append(repr(lo))

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from clients.app import app
-from clients.cdl_training import kl_softmax, train_cdl
-from clients.steering_training import LocalOptimizer, train_steering
+from config.schema import merged
 from envs.driving_silos import make_silo
 from models.resnet8 import ResNet8
 from models.state import shared_state
-from server.config import merged
 from tests.conftest import InProcessGrid
+from training.cdl import kl_softmax, train_cdl
+from training.steering import LocalOptimizer, train_steering
 
 SMALL = {
     "driving.image-size": 24,
@@ -90,7 +90,7 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
 
 
 def _run(tmp_path, method, n=3, **cfg):
-    from server.methods import server_module
+    from config.methods import server_module
 
     run_cfg = merged({**SMALL, "method": method, "num-clients": n, "out-dir": str(tmp_path), **cfg})
     grid = InProcessGrid(app, run_cfg, n)
@@ -195,8 +195,8 @@ def test_cdl_under_a_server_is_fedavg_of_backbones(tmp_path):
     ],
 )
 def test_bad_cdl_config_is_named(bad, match):
-    from server.config import ConfigError
-    from server.decentralized import check_config
+    from config.schema import ConfigError
+    from server.decentralized_run import check_config
 
     with pytest.raises(ConfigError, match=match):
         check_config(merged({**SMALL, **bad}))
@@ -231,7 +231,7 @@ class _OneSiloDown(InProcessGrid):
 @pytest.mark.parametrize("method", ["cdl", "gossip"])
 def test_an_unavailable_silo_keeps_its_mix_and_is_named_in_clients_csv(tmp_path, method):
     from clients.app import app
-    from server.methods import server_module
+    from config.methods import server_module
 
     run_cfg = merged(
         {**SMALL, "method": method, "num-clients": 3, "out-dir": str(tmp_path), "topology": "ring"}
@@ -276,7 +276,7 @@ class _Restarting(InProcessGrid):
 @pytest.mark.parametrize("back", [True, False])
 def test_a_restarted_silo_is_found_again_and_a_lost_one_is_named(tmp_path, back):
     from clients.app import app
-    from server.methods import server_module
+    from config.methods import server_module
 
     run_cfg = merged(
         {

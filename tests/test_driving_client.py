@@ -5,9 +5,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from clients.app import app
+from config.schema import merged
 from models.resnet8 import ResNet8
 from models.state import shared_state
-from server.config import merged
 
 SMALL = {
     "driving.image-size": 24,
@@ -103,7 +103,7 @@ def test_node_with_its_own_data_dir(udacity_dir):
 
 
 def test_minibatches_count_steps_or_epochs():
-    from clients.steering_training import minibatches
+    from training.steering import minibatches
 
     dev = torch.device("cpu")
     by_steps = list(minibatches(10, 4, epochs=5, seed=0, device=dev, max_steps=7))

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.config import merged
+from config import parse
+from config.schema import merged
 from tests.conftest import InProcessGrid
 
 DRIVING = {
@@ -37,7 +38,7 @@ FAULTS = {"faults.raise-partitions": "1", "faults.nan-partitions": "2"}
 @pytest.mark.parametrize("method", ["fedavg", "fedprox", "cdl", "gossip", "fedvln"])
 def test_a_raising_and_a_nan_partition_are_recorded_and_never_aggregated(tmp_path, method):
     from clients.app import app
-    from server.methods import server_module
+    from config.methods import server_module
 
     base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method}
     cfg = merged({**base, **FAULTS, "out-dir": str(tmp_path)})
@@ -58,7 +59,7 @@ def test_a_raising_and_a_nan_partition_are_recorded_and_never_aggregated(tmp_pat
 
 def test_fedrl_stops_naming_the_party_that_raised(tmp_path):
     from clients.app import app
-    from server import fedrl as server
+    from server import fedrl_run as server
 
     cfg = merged(
         {
@@ -99,13 +100,13 @@ def test_fault_draws_follow_lists_rounds_and_fraction():
     from clients.faults import fault_of
 
     cfg = merged({"faults.hang-partitions": "0,2-3", "faults.rounds": "2-3"})
-    assert [fault_of(cfg, p, 2) for p in range(5)] == ["hang", None, "hang", "hang", None]
-    assert fault_of(cfg, 0, 1) is None and fault_of(cfg, 0, 4) is None  # other rounds
+    assert [fault_of(parse(cfg), p, 2) for p in range(5)] == ["hang", None, "hang", "hang", None]
+    assert fault_of(parse(cfg), 0, 1) is None and fault_of(parse(cfg), 0, 4) is None  # other rounds
     cfg = merged({"faults.fraction": 0.2, "faults.fraction-kind": "nan", "seed": 3})
-    draws = [fault_of(cfg, p, r) for p in range(20) for r in range(1, 51)]
+    draws = [fault_of(parse(cfg), p, r) for p in range(20) for r in range(1, 51)]
     assert 0.15 < draws.count("nan") / len(draws) < 0.25 and set(draws) == {None, "nan"}
-    assert draws == [fault_of(cfg, p, r) for p in range(20) for r in range(1, 51)]  # seeded
-    again = [fault_of(cfg, p, r, attempt=1) for p in range(20) for r in range(1, 51)]
+    assert draws == [fault_of(parse(cfg), p, r) for p in range(20) for r in range(1, 51)]  # seeded
+    again = [fault_of(parse(cfg), p, r, attempt=1) for p in range(20) for r in range(1, 51)]
     assert again != draws  # a retried call draws again
 
 
@@ -120,17 +121,17 @@ def test_fault_draws_follow_lists_rounds_and_fraction():
     ],
 )
 def test_bad_fault_settings_are_named(bad, key):
-    from server.config import ConfigError, check_faults
+    from config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=key):
-        check_faults(merged(bad), 3)
+        parse(bad).faults.check_partitions(3)
 
 
 @pytest.mark.parametrize("method", ["fedavg", "cdl", "fedvln"])
 def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregated(tmp_path, method):
     from clients.app import app
     from clients.faults import fault_of
-    from server.methods import server_module
+    from config.methods import server_module
 
     base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method, "num-clients": 5}
     cfg = merged(
@@ -148,7 +149,7 @@ def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregate
     server_module(method).run(grid, cfg, method)
     rows = pd.read_csv(tmp_path / "clients.csv")
     rows = rows[(rows["round"] > 0) & rows.status.notna()]
-    faulty = {(r, p) for r in range(1, 5) for p in range(n) if fault_of(cfg, p, r)}
+    faulty = {(r, p) for r in range(1, 5) for p in range(n) if fault_of(parse(cfg), p, r)}
     assert faulty, "the seed should give some faults"
     for _, row in rows.iterrows():
         bad = (row["round"], row.partition) in faulty
@@ -168,7 +169,7 @@ def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
     import time
 
     from clients.app import app
-    from server.methods import server_module
+    from config.methods import server_module
     from strategies.timeouts import AdaptiveTimeout
 
     cfg = merged(
@@ -198,7 +199,7 @@ def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
 
 def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
     from clients.app import app
-    from server import fedrl as server
+    from server import fedrl_run as server
 
     cfg = merged(
         {
@@ -241,7 +242,7 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
     resume = true up to round 3: the same rows and the same final metrics, bit for bit, as 3
     uninterrupted rounds."""
     from clients.app import app
-    from server.methods import server_module
+    from config.methods import server_module
     from tests.test_fedrl import SMALL as FEDRL_SMALL
 
     base = {"fedrl": {**FEDRL_SMALL, "eval-every": 1}, "fedvln": FEDVLN}.get(

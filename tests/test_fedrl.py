@@ -7,17 +7,18 @@ import pandas as pd
 import pytest
 import torch
 
-import clients.fedrl_party as party_mod
+import training.fedrl_party as party_mod
 from clients.app import app
-from clients.fedrl import SENDS
-from clients.fedrl_party import Alpha, Beta, Settings
-from clients.fedrl_privacy import Ledger, epsilon, release
-from experiments.fedrl_local import FedRLLocal
+from config.schema import ConfigError, merged
+from contracts.fedrl import SENDS
 from models.fedrl_nets import SharedMLP
-from server import fedrl as fedrl_server
-from server.config import ConfigError, merged
+from server import fedrl_run as fedrl_server
 from tests.conftest import InProcessGrid
 from tests.fedrl_parity import assert_flower_equals_local
+from training.fedrl_party import Alpha, Beta
+from training.fedrl_privacy import Ledger, epsilon, release
+from training.fedrl_protocol import DirectTransport, Protocol
+from training.fedrl_setup import Settings
 
 SMALL = {
     "method": "fedrl",
@@ -148,7 +149,7 @@ def test_flower_exchange_equals_the_single_process_run(tmp_path):
 def test_state_survives_serialisation_and_targets_really_update():
     s = Settings.from_config(merged({**SMALL}))
     alpha, beta = Alpha(s), Beta(s)
-    local = FedRLLocal(s)
+    local = DirectTransport(s)
     local.alpha, local.beta = alpha, beta
     for _ in range(4):
         local.round()
@@ -182,7 +183,7 @@ def test_joint_action_mode_moves_both_agents_from_alphas_mlp(tmp_path):
         }
     )
     s = Settings.from_config(cfg)
-    local = FedRLLocal(s)
+    local = DirectTransport(s)
     for _ in range(3):
         local.round()
     assert s.n_actions == 16 and local.alpha.mlp.heads[0].out_features == 16
@@ -215,7 +216,7 @@ def test_a_party_sending_nan_stops_the_run_with_its_name(monkeypatch, tmp_path):
 def test_in_paper_mode_beta_acts_on_its_federated_q_with_alphas_c():
     """Sec. 4's testing procedure: beta's greedy move is the argmax of Q_f^beta([C_alpha | Q_hat_beta])."""
     s = Settings.from_config(merged({**SMALL, "fedrl.sigma": 1.0}))
-    local = FedRLLocal(s)
+    local = DirectTransport(s)
     for _ in range(3):
         local.round()
     beta, alpha = local.beta, local.alpha
@@ -237,7 +238,7 @@ def test_in_paper_mode_beta_acts_on_its_federated_q_with_alphas_c():
 @pytest.mark.parametrize("method", ["dqn-alpha", "fcn-alpha", "dqn-full", "random-both"])
 def test_baselines_move_beta_like_fedrl_does(method):
     """Like for like: beta moves in every method that FedRL's beta moves in (paper mode)."""
-    from experiments.fedrl_local import make, play
+    from training.fedrl_baselines import make, play
 
     s = Settings.from_config(merged({**SMALL}))
     runner = make(method, s)
@@ -256,7 +257,7 @@ def test_baselines_move_beta_like_fedrl_does(method):
 
 
 def test_floors_and_model_selection_report_best_and_last(tmp_path):
-    from experiments.fedrl_local import train
+    from training.fedrl_baselines import train
 
     s = Settings.from_config(merged({**SMALL}))
     rows = train("dqn-alpha", s, 6, eval_every=2, log=None)
@@ -465,5 +466,5 @@ def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
         )
 
     with pytest.raises(fedrl_server.FederationError, match="did not end"):
-        fedrl_server.Protocol(s, send).play("valid", True)
+        Protocol(s, send).play("valid", True)
     assert calls.count("eval-act") <= 2 * (s.max_steps + 1)

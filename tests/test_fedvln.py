@@ -10,7 +10,7 @@ import sacrebleu
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from server.recorder import Recorder
-from strategies.fedvln import FedVLNStrategy, pool
+from strategies.fedvln_strategy import FedVLNStrategy, pool
 from tests.conftest import InProcessGrid
 
 TINY = {
@@ -106,16 +106,16 @@ def test_pooled_navigation_metrics_are_episode_weighted():
 def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     import torch
 
-    from clients import vln_speaker
-    from clients.fedvln import speaker_size
-    from clients.vln_house import open_house, open_setup
+    from config import parse
+    from contracts.fedvln import speaker_size
     from envs.vln_houses import HouseSpec
     from models.speaker import Speaker
-    from server.config import merged
+    from training import vln_speaker
+    from training.vln_house import open_house, open_setup
 
     torch.manual_seed(0)  # the speaker's start must not depend on which tests ran before
     setup = open_setup("", "", HouseSpec(train_houses=3, unseen_houses=2))
-    speaker = Speaker(speaker_size(merged(TINY), len(setup.vocab), setup.world.feature_dim))
+    speaker = Speaker(speaker_size(parse(TINY), len(setup.vocab), setup.world.feature_dim))
     inputs = vln_speaker.PathInputs(setup.world)
     houses = [open_house(setup, h) for h in ("house000", "house001", "house002")]
     # a few teacher-forced steps so the greedy instructions share n-grams with the references
@@ -160,12 +160,12 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
 # ---- whole stages in process: what leaves a house ------------------------------------------
 def _run(tmp_path, name, **extra):
     from clients.app import app
-    from server import fedvln
-    from server.config import merged
+    from config.schema import merged
+    from server import fedvln_run
 
     rc = {**TINY, "out-dir": str(tmp_path / name), **extra}
     grid = InProcessGrid(app, rc, 5)
-    fedvln.run(grid, merged(rc), "fedvln")
+    fedvln_run.run(grid, merged(rc), "fedvln")
     return grid, tmp_path / name
 
 
@@ -186,14 +186,14 @@ def _audit(grid, shared_prefix: str | None):
     """Every reply: text only in the identity answer (house id, role, sizes, counts), metrics
     only counts, losses and pooled-metric inputs, arrays only model parameters of the shared
     part with their shapes."""
-    from clients.fedvln import _model, house_of
-    from server.config import merged
+    from clients.fedvln_client import _model, house_of
+    from config import parse
 
     ctx = next(iter(grid.contexts.values()))
     params = {
         k: tuple(v.shape)
         for kind in ("follower", "speaker")
-        for k, v in _model(kind, merged(dict(ctx.run_config)), house_of(ctx)).state_dict().items()
+        for k, v in _model(kind, parse(ctx.run_config), house_of(ctx)).state_dict().items()
     }
     for rep in grid.replies:
         content = rep.content
@@ -280,23 +280,23 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
 
 # ---- the training recipe ---------------------------------------------------------------
 def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
-    from clients.vln_recipe import recipe_of
-    from server.config import merged
+    from config import parse
+    from config.fedvln_recipe import recipe_of
 
-    official = merged({"fedvln.recipe": "official", "fedvln.stage": "speaker"})
-    assert recipe_of(official).__dict__ == {
+    def of(rc: dict):
+        return recipe_of(parse(rc).fedvln)
+
+    assert of({"fedvln.recipe": "official", "fedvln.stage": "speaker"}).__dict__ == {
         "optimizer": "adam",
         "lr": 5e-5,
         "server_lr": 1.6,
         "server_lr_decay": 1.0,
     }
-    agent = recipe_of(merged({"fedvln.recipe": "official"}))
+    agent = of({"fedvln.recipe": "official"})
     assert (agent.optimizer, agent.lr, agent.server_lr) == ("rms", 1e-4, 2.0)
-    cpu = recipe_of(merged({"fedvln.stage": "preexplore"}))
+    cpu = of({"fedvln.stage": "preexplore"})
     assert (cpu.optimizer, cpu.server_lr) == ("rms", 1.0)
-    mine = recipe_of(
-        merged({"fedvln.server-lr": 2.0, "fedvln.lr": 3e-4, "fedvln.optimizer": "adam"})
-    )
+    mine = of({"fedvln.server-lr": 2.0, "fedvln.lr": 3e-4, "fedvln.optimizer": "adam"})
     assert (mine.optimizer, mine.lr, mine.server_lr) == ("adam", 3e-4, 2.0)
 
 
@@ -310,15 +310,15 @@ def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
     ],
 )
 def test_bad_recipe_keys_are_named(key, value, named):
-    from server import fedvln
-    from server.config import ConfigError, merged
+    from config.schema import ConfigError, merged
+    from server import fedvln_run
 
     with pytest.raises(ConfigError, match=named):
-        fedvln.check_config(merged({key: value}))
+        fedvln_run.check_config(merged({key: value}))
 
 
 def test_local_steps_count_as_the_official_code_does():
-    from clients.vln_house import follower_steps
+    from training.vln_house import follower_steps
 
     assert follower_steps(120, 0, 3, 32) == 12  # ceil(3 * 120 / 32)
     assert follower_steps(120, 40, 3, 32) == 6  # half, each labelled + routes
@@ -382,8 +382,9 @@ def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_
     """fed-lan: the house, not the server, decides that only the language encoder leaves."""
     from flwr.app import Context
 
-    from clients import fedvln as house
-    from server.config import merged
+    from clients import fedvln_client as house
+    from config import parse
+    from contracts.fedvln import shared_part
 
     assert house.within("lang_encoder.", "lang_encoder.") and house.within("", "")
     assert not house.within("*", "lang_encoder.") and not house.within("decoder.", "")
@@ -395,7 +396,7 @@ def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_
         state=RecordDict(),
         run_config=rc,
     )
-    arrays = house.shared_part(house._model("follower", merged(rc), house.house_of(ctx)), "*")
+    arrays = shared_part(house._model("follower", parse(rc), house.house_of(ctx)), "*")
     greedy = Message(
         RecordDict(
             {
@@ -418,7 +419,7 @@ def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_
         house.train(greedy, ctx)
     # the operator's own node config is the house's policy, stricter than the run's
     ctx.node_config["share"] = ""
-    assert house.allowed_share(merged({**TINY, "fedvln.stage": "agent"}), ctx.node_config) == ""
+    assert house.allowed_share(parse({**TINY, "fedvln.stage": "agent"}), ctx.node_config) == ""
 
 
 def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
@@ -441,7 +442,7 @@ def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
         "val_seen_ref_len": 10,
         **{f"val_seen_{k}_{i}": 5 for k in ("correct", "total") for i in range(1, 5)},
     }
-    from strategies.fedvln import eval_problem
+    from strategies.fedvln_strategy import eval_problem
 
     assert eval_problem(bleu) is None
     assert "negative" in eval_problem({**bleu, "val_seen_correct_2": -3})
@@ -453,8 +454,8 @@ def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
     never in a reply); round: a fresh optimizer each round keeps nothing."""
     import torch
 
-    from clients.optimizer_state import load_optimizer_arrays, optimizer_arrays
-    from clients.vln_loop import make_optimizer
+    from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
+    from training.vln_loop import make_optimizer
 
     model = torch.nn.Linear(3, 2)
     opt = make_optimizer("rms", model.parameters(), 1e-3)

@@ -71,9 +71,9 @@ def test_split_report_counts_used_and_skipped_maps():
     with pytest.raises(DataError, match="no usable map"):
         GridWorld(adjacent, range(1), 1, rules="paper")
     assert GridWorld(adjacent, range(1), 1, rules="reference").B == 1
-    from clients.fedrl_party import Settings
-    from server import fedrl as fedrl_server
-    from server.config import ConfigError, merged
+    from config.schema import ConfigError, merged
+    from server import fedrl_run as fedrl_server
+    from training.fedrl_setup import Settings
 
     with pytest.raises(ConfigError, match="fedrl.valid-maps: no usable map"):
         fedrl_server.check_config(

@@ -18,7 +18,7 @@ def _run(*args, timeout=60):
 
 
 def test_help_lists_every_method_with_one_line():
-    from server.methods import METHODS
+    from config.methods import METHODS
 
     res = _run("--help")
     assert res.returncode == 0

@@ -234,7 +234,7 @@ def test_a_run_sized_for_10_follows_a_federation_of_2():
     """Plain `flwr run .` starts 2 SuperNodes while the run config says num-clients = 10: the
     server asks one node the federation's size and runs that many silos."""
     from clients.app import app
-    from server.config import merged
+    from config.schema import merged
     from strategies.nodes import fit_to_federation
     from tests.conftest import InProcessGrid
 
@@ -376,8 +376,8 @@ def _poisoning(partition: int, factor: float):
 def test_a_scaled_update_wrecks_the_mean_but_not_the_defences(tmp_path, defence):
     import pandas as pd
 
-    from server import driving
-    from server.config import merged
+    from config.schema import merged
+    from server import driving_run
     from tests.conftest import InProcessGrid
 
     cfg = merged(
@@ -394,7 +394,7 @@ def test_a_scaled_update_wrecks_the_mean_but_not_the_defences(tmp_path, defence)
             **defence,
         }
     )
-    driving.run(InProcessGrid(_poisoning(2, 30.0), cfg, 5), cfg, "fedavg")
+    driving_run.run(InProcessGrid(_poisoning(2, 30.0), cfg, 5), cfg, "fedavg")
     rmse = pd.read_csv(tmp_path / "rounds.csv").rmse.iloc[-1]
     status = pd.read_csv(tmp_path / "clients.csv").set_index("partition").status
     if not defence:

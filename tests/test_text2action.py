@@ -5,14 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from clients.fedrl_party import Settings
+from config.schema import ConfigError, merged
 from envs.text2action import Corpus, TextWorld, f1_counts, prf
-from experiments.fedrl_local import FedRLLocal, train
 from models.text_cnn import PosFeatures, WordFeatures
-from server import fedrl as fedrl_server
-from server.config import ConfigError, merged
+from server import fedrl_run as fedrl_server
 from tests.conftest import SHARED_DATA
 from tests.fedrl_parity import assert_flower_equals_local
+from training.fedrl_baselines import train
+from training.fedrl_protocol import DirectTransport
+from training.fedrl_setup import Settings
 
 DATA = SHARED_DATA / "text2action"
 needs_data = pytest.mark.skipif(
@@ -116,7 +117,7 @@ def test_training_world_state_round_trips_and_walks_shuffled_train_texts():
 def test_each_party_sees_only_its_own_features():
     """alpha's TextCNN reads POS ids (trained embedding), beta's word vectors (fixed); neither
     table is in what a party saves or sends."""
-    local = FedRLLocal(Settings.from_config(merged(TINY)))
+    local = DirectTransport(Settings.from_config(merged(TINY)))
     assert isinstance(local.alpha.q.features, PosFeatures)
     assert isinstance(local.beta.q.features, WordFeatures)
     assert not any(isinstance(m, WordFeatures) for m in local.alpha.q.modules())
@@ -124,7 +125,7 @@ def test_each_party_sees_only_its_own_features():
     assert not any("table" in k for k in local.beta.state_arrays())
     assert local.alpha.mlp.hidden.out_features == 4 and local.alpha.mlp.heads[0].out_features == 2
     wide = Settings.from_config(merged({**TINY, "fedrl.mlp-hidden": 32}))
-    assert FedRLLocal(wide).beta.mlp.hidden.out_features == 32
+    assert DirectTransport(wide).beta.mlp.hidden.out_features == 32
 
 
 @needs_data

@@ -7,13 +7,13 @@ import pytest
 import sacrebleu
 import torch
 
-from clients import vln_agent, vln_speaker
 from envs.vln_houses import HouseSpec
 from envs.vln_setup import open_vln
 from envs.vln_vocab import split_sentence
 from models import vln_checkpoint
 from models.envdrop import PREFIXES, Follower, FollowerSize, parameter_share
 from models.speaker import Speaker, SpeakerSize
+from training import vln_agent, vln_speaker
 
 
 @pytest.fixture(scope="module")

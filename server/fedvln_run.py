@@ -3,7 +3,7 @@
 * `agent`: decentralized federated training of the Envdrop follower (Eq. 6-7): per round a
   share r (`fedvln.seen-rate`, 0.2) of the seen houses trains tau epochs (`local-epochs`, 3) on
   its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta from the
-  recipe, `clients/vln_recipe.py`). Every house scores the global model on its own validation
+  recipe, `config/fedvln_recipe.py`). Every house scores the global model on its own validation
   split (seen houses val_seen, unseen houses val_unseen) and the server pools the metrics.
 * `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU on each
   house's paths.
@@ -15,7 +15,7 @@
 Whenever the whole model is global, the one with the best pooled val_unseen score (SR, or BLEU
 for the speaker) is kept as `best.pt`, as the paper and the official code select checkpoints
 (`best_val_unseen`, `best_val_unseen_bleu`); `model.pt` is the last round's. The local
-optimizer, its learning rate and the server learning rate come from `clients/vln_recipe.py`.
+optimizer, its learning rate and the server learning rate come from `config/fedvln_recipe.py`.
 * `preexplore` (Algorithm 1), starting from `agent-init`, on routes each unseen house samples
   and the speaker (`speaker-init`) describes; variant:
     - `env-based`: every unseen house trains its own follower each round; nothing is sent up;
@@ -31,7 +31,7 @@ optimizer, its learning rate and the server learning rate come from `clients/vln
 Choices where the paper is silent: env-based houses train every round (with no communication
 there is nothing to schedule); the server's model in pre-exploration is what is shared (the
 language encoder in fed-lan), so `checkpoints/` hold only that part; the local optimizer state
-is reset every round (see `clients/vln_recipe.py`).
+is reset every round (see `config/fedvln_recipe.py`).
 """
 
 from __future__ import annotations
@@ -45,20 +45,17 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from clients.fedvln import LANG, follower_size, shared_part, speaker_size
-from clients.vln_loop import OPTIMIZERS
-from clients.vln_recipe import recipe_of
+from config import Config, parse
+from config.fedvln_recipe import recipe_of
+from config.schema import ConfigError
+from contracts.fedvln import LANG, follower_size, shared_part, speaker_size
 from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.speaker import Speaker
-from server.config import ConfigError, positive
 from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
-from strategies.fedvln import FedVLNStrategy
+from strategies.fedvln_strategy import FedVLNStrategy
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
-
-STAGES = ("agent", "speaker", "augment", "preexplore")
-VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 
 
 @dataclass
@@ -78,34 +75,34 @@ class Plan:
     routes: int = 0
 
 
-def plan_of(cfg: dict) -> Plan:
-    stage, variant = str(cfg["fedvln.stage"]), str(cfg["fedvln.variant"])
-    r = float(cfg["fedvln.seen-rate"])
+def plan_of(c: Config) -> Plan:
+    stage, variant = c.fedvln.stage, c.fedvln.variant
+    r = c.fedvln.seen_rate
     both = ("seen", "unseen")
-    scored = both if bool(cfg["fedvln.eval-seen"]) else ("unseen",)
+    scored = both if c.fedvln.eval_seen else ("unseen",)
     if stage == "agent":
-        return Plan("follower", "*", {"seen": r}, scored, float(cfg["fedvln.local-epochs"]))
+        return Plan("follower", "*", {"seen": r}, scored, c.fedvln.local_epochs)
     if stage == "speaker":
-        return Plan("speaker", "*", {"seen": r}, scored, float(cfg["fedvln.speaker-epochs"]))
+        return Plan("speaker", "*", {"seen": r}, scored, c.fedvln.speaker_epochs)
     if stage == "augment":
         return Plan(
             "follower",
             "*",
             {"seen": r},
             scored,
-            float(cfg["fedvln.local-epochs"]),
+            c.fedvln.local_epochs,
             init_agent=True,
             speaker_to=("seen",),
-            routes=int(cfg["fedvln.aug-routes"]),
+            routes=c.fedvln.aug_routes,
         )
-    r1, r2 = float(cfg["fedvln.unseen-rate"]), float(cfg["fedvln.preexplore-seen-rate"])
+    r1, r2 = c.fedvln.unseen_rate, c.fedvln.preexplore_seen_rate
     common = dict(
         eval_roles=("unseen",),
-        epochs=float(cfg["fedvln.preexplore-epochs"]),
+        epochs=c.fedvln.preexplore_epochs,
         keep_local=True,
         init_agent=True,
         speaker_to=("unseen",),
-        routes=int(cfg["fedvln.preexplore-routes"]),
+        routes=c.fedvln.preexplore_routes,
     )
     if variant == "env-based":
         return Plan("follower", "", {"unseen": 1.0}, follower_to=("unseen",), **common)
@@ -117,87 +114,29 @@ def plan_of(cfg: dict) -> Plan:
 
 
 def check_config(cfg: dict) -> Plan:
-    stage, variant = str(cfg["fedvln.stage"]), str(cfg["fedvln.variant"])
-    if stage not in STAGES:
-        raise ConfigError(
-            f"run config 'fedvln.stage' must be one of {', '.join(STAGES)}, got {stage!r}"
-        )
-    if stage == "preexplore" and variant == "centralized":
-        raise ConfigError(
-            "fedvln.variant 'centralized' pools every house's data in one place "
-            "and is not a federated run; `python -m experiments.fedvln_pipeline` "
-            "runs it beside the federated variants (Table 5)"
-        )
-    if stage == "preexplore" and variant not in VARIANTS:
-        raise ConfigError(
-            f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, got {variant!r}"
-        )
-    for key in (
-        "num-server-rounds",
-        "eval-every",
-        "max-empty-rounds",
-        "fedvln.batch-size",
-        "fedvln.embedding",
-        "fedvln.hidden",
-        "fedvln.aug-routes",
-        "fedvln.preexplore-routes",
-        "fedvln.train-houses",
-        "fedvln.unseen-houses",
-    ):
-        positive(cfg, key)
-    for key in ("fedvln.local-epochs", "fedvln.speaker-epochs", "fedvln.preexplore-epochs"):
-        positive(cfg, key, float)
-    for key in ("fedvln.server-lr", "fedvln.lr", "fedvln.ml-weight", "fedvln.aug-ml-weight"):
-        if float(cfg[key]) < 0:
-            raise ConfigError(f"run config {key!r} must be >= 0, got {cfg[key]}")
-    for key in ("fedvln.seen-rate", "fedvln.unseen-rate", "fedvln.preexplore-seen-rate"):
-        if not 0 < float(cfg[key]) <= 1:
-            raise ConfigError(f"run config {key!r} must be in (0, 1], got {cfg[key]}")
-    if not 0 <= float(cfg["fedvln.server-lr-decay"]) <= 1:
-        raise ConfigError(
-            f"run config 'fedvln.server-lr-decay' must be in [0, 1] (0 = the "
-            f"recipe's), got {cfg['fedvln.server-lr-decay']}"
-        )
-    try:
-        r = recipe_of(cfg)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if r.optimizer not in OPTIMIZERS:
-        raise ConfigError(
-            f"run config 'fedvln.optimizer' must be one of "
-            f"{', '.join(OPTIMIZERS)} or empty, got {r.optimizer!r}"
-        )
-    if int(cfg["fedvln.max-local-steps"]) < 0:
-        raise ConfigError("run config 'fedvln.max-local-steps' must be >= 0")
-    if str(cfg["fedvln.optimizer-state"]) not in ("round", "house"):
-        raise ConfigError(
-            f"run config 'fedvln.optimizer-state' must be round or house, "
-            f"got {cfg['fedvln.optimizer-state']!r}"
-        )
-    if str(cfg["fedvln.feedback"]) not in ("mixed", "teacher"):
-        raise ConfigError(
-            f"run config 'fedvln.feedback' must be mixed or teacher, got {cfg['fedvln.feedback']!r}"
-        )
-    plan = plan_of(cfg)
-    needs = (["fedvln.agent-init"] if plan.init_agent else []) + (
-        ["fedvln.speaker-init"] if plan.speaker_to else []
+    """The stage's plan, or ConfigError naming the key (ranges and choices: config/fedvln.py;
+    here only what needs files: the checkpoints a stage starts from)."""
+    c = parse(cfg)
+    plan = plan_of(c)
+    needs = (["agent-init"] if plan.init_agent else []) + (
+        ["speaker-init"] if plan.speaker_to else []
     )
     for key in needs:
-        path = str(cfg[key])
+        path = getattr(c.fedvln, key.replace("-", "_"))
         if not path:
             raise ConfigError(
-                f"stage {stage!r} needs run config {key!r}: a checkpoint of the "
-                f"{'agent' if 'agent' in key else 'speaker'} stage"
+                f"stage {c.fedvln.stage!r} needs run config 'fedvln.{key}': a checkpoint of "
+                f"the {'agent' if 'agent' in key else 'speaker'} stage"
             )
         if not Path(path).is_file():
-            raise ConfigError(f"run config {key!r}: {path} is not a file")
+            raise ConfigError(f"run config 'fedvln.{key}': {path} is not a file")
     return plan
 
 
-def _houses(grid, cfg: dict) -> tuple[dict[int, int], dict[int, dict]]:
+def _houses(grid, c: Config) -> tuple[dict[int, int], dict[int, dict]]:
     """(node -> partition, partition -> identity) of every house, checked for agreement."""
-    nodes = wait_for_nodes(grid, int(cfg["num-clients"]), float(cfg["node-wait-timeout"]))
-    idents = query_identities(grid, nodes, float(cfg["node-wait-timeout"]))
+    nodes = wait_for_nodes(grid, c.run.num_clients, c.run.node_wait_timeout)
+    idents = query_identities(grid, nodes, c.run.node_wait_timeout)
     parts = partitions_of(idents)
     by_part = {parts[n]: i for n, i in idents.items()}
     names = [i["house"] for i in by_part.values()]
@@ -219,7 +158,7 @@ def _load_init(path: str, want) -> torch.nn.Module:
     return model
 
 
-def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speaker) -> None:
+def _setup_round(grid, c, plan: Plan, parts, idents, recorder, follower, speaker) -> None:
     """Round 0: hand the starting follower and/or the speaker to the houses that need them."""
     recorder.start_round(0)
     msgs = []
@@ -234,7 +173,7 @@ def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speak
             msgs.append(Message(content, dst_node_id=node, message_type=MessageType.TRAIN))
     recorder.add_bytes(down=sum(message_bytes(m) for m in msgs))
     n_aug = 0
-    for rep in grid.send_and_receive(msgs, timeout=float(cfg["round-timeout"])):
+    for rep in grid.send_and_receive(msgs, timeout=c.run.round_timeout):
         if rep.has_error():
             raise FederationError(
                 f"house of node {rep.metadata.src_node_id} failed its setup: {rep.error.reason}"
@@ -259,9 +198,9 @@ def _setup_round(grid, cfg, plan: Plan, parts, idents, recorder, follower, speak
 
 
 def run(grid, cfg: dict, name: str) -> None:
-    plan = check_config(cfg)
-    stage, rounds = str(cfg["fedvln.stage"]), int(cfg["num-server-rounds"])
-    tag = stage + (f"/{cfg['fedvln.variant']}" if stage == "preexplore" else "")
+    plan, c = check_config(cfg), parse(cfg)
+    stage, rounds = c.fedvln.stage, c.run.num_server_rounds
+    tag = stage + (f"/{c.fedvln.variant}" if stage == "preexplore" else "")
     recorder = Recorder(out_dir(cfg, name), cfg, stage=tag.replace("/", "-"))
     done = recorder.last_round()
     if done and (plan.speaker_to or plan.follower_to):
@@ -269,17 +208,17 @@ def run(grid, cfg: dict, name: str) -> None:
             f"cannot resume fedvln stage {tag}: its setup round's models and "
             "sampled routes live in the houses' memory; start the stage again"
         )
-    parts, idents = _houses(grid, cfg)
+    parts, idents = _houses(grid, c)
     vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
-    torch.manual_seed(int(cfg["seed"]))
+    torch.manual_seed(c.run.seed)
     if plan.init_agent:
-        follower = _load_init(str(cfg["fedvln.agent-init"]), follower_size(cfg, vocab, feat))
+        follower = _load_init(c.fedvln.agent_init, follower_size(c, vocab, feat))
     else:
-        follower = Follower(follower_size(cfg, vocab, feat))
+        follower = Follower(follower_size(c, vocab, feat))
     speaker = (
-        _load_init(str(cfg["fedvln.speaker-init"]), speaker_size(cfg, vocab, feat))
+        _load_init(c.fedvln.speaker_init, speaker_size(c, vocab, feat))
         if plan.speaker_to
-        else Speaker(speaker_size(cfg, vocab, feat))
+        else Speaker(speaker_size(c, vocab, feat))
     )
     model = speaker if plan.model == "speaker" else follower
     n_params = sum(p.numel() for p in model.parameters())
@@ -308,9 +247,9 @@ def run(grid, cfg: dict, name: str) -> None:
         recorder.out,
     )
     if plan.speaker_to or plan.follower_to:
-        _setup_round(grid, cfg, plan, parts, idents, recorder, follower, speaker)
+        _setup_round(grid, c, plan, parts, idents, recorder, follower, speaker)
 
-    recipe = recipe_of(cfg)
+    recipe = recipe_of(c.fedvln)
     recorder.write_config(recipe=recipe.__dict__)
     strategy = FedVLNStrategy(
         roles=roles,
@@ -321,15 +260,15 @@ def run(grid, cfg: dict, name: str) -> None:
         send_global_for_eval=not plan.keep_local,
         recorder=recorder,
         num_clients=len(parts),
-        seed=int(cfg["seed"]),
-        node_wait_s=float(cfg["node-wait-timeout"]),
-        eval_every=int(cfg["eval-every"]),
+        seed=c.run.seed,
+        node_wait_s=c.run.node_wait_timeout,
+        eval_every=c.run.eval_every,
         num_rounds=rounds,
-        max_empty_rounds=positive(cfg, "max-empty-rounds"),
+        max_empty_rounds=c.run.max_empty_rounds,
         min_train_nodes=1,
         min_evaluate_nodes=1,
-        fraction_evaluate=float(cfg["fraction-evaluate"]),
-        max_evaluate_nodes=int(cfg["max-evaluate-clients"]),
+        fraction_evaluate=c.run.fraction_evaluate,
+        max_evaluate_nodes=c.run.max_evaluate_clients,
     )
     strategy.partitions = parts
     best = {"score": -1.0}
@@ -379,7 +318,7 @@ def run(grid, cfg: dict, name: str) -> None:
         grid=grid,
         initial_arrays=initial,
         num_rounds=rounds - done,
-        timeout=float(cfg["round-timeout"]),
+        timeout=c.run.round_timeout,
         train_config=ConfigRecord(
             {
                 "step": plan.model,

@@ -27,13 +27,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.vln_loop import Batches, train_steps
 from envs.vln_data import Episode
 from envs.vln_env import NavBatch, World
 from envs.vln_features import ANGLE_DIM
 from envs.vln_metrics import episode_metrics, summarize
 from envs.vln_vocab import EOS, PAD, Vocab
 from models.envdrop import Follower
+from training.vln_loop import Batches, train_steps
 
 
 @dataclass(frozen=True)

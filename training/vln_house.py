@@ -77,7 +77,7 @@ def house_of_partition(setup: VLNSetup, partition: int) -> str:
 def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     """Routes (start heading, node path) sampled in this house for the speaker to describe;
     their instructions are written batch by batch during training (back-translation,
-    `clients.vln_agent.BackTranslation`). The same (house, n_routes, seed) always gives the
+    `training.vln_agent.BackTranslation`). The same (house, n_routes, seed) always gives the
     same routes, so the centralized reference can rebuild exactly what each house samples."""
     scan = house.setup.world.scan(house.name)
     rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])

@@ -11,36 +11,37 @@ import torch
 from flwr.app import ArrayRecord
 from flwr.common import log
 
+from config import Config, parse
+from config.schema import ConfigError
 from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
-from server.config import ConfigError, positive
-from server.driving import check_config as check_driving_config
 from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity, trailing_empty_rounds
 from strategies.decentralized import TopologyRelay
 from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build
 
 
-def topology_of(cfg: dict):
+def topology_of(c: Config):
     try:
-        return build(
-            str(cfg["topology"]), int(cfg["num-clients"]), str(cfg["topology-dir"]) or None
-        )
+        return build(c.run.topology, c.run.num_clients, c.run.topology_dir or None)
     except TopologyError as e:
         raise ConfigError(f"run config 'topology': {e}") from None
 
 
-def check_config(cfg: dict) -> None:
-    check_driving_config(cfg)
-    topology_of(cfg)
+def check_config(cfg: dict) -> Config:
+    """The parsed run config, or ConfigError naming the key (the topology included)."""
+    c = parse(cfg)
+    topology_of(c)
+    return c
 
 
-def initial_arrays(cfg: dict, name: str) -> OrderedDict:
+def initial_arrays(c: Config, name: str) -> OrderedDict:
+    d = c.driving
     return initial_state(
-        int(cfg["driving.image-size"]),
-        int(cfg["driving.channels"]),
-        int(cfg["seed"]),
-        with_sub=name.startswith("cdl") and cfg["cdl.variant"] == "reference",
+        d.image_size,
+        d.channels,
+        c.run.seed,
+        with_sub=name.startswith("cdl") and c.cdl.variant == "reference",
     )
 
 
@@ -66,29 +67,27 @@ def load_silos(recorder: Recorder, rnd: int) -> list[dict]:
 
 
 def run(grid, cfg: dict, name: str) -> None:
-    check_config(cfg)
-    topology = topology_of(cfg)
-    rounds = int(cfg["num-server-rounds"])
+    c = check_config(cfg)
+    topology = topology_of(c)
+    rounds = c.run.num_server_rounds
     recorder = Recorder(out_dir(cfg, name), cfg)
-    n_params = count_parameters(
-        ResNet8(int(cfg["driving.image-size"]), int(cfg["driving.channels"]))
-    )
+    n_params = count_parameters(ResNet8(c.driving.image_size, c.driving.channels))
     recorder.write_config(
         num_parameters=n_params,
         topology_labels=list(topology.labels),
         mixing_matrix=topology.mixing.round(6).tolist(),
     )
-    cross = topology.num_silos <= int(cfg["cross-eval-max-silos"])
+    cross = topology.num_silos <= c.run.cross_eval_max_silos
     relay = TopologyRelay(
         topology,
         recorder,
-        node_wait_s=float(cfg["node-wait-timeout"]),
-        timeout_s=float(cfg["round-timeout"]),
+        node_wait_s=c.run.node_wait_timeout,
+        timeout_s=c.run.round_timeout,
         cross_eval=cross,
-        max_empty_rounds=positive(cfg, "max-empty-rounds"),
-        eval_fraction=float(cfg["fraction-evaluate"]),
-        eval_cap=int(cfg["max-evaluate-clients"]),
-        seed=int(cfg["seed"]),
+        max_empty_rounds=c.run.max_empty_rounds,
+        eval_fraction=c.run.fraction_evaluate,
+        eval_cap=c.run.max_evaluate_clients,
+        seed=c.run.seed,
     )
     log(
         INFO,
@@ -100,7 +99,7 @@ def run(grid, cfg: dict, name: str) -> None:
         recorder.out,
     )
     relay.connect(grid)
-    models = [{k: v.numpy() for k, v in initial_arrays(cfg, name).items()}] * topology.num_silos
+    models = [{k: v.numpy() for k, v in initial_arrays(c, name).items()}] * topology.num_silos
     done = recorder.last_round()
     if done:
         models = load_silos(recorder, done)
@@ -118,7 +117,7 @@ def run(grid, cfg: dict, name: str) -> None:
         recorder.start_round(rnd)
         models = relay.train_round(grid, rnd, models)
         save_silos(recorder, rnd, models)
-        if evaluates(rnd, int(cfg["eval-every"]), rounds):
+        if evaluates(rnd, c.run.eval_every, rounds):
             recorder.add_silo_rows(relay.evaluate_round(grid, rnd, models))
         average = {
             k: np.mean([m[k] for m in models], axis=0).astype(models[0][k].dtype) for k in models[0]

@@ -15,12 +15,12 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import faults
-from clients.steering_training import LocalOptimizer, evaluate_steering, train_steering
+from config import Config, parse
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
 from models.state import load_shared_state, shared_state
-from server.config import merged
+from training.steering import LocalOptimizer, evaluate_steering, train_steering
 
 OPTIMIZER_STATE = "driving-optimizer"  # + "-<network>": kept here when optimizer-state = silo
 LOCAL_STEPS = "driving-local-steps"  # this silo's updates so far (the sqrt decay's clock)
@@ -44,41 +44,41 @@ def _silo_data(
 
 
 def silo_data(context: Context) -> SiloData:
-    cfg = merged(dict(context.run_config))
+    c = parse(context.run_config)
     nc = context.node_config
     silo, num = int(nc["partition-id"]), int(nc["num-partitions"])
-    data_dir = str(cfg["driving.data-dir"])
+    data_dir = c.driving.data_dir
     if nc.get("data-dir"):  # a deployed silo with its own data folder is the only silo in it
         data_dir, silo, num = str(nc["data-dir"]), 0, 1
     return _silo_data(
         data_dir,
         silo,
         num,
-        int(cfg["seed"]),
-        int(cfg["driving.train-per-silo"]),
-        int(cfg["driving.test-per-silo"]),
-        int(cfg["driving.image-size"]),
-        int(cfg["driving.channels"]),
-        float(cfg["driving.non-iid"]),
+        c.run.seed,
+        c.driving.train_per_silo,
+        c.driving.test_per_silo,
+        c.driving.image_size,
+        c.driving.channels,
+        c.driving.non_iid,
     )
 
 
-def local_optimizer(cfg: dict) -> LocalOptimizer:
+def local_optimizer(c: Config) -> LocalOptimizer:
     return LocalOptimizer(
-        str(cfg["driving.optimizer"]),
-        float(cfg["driving.lr"]),
-        float(cfg["driving.weight-decay"]),
-        str(cfg["driving.lr-decay"]),
-        float(cfg["driving.grad-clip"]),
+        c.driving.optimizer,
+        c.driving.lr,
+        c.driving.weight_decay,
+        c.driving.lr_decay,
+        c.driving.grad_clip,
     )
 
 
-def kept_optimizers(cfg: dict, context: Context) -> tuple[dict, int]:
+def kept_optimizers(c: Config, context: Context) -> tuple[dict, int]:
     """(optimizer states to resume, local steps made so far) from this silo's context; the
     states only when `driving.optimizer-state = silo`."""
     steps = int(context.state[LOCAL_STEPS]["n"]) if LOCAL_STEPS in context.state else 0
     resume = {}
-    if str(cfg["driving.optimizer-state"]) == "silo":
+    if c.driving.optimizer_state == "silo":
         prefix = OPTIMIZER_STATE + "-"
         resume = {
             k[len(prefix) :]: v.to_torch_state_dict()
@@ -88,18 +88,18 @@ def kept_optimizers(cfg: dict, context: Context) -> tuple[dict, int]:
     return resume, steps
 
 
-def keep_optimizers(cfg: dict, context: Context, stats: dict, steps_before: int) -> None:
+def keep_optimizers(c: Config, context: Context, stats: dict, steps_before: int) -> None:
     """Store what kept_optimizers reads back next round (never sent)."""
     context.state[LOCAL_STEPS] = ConfigRecord({"n": steps_before + int(stats["steps"])})
-    if str(cfg["driving.optimizer-state"]) == "silo":
+    if c.driving.optimizer_state == "silo":
         for name, arrays in stats["optimizers"].items():
             context.state[f"{OPTIMIZER_STATE}-{name}"] = ArrayRecord(arrays)
 
 
-def build_model(cfg: dict, state: dict | None = None) -> ResNet8:
+def build_model(c: Config, state: dict | None = None) -> ResNet8:
     """A ResNet-8 for this run's input size, loaded with `state` (keys of other networks, such
     as a CDL sub-network's `sub.*`, are ignored)."""
-    model = ResNet8(int(cfg["driving.image-size"]), int(cfg["driving.channels"]))
+    model = ResNet8(c.driving.image_size, c.driving.channels)
     if state is not None:
         load_shared_state(model, {k: v for k, v in state.items() if not k.startswith("sub.")})
     return model
@@ -118,31 +118,31 @@ def models_in(arrays: ArrayRecord) -> list[dict]:
 
 
 def train(msg: Message, context: Context) -> Message:
-    cfg = merged(dict(context.run_config))
+    c = parse(context.run_config)
     pid = int(context.node_config["partition-id"])
     rnd = int(msg.content["config"]["server-round"])
-    torch.set_num_threads(max(1, int(cfg["client-threads"])))
-    torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)  # actors are shared by nodes
-    fault = faults.before_training(cfg, pid, rnd, "training")
+    torch.set_num_threads(c.run.client_threads)
+    torch.manual_seed(c.run.seed * 7919 + pid * 31 + rnd)  # actors are shared by nodes
+    fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
-    model = build_model(cfg, msg.content["arrays"].to_torch_state_dict())
-    resume, step0 = kept_optimizers(cfg, context)
+    model = build_model(c, msg.content["arrays"].to_torch_state_dict())
+    resume, step0 = kept_optimizers(c, context)
     t0 = time.perf_counter()
     stats = train_steering(
         model,
         data.x_train,
         data.y_train,
-        epochs=int(cfg["driving.local-epochs"]),
-        optim=local_optimizer(cfg),
-        batch_size=int(cfg["driving.batch-size"]),
-        max_steps=int(cfg["driving.local-steps"]),
-        seed=int(cfg["seed"]) + 1000 * rnd + pid,
+        epochs=c.driving.local_epochs,
+        optim=local_optimizer(c),
+        batch_size=c.driving.batch_size,
+        max_steps=c.driving.local_steps,
+        seed=c.run.seed + 1000 * rnd + pid,
         resume=resume,
         step0=step0,
         proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)),
     )
     fit_s = time.perf_counter() - t0
-    keep_optimizers(cfg, context, stats, step0)
+    keep_optimizers(c, context, stats, step0)
     state = faults.nan_state(shared_state(model), fault)
     return Message(
         RecordDict(
@@ -159,11 +159,11 @@ def train(msg: Message, context: Context) -> Message:
 
 def evaluate(msg: Message, context: Context) -> Message:
     """Errors of the model (or of each of several models) on this silo's test split."""
-    cfg = merged(dict(context.run_config))
-    torch.set_num_threads(max(1, int(cfg["client-threads"])))
+    c = parse(context.run_config)
+    torch.set_num_threads(c.run.client_threads)
     data = silo_data(context)
     states = models_in(msg.content["arrays"])
-    errors = [evaluate_steering(build_model(cfg, s), data.x_test, data.y_test) for s in states]
+    errors = [evaluate_steering(build_model(c, s), data.x_test, data.y_test) for s in states]
     if len(states) == 1:
         metrics = {"mse": errors[0][0], "mae": errors[0][1]}
     else:

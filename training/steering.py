@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.optimizer_state import load_optimizer_arrays, optimizer_arrays
+from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
 
 
 def device() -> torch.device:

@@ -23,8 +23,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import faults
-from clients.cdl_training import train_cdl
-from clients.driving import (  # noqa: F401 (evaluate: the handler)
+from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     build_model,
     evaluate,
     keep_optimizers,
@@ -32,49 +31,50 @@ from clients.driving import (  # noqa: F401 (evaluate: the handler)
     local_optimizer,
     silo_data,
 )
+from config import parse
 from models.state import load_shared_state, shared_state
-from server.config import merged
+from training.cdl import train_cdl
 
 SUB_STATE = "cdl-sub-network"
 
 
 def train(msg: Message, context: Context) -> Message:
-    cfg = merged(dict(context.run_config))
+    c = parse(context.run_config)
     pid = int(context.node_config["partition-id"])
     rnd = int(msg.content["config"]["server-round"])
-    variant = str(cfg["cdl.variant"])
-    torch.set_num_threads(max(1, int(cfg["client-threads"])))
-    torch.manual_seed(int(cfg["seed"]) * 7919 + pid * 31 + rnd)
-    fault = faults.before_training(cfg, pid, rnd, "training")
+    variant = c.cdl.variant
+    torch.set_num_threads(c.run.client_threads)
+    torch.manual_seed(c.run.seed * 7919 + pid * 31 + rnd)
+    fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
     received = msg.content["arrays"].to_torch_state_dict()
-    backbone = build_model(cfg, received)
+    backbone = build_model(c, received)
     sub = None
     if variant == "reference" and any(k.startswith("sub.") for k in received) and rnd > 1:
-        sub = build_model(cfg)
+        sub = build_model(c)
         load_shared_state(sub, {k[4:]: v for k, v in received.items() if k.startswith("sub.")})
     elif variant == "paper" and SUB_STATE in context.state:
-        sub = build_model(cfg, context.state[SUB_STATE].to_torch_state_dict())
-    resume, step0 = kept_optimizers(cfg, context)
+        sub = build_model(c, context.state[SUB_STATE].to_torch_state_dict())
+    resume, step0 = kept_optimizers(c, context)
     t0 = time.perf_counter()
     stats = train_cdl(
         backbone,
         sub,
         data.x_train,
         data.y_train,
-        epochs=int(cfg["driving.local-epochs"]),
-        optim=local_optimizer(cfg),
-        batch_size=int(cfg["driving.batch-size"]),
-        max_steps=int(cfg["driving.local-steps"]),
-        beta=float(cfg["cdl.beta"]),
-        temperature=float(cfg["cdl.temperature"]),
-        seed=int(cfg["seed"]) + 1000 * rnd + pid,
+        epochs=c.driving.local_epochs,
+        optim=local_optimizer(c),
+        batch_size=c.driving.batch_size,
+        max_steps=c.driving.local_steps,
+        beta=c.cdl.beta,
+        temperature=c.cdl.temperature,
+        seed=c.run.seed + 1000 * rnd + pid,
         variant=variant,
         resume=resume,
         step0=step0,
     )
     fit_s = time.perf_counter() - t0
-    keep_optimizers(cfg, context, stats, step0)
+    keep_optimizers(c, context, stats, step0)
     if sub is None:
         sub = copy.deepcopy(backbone)
     out = shared_state(backbone)

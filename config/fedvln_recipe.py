@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-RECIPES = ("cpu", "official")
+from config.fedvln import FedVLNSettings
 
 
 @dataclass(frozen=True)
@@ -62,21 +62,13 @@ CPU = {
 }
 
 
-def recipe_of(cfg: dict) -> Recipe:
-    """The stage's recipe with the run config's explicit overrides applied."""
-    name, stage = str(cfg["fedvln.recipe"]), str(cfg["fedvln.stage"])
-    if name not in RECIPES:
-        raise ValueError(
-            f"run config 'fedvln.recipe' must be one of {', '.join(RECIPES)}, got {name!r}"
-        )
-    r = (OFFICIAL if name == "official" else CPU)[stage]
-    if str(cfg["fedvln.optimizer"]):
-        r = replace(r, optimizer=str(cfg["fedvln.optimizer"]))
-    for key, field in (
-        ("fedvln.lr", "lr"),
-        ("fedvln.server-lr", "server_lr"),
-        ("fedvln.server-lr-decay", "server_lr_decay"),
-    ):
-        if float(cfg[key]) > 0:
-            r = replace(r, **{field: float(cfg[key])})
+def recipe_of(v: FedVLNSettings) -> Recipe:
+    """The stage's recipe with the run config's explicit overrides applied (`fedvln.optimizer`
+    when non-empty; `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay` when > 0)."""
+    r = (OFFICIAL if v.recipe == "official" else CPU)[v.stage]
+    if v.optimizer:
+        r = replace(r, optimizer=v.optimizer)
+    for field in ("lr", "server_lr", "server_lr_decay"):
+        if getattr(v, field) > 0:
+            r = replace(r, **{field: getattr(v, field)})
     return r

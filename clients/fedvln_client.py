@@ -1,14 +1,14 @@
-"""Client side of FedVLN: one ClientApp per house (see `server/fedvln.py` for the stages).
+"""Client side of FedVLN: one ClientApp per house (see `server/fedvln_run.py` for the stages).
 
 A node's house is `--node-config house=<scan>` on a deployed SuperNode (with `data-dir=` the
 folder holding it there, else run config `fedvln.data-dir`), or, in simulation, partition p of
-the seen-then-unseen house order (`clients.vln_house`). Whether it is seen or
+the seen-then-unseen house order (`training.vln_house`). Whether it is seen or
 unseen follows from its data. Messages (config `step`):
 
 * `setup`: may carry the starting follower (kept in `context.state` as this house's local
   model) and the speaker, which the house keeps with routes it samples in itself; during
   training the speaker re-writes the instructions of every route batch (back-translation with
-  environmental dropout, `clients.vln_agent.BackTranslation`). Nothing but counts goes back.
+  environmental dropout, `training.vln_agent.BackTranslation`). Nothing but counts goes back.
 * `follower` / `speaker`: load the global arrays (over the local model, when the stage keeps
   one), train `epochs` passes over this house's instructions, and send back only the arrays
   whose names start with a prefix in `share` (`*` = all, "" = none) and the instruction count.
@@ -27,9 +27,23 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults, vln_agent, vln_speaker
-from clients.optimizer_state import load_optimizer_arrays, optimizer_arrays
-from clients.vln_house import (
+from clients import faults
+from config import Config, parse
+from config.fedvln_recipe import recipe_of
+from contracts.fedvln import (
+    agent_settings,
+    follower_size,
+    shared_part,
+    speaker_size,
+    spec_of,
+    stage_share,
+)
+from envs.vln_data import Episode
+from models.envdrop import Follower
+from models.speaker import Speaker
+from training import vln_agent, vln_speaker
+from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
+from training.vln_house import (
     House,
     follower_steps,
     house_of_partition,
@@ -38,55 +52,24 @@ from clients.vln_house import (
     open_setup,
     speaker_routes,
 )
-from clients.vln_loop import make_optimizer
-from clients.vln_recipe import recipe_of
-from envs.vln_data import Episode
-from envs.vln_houses import HouseSpec
-from models.envdrop import Follower, FollowerSize
-from models.speaker import Speaker, SpeakerSize
-from server.config import merged
+from training.vln_loop import make_optimizer
 
-LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only this)
 LOCAL = "fedvln-follower"  # this house's own follower (pre-exploration)
 SPEAKER = "fedvln-speaker"  # the speaker this house back-translates its routes with
 ROUTES = "fedvln-routes"  # routes this house sampled in itself for the speaker
 OPTIM = "fedvln-optimizer"  # this house's optimizer state (fedvln.optimizer-state = house)
 
 
-def spec_of(cfg: dict) -> HouseSpec:
-    return HouseSpec(
-        train_houses=int(cfg["fedvln.train-houses"]), unseen_houses=int(cfg["fedvln.unseen-houses"])
-    )
-
-
 def house_of(context: Context) -> House:
-    cfg = merged(dict(context.run_config))
+    c = parse(context.run_config)
     nc = context.node_config
     setup = open_setup(
-        str(nc.get("data-dir", "") or cfg["fedvln.data-dir"]),
-        str(cfg["fedvln.features-tsv"]),
-        spec_of(cfg),
+        str(nc.get("data-dir", "") or c.fedvln.data_dir),
+        c.fedvln.features_tsv,
+        spec_of(c),
     )
     name = str(nc.get("house", "")) or house_of_partition(setup, int(nc["partition-id"]))
     return open_house(setup, name)
-
-
-def agent_settings(cfg: dict) -> vln_agent.AgentSettings:
-    return vln_agent.AgentSettings(
-        batch_size=int(cfg["fedvln.batch-size"]),
-        lr=recipe_of(cfg).lr,
-        feedback=str(cfg["fedvln.feedback"]),
-        ml_weight=float(cfg["fedvln.ml-weight"]),
-        aug_ml_weight=float(cfg["fedvln.aug-ml-weight"]),
-    )
-
-
-def follower_size(cfg: dict, vocab: int, feature: int) -> FollowerSize:
-    return FollowerSize(vocab, feature, int(cfg["fedvln.embedding"]), int(cfg["fedvln.hidden"]))
-
-
-def speaker_size(cfg: dict, vocab: int, feature: int) -> SpeakerSize:
-    return SpeakerSize(vocab, feature, int(cfg["fedvln.embedding"]), int(cfg["fedvln.hidden"]))
 
 
 def identity(context: Context) -> dict:
@@ -102,12 +85,10 @@ def identity(context: Context) -> dict:
     }
 
 
-def _model(kind: str, cfg: dict, h: House):
+def _model(kind: str, c: Config, h: House):
     v, f = len(h.setup.vocab), h.setup.world.feature_dim
     return (
-        Follower(follower_size(cfg, v, f))
-        if kind == "follower"
-        else Speaker(speaker_size(cfg, v, f))
+        Follower(follower_size(c, v, f)) if kind == "follower" else Speaker(speaker_size(c, v, f))
     )
 
 
@@ -124,17 +105,14 @@ def _load(model, *records: ArrayRecord | None) -> None:
     model.load_state_dict(state)
 
 
-def allowed_share(cfg: dict, node_config) -> str:
+def allowed_share(c: Config, node_config) -> str:
     """The most this house sends up, decided in the house, not by the server's message: its
     own node config `share` if the operator set one (e.g. `--node-config share=lang_encoder.`),
     else what the run's stage and variant share (fed-lan: the language encoder; env-based:
     nothing; otherwise the whole model)."""
     if "share" in node_config:
         return str(node_config["share"])
-    if str(cfg["fedvln.stage"]) == "preexplore":
-        variant = str(cfg["fedvln.variant"])
-        return "" if variant == "env-based" else LANG if variant.startswith("fed-lan") else "*"
-    return "*"
+    return stage_share(c)
 
 
 def within(requested: str, allowed: str) -> bool:
@@ -144,14 +122,6 @@ def within(requested: str, allowed: str) -> bool:
     want = [p for p in requested.split(",") if p] if requested != "*" else ["*"]
     have = [p for p in allowed.split(",") if p]
     return all(any(w.startswith(h) for h in have) for w in want if w != "*") and "*" not in want
-
-
-def shared_part(model, share: str) -> ArrayRecord:
-    state = model.state_dict()
-    if share == "*":
-        return ArrayRecord(state)
-    prefixes = tuple(p for p in share.split(",") if p)
-    return ArrayRecord({k: v for k, v in state.items() if prefixes and k.startswith(prefixes)})
 
 
 def routes_of(context: Context, h: House) -> list[Episode]:
@@ -164,27 +134,27 @@ def routes_of(context: Context, h: House) -> list[Episode]:
     ]
 
 
-def back_translation(context: Context, cfg: dict, h: House) -> vln_agent.BackTranslation | None:
+def back_translation(context: Context, c: Config, h: House) -> vln_agent.BackTranslation | None:
     if SPEAKER not in context.state:
         return None
-    speaker = _model("speaker", cfg, h)
+    speaker = _model("speaker", c, h)
     _load(speaker, context.state[SPEAKER])
     return vln_agent.BackTranslation(
-        speaker, vln_speaker.PathInputs(h.setup.world), h.setup.vocab, agent_settings(cfg).max_words
+        speaker, vln_speaker.PathInputs(h.setup.world), h.setup.vocab, agent_settings(c).max_words
     )
 
 
-def _seed(cfg: dict, context: Context, rnd: int) -> int:
-    return int(cfg["seed"]) * 7919 + int(context.node_config.get("partition-id", 0)) * 31 + rnd
+def _seed(c: Config, context: Context, rnd: int) -> int:
+    return c.run.seed * 7919 + int(context.node_config.get("partition-id", 0)) * 31 + rnd
 
 
-def setup(msg: Message, context: Context, cfg: dict, h: House) -> RecordDict:
+def setup(msg: Message, context: Context, c: Config, h: House) -> RecordDict:
     if "follower" in msg.content:
         context.state[LOCAL] = msg.content["follower"]
     n_aug = 0
     if "speaker" in msg.content:
         context.state[SPEAKER] = msg.content["speaker"]
-        routes = speaker_routes(h, int(msg.content["config"]["routes"]), int(cfg["seed"]))
+        routes = speaker_routes(h, int(msg.content["config"]["routes"]), c.run.seed)
         context.state[ROUTES] = ConfigRecord(
             {
                 "paths": [" ".join(e.path) for e in routes],
@@ -199,45 +169,45 @@ def setup(msg: Message, context: Context, cfg: dict, h: House) -> RecordDict:
 
 def _begin(msg: Message, context: Context):
     """(run config, message config, this house), with torch's threads set for this node."""
-    cfg = merged(dict(context.run_config))
-    torch.set_num_threads(max(1, int(cfg["client-threads"])))
-    return cfg, msg.content["config"], house_of(context)
+    c = parse(context.run_config)
+    torch.set_num_threads(c.run.client_threads)
+    return c, msg.content["config"], house_of(context)
 
 
 def train(msg: Message, context: Context) -> Message:
-    cfg, conf, h = _begin(msg, context)
+    c, conf, h = _begin(msg, context)
     step = str(conf["step"])
     if step == "setup":
-        return Message(setup(msg, context, cfg, h), reply_to=msg)
-    share, allowed = str(conf["share"]), allowed_share(cfg, context.node_config)
+        return Message(setup(msg, context, c, h), reply_to=msg)
+    share, allowed = str(conf["share"]), allowed_share(c, context.node_config)
     if not within(share, allowed):
         raise PermissionError(
             f"house {h.name}: the server asked for share={share!r}; this "
             f"house sends at most {allowed!r} in this stage"
         )
     rnd = int(conf["server-round"])
-    fault = faults.before_training(cfg, faults.partition(context.node_config), rnd, "training")
-    torch.manual_seed(_seed(cfg, context, rnd))
-    rng = np.random.default_rng(_seed(cfg, context, rnd))
+    fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")
+    torch.manual_seed(_seed(c, context, rnd))
+    rng = np.random.default_rng(_seed(c, context, rnd))
     keep_local = bool(conf.get("keep-local", False))
-    model = _model(step, cfg, h)
+    model = _model(step, c, h)
     _load(model, context.state.get(LOCAL) if keep_local else None, msg.content["arrays"])
     # the follower trains on the house's labelled instructions and on whatever routes its
     # setup sampled for the speaker (augment: seen houses; pre-exploration: unseen houses)
     routes = routes_of(context, h) if step == "follower" else []
     if not h.train and not routes:
         raise ValueError(f"house {h.name} ({h.role}) has nothing to train on in this stage")
-    batch, cap = int(cfg["fedvln.batch-size"]), int(cfg["fedvln.max-local-steps"])
+    batch, cap = c.fedvln.batch_size, c.fedvln.max_local_steps
     epochs = float(conf["epochs"])
-    recipe = recipe_of(cfg)
+    recipe = recipe_of(c.fedvln)
     opt = make_optimizer(recipe.optimizer, model.parameters(), recipe.lr)
-    keep_opt = str(cfg["fedvln.optimizer-state"]) == "house"
+    keep_opt = c.fedvln.optimizer_state == "house"
     if keep_opt and f"{OPTIM}-{step}" in context.state:
         load_optimizer_arrays(opt, context.state[f"{OPTIM}-{step}"].to_torch_state_dict())
     t0 = time.perf_counter()
     if step == "follower":
         iters = follower_steps(len(h.train), len(routes), epochs, batch, cap)
-        s = agent_settings(cfg)
+        s = agent_settings(c)
         loss = vln_agent.train_batches(
             model,
             opt,
@@ -248,7 +218,7 @@ def train(msg: Message, context: Context) -> Message:
             iterations=iters,
             rng=rng,
             routes=routes,
-            back_translate=back_translation(context, cfg, h),
+            back_translate=back_translation(context, c, h),
         )
     else:
         iters = local_iterations(len(h.train), epochs, batch, cap)
@@ -289,9 +259,9 @@ def train(msg: Message, context: Context) -> Message:
 
 def evaluate(msg: Message, context: Context) -> Message:
     """Metrics of this house's validation split, prefixed by it (`val_seen_sr`, ...)."""
-    cfg, conf, h = _begin(msg, context)
+    c, conf, h = _begin(msg, context)
     kind = str(conf["model"])
-    model = _model(kind, cfg, h)
+    model = _model(kind, c, h)
     _load(
         model,
         context.state.get(LOCAL) if conf.get("local", False) else None,
@@ -300,7 +270,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     if not h.val:
         metrics = {f"{h.val_split}_n": 0}
     elif kind == "follower":
-        s = agent_settings(cfg)
+        s = agent_settings(c)
         m, _ = vln_agent.evaluate(
             model, h.setup.world, h.val, vln_agent.Tokens(h.setup.vocab, s.max_words), s
         )

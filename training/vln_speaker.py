@@ -15,11 +15,11 @@ import numpy as np
 import sacrebleu
 import torch
 
-from clients.vln_loop import train_steps
 from envs.vln_data import Episode
 from envs.vln_env import World, path_steps
 from envs.vln_vocab import Vocab, split_sentence
 from models.speaker import Speaker
+from training.vln_loop import train_steps
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def bleu_stats(
 ) -> dict[str, int]:
     """The sufficient statistics of corpus BLEU (lengths and n-gram matches/totals, n = 1..4)
     over these paths: summed over houses they give the BLEU of the union
-    (`strategies.fedvln.pool`) without any instruction leaving its house."""
+    (`strategies.fedvln_strategy.pool`) without any instruction leaving its house."""
     score, n = _score(speaker, inputs, episodes, vocab)
     out = {"n": n, "sys_len": int(score.sys_len), "ref_len": int(score.ref_len)}
     for i in range(4):

@@ -1,11 +1,11 @@
-"""FedVLN's server: Flower's FedAvgM with a server learning rate (Eq. 7 of the paper), houses
+"""FedVLN's server: the paper's server step (Eq. 7) on the screened weighted average, houses
 sampled per role, and pooled VLN evaluation.
 
-Aggregation is Flower's own `FedAvgM` with momentum 0, which is exactly Eq. 7:
-`w <- w + eta * sum_i n_i / sum_j n_j * (w_i - w)` (FedAvgM's pseudo-gradient is `w - avg`,
-its step `w - eta * (w - avg)`). It sits on top of `ScreenedFedAvg` (seeded sampling by
-partition, screening, byte and client accounting), so the weighted average it starts from is
-the screened one. `eta` may decay per round: `eta_t = eta * decay ** (t - 1)`.
+Eq. 7: `w <- w + eta * sum_i n_i / sum_j n_j * (w_i - w)`. `ScreenedFedAvg` (seeded sampling by
+partition, screening, byte and client accounting) computes the example-weighted average of the
+accepted updates, `sum_i n_i / n * w_i`; `server_step` moves the global model `eta` of the way
+to it, which is Eq. 7 because the weights sum to 1. `eta` may decay per round:
+`eta_t = eta * decay ** (t - 1)`. (Flower's FedAvgM with momentum 0 computes the same step.)
 
 What the global model is depends on the stage: the whole follower or speaker, only the language
 encoder (`fed-lan` pre-exploration), or nothing (`env-based`, where the server only schedules
@@ -23,10 +23,10 @@ import random
 from collections.abc import Iterable
 from logging import WARNING
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvgM
 from sacrebleu.metrics import BLEU
 
 from strategies.screened_fedavg import ScreenedFedAvg, sample_size
@@ -92,8 +92,8 @@ def pool(records: list[dict]) -> dict[str, float]:
     return out
 
 
-class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
-    """MRO: FedAvgM's server step runs on ScreenedFedAvg's screened weighted average."""
+class FedVLNStrategy(ScreenedFedAvg):
+    """Screened FedAvg with the paper's server learning rate (Eq. 7) and per-role sampling."""
 
     def __init__(
         self,
@@ -106,13 +106,10 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
         send_global_for_eval: bool = True,
         **kwargs,
     ):
-        ScreenedFedAvg.__init__(self, **kwargs)  # FedAvgM's __init__ would drop our arguments
-        self.server_learning_rate = server_lr
-        self.server_momentum = 0.0
-        self.server_opt = True
-        self.current_arrays: ArrayRecord | None = None
-        self.momentum_vector = None
+        super().__init__(**kwargs)
+        self.server_lr = server_lr  # eta_t of the current round
         self.base_lr, self.lr_decay = server_lr, lr_decay
+        self.global_arrays: ArrayRecord | None = None  # w of Eq. 7
         self.roles, self.rates, self.eval_roles = roles, rates, eval_roles
         self.send_global_for_eval = send_global_for_eval
 
@@ -154,23 +151,37 @@ class FedVLNStrategy(FedAvgM, ScreenedFedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         t = server_round + self.round_offset  # a resumed run counts on from its last round
-        self.server_learning_rate = self.base_lr * self.lr_decay ** (t - 1)
+        self.server_lr = self.base_lr * self.lr_decay ** (t - 1)
+        if self.global_arrays is None:  # the start (or the resumed round's) global model
+            self.global_arrays = arrays
         return super().configure_train(server_round, arrays, config, grid)
+
+    def server_step(self, average: ArrayRecord) -> ArrayRecord:
+        """Eq. 7: w <- w + eta_t * (sum_i n_i / n * w_i - w), array by array. A round with no
+        accepted update leaves w as it is (aggregate_train does not call this)."""
+        w = self.global_arrays
+        stepped = ArrayRecord(
+            {
+                k: Array(np.asarray(w[k].numpy() - self.server_lr * (w[k].numpy() - a.numpy())))
+                for k, a in average.items()
+            }
+        )
+        self.global_arrays = stepped
+        return stepped
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        arrays, metrics = super().aggregate_train(server_round, replies)
+        average, metrics = super().aggregate_train(server_round, replies)
+        arrays = None if average is None else self.server_step(average)
         if metrics is not None:  # local_steps: optimizer steps summed over houses (Table 9)
             steps = sum(
                 int(next(iter(r.content.metric_records.values())).get("local-steps", 0))
                 for r in replies
                 if not r.has_error()
             )
-            self.recorder.add_metrics(
-                {"server_lr": self.server_learning_rate, "local_steps": steps}
-            )
+            self.recorder.add_metrics({"server_lr": self.server_lr, "local_steps": steps})
         return arrays, metrics
 
     def _messages(

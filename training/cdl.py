@@ -38,9 +38,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.optimizer_state import optimizer_arrays
-from clients.steering_training import LocalOptimizer, device, minibatches
 from models.resnet8 import ResNet8
+from training.optimizer_state import optimizer_arrays
+from training.steering import LocalOptimizer, device, minibatches
 
 
 def kl_softmax(

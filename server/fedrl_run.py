@@ -1,12 +1,12 @@
 """Server side of FedRL: the ServerApp orchestrates the two parties and relays what they send.
 
-It holds no data and no private network. `Protocol` is the exchange itself, written once over a
-`send(role, step, data, theta_g, evaluation, **config)` callable: the ServerApp gives it Flower
-messages (`Exchange`), `experiments/fedrl_local.py` direct calls to the same party code. Per
+It holds no data and no private network. `Protocol` (training/fedrl_protocol.py) is the exchange
+itself, written once over a `send(role, step, data, theta_g, evaluation, **config)` callable:
+the ServerApp gives it Flower messages (`Exchange`, below). Per
 round it sends beta and alpha S acting messages each (B environments per message), draws K x
 batch transition ids, and relays beta's noised Q outputs to alpha, alpha's targets Y, C_alpha and
-theta_g to beta, and beta's theta_g back to alpha (see `clients/fedrl_party.py` for the protocol
-and who acts on what, and `clients/fedrl.py` for what a party may send).
+theta_g to beta, and beta's theta_g back to alpha (see `training/fedrl_party.py` for the protocol
+and who acts on what, and `contracts/fedrl.py` for what a party may send).
 
 Model selection (as the reference's main.py, which tests at the best valid epoch): every
 `eval-every` rounds and in the last, one greedy episode per usable valid map, test_noise on and
@@ -28,25 +28,28 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from clients.fedrl import SENDS, array_record
-from clients.fedrl_party import Settings, sample_ids
+from config import parse
+from config.schema import ConfigError
+from contracts.fedrl import ACTION_IDS, SENDS
+from contracts.records import array_record
 from envs.errors import DataError
-from server.config import ConfigError, positive
 from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes, one_line
+from training.fedrl_protocol import Protocol, Selection
+from training.fedrl_setup import Settings
 
 
 def check_config(cfg: dict) -> Settings:
-    for key in ("num-server-rounds", "eval-every"):
-        positive(cfg, key)
-    if int(cfg["fedrl.retries"]) < 0:
-        raise ConfigError(f"run config 'fedrl.retries' must be >= 0, got {cfg['fedrl.retries']}")
+    """The run's FedRL settings, maps or corpus checked; ConfigError naming the key."""
+    parse(cfg)
     try:
         s = Settings.from_config(cfg)
         s.check_maps()
     except (ValueError, DataError) as e:
-        raise ConfigError(f"run config: {e}") from None
+        raise ConfigError(
+            f"run config: {e}" if not isinstance(e, ConfigError) else str(e)
+        ) from None
     return s
 
 
@@ -175,7 +178,11 @@ class Exchange:
             if (
                 k in out
                 and out[k].size
-                and (out[k].dtype.kind not in "iu" or out[k].min() < -1 or out[k].max() >= 16)
+                and (
+                    out[k].dtype.kind not in "iu"
+                    or out[k].min() < ACTION_IDS.start
+                    or out[k].max() >= ACTION_IDS.stop
+                )
             ):
                 raise FederationError(f"{role} sent {k} that are not action ids in {step!r}")
         if theta is not None:
@@ -185,166 +192,13 @@ class Exchange:
                 raise FederationError(f"{role} sent a theta_g of other names or shapes in {step!r}")
 
 
-class Protocol:
-    """Algorithms 1-2 in rounds, model selection and evaluation, over any `send`."""
-
-    def __init__(self, s: Settings, send):
-        self.s, self.send = s, send
-        self.rng = np.random.default_rng([s.seed, 99])
-        self.theta_g = None
-        self.prev = None  # alpha's last action ids, not yet seen by beta
-        self.c_alpha = None  # C_alpha of alpha's current observation (paper action mode)
-        self.pending = None  # alpha's last targets for beta: ids, Y, C_alpha(s_j), theta_g
-        self.transitions = self.updates = self.samples = 0
-
-    def train_round(self, evaluating: bool = False) -> dict:
-        """S acting steps, 2 messages each; the last step's two also carry the round's K
-        updates (clients/fedrl_party.py). A round that evaluates ends with beta's deferred
-        update (one more message); any other has its last messages say `save-state` (the
-        parties write their state to disk with them; an evaluating round's are written after
-        the evaluation)."""
-        s, send = self.s, self.send
-        metrics: dict = {}
-        if s.mode == "paper" and self.c_alpha is None:  # the run's first step only
-            self.c_alpha = send("alpha", "observe")[0]["c-alpha"]
-        for step in range(s.act_steps):
-            last = step == s.act_steps - 1
-            mark = {"save-state": True} if last and not evaluating else {}
-            # beta holds the transitions of every step before this one
-            ids = sample_ids(self.rng, self.transitions + s.envs * step, s) if last else None
-            data, theta = {"prev-alpha": self.prev, "c-alpha": self.c_alpha}, None
-            if step == 0 and self.pending:
-                data.update(self.pending[0])
-                theta = self.pending[1]
-            if ids is not None:
-                data["ids"] = ids
-            b, theta_b, mb = send("beta", "act", data, theta_g=theta, **mark)
-            self.pending = None if theta is not None else self.pending
-            self.theta_g = theta_b if theta_b is not None else self.theta_g
-            data = {"c-beta": b["c-beta"], "a-beta": b["a-beta"]}
-            if ids is not None:
-                data.update(
-                    {
-                        "ids": ids,
-                        "c-beta-ids": b["c-beta-ids"],
-                        "c-beta-next-ids": b["c-beta-next-ids"],
-                    }
-                )
-            a, theta_a, ma = send(
-                "alpha",
-                "act",
-                data,
-                theta_g=self.theta_g if step == 0 else None,
-                report=last,
-                **mark,
-            )
-            self.prev, self.c_alpha = a["a-alpha"], a.get("c-alpha")
-            if ids is not None:
-                self.pending = (
-                    {"update-ids": ids, "y": a["y"], "c-alpha-ids": a["c-alpha-ids"]},
-                    theta_a,
-                )
-                self.updates += len(ids)
-                self.samples += ids.size
-            metrics.update({**mb, **ma})
-        self.transitions += s.envs * s.act_steps
-        if evaluating:
-            metrics.update(self.flush())
-        metrics.update(
-            {"env-steps": self.transitions, "updates": self.updates, "train-samples": self.samples}
-        )
-        return metrics
-
-    def flush(self) -> dict:
-        """Beta's deferred update alone (before an evaluation or keeping the best): its
-        metrics, {} when none is pending."""
-        if not self.pending:
-            return {}
-        data, theta = self.pending
-        _, self.theta_g, m = self.send("beta", "update", data, theta_g=theta)
-        self.pending = None
-        return m
-
-    def evaluate(self, split: str, weights: str = "last") -> dict:
-        """Scores on `split` with test_noise on and off (`weights`: live or kept best)."""
-        self.flush()
-        return {**self.play(split, True, weights), **self.play(split, False, weights)}
-
-    def play(self, split: str, test_noise: bool, weights: str = "last") -> dict:
-        """One greedy episode per usable map (or text) of `split`, both parties on their
-        federated Q; the scores are alpha's (Alpha.eval_result)."""
-        send, paper = self.send, self.s.mode == "paper"
-        conf = {"split": split, "weights": weights, "test-noise": test_noise}
-        c_alpha, prev, first = None, None, True
-        if paper:
-            c_alpha = send(
-                "alpha", "eval-observe", theta_g=self.theta_g, evaluation=True, start=True, **conf
-            )[0]["c-alpha"]
-        for _ in range(self.s.horizon + 1):
-            b, _, _ = send(
-                "beta",
-                "eval-act",
-                {"prev-alpha": prev, "c-alpha": c_alpha},
-                evaluation=True,
-                start=first,
-                **conf,
-            )
-            a, _, m = send(
-                "alpha",
-                "eval-act",
-                {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
-                theta_g=self.theta_g if first and not paper else None,
-                evaluation=True,
-                start=first and not paper,
-                **conf,
-            )
-            prev, c_alpha, first = a["a-alpha"], a.get("c-alpha"), False
-            if not m["active"]:
-                tag = "on" if test_noise else "off"
-                pre = "best-" if weights == "best" else ""
-                return {
-                    f"{pre}{split}-{k}-test_noise={tag}": v for k, v in m.items() if k != "active"
-                }
-        raise FederationError(f"evaluation on {split} did not end")
-
-    def keep_best(self) -> None:
-        """Each party keeps a copy of its own networks (none leaves a party)."""
-        self.flush()
-        for role in ("alpha", "beta"):
-            self.send(role, "keep-best", theta_g=self.theta_g)
-
-
-class Selection:
-    """Model selection for any runner with `evaluate(split, weights)` and `keep_best()`: the
-    ServerApp's FedRL and every method of experiments/fedrl_local.py go through it."""
-
-    def __init__(self, key: str):
-        self.key, self.score, self.best = key, -np.inf, {}
-
-    def __call__(self, runner, rnd: int, last: bool, has_test: bool) -> dict:
-        """Valid; keep the networks when `key` improves; in the last round, test at the last
-        and at the kept checkpoint. Returns the round's metrics, `best-...` included."""
-        valid = runner.evaluate("valid")
-        if valid[self.key] > self.score:
-            self.score = valid[self.key]
-            self.best = {**{f"best-{k}": v for k, v in valid.items()}, "best-round": rnd}
-            runner.keep_best()
-        out = {**valid, **self.best}
-        if last and has_test:
-            out.update(runner.evaluate("test"))
-            out.update(runner.evaluate("test", "best"))
-        return out
-
-
 def run(grid, cfg: dict, name: str) -> None:
-    s = check_config(cfg)
-    rounds, eval_every = int(cfg["num-server-rounds"]), int(cfg["eval-every"])
+    s, c = check_config(cfg), parse(cfg)
+    rounds, eval_every = c.run.num_server_rounds, c.run.eval_every
     recorder = Recorder(out_dir(cfg, name), cfg)
-    nodes = wait_for_nodes(grid, 2, float(cfg["node-wait-timeout"]))
-    roles = query_roles(grid, nodes, float(cfg["node-wait-timeout"]))
-    send = Exchange(
-        grid, roles, recorder, float(cfg["round-timeout"]), retries=int(cfg["fedrl.retries"])
-    )
+    nodes = wait_for_nodes(grid, 2, c.run.node_wait_timeout)
+    roles = query_roles(grid, nodes, c.run.node_wait_timeout)
+    send = Exchange(grid, roles, recorder, c.run.round_timeout, retries=c.fedrl.retries)
     proto = Protocol(s, send)
     select = Selection(s.select_key())
     maps = s.map_report()
@@ -404,7 +258,7 @@ def run(grid, cfg: dict, name: str) -> None:
             "delta": s.delta,
             "sigma": s.sigma,
             "clip": s.clip,
-            "insecure_no_noise": bool(cfg["fedrl.insecure-no-noise"]),
+            "insecure_no_noise": c.fedrl.insecure_no_noise,
         },
         maps=maps,
         rules=s.rules,

@@ -1,0 +1,115 @@
+"""Client side of FedRL: one ClientApp per party, alpha or beta, each step of the exchange a message.
+
+The role comes from node config `role=alpha|beta` (deployment: `--node-config "role=alpha"`), or,
+when absent (the simulation engine sets only partition ids), partition 0 is alpha and 1 is beta.
+A party's whole private state (Q-network, target, Adam, replay, world replica, release ledger)
+lives in `context.state` between messages and never in a reply. What a reply may carry is fixed
+in `SENDS` and checked on every reply, so a change that leaks something fails loudly.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from clients import faults
+from config import parse
+from contracts.fedrl import SENDS, role_of
+from contracts.records import array_record, arrays_of
+from training.fedrl_party import Alpha, Beta
+from training.fedrl_protocol import dispatch
+from training.fedrl_setup import Settings
+
+STATE = "fedrl-party"
+VERSION = "fedrl-party-version"
+# (run, node) -> (state token, party): the party as this process last saved it. A message
+# finding its context at that token skips rebuilding the party from its arrays (15-50 ms a
+# message, measured); any other token (another worker saved since, a resumed run, another run
+# with the same ids) rebuilds. Tokens are random, so two states never share one.
+_LIVE: dict[tuple[int, int], tuple[str, object]] = {}
+
+
+def enforce_noise_floor(role: str, s: Settings, node_config) -> None:
+    """The party protects itself: its operator's node config `min-sigma` is the least noise it
+    releases Q outputs with, whatever the run config (set by whoever submits the run) asks."""
+    floor = float(node_config.get("min-sigma", 0.0))
+    if s.sigma < floor:
+        raise PermissionError(
+            f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node "
+            f"releases Q outputs only with sigma >= {floor:g} (node config "
+            f"min-sigma)"
+        )
+
+
+def _token(context: Context) -> str:
+    return str(context.state[VERSION]["token"]) if VERSION in context.state else ""
+
+
+def _load(context: Context, s: Settings):
+    # popped: a call that fails leaves no half-changed party behind (its retry rebuilds)
+    live = _LIVE.pop((context.run_id, context.node_id), None)
+    if live is not None and live[0] and live[0] == _token(context):
+        return live[1]
+    cls = Alpha if role_of(context.node_config) == "alpha" else Beta
+    if STATE not in context.state:
+        return cls(s)
+    party = cls(s, restoring=True)
+    party.load_arrays(arrays_of(context.state[STATE]))
+    return party
+
+
+def _save(context: Context, party) -> None:
+    token = uuid.uuid4().hex
+    context.state[STATE] = array_record(party.state_arrays())
+    context.state[VERSION] = ConfigRecord({"token": token})
+    _LIVE[(context.run_id, context.node_id)] = (token, party)
+
+
+def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics=None) -> Message:
+    allowed = SENDS[(role, step)]
+    if set(data) - allowed:
+        raise RuntimeError(f"{role} tried to send {sorted(set(data) - allowed)} in {step}")
+    content = RecordDict({"data": array_record(data)})
+    if theta_g is not None:
+        content["theta-g"] = array_record(theta_g)
+    if metrics:
+        content["metrics"] = MetricRecord({k: float(v) for k, v in metrics.items()})
+    return Message(content, reply_to=msg)
+
+
+def handle(msg: Message, context: Context) -> Message:
+    c = parse(context.run_config)
+    torch.set_num_threads(c.run.client_threads)
+    s = Settings.from_config(context.run_config)
+    conf = msg.content["config"]
+    step = str(conf["step"])
+    role = role_of(context.node_config)
+    enforce_noise_floor(role, s, context.node_config)
+    party = _load(context, s)
+    fault = None
+    if msg.metadata.message_type == "train":  # round and attempt: stamped by the server
+        fault = faults.before_training(
+            c,
+            faults.partition(context.node_config),
+            int(conf.get("server-round", 0)),
+            f"{step!r}",
+            int(conf.get("attempt", 0)),
+        )
+    out, theta, metrics = dispatch(
+        party,
+        role,
+        step,
+        arrays_of(msg.content.get("data")),
+        arrays_of(msg.content.get("theta-g")) or None,
+        conf,
+    )
+    out = faults.nan_state(dict(out), fault)  # NaN in what it releases (clients/faults.py)
+    reply = _reply(msg, role, step, out, theta, metrics)
+    _save(context, party)
+    return reply
+
+
+train = handle
+evaluate = handle

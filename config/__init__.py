@@ -1,0 +1,90 @@
+"""The run config, typed: one settings class per method or domain, parsed once per run.
+
+    from config import parse
+    c = parse(context.run_config)      # defaults merged, every key checked
+    c.run.seed, c.driving.lr, c.fedrl.sigma, c.fedvln.stage
+
+`server/` and `clients/` both import this package and never each other. `python simulation.py
+--list-config [section]` prints every key with its default and meaning, from these classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+from config.driving import CDLSettings, DrivingSettings, FedProxSettings
+from config.faults import FaultSettings
+from config.fedrl import FedRLSettings
+from config.fedvln import FedVLNSettings
+from config.run import RunSettings
+from config.schema import ConfigError, defaults, merged
+
+SECTIONS = {
+    "run": RunSettings,
+    "driving": DrivingSettings,
+    "fedprox": FedProxSettings,
+    "cdl": CDLSettings,
+    "faults": FaultSettings,
+    "fedrl": FedRLSettings,
+    "fedvln": FedVLNSettings,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunSettings
+    driving: DrivingSettings
+    fedprox: FedProxSettings
+    cdl: CDLSettings
+    faults: FaultSettings
+    fedrl: FedRLSettings
+    fedvln: FedVLNSettings
+
+
+def parse(run_config: dict | None) -> Config:
+    """Every section of `run_config` (over pyproject's defaults), or ConfigError naming the key.
+    Parsed once per distinct config: a ClientApp gets the same one on every message."""
+    known = defaults()
+    # the type is part of the key: True == 1 == 1.0 would otherwise share one cached parse
+    items = ((k, type(v).__name__, v) for k, v in merged(run_config).items() if k in known)
+    return _parse(tuple(sorted(items)))
+
+
+@lru_cache(maxsize=16)
+def _parse(items: tuple) -> Config:
+    cfg = {k: v for k, _, v in items}
+    return Config(**{name: cls.parse(cfg) for name, cls in SECTIONS.items()})
+
+
+def check_overrides(overrides: dict) -> Config:
+    """What the launcher runs before anything starts: no unknown key, no wrong value."""
+    known = defaults()
+    for key in overrides:
+        if key not in known:
+            close = [k for k in known if k.split(".")[-1] == key.split(".")[-1]]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"--run-config: unknown key {key!r}{hint}")
+    return parse(overrides)
+
+
+def reference(section: str | None = None) -> list[tuple[str, str, object, str]]:
+    """(section title, key, default, meaning) of every key (of one section)."""
+    if section is not None and section not in SECTIONS:
+        raise ConfigError(f"--list-config: unknown section {section!r} ({', '.join(SECTIONS)})")
+    return [
+        (cls.title, *row)
+        for name, cls in SECTIONS.items()
+        if section in (None, name)
+        for row in cls.rows()
+    ]
+
+
+def bounds() -> dict[str, tuple[float, float, bool]]:
+    """key -> (lo, hi, lo excluded) of every numeric key (the fuzz corpus probes them)."""
+    return {
+        cls.key(f): (f.metadata["lo"], f.metadata["hi"], f.metadata["lo_open"])
+        for cls in SECTIONS.values()
+        for f in fields(cls)
+        if f.metadata.get("lo") is not None
+    }

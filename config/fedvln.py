@@ -1,0 +1,101 @@
+"""Run-config keys of FedVLN (`fedvln.*`): the stage, the houses, the rates and the recipe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from config.schema import ConfigError, Section, setting
+
+STAGES = ("agent", "speaker", "augment", "preexplore")
+VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
+RECIPES = ("cpu", "official")  # config/fedvln_recipe.py: OFFICIAL, CPU
+OPTIMIZERS = ("rms", "adam")  # training/vln_loop.py
+
+
+@dataclass(frozen=True)
+class FedVLNSettings(Section):
+    prefix = "fedvln."
+    title = "FedVLN"
+
+    stage: str = setting(
+        "agent | speaker | augment | preexplore (server/fedvln_run.py)", choices=STAGES
+    )
+    variant: str = setting(
+        "preexplore: env-based | fed-full | fed-lan | fed-lan+seen (paper Table 5)"
+    )
+    data_dir: str = setting('"" = embedded houses; else an R2R/Matterport folder (../shared/data)')
+    features_tsv: str = setting('36-view feature TSV; "" = semantic view features')
+    train_houses: int = setting("embedded houses: seen (one client each)", lo=1, hi=200)
+    unseen_houses: int = setting(
+        "embedded houses: unseen (clients that only evaluate, or pre-explore)", lo=1, hi=200
+    )
+    seen_rate: float = setting(
+        "r: seen houses per round in agent | speaker | augment", lo=0, hi=1, lo_open=True
+    )
+    unseen_rate: float = setting(
+        "r1: unseen houses per round in pre-exploration", lo=0, hi=1, lo_open=True
+    )
+    preexplore_seen_rate: float = setting(
+        "r2: seen houses per round in fed-lan+seen", lo=0, hi=1, lo_open=True
+    )
+    recipe: str = setting(
+        "per-stage local optimizer, lr and server lr (config/fedvln_recipe.py)", choices=RECIPES
+    )
+    server_lr: float = setting(
+        "eta of Eq. 7, w <- w + eta * sum n_i/n (w_i - w); 0 = the recipe's", lo=0, hi=100
+    )
+    server_lr_decay: float = setting("eta_t = eta * decay^(t-1); 0 = the recipe's", lo=0, hi=1)
+    optimizer: str = setting(
+        'local optimizer; "" = the recipe\'s (official: RMSprop follower, Adam speaker)',
+        choices=("", *OPTIMIZERS),
+    )
+    optimizer_state: str = setting(
+        "round: a fresh local optimizer every round | house: each house keeps its own "
+        "between rounds",
+        choices=("round", "house"),
+    )
+    local_epochs: float = setting(
+        "tau for the follower (paper: 3 for Envdrop)", lo=0, hi=1000, lo_open=True
+    )
+    speaker_epochs: float = setting("tau for the speaker (paper: 5)", lo=0, hi=1000, lo_open=True)
+    preexplore_epochs: float = setting(
+        "tau_1 in pre-exploration (paper: 1)", lo=0, hi=1000, lo_open=True
+    )
+    eval_seen: bool = setting(
+        "agent | speaker | augment: also score val_seen (false: val_unseen only)"
+    )
+    max_local_steps: int = setting("> 0: cap on minibatches per local training", lo=0, hi=10**7)
+    batch_size: int = setting("local minibatch size", lo=1, hi=10**5)
+    lr: float = setting("local learning rate; 0 = the recipe's", lo=0, hi=10)
+    feedback: str = setting(
+        "mixed (imitation + A2C, Envdrop) | teacher", choices=("mixed", "teacher")
+    )
+    ml_weight: float = setting("imitation weight on labelled batches (Envdrop)", lo=0, hi=100)
+    aug_ml_weight: float = setting(
+        "imitation weight on back-translated speaker routes (official train.py)", lo=0, hi=100
+    )
+    embedding: int = setting("word embedding size of follower and speaker", lo=1, hi=4096)
+    hidden: int = setting("LSTM hidden size of follower and speaker", lo=1, hi=8192)
+    agent_init: str = setting("follower checkpoint (model.pt of an agent run): augment, preexplore")
+    speaker_init: str = setting(
+        "speaker checkpoint (best.pt of a speaker run): augment, preexplore"
+    )
+    aug_routes: int = setting(
+        "routes each seen house samples for back-translation (augment)", lo=1, hi=10**5
+    )
+    preexplore_routes: int = setting(
+        "routes each unseen house samples for back-translation (preexplore)", lo=1, hi=10**5
+    )
+
+    def validate(self) -> None:
+        if self.stage == "preexplore" and self.variant == "centralized":
+            raise ConfigError(
+                "fedvln.variant 'centralized' pools every house's data in one place "
+                "and is not a federated run; `python -m experiments.fedvln_pipeline` "
+                "runs it beside the federated variants (Table 5)"
+            )
+        if self.stage == "preexplore" and self.variant not in VARIANTS:
+            raise ConfigError(
+                f"run config 'fedvln.variant' must be one of {', '.join(VARIANTS)}, "
+                f"got {self.variant!r}"
+            )

@@ -1,0 +1,58 @@
+"""FedVLN's contract between server and houses: model sizes, which part of the follower each
+stage shares, and how a model's shared part is cut out (paper Sec. 4: fed-lan shares only the
+language encoder in pre-exploration)."""
+
+from __future__ import annotations
+
+from flwr.app import ArrayRecord
+
+from config import Config
+from config.fedvln_recipe import recipe_of
+from envs.vln_houses import HouseSpec
+from models.envdrop import FollowerSize
+from models.speaker import SpeakerSize
+from training import vln_agent
+
+LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only this)
+
+
+def spec_of(c: Config) -> HouseSpec:
+    """The embedded houses this run generates (seen, unseen)."""
+    return HouseSpec(train_houses=c.fedvln.train_houses, unseen_houses=c.fedvln.unseen_houses)
+
+
+def agent_settings(c: Config) -> vln_agent.AgentSettings:
+    """The follower's local training settings (Envdrop's mixed feedback, imitation weights)."""
+    return vln_agent.AgentSettings(
+        batch_size=c.fedvln.batch_size,
+        lr=recipe_of(c.fedvln).lr,
+        feedback=c.fedvln.feedback,
+        ml_weight=c.fedvln.ml_weight,
+        aug_ml_weight=c.fedvln.aug_ml_weight,
+    )
+
+
+def follower_size(c: Config, vocab: int, feature: int) -> FollowerSize:
+    return FollowerSize(vocab, feature, c.fedvln.embedding, c.fedvln.hidden)
+
+
+def speaker_size(c: Config, vocab: int, feature: int) -> SpeakerSize:
+    return SpeakerSize(vocab, feature, c.fedvln.embedding, c.fedvln.hidden)
+
+
+def stage_share(c: Config) -> str:
+    """What the run's stage and variant share: fed-lan the language encoder, env-based
+    nothing, otherwise the whole model ("*")."""
+    if c.fedvln.stage == "preexplore":
+        variant = c.fedvln.variant
+        return "" if variant == "env-based" else LANG if variant.startswith("fed-lan") else "*"
+    return "*"
+
+
+def shared_part(model, share: str) -> ArrayRecord:
+    """The arrays of `model` under the comma-separated prefixes `share` ("*": all)."""
+    state = model.state_dict()
+    if share == "*":
+        return ArrayRecord(state)
+    prefixes = tuple(p for p in share.split(",") if p)
+    return ArrayRecord({k: v for k, v in state.items() if prefixes and k.startswith(prefixes)})

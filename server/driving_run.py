@@ -1,0 +1,102 @@
+"""Server side of the server-based driving methods: one global model aggregated by screened
+FedAvg: `fedavg`, `fedprox`, and `cdl-sfl` (CDL clients under a FedAvg server)."""
+
+from __future__ import annotations
+
+from logging import INFO
+
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.common import log
+
+from config import Config, parse
+from models.resnet8 import ResNet8, count_parameters
+from models.state import initial_state
+from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
+from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
+
+
+def check_config(cfg: dict) -> Config:
+    """The parsed run config, or ConfigError naming the key (every range and choice is
+    declared in config/; nothing here is specific to a driving run beyond them)."""
+    return parse(cfg)
+
+
+def run(grid, cfg: dict, name: str) -> None:
+    c = check_config(cfg)
+    d = c.driving
+    rounds, num_clients = c.run.num_server_rounds, c.run.num_clients
+    model = ResNet8(d.image_size, d.channels)
+    recorder = Recorder(out_dir(cfg, name), cfg)
+    recorder.write_config(num_parameters=count_parameters(model))
+    common = dict(
+        recorder=recorder,
+        num_clients=num_clients,
+        seed=c.run.seed,
+        node_wait_s=c.run.node_wait_timeout,
+        fraction_train=c.run.fraction_train,
+        fraction_evaluate=c.run.fraction_evaluate,
+        max_evaluate_nodes=c.run.max_evaluate_clients,
+        min_train_nodes=1,
+        min_evaluate_nodes=1,
+        eval_every=c.run.eval_every,
+        num_rounds=rounds,
+        max_empty_rounds=c.run.max_empty_rounds,
+        aggregator=c.run.aggregator,
+        trim=c.run.trim_fraction,
+        max_update_norm=c.run.max_update_norm,
+    )
+    if name == "fedprox":
+        strategy = ScreenedFedProx(proximal_mu=c.fedprox.proximal_mu, **common)
+    else:
+        strategy = ScreenedFedAvg(**common)
+
+    def end_of_round(server_round: int, arrays: ArrayRecord):
+        if server_round == 0:
+            return None
+        server_round += strategy.round_offset
+        row = recorder.end_round(arrays)
+        log(
+            INFO,
+            "[fedembodied] round %d/%d  rmse=%.4f  mae=%.4f  silo_rmse_mean=%.4f  "
+            "train_loss=%.4f  clients=%d  wall=%.2fs",
+            server_round,
+            rounds,
+            row.get("rmse", float("nan")),
+            row.get("mae", float("nan")),
+            row.get("silo_rmse_mean", float("nan")),
+            row.get("train_loss", float("nan")),
+            row["n_clients"],
+            row["wall_s"],
+        )
+        return None
+
+    log(
+        INFO,
+        "[fedembodied] %s: %d silos, ResNet-8 with %d parameters, results in %s",
+        name,
+        num_clients,
+        count_parameters(model),
+        recorder.out,
+    )
+    initial = ArrayRecord(
+        initial_state(
+            d.image_size,
+            d.channels,
+            c.run.seed,
+            with_sub=name == "cdl-sfl" and c.cdl.variant == "reference",
+        )
+    )
+    done = recorder.last_round()
+    if done:  # resume: the global model of the last finished round, and the empty-round count
+        initial = ArrayRecord(load_round(recorder, done))
+        strategy.round_offset = done
+        strategy.empty_rounds = trailing_empty_rounds(recorder)
+        log(INFO, "[fedembodied] resuming %s after round %d of %d", name, done, rounds)
+    strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=rounds - done,
+        timeout=c.run.round_timeout,
+        train_config=ConfigRecord(),
+        evaluate_fn=end_of_round,
+    )
