@@ -50,7 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"methods:\n{lines}",
     )
-    p.add_argument("method", help="one of: " + ", ".join(METHODS))
+    p.add_argument("method", nargs="?", help="one of: " + ", ".join(METHODS))
+    p.add_argument(
+        "--list-config",
+        nargs="?",
+        const="",
+        metavar="SECTION",
+        help="print every run-config key with its default and meaning (of one section: "
+        "run, driving, fedprox, cdl, faults, fedrl, fedvln) and exit",
+    )
     p.add_argument("--rounds", type=int, default=None, help="server rounds (default: pyproject)")
     p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
@@ -613,6 +621,16 @@ def _terminate(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if args.list_config is not None:
+            from config import ConfigError, render
+
+            try:
+                print(render(args.list_config or None), end="")
+            except ConfigError as e:
+                raise BadInput(str(e)) from None
+            return 0
+        if args.method is None:
+            raise BadInput("the method is required (see --help), or --list-config")
         overrides, out = resolve(args)
     except BadInput as e:
         print(f"simulation.py: error: {e}", file=sys.stderr)

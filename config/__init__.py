@@ -88,3 +88,30 @@ def bounds() -> dict[str, tuple[float, float, bool]]:
         for f in fields(cls)
         if f.metadata.get("lo") is not None
     }
+
+
+def render(section: str | None = None, markdown: bool = False) -> str:
+    """Every key (of one section) with its default and meaning: plain text for
+    `simulation.py --list-config`, or the Markdown of docs/run-config.md."""
+    out, title = [], None
+    for sec, key, default, meaning in reference(section):
+        if sec != title:
+            title = sec
+            out += (
+                [f"\n### {sec}\n", "| key | default | meaning |", "|---|---|---|"]
+                if markdown
+                else [f"\n[{sec}]"]
+            )
+        value = toml_literal(default)
+        if markdown:
+            out.append(f"| `{key}` | `{value}` | {meaning.replace('|', '&#124;')} |")
+        else:
+            out.append(f"  {key} = {value}\n      {meaning}")
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+def toml_literal(v) -> str:
+    """How `--run-config` writes the value (strings quoted, booleans lower-case)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f'"{v}"' if isinstance(v, str) else repr(v)

@@ -124,9 +124,9 @@ def check_value(key: str, value, meta) -> None:
 def describe(meta) -> str:
     text = meta["help"]
     if meta.get("choices"):
-        text += f" [{' | '.join(meta['choices'])}]"
+        text += f" (one of: {', '.join(repr(c) for c in meta['choices'])})"
     elif meta.get("lo") is not None:
-        text += f" [{'(' if meta['lo_open'] else '['}{meta['lo']:g}, {meta['hi']:g}]]"
+        text += f" (in {'(' if meta['lo_open'] else '['}{meta['lo']:g}, {meta['hi']:g}])"
     return text
 
 

@@ -97,7 +97,11 @@ def main(argv=None) -> int:
     p.add_argument("--run-config", default="")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "driving_fedavg_fedprox")
     p.add_argument("--name", default="driving_fedavg_fedprox")
+    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
     args = p.parse_args(argv)
+    if args.plot_only:
+        redraw(args.name)
+        return 0
     frames = []
     for seed in args.seeds:
         for method in args.methods:
@@ -154,25 +158,60 @@ def main(argv=None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     summary.to_csv(RESULTS / f"{args.name}.csv", index=False, float_format="%.4f")
     rounds.to_csv(RESULTS / f"{args.name}_rounds.csv", index=False, float_format="%.4f")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, part in rounds.groupby("method"):
-        m = part.groupby("round")["rmse"].agg(["mean", "std"]).fillna(0)
-        ax.errorbar(m.index, m["mean"], yerr=m["std"], marker="o", capsize=3, label=method)
-    for label, value, style in [
-        ("centralized", refs.centralized_rmse.mean(), "--"),
-        ("constant", refs.constant_rmse.mean(), ":"),
-    ]:
-        ax.axhline(value, color="grey", linestyle=style, label=label)
-    ax.set_xlabel("round")
-    ax.set_ylabel("RMSE, pooled test set of all silos")
-    ax.set_title(f"{args.num_clients} non-IID driving silos")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / f"{args.name}.png", dpi=110)
+    draw(rounds, summary, args.name, args.num_clients)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"wrote {RESULTS / args.name}.csv, _rounds.csv, .png")
     return 0
+
+
+def draw(rounds: pd.DataFrame, summary: pd.DataFrame, name: str, num_clients: int) -> None:
+    """RMSE per round, mean and sd over seeds (FedAvg and FedProx side by side, not on top of
+    each other), our centralized and constant yardsticks, and the CDL paper's FedAvg and
+    FedProx RMSE (Udacity+, their silos: another data set, drawn for scale)."""
+    from matplotlib.ticker import MaxNLocator
+
+    from experiments.cdl_driving_table import PAPER_RMSE
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    styles = {"fedavg": ("o", "-", -0.06, "tab:blue"), "fedprox": ("s", "--", 0.06, "tab:orange")}
+    for method, part in rounds.groupby("method"):
+        marker, line, dx, color = styles.get(method, ("^", "-", 0.0, None))
+        m = part.groupby("round")["rmse"].agg(["mean", "std"]).fillna(0)
+        ax.errorbar(
+            m.index + dx,
+            m["mean"],
+            yerr=m["std"],
+            marker=marker,
+            ls=line,
+            capsize=3,
+            color=color,
+            label=f"{method} (ours, {part.seed.nunique()} seeds)",
+        )
+        paper = PAPER_RMSE.get(method)
+        if paper is not None:
+            ax.axhline(
+                paper, color=color, ls=":", lw=1.2, label=f"{method} paper {paper} (Udacity+)"
+            )
+    refs = summary.set_index("method")["rmse"]
+    for prefix, style in (("centralized", "--"), ("constant", "-.")):
+        row = [k for k in refs.index if k.startswith(prefix)]
+        if row:
+            ax.axhline(refs[row[0]], color="grey", ls=style, label=f"{row[0]} (ours)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel("RMSE of steering (rad), pooled test set")
+    ax.set_title(f"FedAvg vs FedProx, {num_clients} non-IID driving silos")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
+    plt.close(fig)
+
+
+def redraw(name: str) -> None:
+    """The figure again from the committed CSVs (no run)."""
+    summary = pd.read_csv(RESULTS / f"{name}.csv")
+    draw(pd.read_csv(RESULTS / f"{name}_rounds.csv"), summary, name, int(summary.silos.iloc[0]))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from experiments.fedrl_table1 import (  # noqa: E402
     check_common,
@@ -63,10 +64,20 @@ def main(argv=None) -> int:
     ap.add_argument("--rules", default="paper", choices=["paper", "reference"])
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--name", default="")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSV")
     common_args(ap)
     args = ap.parse_args(argv)
     name = args.name or f"fedrl_sweep_{args.knob}"
     csv, png = RESULTS / f"{name}.csv", RESULTS / f"{name}.png"
+    if args.plot_only:
+        table = pd.read_csv(csv, keep_default_na=False)
+        draw(
+            table,
+            args.knob,
+            png,
+            f"{command_line()} (from {csv.name}, settings: {table.settings.iloc[0]})",
+        )
+        return 0
     values = [v if args.knob == "lr" else int(v) for v in args.values]
     try:
         if args.rounds <= 0 or min(values) <= 0:
@@ -114,21 +125,62 @@ def main(argv=None) -> int:
     table.insert(3, "settings", args.run_config)
     table.to_csv(csv, index=False)
     print(f"\n{command_line()}\n" + table.to_string(index=False))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    draw(table, args.knob, png, command_line())
+    return 0
+
+
+# the paper's Table 1 row each curve is compared with (experiments/results/fedrl_table1.csv)
+PAPER_ROW = {
+    "dqn-alpha": "DQN-alpha",
+    "dqn-full": "DQN-full",
+    "fcn-alpha": "FCN-alpha",
+    "fcn-full": "FCN-full",
+    "fedrl test_noise=on": "FedRL test_noise=on",
+}
+
+
+def paper_succ(size: int, rules: str) -> dict[str, float]:
+    """label -> the paper's SuccRate % at this size (FedRL: the first of its two numbers)."""
+    t = pd.read_csv(RESULTS / "fedrl_table1.csv")
+    t = t[(t.rules == rules) & (t.metric == "SuccRate %")].set_index("method")[
+        f"{size}x{size} paper"
+    ]
+    return {
+        label: float(str(t[row]).split("/")[0])
+        for label, row in PAPER_ROW.items()
+        if row in t.index and isinstance(t[row], str) and t[row].strip()
+    }
+
+
+def draw(table: pd.DataFrame, knob: str, png, command: str) -> None:
+    """SuccRate against the knob, best and last checkpoint, each method's curve with the
+    paper's Table 1 value for it as a dotted line of the same colour."""
+    size, rules = int(table["size"].iloc[0]), str(table.rules.iloc[0])
+    paper = paper_succ(size, rules)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, ckpt in zip(axes, ("best", "last")):
         for label, t in table[table.checkpoint == ckpt].groupby("label"):
-            ax.errorbar(
-                t[args.knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=label
+            line = ax.errorbar(
+                t[knob], t.succ_mean, yerr=t.succ_sd, marker="o", capsize=3, label=f"{label} (ours)"
             )
+            if label in paper:
+                color = line.lines[0].get_color()
+                ax.axhline(
+                    paper[label],
+                    color=color,
+                    ls=":",
+                    lw=1.2,
+                    label=f"{label} paper {paper[label]:g}",
+                )
         ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"fedrl.{args.knob}")
-        ax.set_title(f"{args.size}x{args.size}, {args.rules} rules, {ckpt} checkpoint")
+        ax.set_xlabel(f"fedrl.{knob}")
+        ax.set_title(f"{size}x{size}, {rules} rules, {ckpt} checkpoint")
         ax.set_ylabel("SuccRate % (mean ± sd over seeds)")
-        ax.legend(fontsize=7)
-    fig.suptitle(command_line(), fontsize=7)
+        ax.legend(fontsize=6, ncol=2)
+    fig.suptitle(command, fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
-    return 0
+    plt.close(fig)
 
 
 if __name__ == "__main__":

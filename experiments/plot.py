@@ -2,9 +2,11 @@
 
     python -m experiments.plot DIR [DIR ...] [--out PLOTDIR]
 
-Writes one PNG per metric column of rounds.csv (every column but round/stage), each run a line,
-so several runs overlay for comparison. Default output: DIR/plots for one run, ./plots for
-several.
+Writes one PNG per metric column of rounds.csv, each run a line, so several runs overlay for
+comparison; bookkeeping columns (wall time, bytes, counts of clients, messages, steps and
+examples, FedRL's privacy ledger counters) are left out: they are in rounds.csv, not metrics of
+the model. Each plot has a title, the metric's unit where it has one, and whole rounds on the
+x axis. Default output: DIR/plots for one run, ./plots for several.
 """
 
 from __future__ import annotations
@@ -19,8 +21,57 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-NOT_METRICS = {"round", "stage"}
+NOT_METRICS = {
+    "round",
+    "stage",
+    "wall_s",
+    "bytes_up",
+    "bytes_down",
+    "eval_bytes_down",
+    "n_clients",
+    "n_accepted",
+    "n_eval_silos",
+    "messages",
+    "env-steps",
+    "updates",
+    "train-samples",
+    "train-episodes",
+    "local_steps",
+    "server_lr",
+    "exploration",
+    "best-round",
+}
+UNITS = {  # metric name ending -> unit on the y axis
+    "rmse": "rad",
+    "mae": "rad",
+    "_sr": "%",
+    "_osr": "%",
+    "_spl": "%",
+    "_ndtw": "%",
+    "_sdtw": "%",
+    "_cls": "%",
+    "_ne": "m",
+    "_tl": "m",
+    "_bleu": "BLEU-4",
+    "consensus_distance": "L2 between silo models",
+}
+
+
+def is_bookkeeping(column: str) -> bool:
+    return (
+        column in NOT_METRICS
+        or column.endswith(("_n", "-releases"))
+        or column.startswith(("bytes", "n_"))
+    )
+
+
+def unit_of(metric: str) -> str:
+    base = metric.split("-test_noise")[0]
+    if "succ-rate" in base:
+        return "fraction of episodes"
+    return next((u for end, u in UNITS.items() if base.endswith(end)), "")
 
 
 def run_label(run_dir: Path) -> str:
@@ -52,7 +103,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
         metrics += [
             c
             for c in df.columns
-            if c not in NOT_METRICS and c not in metrics and pd.api.types.is_numeric_dtype(df[c])
+            if not is_bookkeeping(c) and c not in metrics and pd.api.types.is_numeric_dtype(df[c])
         ]
     written = []
     for metric in metrics:
@@ -66,8 +117,11 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
                         else f"{label} {stage}"
                     )
                     ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
+        unit = unit_of(metric)
         ax.set_xlabel("round")
-        ax.set_ylabel(metric)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
+        ax.set_title(f"{metric} per round", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()

@@ -14,6 +14,9 @@ def _run_dir(path, method, rmse):
             "round": [1, 2],
             "stage": ["train"] * 2,
             "wall_s": [1.0, 0.5],
+            "bytes_up": [10, 10],
+            "n_clients": [3, 3],
+            "val_unseen_n": [40, 40],
             "rmse": rmse,
             "status_note": ["a", "b"],
         }
@@ -21,11 +24,11 @@ def _run_dir(path, method, rmse):
     return path
 
 
-def test_one_png_per_metric_overlaying_runs(tmp_path):
+def test_one_png_per_metric_overlaying_runs_and_none_for_bookkeeping(tmp_path):
     a = _run_dir(tmp_path / "a", "fedavg", [0.3, 0.2])
     b = _run_dir(tmp_path / "b", "fedprox", [0.25, 0.15])
     written = plot_runs([a, b], tmp_path / "plots")
-    assert sorted(p.name for p in written) == ["rmse.png", "wall_s.png"]
+    assert sorted(p.name for p in written) == ["rmse.png"]  # not wall time, bytes or counts
     assert all(p.stat().st_size > 1000 for p in written)
 
 
