@@ -386,6 +386,7 @@ class LocalSuperLink:
             "FLWR_HOME": str(self.home),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+            "RAY_DEDUP_LOGS": "0",  # every house's progress line, not one per cluster
             "FLWR_TELEMETRY_ENABLED": "0",
             "FLWR_DISABLE_UPDATE_CHECK": "1",
             "RAY_USAGE_STATS_ENABLED": "0",
@@ -493,6 +494,7 @@ def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:
 
 def launch(args, overrides: dict, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
+    print("starting a local Flower SuperLink (simulation engine) ...", flush=True)
     link = LocalSuperLink(args.ray_address)
     run_id = None
     try:
@@ -503,10 +505,11 @@ def launch(args, overrides: dict, out: Path) -> int:
                 f"client-resources-num-cpus={args.num_cpus}",
                 f"client-resources-num-gpus={args.num_gpus}",
                 f'init-args-logging-level="{level}"',
-                f"init-args-log-to-driver={toml_value(args.verbose)}",
+                "init-args-log-to-driver=true",  # ClientApps' progress lines reach `flwr log`
             ]
         )
         rc = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
+        print("submitting the app with `flwr run` ...", flush=True)
         started = link.flwr(
             "run",
             str(ROOT),
@@ -528,6 +531,11 @@ def launch(args, overrides: dict, out: Path) -> int:
             )
             return 1
         print(f"run {run_id}: {overrides['method']}, results in {out}", flush=True)
+        print(
+            "Ray is starting the ClientApps; the first round includes that start-up "
+            "(progress lines follow)",
+            flush=True,
+        )
         served = follow(link, run_id, args, out / "flower.log")
         status, details = wait_finished(link, run_id, DRAIN_S if served else args.timeout)
         if served and not status.startswith("finished"):
@@ -595,10 +603,12 @@ def follow(link: LocalSuperLink, run_id: int, args, log_path: Path) -> bool:
 
 
 def show(line: str, verbose: bool) -> None:
+    """Our `[fedembodied]` lines (a ClientApp's prefixed `client:`), errors, or everything."""
     if verbose:
         print(line, end="", flush=True)
     elif "[fedembodied]" in line:
-        print(line.split("[fedembodied]", 1)[1].strip(), flush=True)
+        where = "client: " if "ClientAppActor" in line else ""
+        print(where + line.split("[fedembodied]", 1)[1].strip(), flush=True)
     elif "ERROR" in line or "Exception" in line:
         print(line.rstrip(), flush=True)
 

@@ -43,6 +43,7 @@ from models.envdrop import Follower
 from models.speaker import Speaker
 from training import vln_agent, vln_speaker
 from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
+from training.progress import StepLog, timed
 from training.vln_house import (
     House,
     follower_steps,
@@ -217,6 +218,7 @@ def train(msg: Message, context: Context) -> Message:
             s,
             iterations=iters,
             rng=rng,
+            progress=StepLog(f"house {h.name} round {rnd}: follower training", iters),
             routes=routes,
             back_translate=back_translation(context, c, h),
         )
@@ -232,6 +234,7 @@ def train(msg: Message, context: Context) -> Message:
             s,
             iterations=iters,
             rng=rng,
+            progress=StepLog(f"house {h.name} round {rnd}: speaker training", iters),
         )
     if keep_local:
         context.state[LOCAL] = ArrayRecord(model.state_dict())
@@ -271,17 +274,19 @@ def evaluate(msg: Message, context: Context) -> Message:
         metrics = {f"{h.val_split}_n": 0}
     elif kind == "follower":
         s = agent_settings(c)
-        m, _ = vln_agent.evaluate(
-            model, h.setup.world, h.val, vln_agent.Tokens(h.setup.vocab, s.max_words), s
-        )
+        with timed(f"house {h.name}: scoring the follower on {len(h.val)} {h.val_split} episodes"):
+            m, _ = vln_agent.evaluate(
+                model, h.setup.world, h.val, vln_agent.Tokens(h.setup.vocab, s.max_words), s
+            )
         metrics = {
             f"{h.val_split}_n": len(h.val),
             **{f"{h.val_split}_{k}": float(v) for k, v in m.items()},
         }
     else:
-        stats = vln_speaker.bleu_stats(
-            model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab
-        )
+        with timed(f"house {h.name}: BLEU of the speaker on {len(h.val)} {h.val_split} paths"):
+            stats = vln_speaker.bleu_stats(
+                model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab
+            )
         metrics = {f"{h.val_split}_{k}": v for k, v in stats.items()}
     metrics["num-examples"] = len(h.val)
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +50,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from experiments.simulate import RESULTS, ROOT, command_line, simulate  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate  # noqa: E402
 
 STUDY = "driving.train-per-silo=150 driving.test-per-silo=50"
 ROUNDS = 10
@@ -154,9 +153,7 @@ def run_all(runs: list[Run], work: Path, jobs: int) -> None:
             run_config=f"{STUDY} {r.config}".strip(),
         )
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for f in [pool.submit(one, r) for r in runs]:
-            f.result()
+    in_parallel(one, runs, jobs, "cdl runs")
 
 
 def metrics_of(r: Run, work: Path) -> dict:

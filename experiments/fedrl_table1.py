@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -45,7 +44,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line, in_parallel  # noqa: E402
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
 PAPER = {
@@ -225,8 +224,8 @@ def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
     print(f"{len(jobs)} runs ({there} found in {jobs[0]['work']}), {n_jobs} at a time", flush=True)
     # longest first, so the pool's tail is short
     order = sorted(jobs, key=lambda j: (-j["size"], j["method"].startswith("random")))
-    with ProcessPoolExecutor(n_jobs) as pool:
-        return pd.DataFrame([r for rows in pool.map(cached_run, order) for r in rows])
+    done = in_parallel(cached_run, order, n_jobs, "fedrl runs", processes=True)
+    return pd.DataFrame([r for rows in done for r in rows])
 
 
 def fmt(vals: np.ndarray) -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -52,7 +51,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.fedrl_table1 import EXCHANGE, fmt, ours_bars, refuse_overwrite  # noqa: E402
-from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line, in_parallel  # noqa: E402
 
 DATASETS = ("win2k", "cooking", "wikihow")
 NAMES = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}
@@ -352,8 +351,8 @@ def main(argv=None) -> int:
     there = sum((Path(args.work) / f"{job_key(j)}.json").exists() for j in jobs)
     print(f"{len(jobs)} runs ({there} found in {args.work}), {args.jobs} at a time", flush=True)
     order = sorted(jobs, key=lambda j: not j["method"].startswith("fedrl"))  # longest first
-    with ProcessPoolExecutor(args.jobs) as pool:
-        runs = pd.DataFrame([r for rows in pool.map(cached_run, order) for r in rows])
+    done = in_parallel(cached_run, order, args.jobs, "text2action runs", processes=True)
+    runs = pd.DataFrame([r for rows in done for r in rows])
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)

@@ -1,12 +1,15 @@
-"""Helpers for experiment scripts: run simulation.py like a user would, resumably."""
+"""Helpers for experiment scripts: run simulation.py like a user would, resumably, and many
+runs at once with a progress bar."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -49,6 +52,18 @@ def simulate(
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return run_dir
+
+
+def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) -> list:
+    """`fn` over `items`, `jobs` at a time (threads, or processes for in-process training),
+    with a bar of finished runs on stderr; results in the order of `items`. The first run
+    that fails stops the script with its error."""
+    pool_of = ProcessPoolExecutor if processes else ThreadPoolExecutor
+    with pool_of(max_workers=jobs) as pool:
+        futures = [pool.submit(fn, x) for x in items]
+        for f in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="run"):
+            f.result()
+        return [f.result() for f in futures]
 
 
 def command_line() -> str:

@@ -199,7 +199,7 @@ def run(grid, cfg: dict, name: str) -> None:
     nodes = wait_for_nodes(grid, 2, c.run.node_wait_timeout)
     roles = query_roles(grid, nodes, c.run.node_wait_timeout)
     send = Exchange(grid, roles, recorder, c.run.round_timeout, retries=c.fedrl.retries)
-    proto = Protocol(s, send)
+    proto = Protocol(s, send, progress=True)
     select = Selection(s.select_key())
     maps = s.map_report()
     for split, rep in maps.items():

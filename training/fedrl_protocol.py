@@ -27,6 +27,7 @@ from contracts.errors import FederationError
 from contracts.fedrl import SENDS, sample_ids
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_setup import Settings
+from training.progress import StepLog
 
 
 def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
@@ -92,8 +93,9 @@ def _beta_update(party, data: dict, theta_in) -> tuple[dict, dict]:
 class Protocol:
     """Algorithms 1-2 in rounds, model selection and evaluation, over any `send`."""
 
-    def __init__(self, s: Settings, send):
+    def __init__(self, s: Settings, send, progress: bool = False):
         self.s, self.send = s, send
+        self.progress = progress  # log evaluation steps (~700 messages on 32x32)
         self.rng = np.random.default_rng([s.seed, 99])
         self.theta_g = None
         self.prev = None  # alpha's last action ids, not yet seen by beta
@@ -184,7 +186,12 @@ class Protocol:
             c_alpha = send(
                 "alpha", "eval-observe", theta_g=self.theta_g, evaluation=True, start=True, **conf
             )[0]["c-alpha"]
+        tick = StepLog(
+            f"{split} episodes, test_noise={'on' if test_noise else 'off'}", self.s.horizon + 1
+        )
         for _ in range(self.s.horizon + 1):
+            if self.progress:
+                tick()
             b, _, _ = send(
                 "beta",
                 "eval-act",
