@@ -125,10 +125,9 @@ def resolve(args) -> tuple[dict, Path]:
         check_ray_address(args.ray_address)
     if args.resume:
         return resume_overrides(args)
+    # the launcher's own flags; --rounds, --num-clients, --fraction and --seed are run-config
+    # keys, checked with the rest of the run config below (the error names the flag)
     for flag, value, ok in [
-        ("--rounds", args.rounds, lambda v: v >= 1),
-        ("--num-clients", args.num_clients, lambda v: v >= 1),
-        ("--fraction", args.fraction, lambda v: 0 < v <= 1),
         ("--num-cpus", args.num_cpus, lambda v: v >= 1),
         ("--num-gpus", args.num_gpus, lambda v: v >= 0),
         ("--timeout", args.timeout, lambda v: 0 < v < math.inf),

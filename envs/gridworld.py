@@ -305,12 +305,6 @@ def generate_maps(
     )
 
 
-def split_ranges(count: int) -> tuple[range, range, range]:
-    """The paper's 6400/800/800 proportions (80/10/10) of `count` maps."""
-    a, b = int(count * 0.8), int(count * 0.9)
-    return range(0, a), range(a, b), range(b, count)
-
-
 def windows_at(padded: np.ndarray, pos: np.ndarray, w: int, pad: int) -> np.ndarray:
     """(B, w, w) crops of the padded grids (B, n+2p, n+2p) centred on pos (B, 2)."""
     off = np.arange(w) - w // 2

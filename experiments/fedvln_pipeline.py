@@ -17,8 +17,8 @@ in Flower's simulation engine):
 3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
    back-translated by the same speaker, with as many steps per round as env-based makes.
 
-Every stage resumes: a finished one is skipped on rerun. Checkpoints reported (the issue's and
-the paper's convention): `best` is the evaluation with the highest val_unseen SR (BLEU for the
+Every stage resumes: a finished one is skipped on rerun. Checkpoints reported (the paper's
+convention, and the last): `best` is the evaluation with the highest val_unseen SR (BLEU for the
 speaker), all other metrics from that same evaluation; `last` is the final evaluation. Tables
 give mean, sd and n over seeds, and `se_eval`, the binomial standard error of one SR evaluation
 (sqrt(p (1 - p) / n_episodes)), so a reader can tell what is within noise.

@@ -1,10 +1,10 @@
 """The README's Performance tables, from the benchmark scripts' committed CSVs (not typed by hand).
 
-    python -m experiments.performance_table          # the goals of issue 18, met or not
+    python -m experiments.performance_table          # the performance goals, met or not
     python -m experiments.performance_table --fedrl  # FedRL: speed and success per setting
 
 Reads experiments/results/{fedrl_throughput,round_overhead,scale,vln_update_speed}.csv (each
-written by the script of the same name) and puts every goal of issue 18 beside what was
+written by the script of the same name) and puts every performance goal beside what was
 measured; a missing CSV is named, not skipped.
 """
 
@@ -122,17 +122,21 @@ def fedrl_rows() -> list[dict]:
     ]
 
 
-def main(argv=None) -> int:
-    fedrl = "--fedrl" in (sys.argv[1:] if argv is None else argv)
-    try:
-        table = pd.DataFrame(fedrl_rows() if fedrl else rows())
-    except FileNotFoundError as e:
-        print(f"performance_table: {e.filename} missing: run its script first", file=sys.stderr)
-        return 2
+def markdown(fedrl: bool = False) -> str:
+    table = pd.DataFrame(fedrl_rows() if fedrl else rows())
     cols = list(table.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in table.itertuples(index=False)]
-    print("\n".join(lines))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    fedrl = "--fedrl" in (sys.argv[1:] if argv is None else argv)
+    try:
+        print(markdown(fedrl))
+    except FileNotFoundError as e:
+        print(f"performance_table: {e.filename} missing: run its script first", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,5 +1,5 @@
 """Flower's cost per round against a bare loop doing the same work, and server aggregation
-against a memcpy of the same bytes (issue 18, items 5-6).
+against a memcpy of the same bytes.
 
     python -m experiments.round_overhead [--rounds 5] [--clients 10] [--replies 12]
 

@@ -9,7 +9,7 @@ epoch), so a difference between rows is what the federation's size costs, not mo
 Per run: time to the end of round 1 (Ray and the SuperLink's start, every node's identity query,
 round 1), the median time of rounds 2..R, and the peak memory of the whole process tree
 (simulation.py, the SuperLink, Ray and its workers: the sum of the resident set sizes of every
-descendant, sampled every 0.5 s from /proc, so Linux only). The issue's goals: round time at
+descendant, sampled every 0.5 s from /proc, so Linux only). The goals set for it: round time at
 1,000 clients <= 2x the 10-client round; 5,000 clients complete under 8 GiB.
 Writes experiments/results/scale.csv.
 """

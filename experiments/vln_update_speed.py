@@ -1,10 +1,10 @@
 """Speed of one FedVLN follower update (Envdrop's mixed objective, batch 32) on this CPU:
-today's code against the variants issue 18 asks for, in the same run.
+today's code against faster variants, in the same run.
 
     python -m experiments.vln_update_speed [--updates 20] [--batch 32] [--compile]
 
 Variants, each timed on the same batches from the embedded houses after 3 warm-up updates:
-  bmm attention, 1 thread        the code before issue 18 (SoftDotAttention with torch.bmm)
+  bmm attention, 1 thread        the earlier code (SoftDotAttention with torch.bmm)
   multiply-sum attention, 1 thread   models/envdrop.py now (same values, checked here)
   ... 2 threads                  client-threads=2: only worth it where a core is free (a run
                                  with one ClientApp per core has none)

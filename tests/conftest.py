@@ -17,7 +17,7 @@ PYTHON = sys.executable
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Flower refuses to build a Message outside a run (pitfall 6 in shared/docs/flower.md); unit
+# Flower refuses to build a Message outside a run (flwr 1.41 checks a task identity); unit
 # tests of handlers and strategies build messages directly, so give them a task identity.
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 

@@ -23,7 +23,7 @@ At T = 1 the softmax over 512 non-negative ReLU features of mean ~0.1 is close t
 the KL term is tiny; T < 1 sharpens P and makes the term bite. The KL is not rescaled by T^2
 (distillation's convention), so beta keeps its meaning as the weight of the KL as computed.
 
-The signal (issue 14): on the first minibatch of every round with a sub-network, the ratio
+The signal (does L_cd move the backbone at all?): on the first minibatch of every round with a sub-network, the ratio
 ||grad_backbone L_cd+|| / ||grad_backbone L_lr|| (beta not applied; the effective share is
 beta times it) and the mean entropy of P_b (its maximum is log(feature_dim), uniform).
 """

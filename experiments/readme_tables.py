@@ -1,0 +1,148 @@
+"""The README's and docs/' tables, generated from the committed CSVs (never typed by hand).
+
+    python -m experiments.readme_tables           # rewrite every generated block in place
+    python -m experiments.readme_tables --check   # exit 1 naming the block that is out of date
+
+A block is the text between `<!-- generated: NAME -->` and `<!-- /generated -->` in README.md
+or docs/*.md; NAME picks its renderer below, each the `markdown` function of the experiment
+script that wrote the CSV (so a table reads exactly as its script prints it). The run-config
+reference comes from the settings classes (config/), the same source as `simulation.py
+--list-config`. tests/test_readme_tables.py runs `--check`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+import pandas as pd
+
+from experiments.simulate import RESULTS, ROOT
+
+
+def _csv(name: str) -> pd.DataFrame:
+    return pd.read_csv(RESULTS / name, keep_default_na=False, na_values=[""])
+
+
+def _fedvln(tag: str = "") -> str:
+    from experiments.fedvln_pipeline import markdown
+
+    suffix = f"_{tag}" if tag else ""
+    tables = {f"table{k}": _csv(f"fedvln_table{k}{suffix}.csv") for k in (2, 4, 5, 9)}
+    return markdown(tables)
+
+
+def _fedrl_table1() -> str:
+    from experiments.fedrl_table1 import markdown
+
+    return markdown(pd.read_csv(RESULTS / "fedrl_table1.csv", keep_default_na=False))
+
+
+def _fedrl_table2() -> str:
+    from experiments.fedrl_table2 import markdown
+
+    return markdown(pd.read_csv(RESULTS / "fedrl_table2.csv", keep_default_na=False))
+
+
+def _cdl() -> str:
+    from experiments.cdl_driving_table import markdown
+
+    return markdown()
+
+
+def _fedavg_fedprox() -> str:
+    t = _csv("driving_fedavg_fedprox.csv")
+    seeds = int(t.seeds.dropna().iloc[0])
+    lines = [
+        f"| method | RMSE (pooled test, {seeds} seeds) | MAE | median round wall_s | "
+        "median Σ fit_s per round | overhead ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in t.itertuples():
+        timing = (
+            ["", "", ""]
+            if pd.isna(r.overhead_ratio)
+            else [
+                f"{r.median_wall_s:.2f} s",
+                f"{r.median_sum_fit_s:.2f} s",
+                f"{r.overhead_ratio:.2f}",
+            ]
+        )
+        cells = [r.method, f"{r.rmse:.3f} ± {r.rmse_sd:.3f}", f"{r.mae:.3f}", *timing]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _reliability() -> str:
+    from experiments.reliability_table import markdown
+
+    return markdown(pd.read_csv(RESULTS / "reliability.csv"))
+
+
+def _performance(fedrl: bool = False) -> str:
+    from experiments.performance_table import markdown
+
+    return markdown(fedrl)
+
+
+def _run_config() -> str:
+    from config import render
+
+    return render(markdown=True).strip()
+
+
+BLOCKS = {
+    "fedvln-embedded": _fedvln,
+    "fedvln-r2r": lambda: _fedvln("r2r"),
+    "fedrl-table1": _fedrl_table1,
+    "fedrl-table2": _fedrl_table2,
+    "cdl": _cdl,
+    "fedavg-fedprox": _fedavg_fedprox,
+    "reliability": _reliability,
+    "performance": _performance,
+    "performance-fedrl": lambda: _performance(fedrl=True),
+    "run-config": _run_config,
+}
+BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)
+
+
+def regenerate(text: str, where: str) -> str:
+    def one(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in BLOCKS:
+            raise SystemExit(f"{where}: unknown generated block {name!r} ({', '.join(BLOCKS)})")
+        return f"{m.group(1)}{BLOCKS[name]().strip()}\n{m.group(4)}"
+
+    return BLOCK.sub(one, text)
+
+
+def files() -> list:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="fail if a block is out of date")
+    args = p.parse_args(argv)
+    stale = []
+    for f in files():
+        text = f.read_text()
+        new = regenerate(text, f.name)
+        if new != text:
+            stale.append(f.relative_to(ROOT).as_posix())
+            if not args.check:
+                f.write_text(new)
+    if args.check and stale:
+        print(
+            f"readme_tables: out of date in {', '.join(stale)}: "
+            "run python -m experiments.readme_tables",
+            file=sys.stderr,
+        )
+        return 1
+    print(("checked " if args.check else "regenerated ") + f"{len(files())} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
