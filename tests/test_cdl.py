@@ -39,6 +39,7 @@ def _pair(seed=0):
     return b, s
 
 
+@pytest.mark.slow
 def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
     data = make_silo(0, 0, 16, 4, 24)
     b, s = _pair()
@@ -274,6 +275,7 @@ class _Restarting(InProcessGrid):
 
 
 @pytest.mark.parametrize("back", [True, False])
+@pytest.mark.slow
 def test_a_restarted_silo_is_found_again_and_a_lost_one_is_named(tmp_path, back):
     from clients.app import app
     from config.methods import server_module
@@ -332,6 +334,7 @@ def test_sqrt_decay_follows_the_silo_step_count():
 
 
 @pytest.mark.parametrize("method", ["gossip", "cdl"])
+@pytest.mark.slow
 def test_optimizer_state_persists_in_the_silo_and_is_never_sent(tmp_path, method):
     """optimizer-state=silo: one Adam per silo across rounds, as the official code; its state
     stays in the node's context (the replies carry the model's arrays only)."""
@@ -366,6 +369,7 @@ def test_optimizer_state_persists_in_the_silo_and_is_never_sent(tmp_path, method
     )
 
 
+@pytest.mark.slow
 def test_signal_reaches_rounds_csv_under_a_server_and_on_a_ring(tmp_path):
     for method in ("cdl-sfl", "cdl"):
         _run(tmp_path / method, method, topology="ring")

@@ -6,8 +6,11 @@ import subprocess
 import uuid
 
 import pandas as pd
+import pytest
 
 from tests.conftest import PYTHON, ROOT, run_tokens_alive
+
+pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
 
 SMALL = (
     "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "

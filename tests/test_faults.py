@@ -36,6 +36,7 @@ FAULTS = {"faults.raise-partitions": "1", "faults.nan-partitions": "2"}
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedprox", "cdl", "gossip", "fedvln"])
+@pytest.mark.slow
 def test_a_raising_and_a_nan_partition_are_recorded_and_never_aggregated(tmp_path, method):
     from clients.app import app
     from config.methods import server_module
@@ -57,6 +58,7 @@ def test_a_raising_and_a_nan_partition_are_recorded_and_never_aggregated(tmp_pat
     assert (rows[rows.partition == 0].status == "ok").all()
 
 
+@pytest.mark.slow
 def test_fedrl_stops_naming_the_party_that_raised(tmp_path):
     from clients.app import app
     from server import fedrl_run as server
@@ -128,6 +130,7 @@ def test_bad_fault_settings_are_named(bad, key):
 
 
 @pytest.mark.parametrize("method", ["fedavg", "cdl", "fedvln"])
+@pytest.mark.slow
 def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregated(tmp_path, method):
     from clients.app import app
     from clients.faults import fault_of
@@ -163,6 +166,7 @@ def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregate
         assert r.n_accepted == ok.get(int(r["round"]), 0)
 
 
+@pytest.mark.slow
 def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
     """round-timeout 600 s; silo 1 hangs (20 s) in round 3 only. The adaptive limit (5 x the
     slowest complete exchange, floor 1 s) gives up on it in seconds; it trains again after."""
@@ -197,6 +201,7 @@ def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
     assert took < 20, f"the hang was waited out ({took:.1f} s)"
 
 
+@pytest.mark.slow
 def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
     from clients.app import app
     from server import fedrl_run as server
@@ -237,6 +242,7 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
         ("fedvln", {"fedvln.optimizer-state": "house", "fedvln.server-lr-decay": 0.5}),
     ],
 )
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra):
     """Rounds 1-2, then (a new ServerApp, new client contexts: all in-memory state gone)
     resume = true up to round 3: the same rows and the same final metrics, bit for bit, as 3

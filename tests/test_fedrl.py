@@ -94,6 +94,7 @@ def _contains(haystack: list, arr: np.ndarray) -> bool:
     return all((np.abs(pool - r).max(1) == 0).any() for r in rows)
 
 
+@pytest.mark.slow
 def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch, tmp_path):
     produced = _spy_release(monkeypatch)
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
@@ -136,6 +137,7 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
     assert conf["privacy"]["delta"] == 1e-5
 
 
+@pytest.mark.slow
 def test_flower_exchange_equals_the_single_process_run(tmp_path):
     """Same config, same seeds: the Flower app and experiments/fedrl_local compute the same."""
     flower, _ = assert_flower_equals_local(merged({**SMALL, "out-dir": str(tmp_path)}), tmp_path)
@@ -195,6 +197,7 @@ def test_joint_action_mode_moves_both_agents_from_alphas_mlp(tmp_path):
     assert local.alpha.world.obs_alpha.shape[-1] == 5  # the reference's swapped windows
 
 
+@pytest.mark.slow
 def test_a_party_sending_nan_stops_the_run_with_its_name(monkeypatch, tmp_path):
     """A non-finite Q output is not relayed to the other party: the run fails, naming who."""
     real_act = Beta.act
@@ -272,6 +275,7 @@ def test_floors_and_model_selection_report_best_and_last(tmp_path):
     assert len(floor) == 1 and 0 <= floor[0]["best-test-succ-rate"] <= 1
 
 
+@pytest.mark.slow
 def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, monkeypatch, capsys):
     import experiments.fedrl_table1 as t1
 
@@ -319,6 +323,7 @@ def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, mo
     assert "fedrl.nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
     """Action ids out of range or an extra array are not relayed to the other party."""
     real_act = Beta.act
@@ -338,6 +343,7 @@ def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
     with pytest.raises(ConfigError, match="insecure-no-noise"):
         fedrl_server.check_config(merged({**SMALL, "fedrl.sigma": 0.0}))
@@ -355,6 +361,7 @@ def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
     assert privacy["insecure_no_noise"] is True and privacy["sigma"] == 0
 
 
+@pytest.mark.slow
 def test_a_party_refuses_less_noise_than_its_operator_set(tmp_path):
     """Hostile server: the run config asks sigma 0.5 (and the insecure flag); the parties'
     own node config says min-sigma 1: they refuse, and the run stops naming the party."""
@@ -433,6 +440,7 @@ def _wrong_theta(data, metrics, theta):
         ("alpha", "act", _wrong_theta, "theta_g of other names or shapes"),
     ],
 )
+@pytest.mark.slow
 def test_a_hostile_party_is_stopped_before_its_reply_reaches_the_other(
     tmp_path, role, step, change, culprit
 ):

@@ -103,6 +103,7 @@ def test_pooled_navigation_metrics_are_episode_weighted():
     assert out == {"val_unseen_n": 40, "val_unseen_sr": 20.0}
 
 
+@pytest.mark.slow
 def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     import torch
 
@@ -212,6 +213,7 @@ def _audit(grid, shared_prefix: str | None):
                     assert k.startswith(shared_prefix), k
 
 
+@pytest.mark.slow
 def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encoder(tmp_path):
     grid, agent = _run(tmp_path, "agent")
     _audit(grid, None)
@@ -449,6 +451,7 @@ def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
     assert "exceeds its total" in eval_problem({**bleu, "val_seen_correct_1": 9})
 
 
+@pytest.mark.slow
 def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
     """optimizer-state=house: the house's RMSprop square averages carry over (in its context,
     never in a reply); round: a fresh optimizer each round keeps nothing."""

@@ -6,6 +6,8 @@ import pytest
 
 from tests.fuzz_corpus import CASES, outcome
 
+pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
+
 
 def test_the_corpus_is_large_and_covers_every_entry_point():
     names = [c.name for c in CASES]

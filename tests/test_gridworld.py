@@ -32,6 +32,7 @@ def _is_shortest(grid, path):
 
 
 @pytest.mark.parametrize("size", [8, 16, 32])
+@pytest.mark.slow
 def test_paper_maps_read_one_based_give_free_adjacent_shortest_paths(size):
     mat = SHARED_DATA / "gridworld" / f"gridworld_o_{size}.mat"
     if not mat.is_file():
@@ -51,6 +52,7 @@ def test_paper_maps_read_one_based_give_free_adjacent_shortest_paths(size):
         maps.check_range(parse_range("7200-7999"), "fedrl.test-maps")
 
 
+@pytest.mark.slow
 def test_split_report_counts_used_and_skipped_maps():
     if not MAT.is_file():
         pytest.skip(f"{MAT} not found")

@@ -6,6 +6,8 @@ import pytest
 
 from tests.conftest import PYTHON, ROOT
 
+pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
+
 
 def _run(*args, timeout=60):
     return subprocess.run(

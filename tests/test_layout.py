@@ -76,6 +76,7 @@ def test_parse_names_the_key_and_caches_by_value_and_type():
         parse({"driving.lr": 0.0})
 
 
+@pytest.mark.slow
 def test_list_config_prints_every_key_of_a_section_and_refuses_an_unknown_one():
     from config.schema import defaults
 
@@ -95,6 +96,7 @@ def test_list_config_prints_every_key_of_a_section_and_refuses_an_unknown_one():
     assert bad.returncode == 2 and "unknown section 'nope'" in bad.stderr
 
 
+@pytest.mark.slow
 def test_readme_and_docs_tables_are_what_the_committed_csvs_give():
     res = subprocess.run(
         [PYTHON, "-m", "experiments.readme_tables", "--check"],

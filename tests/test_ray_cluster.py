@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import PYTHON, ROOT
 from tests.deployment import BIN, free_port
 
+pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
+
 RAY = BIN / "ray"
 SMALL = (
     "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.deployment import Federation, free_port, rounds_done, wait_for, wait_listening
 
+pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
+
 NS = f"fe{os.getpid() % 100000}"
 LINK, NODE, EVIL = f"{NS}l", f"{NS}n", f"{NS}e"
 LINK_IP, LINK_IP2, NODE_IP, EVIL_IP = "10.231.1.1", "10.231.2.1", "10.231.1.2", "10.231.2.2"

@@ -129,6 +129,7 @@ def test_each_party_sees_only_its_own_features():
 
 
 @needs_data
+@pytest.mark.slow
 def test_flower_exchange_equals_the_single_process_run_on_text2action(tmp_path):
     flower, grid = assert_flower_equals_local(merged({**TINY, "out-dir": str(tmp_path)}), tmp_path)
     last = flower.iloc[-1]
@@ -166,6 +167,7 @@ def test_bad_text2action_config_names_the_key(override, key):
 
 
 @needs_data
+@pytest.mark.slow
 def test_word_vectors_are_trained_reproducibly_offline(tmp_path, monkeypatch):
     from envs.word_vectors import word_vectors
 

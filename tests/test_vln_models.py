@@ -59,6 +59,7 @@ def test_environmental_dropout_is_one_mask_per_episode_and_spares_angles(vln):
     assert torch.all(model.env_drop_mask(2, "cpu") == 1)
 
 
+@pytest.mark.slow
 def test_teacher_forcing_learns_its_episodes(vln):
     eps = vln.split("train")[:4]
     model = _follower(vln, dropout=0.0, feature_dropout=0.0)
@@ -90,6 +91,7 @@ def test_mixed_objective_trains_the_critic_and_the_language_encoder(vln):
     assert all(nb.done)
 
 
+@pytest.mark.slow
 def test_speaker_learns_and_bleu_is_sacrebleus_corpus_bleu(vln, monkeypatch):
     eps = vln.split("train")[:12]  # 4 paths x 3 instructions
     torch.manual_seed(0)
@@ -234,6 +236,7 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(vln, tmp_path):
     assert torch.equal(model.lang_encoder(tokens)[0], again.eval().lang_encoder(tokens)[0])
 
 
+@pytest.mark.slow
 def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeypatch):
     from experiments import vln_centralized
 
