@@ -202,7 +202,8 @@ def resolve(args) -> tuple[dict, Path]:
             )
         overrides["num-clients"] = cfg["num-clients"] = houses
     try:
-        parse(cfg).faults.check_partitions(int(cfg["num-clients"]))
+        c = parse(cfg)
+        c.faults.check_partitions(c.run.num_clients)
     except ConfigError as e:
         raise BadInput(str(e)) from None
     check_data(methods.get(args.method).domain, cfg)
@@ -296,40 +297,44 @@ def absolute_paths(cfg: dict, overrides: dict) -> None:
 
 def silos_from_graph(args, cfg: dict, overrides: dict) -> None:
     """A GML topology fixes the number of silos; --num-clients may only agree with it."""
+    from config import parse
     from strategies.topology import TopologyError, num_silos_of
 
+    run = parse(cfg).run
     try:
-        n = num_silos_of(str(cfg["topology"]), str(cfg["topology-dir"]) or None)
+        n = num_silos_of(run.topology, run.topology_dir or None)
     except TopologyError as e:
         raise BadInput(f"--topology: {e}") from None
     if n is None:
         return
     if args.num_clients is not None and args.num_clients != n:
         raise BadInput(
-            f"--num-clients {args.num_clients} contradicts --topology {cfg['topology']} ({n} silos)"
+            f"--num-clients {args.num_clients} contradicts --topology {run.topology} ({n} silos)"
         )
     overrides["num-clients"] = cfg["num-clients"] = n
 
 
 def check_data(domain: str, cfg: dict) -> None:
     """Fail before starting anything if the run's data folder is missing or malformed."""
+    from config import parse
     from envs.errors import DataError
 
-    if domain == "driving" and cfg["driving.data-dir"]:
+    c = parse(cfg)
+    if domain == "driving" and c.driving.data_dir:
         from envs.driving_logs import validate_data_dir
 
         try:
-            validate_data_dir(Path(str(cfg["driving.data-dir"])), int(cfg["num-clients"]))
+            validate_data_dir(Path(c.driving.data_dir), c.run.num_clients)
         except DataError as e:
             raise BadInput(f"driving.data-dir: {e}") from None
-    for key in ("fedvln.agent-init", "fedvln.speaker-init"):
-        if domain == "vln" and str(cfg[key]) and Path(str(cfg[key])).is_file():
+    for key, path in (("agent-init", c.fedvln.agent_init), ("speaker-init", c.fedvln.speaker_init)):
+        if domain == "vln" and path and Path(path).is_file():
             from models import vln_checkpoint
 
             try:  # read without running code (weights_only), before anything starts
-                vln_checkpoint.load(str(cfg[key]))
+                vln_checkpoint.load(path)
             except DataError as e:
-                raise BadInput(f"{key}: {e}") from None
+                raise BadInput(f"fedvln.{key}: {e}") from None
 
 
 def vln_houses(cfg: dict) -> int:

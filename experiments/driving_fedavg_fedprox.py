@@ -35,17 +35,16 @@ def centralized_reference(args, seed: int) -> dict:
     import numpy as np
     import torch
 
-    from config.schema import defaults, parse_overrides
+    from config import parse
+    from config.schema import parse_overrides
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
     from training.steering import LocalOptimizer, evaluate_steering, train_steering
 
-    cfg = {**defaults(), **parse_overrides(args.run_config)}
-    size, ch = int(cfg["driving.image-size"]), int(cfg["driving.channels"])
+    d = parse(parse_overrides(args.run_config)).driving
+    size, ch = d.image_size, d.channels
     silos = [
-        make_silo(
-            i, seed, int(cfg["driving.train-per-silo"]), int(cfg["driving.test-per-silo"]), size, ch
-        )
+        make_silo(i, seed, d.train_per_silo, d.test_per_silo, size, ch)
         for i in range(args.num_clients)
     ]
     x = np.concatenate([s.x_train for s in silos])
@@ -55,14 +54,14 @@ def centralized_reference(args, seed: int) -> dict:
     torch.manual_seed(seed)
     torch.set_num_threads(2)
     model = ResNet8(size, ch)
-    epochs = args.rounds * int(cfg["driving.local-epochs"])
+    epochs = args.rounds * d.local_epochs
     train_steering(
         model,
         x,
         y,
         epochs=epochs,
-        optim=LocalOptimizer(lr=float(cfg["driving.lr"])),
-        batch_size=int(cfg["driving.batch-size"]),
+        optim=LocalOptimizer(lr=d.lr),
+        batch_size=d.batch_size,
         seed=seed,
     )
     mse, mae = evaluate_steering(model, xt, yt)
