@@ -23,6 +23,7 @@ def main(grid: Grid, context: Context) -> None:
     cfg = merged(dict(context.run_config))
     run = parse(cfg).run
     name = run.method
+    cfg["out-dir"] = str(out_dir(cfg, name))  # fixed once: "" names a new folder at each call
     log(INFO, "[fedembodied] method %s, %s rounds", name, run.num_server_rounds)
     if run.resume:
         check_resume_round(run.out_dir, run.resume_round)
@@ -40,12 +41,12 @@ def main(grid: Grid, context: Context) -> None:
     log(INFO, "[fedembodied] done: %s", out_dir(cfg, name))
 
 
-def check_resume_round(out_dir: str, resume_round: int) -> None:
+def check_resume_round(folder: str, resume_round: int) -> None:
     """Clients reload their state as of run config `resume-round`; it must be the round the
     results folder ends at, or server and clients would continue from different rounds."""
     import pandas as pd
 
-    path = Path(out_dir) / "rounds.csv"
+    path = Path(folder) / "rounds.csv"
     done = int(pd.read_csv(path)["round"].max()) if path.is_file() else 0
     if resume_round != done:
         raise ConfigError(
