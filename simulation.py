@@ -55,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--list-config",
         nargs="?",
         const="",
-        metavar="SECTION",
-        help="print every run-config key with its default and meaning (of one section: "
-        "run, driving, fedprox, cdl, faults, fedrl, fedvln) and exit",
+        metavar="METHOD|SECTION",
+        help="print every run-config key with its default and meaning (only those a method "
+        "reads, or one section: run, driving, fedprox, cdl, faults, fedrl, fedvln) and exit",
     )
     p.add_argument("--rounds", type=int, default=None, help="server rounds (default: pyproject)")
     p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")

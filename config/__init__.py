@@ -68,15 +68,30 @@ def check_overrides(overrides: dict) -> Config:
     return parse(overrides)
 
 
-def reference(section: str | None = None) -> list[tuple[str, str, object, str]]:
-    """(section title, key, default, meaning) of every key (of one section)."""
-    if section is not None and section not in SECTIONS:
-        raise ConfigError(f"--list-config: unknown section {section!r} ({', '.join(SECTIONS)})")
+def sections_of(name: str | None) -> list[str]:
+    """The sections `name` means: all (None), the ones a method reads (a method's name first:
+    `cdl` is a method and a section), or one section (run, driving, faults, ...)."""
+    from config.methods import METHODS
+
+    if name is None:
+        return list(SECTIONS)
+    if name in METHODS:
+        own = {"fedprox": ["fedprox"], "cdl": ["cdl"], "cdl-sfl": ["cdl"]}.get(name, [])
+        domain = {"driving": ["driving"], "gridworld": ["fedrl"], "vln": ["fedvln"]}
+        return ["run", *domain[METHODS[name].domain], *own, "faults"]
+    if name in SECTIONS:
+        return [name]
+    raise ConfigError(
+        f"--list-config: {name!r} is neither a section ({', '.join(SECTIONS)}) nor a method "
+        f"({', '.join(METHODS)})"
+    )
+
+
+def reference(name: str | None = None) -> list[tuple[str, str, object, str]]:
+    """(section title, key, default, meaning) of every key, or of what `name` (a section or a
+    method) reads."""
     return [
-        (cls.title, *row)
-        for name, cls in SECTIONS.items()
-        if section in (None, name)
-        for row in cls.rows()
+        (SECTIONS[sec].title, *row) for sec in sections_of(name) for row in SECTIONS[sec].rows()
     ]
 
 
@@ -90,11 +105,11 @@ def bounds() -> dict[str, tuple[float, float, bool]]:
     }
 
 
-def render(section: str | None = None, markdown: bool = False) -> str:
-    """Every key (of one section) with its default and meaning: plain text for
+def render(name: str | None = None, markdown: bool = False) -> str:
+    """Every key (of one section or method) with its default and meaning: plain text for
     `simulation.py --list-config`, or the Markdown of docs/run-config.md."""
     out, title = [], None
-    for sec, key, default, meaning in reference(section):
+    for sec, key, default, meaning in reference(name):
         if sec != title:
             title = sec
             out += (

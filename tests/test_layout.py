@@ -77,7 +77,7 @@ def test_parse_names_the_key_and_caches_by_value_and_type():
 
 
 @pytest.mark.slow
-def test_list_config_prints_every_key_of_a_section_and_refuses_an_unknown_one():
+def test_list_config_prints_every_key_a_method_reads_and_refuses_an_unknown_name():
     from config.schema import defaults
 
     res = subprocess.run(
@@ -93,7 +93,23 @@ def test_list_config_prints_every_key_of_a_section_and_refuses_an_unknown_one():
     bad = subprocess.run(
         [PYTHON, "simulation.py", "--list-config", "nope"], capture_output=True, text=True, cwd=ROOT
     )
-    assert bad.returncode == 2 and "unknown section 'nope'" in bad.stderr
+    assert bad.returncode == 2 and "'nope' is neither a section" in bad.stderr
+    fedprox = subprocess.run(
+        [PYTHON, "simulation.py", "--list-config", "fedprox"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert "fedprox.proximal-mu = " in fedprox.stdout and "driving.lr = " in fedprox.stdout
+
+
+def test_list_config_of_a_method_is_the_sections_it_reads():
+    from config import reference
+
+    keys = {key for _, key, _, _ in reference("cdl")}
+    assert {"seed", "driving.lr", "cdl.beta", "faults.fraction"} <= keys
+    assert not any(k.startswith(("fedrl.", "fedvln.", "fedprox.")) for k in keys)
+    assert {k for _, k, _, _ in reference("fedrl")} >= {"fedrl.sigma", "round-timeout"}
 
 
 @pytest.mark.slow
