@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import shlex
 import tomllib
-from dataclasses import MISSING, field, fields
+from dataclasses import field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
@@ -57,7 +57,8 @@ def setting(
 
 
 class Section:
-    """A frozen dataclass of the keys under one `prefix` ("" for the top-level keys)."""
+    """A frozen dataclass of the keys under one `prefix` ("" for the top-level keys); values
+    derived from several keys are properties, checked in `validate`."""
 
     prefix: ClassVar[str] = ""
     title: ClassVar[str] = ""
@@ -72,8 +73,6 @@ class Section:
         known = defaults()
         values = {}
         for f in fields(cls):
-            if f.default is not MISSING or f.default_factory is not MISSING:
-                continue  # derived in validate()
             k = cls.key(f)
             values[f.name] = coerce(k, cfg[k] if k in cfg else known[k], TYPES[f.type])
             check_value(k, values[f.name], f.metadata)
@@ -88,11 +87,7 @@ class Section:
     def rows(cls) -> list[tuple[str, object, str]]:
         """(key, default, meaning) of every key, for --list-config and the README table."""
         known = defaults()
-        return [
-            (cls.key(f), known[cls.key(f)], describe(f.metadata))
-            for f in fields(cls)
-            if "help" in f.metadata
-        ]
+        return [(cls.key(f), known[cls.key(f)], describe(f.metadata)) for f in fields(cls)]
 
 
 def coerce(key: str, value, kind: type):
