@@ -16,15 +16,20 @@ class FaultSettings(Section):
     prefix = "faults."
     title = "Fault injection (every method)"
 
-    raise_partitions: str = setting('these partitions\' training calls raise ("1,3"; "" = none)')
-    nan_partitions: str = setting("... their training replies carry NaN")
+    raise_partitions: str = setting('partitions whose training calls raise ("1,3"; "" = none)')
+    nan_partitions: str = setting('partitions whose training replies carry NaN ("1,3"; "" = none)')
     hang_partitions: str = setting(
-        "... their training calls answer only after faults.hang-s (drop out for faults.rounds)"
+        "partitions whose training calls answer only after faults.hang-s: they drop out for "
+        "faults.rounds"
     )
     fraction: float = setting(
-        "besides: each training call is faulty with this probability (seeded)", lo=0, hi=1
+        "besides the lists: each training call is faulty with this probability (seeded)",
+        lo=0,
+        hi=1,
     )
-    fraction_kind: str = setting("what those random faults do", choices=KINDS)
+    fraction_kind: str = setting(
+        "what the faults drawn by faults.fraction do: raise, reply NaN, or hang", choices=KINDS
+    )
     rounds: str = setting('faults only in these rounds ("2-4,7"; "" = every round)')
     hang_s: float = setting("how long a hang lasts; 0 = round-timeout + 5 s", lo=0, hi=7 * DAY_S)
 

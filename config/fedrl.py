@@ -64,7 +64,11 @@ class FedRLSettings(Section):
         lo=0,
         hi=1024,
     )
-    max_steps: int = setting("T_m; 0 = the paper's 38/86/178", lo=0, hi=10**5)
+    max_steps: int = setting(
+        "T_m, the most steps of an episode; 0 = the paper's 38/86/178 at 8/16/32",
+        lo=0,
+        hi=10**5,
+    )
     rules: str = setting(
         "paper (Sec. 5.1 text) | reference (what FRL2019/FRL computes): distance, meeting, "
         "rewards, starts (envs/gridworld.py)",
@@ -95,7 +99,12 @@ class FedRLSettings(Section):
         lo=0,
         hi=1e6,
     )
-    delta: float = setting("delta of the reported epsilon", lo=0, hi=0.5, lo_open=True)
+    delta: float = setting(
+        "delta of the (epsilon, delta) privacy the run reports (RDP accountant)",
+        lo=0,
+        hi=0.5,
+        lo_open=True,
+    )
     envs: int = setting("B parallel environments acted on per message", lo=1, hi=10**5)
     act_steps: int = setting(
         "environment steps per round (2 messages each); 128 x 1: 0.9 of one process's "

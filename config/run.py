@@ -61,7 +61,10 @@ class RunSettings(Section):
         hi=1000,
     )
     timeout_floor: float = setting(
-        "... but never less than this many seconds", lo=0, hi=DAY_S, lo_open=True
+        "the least any later exchange waits (s), whatever timeout-factor gives",
+        lo=0,
+        hi=DAY_S,
+        lo_open=True,
     )
     aggregator: str = setting(
         "fedavg/fedprox/cdl-sfl: example-weighted mean (FedAvg) or a coordinate-wise robust "
