@@ -76,9 +76,7 @@ def sections_of(name: str | None) -> list[str]:
     if name is None:
         return list(SECTIONS)
     if name in METHODS:
-        own = {"fedprox": ["fedprox"], "cdl": ["cdl"], "cdl-sfl": ["cdl"]}.get(name, [])
-        domain = {"driving": ["driving"], "gridworld": ["fedrl"], "vln": ["fedvln"]}
-        return ["run", *domain[METHODS[name].domain], *own, "faults"]
+        return ["run", *METHODS[name].settings, "faults"]
     if name in SECTIONS:
         return [name]
     raise ConfigError(

@@ -17,6 +17,7 @@ class Method:
     server: str  # module with run(grid, cfg, method_name) and check_config(cfg)
     client: str  # module with train(msg, ctx), evaluate(msg, ctx), query(msg, ctx)
     domain: str  # which data the method runs on ("driving", ...)
+    settings: tuple[str, ...]  # the config sections it reads besides `run` and `faults`
 
 
 METHODS: dict[str, Method] = {
@@ -28,6 +29,7 @@ METHODS: dict[str, Method] = {
             "server.driving_run",
             "clients.driving_client",
             "driving",
+            ("driving",),
         ),
         Method(
             "fedprox",
@@ -35,6 +37,7 @@ METHODS: dict[str, Method] = {
             "server.driving_run",
             "clients.driving_client",
             "driving",
+            ("driving", "fedprox"),
         ),
         Method(
             "gossip",
@@ -42,6 +45,7 @@ METHODS: dict[str, Method] = {
             "server.decentralized_run",
             "clients.driving_client",
             "driving",
+            ("driving",),
         ),
         Method(
             "cdl",
@@ -49,6 +53,7 @@ METHODS: dict[str, Method] = {
             "server.decentralized_run",
             "clients.cdl_client",
             "driving",
+            ("driving", "cdl"),
         ),
         Method(
             "cdl-sfl",
@@ -56,6 +61,7 @@ METHODS: dict[str, Method] = {
             "server.driving_run",
             "clients.cdl_client",
             "driving",
+            ("driving", "cdl"),
         ),
         Method(
             "fedrl",
@@ -64,6 +70,7 @@ METHODS: dict[str, Method] = {
             "server.fedrl_run",
             "clients.fedrl_client",
             "gridworld",
+            ("fedrl",),
         ),
         Method(
             "fedvln",
@@ -72,6 +79,7 @@ METHODS: dict[str, Method] = {
             "server.fedvln_run",
             "clients.fedvln_client",
             "vln",
+            ("fedvln",),
         ),
     ]
 }

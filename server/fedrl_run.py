@@ -31,7 +31,7 @@ from flwr.common import log
 from config import parse
 from config.schema import ConfigError
 from contracts.fedrl import ACTION_IDS, SENDS
-from contracts.records import array_record
+from contracts.records import array_record, arrays_of
 from envs.errors import DataError
 from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
@@ -147,9 +147,9 @@ class Exchange:
                 f"last: {one_line(rep.error.reason)}"
             )
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
-        out = {k: v.numpy() for k, v in rep.content["data"].items()}
+        out = arrays_of(rep.content["data"])
         theta = rep.content.get("theta-g")
-        sent = {**out, **({f"theta-g/{k}": v.numpy() for k, v in theta.items()} if theta else {})}
+        sent = {**out, **{f"theta-g/{k}": v for k, v in arrays_of(theta).items()}}
         bad = [k for k, v in sent.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
         if bad:  # relaying NaN/inf would poison the other party's network
             self.rec.add_client(

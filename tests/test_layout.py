@@ -10,6 +10,12 @@ import pytest
 from tests.conftest import PYTHON, ROOT
 
 
+def _simulation(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "simulation.py", *args], capture_output=True, text=True, cwd=ROOT
+    )
+
+
 def _imports(package: str):
     for path in sorted((ROOT / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -80,27 +86,15 @@ def test_parse_names_the_key_and_caches_by_value_and_type():
 def test_list_config_prints_every_key_a_method_reads_and_refuses_an_unknown_name():
     from config.schema import defaults
 
-    res = subprocess.run(
-        [PYTHON, "simulation.py", "--list-config", "fedrl"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    res = _simulation("--list-config", "fedrl")
     assert res.returncode == 0, res.stderr
     keys = [k for k in defaults() if k.startswith("fedrl.")]
     assert all(f"  {k} = " in res.stdout for k in keys)
     assert "driving.lr" not in res.stdout
-    bad = subprocess.run(
-        [PYTHON, "simulation.py", "--list-config", "nope"], capture_output=True, text=True, cwd=ROOT
-    )
+    bad = _simulation("--list-config", "nope")
     assert bad.returncode == 2 and "'nope' is neither a section" in bad.stderr
-    fedprox = subprocess.run(
-        [PYTHON, "simulation.py", "--list-config", "fedprox"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert "fedprox.proximal-mu = " in fedprox.stdout and "driving.lr = " in fedprox.stdout
+    fedprox = _simulation("--list-config", "fedprox").stdout
+    assert "fedprox.proximal-mu = " in fedprox and "driving.lr = " in fedprox
 
 
 def test_list_config_of_a_method_is_the_sections_it_reads():

@@ -186,11 +186,10 @@ class Protocol:
             c_alpha = send(
                 "alpha", "eval-observe", theta_g=self.theta_g, evaluation=True, start=True, **conf
             )[0]["c-alpha"]
-        tick = StepLog(
-            f"{split} episodes, test_noise={'on' if test_noise else 'off'}", self.s.horizon + 1
-        )
+        what = f"{split} episodes, test_noise={'on' if test_noise else 'off'}"
+        tick = StepLog(what, self.s.horizon + 1) if self.progress else None
         for _ in range(self.s.horizon + 1):
-            if self.progress:
+            if tick:
                 tick()
             b, _, _ = send(
                 "beta",

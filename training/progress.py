@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from logging import INFO
 
 log = logging.getLogger("flwr").log
@@ -43,21 +44,10 @@ class StepLog:
             )
 
 
+@contextmanager
 def timed(what: str):
-    """Context manager logging `what` at its start and with its duration at its end."""
-    return _Timed(what)
-
-
-class _Timed:
-    def __init__(self, what: str):
-        self.what = what
-
-    def __enter__(self):
-        self.t0 = time.perf_counter()
-        log(INFO, "[fedembodied] %s ...", self.what)
-        return self
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            log(INFO, "[fedembodied] %s: done in %.1f s", self.what, time.perf_counter() - self.t0)
-        return False
+    """Log `what` at its start and, if it ends without an error, with its duration."""
+    t0 = time.perf_counter()
+    log(INFO, "[fedembodied] %s ...", what)
+    yield
+    log(INFO, "[fedembodied] %s: done in %.1f s", what, time.perf_counter() - t0)
