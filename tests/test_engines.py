@@ -187,6 +187,14 @@ def test_simulation_engine_fedvln_one_client_per_house(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "3 seen + 2 unseen houses" in res.stdout  # houses learned from the nodes
+    # each house's own progress reaches the launcher (Ray's log-to-driver on, no dedup)
+    assert "follower training: step 2/2" in res.stdout
+    scored = {
+        line.split(":")[1].strip()
+        for line in res.stdout.splitlines()
+        if line.startswith("client: house") and "scoring the follower" in line
+    }
+    assert len(scored) == 5, res.stdout
     rounds = pd.read_csv(out / "rounds.csv")
     assert rounds.loc[0, "n_accepted"] == 1 and rounds.loc[0, "bytes_up"] > 0
     assert rounds.loc[0, "val_seen_n"] == 90 and rounds.loc[0, "val_unseen_n"] == 180

@@ -2,6 +2,8 @@
 a partition that raises or sends NaN is recorded and never aggregated; the run goes on (FedRL,
 whose two parties cannot lose one, stops and names the party)."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -311,3 +313,38 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
     assert resumed[cols].equals(whole[cols]), (resumed[cols], whole[cols])
     clients = pd.read_csv(tmp_path / "cut" / "clients.csv")
     assert len(clients) == len(pd.read_csv(tmp_path / "whole" / "clients.csv"))
+
+
+def test_a_run_without_out_dir_names_the_folder_it_wrote(tmp_path, monkeypatch):
+    """`flwr run .` leaves out-dir "": the ServerApp names a folder by the time once, writes
+    there, and its closing line names that folder (not a second, later timestamp)."""
+    import itertools
+    import logging
+    import time
+    from types import SimpleNamespace
+
+    from flwr.app import Context, RecordDict
+
+    from clients.app import app as client_app
+    from server.app import main
+
+    monkeypatch.chdir(tmp_path)
+    stamps = itertools.count()  # every call of the clock a new "time": no two names agree
+    monkeypatch.setattr(
+        "server.recorder.time",
+        SimpleNamespace(strftime=lambda fmt: f"t{next(stamps)}", perf_counter=time.perf_counter),
+    )
+    rc = {**DRIVING, "method": "fedavg", "num-server-rounds": 1, "num-clients": 2, "out-dir": ""}
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("flwr").addHandler(handler)
+    try:
+        ctx = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc)
+        main(InProcessGrid(client_app, rc, 2), ctx)
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
+    done = [ln.split("done: ", 1)[1] for ln in lines if "[fedembodied] done: " in ln]
+    assert len(done) == 1
+    folder = Path(done[0])
+    assert folder.parent == tmp_path / "runs" and (folder / "rounds.csv").is_file()
