@@ -32,6 +32,7 @@ from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     silo_data,
 )
 from config import parse
+from models.rng import owned
 from models.state import load_shared_state, shared_state
 from training.cdl import train_cdl
 
@@ -44,35 +45,35 @@ def train(msg: Message, context: Context) -> Message:
     rnd = int(msg.content["config"]["server-round"])
     variant = c.cdl.variant
     torch.set_num_threads(c.run.client_threads)
-    torch.manual_seed(c.run.seed * 7919 + pid * 31 + rnd)
     fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
-    received = msg.content["arrays"].to_torch_state_dict()
-    backbone = build_model(c, received)
-    sub = None
-    if variant == "reference" and any(k.startswith("sub.") for k in received) and rnd > 1:
-        sub = build_model(c)
-        load_shared_state(sub, {k[4:]: v for k, v in received.items() if k.startswith("sub.")})
-    elif variant == "paper" and SUB_STATE in context.state:
-        sub = build_model(c, context.state[SUB_STATE].to_torch_state_dict())
-    resume, step0 = kept_optimizers(c, context)
-    t0 = time.perf_counter()
-    stats = train_cdl(
-        backbone,
-        sub,
-        data.x_train,
-        data.y_train,
-        epochs=c.driving.local_epochs,
-        optim=local_optimizer(c),
-        batch_size=c.driving.batch_size,
-        max_steps=c.driving.local_steps,
-        beta=c.cdl.beta,
-        temperature=c.cdl.temperature,
-        seed=c.run.seed + 1000 * rnd + pid,
-        variant=variant,
-        resume=resume,
-        step0=step0,
-    )
+    with owned(c.run.seed * 7919 + pid * 31 + rnd):  # this silo's stream (models/rng)
+        received = msg.content["arrays"].to_torch_state_dict()
+        backbone = build_model(c, received)
+        sub = None
+        if variant == "reference" and any(k.startswith("sub.") for k in received) and rnd > 1:
+            sub = build_model(c)
+            load_shared_state(sub, {k[4:]: v for k, v in received.items() if k.startswith("sub.")})
+        elif variant == "paper" and SUB_STATE in context.state:
+            sub = build_model(c, context.state[SUB_STATE].to_torch_state_dict())
+        resume, step0 = kept_optimizers(c, context)
+        t0 = time.perf_counter()
+        stats = train_cdl(
+            backbone,
+            sub,
+            data.x_train,
+            data.y_train,
+            epochs=c.driving.local_epochs,
+            optim=local_optimizer(c),
+            batch_size=c.driving.batch_size,
+            max_steps=c.driving.local_steps,
+            beta=c.cdl.beta,
+            temperature=c.cdl.temperature,
+            seed=c.run.seed + 1000 * rnd + pid,
+            variant=variant,
+            resume=resume,
+            step0=step0,
+        )
     fit_s = time.perf_counter() - t0
     keep_optimizers(c, context, stats, step0)
     if sub is None:

@@ -19,6 +19,7 @@ from config import Config, parse
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
+from models.rng import owned
 from models.state import load_shared_state, shared_state
 from training.steering import LocalOptimizer, evaluate_steering, train_steering
 
@@ -122,25 +123,25 @@ def train(msg: Message, context: Context) -> Message:
     pid = int(context.node_config["partition-id"])
     rnd = int(msg.content["config"]["server-round"])
     torch.set_num_threads(c.run.client_threads)
-    torch.manual_seed(c.run.seed * 7919 + pid * 31 + rnd)  # actors are shared by nodes
     fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
-    model = build_model(c, msg.content["arrays"].to_torch_state_dict())
     resume, step0 = kept_optimizers(c, context)
     t0 = time.perf_counter()
-    stats = train_steering(
-        model,
-        data.x_train,
-        data.y_train,
-        epochs=c.driving.local_epochs,
-        optim=local_optimizer(c),
-        batch_size=c.driving.batch_size,
-        max_steps=c.driving.local_steps,
-        seed=c.run.seed + 1000 * rnd + pid,
-        resume=resume,
-        step0=step0,
-        proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)),
-    )
+    with owned(c.run.seed * 7919 + pid * 31 + rnd):  # dropout: this silo's stream (models/rng)
+        model = build_model(c, msg.content["arrays"].to_torch_state_dict())
+        stats = train_steering(
+            model,
+            data.x_train,
+            data.y_train,
+            epochs=c.driving.local_epochs,
+            optim=local_optimizer(c),
+            batch_size=c.driving.batch_size,
+            max_steps=c.driving.local_steps,
+            seed=c.run.seed + 1000 * rnd + pid,
+            resume=resume,
+            step0=step0,
+            proximal_mu=float(msg.content["config"].get("proximal-mu", 0.0)),
+        )
     fit_s = time.perf_counter() - t0
     keep_optimizers(c, context, stats, step0)
     state = faults.nan_state(shared_state(model), fault)

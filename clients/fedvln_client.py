@@ -40,6 +40,7 @@ from contracts.fedvln import (
 )
 from envs.vln_data import Episode
 from models.envdrop import Follower
+from models.rng import owned
 from models.speaker import Speaker
 from training import vln_agent, vln_speaker
 from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
@@ -188,8 +189,12 @@ def train(msg: Message, context: Context) -> Message:
         )
     rnd = int(conf["server-round"])
     fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")
-    torch.manual_seed(_seed(c, context, rnd))
     rng = np.random.default_rng(_seed(c, context, rnd))
+    with owned(_seed(c, context, rnd)):  # this house's torch stream (models/rng)
+        return _train(msg, context, c, conf, h, step, share, rnd, fault, rng)
+
+
+def _train(msg, context, c, conf, h, step, share, rnd, fault, rng) -> Message:
     keep_local = bool(conf.get("keep-local", False))
     model = _model(step, c, h)
     _load(model, context.state.get(LOCAL) if keep_local else None, msg.content["arrays"])

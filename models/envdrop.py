@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from envs.vln_features import ANGLE_DIM
+from models.rng import builds_holding_the_generator
 
 PREFIXES = ("lang_encoder.", "decoder.", "critic.")
 
@@ -41,6 +42,7 @@ class SoftDotAttention(nn.Module):
     per row and short contexts (36 views, <= 80 words) that is faster on CPU
     (experiments/vln_update_speed.py measures it) and computes the same values."""
 
+    @builds_holding_the_generator
     def __init__(self, query_dim: int, ctx_dim: int, output: bool = True):
         super().__init__()
         self.linear_in = nn.Linear(query_dim, ctx_dim, bias=False)
@@ -60,6 +62,7 @@ class SoftDotAttention(nn.Module):
 class LangEncoder(nn.Module):
     """Word embedding -> Bi-LSTM -> context per token, plus the decoder's initial (h, c)."""
 
+    @builds_holding_the_generator
     def __init__(self, s: FollowerSize):
         super().__init__()
         self.embedding = nn.Embedding(s.vocab, s.embedding, padding_idx=0)
@@ -86,6 +89,7 @@ class ActionDecoder(nn.Module):
     """One step: embed the previous action's direction, attend over the panorama, LSTM cell,
     attend over the instruction, score the candidates (STOP is candidate 0)."""
 
+    @builds_holding_the_generator
     def __init__(self, s: FollowerSize):
         super().__init__()
         self.action_embed = nn.Sequential(nn.Linear(ANGLE_DIM, s.action_embedding), nn.Tanh())
@@ -104,6 +108,7 @@ class ActionDecoder(nn.Module):
 
 
 class Follower(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, size: FollowerSize):
         super().__init__()
         self.size = size

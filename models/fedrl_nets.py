@@ -17,10 +17,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.rng import builds_holding_the_generator
+
 N_ACTIONS = 4
 
 
 class QNet(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, history: int, window: int, n_actions: int, hidden: int = 256):
         super().__init__()
         self.conv = nn.Conv2d(history, 32, 3, padding=1)
@@ -33,6 +36,7 @@ class QNet(nn.Module):
 
 
 class SharedMLP(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, n_in: int, heads: int, n_out: int, hidden: int = 32):
         super().__init__()
         self.hidden = nn.Linear(n_in, hidden)
@@ -44,6 +48,7 @@ class SharedMLP(nn.Module):
 
 
 class FullQNet(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, history: int, w_alpha: int, w_beta: int, n_actions: int, hidden: int = 256):
         super().__init__()
         self.conv_a = nn.Conv2d(history, 32, 3, padding=1)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.rng import builds_holding_the_generator
+
 
 def _conv_out(size: int, kernel: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - kernel) // stride + 1
@@ -29,6 +31,7 @@ def feature_map_size(image_size: int) -> int:
 
 
 class ResBlock(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, cin: int, cout: int):
         super().__init__()
         self.bn1 = nn.BatchNorm2d(cin)
@@ -46,6 +49,7 @@ class ResBlock(nn.Module):
 class ResNet8(nn.Module):
     """Steering regressor: `features(x)` gives the flattened feature vector, `forward` the angle."""
 
+    @builds_holding_the_generator
     def __init__(self, image_size: int = 200, channels: int = 1, dropout: float = 0.5):
         super().__init__()
         self.image_size = image_size

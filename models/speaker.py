@@ -19,6 +19,7 @@ from torch import nn
 from envs.vln_features import ANGLE_DIM
 from envs.vln_vocab import EOS, PAD
 from models.envdrop import SoftDotAttention
+from models.rng import builds_holding_the_generator
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class SpeakerSize:
 
 
 class Speaker(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, s: SpeakerSize):
         super().__init__()
         self.size = s

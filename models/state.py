@@ -39,9 +39,10 @@ def initial_state(
     """The common starting model of every driving method (seeded, so runs compare), plus a copy
     under `sub.` when a method also mixes a CDL sub-network (its reference variant)."""
     from models.resnet8 import ResNet8
+    from models.rng import owned
 
-    torch.manual_seed(seed)
-    state = shared_state(ResNet8(image_size, channels))
+    with owned(seed):  # models/rng
+        state = shared_state(ResNet8(image_size, channels))
     if with_sub:
         state.update({f"sub.{k}": v.clone() for k, v in list(state.items())})
     return state

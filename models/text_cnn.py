@@ -22,11 +22,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.rng import builds_holding_the_generator
+
 DIM = 50
 NGRAMS = (2, 3, 4, 5)
 
 
 class PosFeatures(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, pos_ids: np.ndarray, n_pos: int, dim: int = DIM):
         super().__init__()
         self.register_buffer("table", torch.as_tensor(pos_ids, dtype=torch.long), persistent=False)
@@ -38,6 +41,7 @@ class PosFeatures(nn.Module):
 
 
 class WordFeatures(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, vectors: np.ndarray):
         super().__init__()
         self.register_buffer(
@@ -50,6 +54,7 @@ class WordFeatures(nn.Module):
 
 
 class FullFeatures(nn.Module):
+    @builds_holding_the_generator
     def __init__(self, word: WordFeatures, pos: PosFeatures):
         super().__init__()
         self.word, self.pos = word, pos
@@ -60,6 +65,7 @@ class FullFeatures(nn.Module):
 
 
 class TextCNN(nn.Module):
+    @builds_holding_the_generator
     def __init__(
         self, features: nn.Module, n_actions: int = 2, filters: int = 32, tag_dim: int = DIM
     ):

@@ -51,6 +51,7 @@ from config.schema import ConfigError
 from contracts.fedvln import LANG, follower_size, shared_part, speaker_size
 from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
+from models.rng import owned
 from models.speaker import Speaker
 from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
 from strategies.fedvln_strategy import FedVLNStrategy
@@ -210,16 +211,16 @@ def run(grid, cfg: dict, name: str) -> None:
         )
     parts, idents = _houses(grid, c)
     vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
-    torch.manual_seed(c.run.seed)
-    if plan.init_agent:
-        follower = _load_init(c.fedvln.agent_init, follower_size(c, vocab, feat))
-    else:
-        follower = Follower(follower_size(c, vocab, feat))
-    speaker = (
-        _load_init(c.fedvln.speaker_init, speaker_size(c, vocab, feat))
-        if plan.speaker_to
-        else Speaker(speaker_size(c, vocab, feat))
-    )
+    with owned(c.run.seed):  # models/rng
+        if plan.init_agent:
+            follower = _load_init(c.fedvln.agent_init, follower_size(c, vocab, feat))
+        else:
+            follower = Follower(follower_size(c, vocab, feat))
+        speaker = (
+            _load_init(c.fedvln.speaker_init, speaker_size(c, vocab, feat))
+            if plan.speaker_to
+            else Speaker(speaker_size(c, vocab, feat))
+        )
     model = speaker if plan.model == "speaker" else follower
     n_params = sum(p.numel() for p in model.parameters())
     shared = shared_part(model, plan.share)

@@ -348,3 +348,39 @@ def test_a_run_without_out_dir_names_the_folder_it_wrote(tmp_path, monkeypatch):
     assert len(done) == 1
     folder = Path(done[0])
     assert folder.parent == tmp_path / "runs" and (folder / "rounds.csv").is_file()
+
+
+@pytest.mark.slow
+def test_a_run_keeps_its_numbers_while_another_trains_in_the_same_process(tmp_path):
+    """Silos of two runs training at once in one process (threads: a concurrent grid, a hung
+    call that wakes after its test moved on, the cause of issue 34's flaky resume) all draw
+    dropout masks from torch's one global generator. Each silo owns it while it draws
+    (models/rng.py), so a run's numbers do not depend on what else runs beside it."""
+    import threading
+
+    from clients.app import app
+    from config.methods import server_module
+
+    def run(out, seed=0):
+        cfg = merged({**DRIVING, "method": "fedavg", "seed": seed, "out-dir": str(out)})
+        server_module("fedavg").run(InProcessGrid(app, cfg, 3), cfg, "fedavg")
+        return pd.read_csv(out / "rounds.csv")[["train_loss", "rmse", "mae"]]
+
+    alone = run(tmp_path / "alone")
+    stop, runs_beside = threading.Event(), []
+
+    def beside():
+        while not stop.is_set():
+            runs_beside.append(run(tmp_path / f"beside{len(runs_beside)}", seed=1))
+
+    thread = threading.Thread(target=beside)
+    thread.start()
+    try:
+        together = [run(tmp_path / f"together{k}") for k in range(2)]
+    finally:
+        stop.set()
+        thread.join()
+    assert runs_beside, "nothing ran beside"
+    for t in together:
+        assert t.equals(alone), (t, alone)
+    assert all(r.equals(runs_beside[0]) for r in runs_beside)

@@ -34,6 +34,7 @@ from torch import nn
 from contracts.fedrl import sample_ids
 from envs.gridworld import STAY
 from models.fedrl_nets import N_ACTIONS
+from models.rng import owned
 from training.fedrl_protocol import DirectTransport, Selection
 from training.fedrl_replay import Replay, count_episodes, episode_report, explore
 from training.fedrl_setup import Settings
@@ -50,13 +51,13 @@ class DQNLocal:
 
     def __init__(self, s: Settings, full: bool):
         self.s, self.full = s, full
-        torch.manual_seed(s.seed)
         self.joint = s.mode == "joint-action"
         # heads: one over the joint actions (16 | Text2Action's 2), or alpha's 4 (+ beta's 4
         # for -full) in paper mode
         self.n_out = s.n_actions * (1 if self.joint else (2 if full else 1))
         make = lambda: s.q_net("full" if full else "alpha", self.n_out)  # noqa: E731
-        self.net, self.target = make(), make()
+        with owned(s.seed):  # models/rng
+            self.net, self.target = make(), make()
         self.target.load_state_dict(self.net.state_dict())
         self.best = None
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)

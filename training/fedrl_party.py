@@ -51,6 +51,7 @@ from torch import nn
 
 from envs.gridworld import STAY, GridWorld
 from models.fedrl_nets import N_ACTIONS, SharedMLP
+from models.rng import owned
 from training.fedrl_privacy import Ledger, release
 from training.fedrl_replay import Replay, count_episodes, episode_report, explore
 from training.fedrl_setup import SPLITS, Settings
@@ -78,13 +79,13 @@ class Party:
 
     def __init__(self, s: Settings, replay_fields: dict, restoring: bool = False):
         self.s = s
-        torch.manual_seed(s.seed * 1009 + (0 if self.role == "alpha" else 1))
-        self.q = s.q_net(self.role)
-        self.q_target = s.q_net(self.role)
-        self.q_target.load_state_dict(self.q.state_dict())
         heads = 1 if s.mode == "joint-action" else 2
-        self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
-        self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
+        with owned(s.seed * 1009 + (0 if self.role == "alpha" else 1)):  # models/rng
+            self.q = s.q_net(self.role)
+            self.q_target = s.q_net(self.role)
+            self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
+            self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
+        self.q_target.load_state_dict(self.q.state_dict())
         self.mlp_target.load_state_dict(self.mlp.state_dict())
         self.q_best = self.mlp_best = None
         self.opt = torch.optim.Adam([*self.q.parameters(), *self.mlp.parameters()], lr=s.lr)
