@@ -41,7 +41,11 @@ def run_tokens_alive(token: str) -> list[int]:
 class InProcessGrid:
     """A Grid that delivers each message to the ClientApp of its node in this process, so
     whole strategies run without Ray; it keeps every message sent and every reply. A ClientApp
-    that raises answers with an error reply carrying the traceback, as Flower's engines do."""
+    that raises answers with an error reply carrying the traceback, as Flower's engines do.
+    A call still running when the server moved on (a hang) is waited for when the test ends
+    (`close`, by the autouse fixture below): no thread outlives the test that started it."""
+
+    open: list[InProcessGrid] = []
 
     def __init__(
         self,
@@ -70,6 +74,13 @@ class InProcessGrid:
             for p in range(num_nodes)
         }
         self.sent, self.replies = [], []
+        self.pools = []
+        InProcessGrid.open.append(self)
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.shutdown(wait=True)
+        self.pools.clear()
 
     def get_node_ids(self):
         return list(self.contexts)
@@ -96,6 +107,14 @@ class InProcessGrid:
             futures = [pool.submit(self._deliver, m) for m in messages]
             wait(futures, timeout=timeout)
             pool.shutdown(wait=False)
+            self.pools.append(pool)
             out = [f.result() for f in futures if f.done()]
         self.replies.extend(out)
         return out
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_outlives_its_test():
+    yield
+    while InProcessGrid.open:
+        InProcessGrid.open.pop().close()
