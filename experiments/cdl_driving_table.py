@@ -268,8 +268,8 @@ def strongest_stable(signal: pd.DataFrame, floor: float) -> str | None:
     return (ok.beta * ok.ratio).idxmax()
 
 
-def save(df: pd.DataFrame, name: str) -> None:
-    df.assign(command=command_line()).to_csv(RESULTS / name, index=False, float_format="%.5g")
+def save(df: pd.DataFrame, name: str, cmd: str) -> None:
+    df.assign(command=cmd).to_csv(RESULTS / name, index=False, float_format="%.5g")
     print(f"\n== {name}\n" + df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
@@ -297,6 +297,7 @@ def main(argv=None) -> int:
         help="redraw cdl_signal_sweep.png and cdl_noniid.png from the committed CSVs",
     )
     args = p.parse_args(argv)
+    cmd = command_line(__file__, argv)
     if args.plot_only:  # cdl_driving_table.png needs the per-seed runs (--tables-only)
         plot_signal(pd.read_csv(RESULTS / "cdl_signal_sweep.csv"))
         plot_noniid(pd.read_csv(RESULTS / "cdl_noniid.csv"))
@@ -324,6 +325,7 @@ def main(argv=None) -> int:
         )
         .reset_index(),
         "cdl_floors.csv",
+        cmd,
     )
     runs_all = []
     if "isolate" in args.parts:
@@ -338,7 +340,7 @@ def main(argv=None) -> int:
                 ("fedprox", "fedavg"),
             ],
         )
-        save(cmp, "cdl_isolate.csv")
+        save(cmp, "cdl_isolate.csv", cmd)
         summary = iso.groupby("key", sort=False)[list(METRICS)].agg(["mean", "std"])
         summary.columns = [f"{a}_{b}" for a, b in summary.columns]
         summary = summary.reset_index()
@@ -352,7 +354,7 @@ def main(argv=None) -> int:
             ]
         )
         summary["seeds"] = summary.key.map(iso.groupby("key").seed.nunique())
-        save(summary, "cdl_driving_table.csv")
+        save(summary, "cdl_driving_table.csv", cmd)
         plot_isolate(iso, fl)
     if "signal" in args.parts:
         sig = done(signal_runs(seeds))
@@ -372,7 +374,7 @@ def main(argv=None) -> int:
             )
             .reset_index()
         )
-        save(grid, "cdl_signal_sweep.csv")
+        save(grid, "cdl_signal_sweep.csv", cmd)
         best = strongest_stable(sig, fl[fl.non_iid == 1.0].constant_rmse.mean())
         if best is not None:
             b, t = grid.set_index("key").loc[best, ["beta", "temperature"]]
@@ -401,12 +403,17 @@ def main(argv=None) -> int:
             save(
                 comparisons(both, [(best, base[0].key)], setting="strongest stable"),
                 "cdl_signal_strongest.csv",
+                cmd,
             )
         plot_signal(grid)
     if "official" in args.parts:
         off = done(official_runs(seeds, args.rounds_official))
         runs_all.append(off)
-        save(comparisons(off, [("cdl", "gossip")], rounds=args.rounds_official), "cdl_official.csv")
+        save(
+            comparisons(off, [("cdl", "gossip")], rounds=args.rounds_official),
+            "cdl_official.csv",
+            cmd,
+        )
         plot_official(off, work, seeds, args.rounds_official, fl)
     if "noniid" in args.parts:
         rows = []
@@ -426,7 +433,7 @@ def main(argv=None) -> int:
             left_on="non_iid",
             right_index=True,
         )
-        save(table, "cdl_noniid.csv")
+        save(table, "cdl_noniid.csv", cmd)
         plot_noniid(table)
     print("\n" + markdown())
     return 0

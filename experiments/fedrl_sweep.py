@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSV")
     common_args(ap)
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     name = args.name or f"fedrl_sweep_{args.knob}"
     csv, png = RESULTS / f"{name}.csv", RESULTS / f"{name}.png"
     if args.plot_only:
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
             table,
             args.knob,
             png,
-            f"{command_line()} (from {csv.name}, settings: {table.settings.iloc[0]})",
+            f"{cmd} (from {csv.name}, settings: {table.settings.iloc[0]})",
         )
         return 0
     values = [v if args.knob == "lr" else int(v) for v in args.values]
@@ -124,8 +125,8 @@ def main(argv=None) -> int:
     table.insert(2, "rounds", args.rounds)
     table.insert(3, "settings", args.run_config)
     table.to_csv(csv, index=False)
-    print(f"\n{command_line()}\n" + table.to_string(index=False))
-    draw(table, args.knob, png, command_line())
+    print(f"\n{cmd}\n" + table.to_string(index=False))
+    draw(table, args.knob, png, cmd)
     return 0
 
 

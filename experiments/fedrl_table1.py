@@ -415,6 +415,7 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="fedrl_table1")
     common_args(ap)
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
     pngs = [RESULTS / f"{args.name}_{r}.png" for r in args.rules]
     try:
@@ -450,9 +451,9 @@ def main(argv=None) -> int:
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(f"\n{command_line()}\n\n" + markdown(table))
+    print(f"\n{cmd}\n\n" + markdown(table))
     for rules, png in zip(args.rules, pngs):
-        plot(runs, rules, png, command_line())
+        plot(runs, rules, png, cmd)
     return 0
 
 

@@ -309,6 +309,7 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="fedrl_table2")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
     png = RESULTS / f"{args.name}.png"
     try:
@@ -357,8 +358,8 @@ def main(argv=None) -> int:
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(f"\n{command_line()}\n\n" + markdown(table))
-    plot(runs, png, command_line())
+    print(f"\n{cmd}\n\n" + markdown(table))
+    plot(runs, png, cmd)
     return 0
 
 

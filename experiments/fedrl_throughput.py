@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--force", action="store_true", help="overwrite the result files")
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     args.run_config, args.eval_every = "", 1
     csv, runs_csv = RESULTS / "fedrl_throughput.csv", RESULTS / "fedrl_throughput_runs.csv"
     try:
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
         table["rounds"] = args.transitions // (table.B * table.S)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False)
-    print(f"\n{command_line()}\n" + table.to_string(index=False))
+    print(f"\n{cmd}\n" + table.to_string(index=False))
     return 0
 
 

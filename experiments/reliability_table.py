@@ -231,13 +231,14 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default=",".join(STUDIES))
     p.add_argument("--markdown", action="store_true", help="print the README table and exit")
     args = p.parse_args(argv)
+    cmd = command_line(__file__, argv)
     path = RESULTS / "reliability.csv"
     if args.markdown:
         print(markdown(pd.read_csv(path)))
         return 0
     rows = [study(m) for m in args.methods.split(",")]
     table = pd.DataFrame(rows)
-    table["command"] = command_line()
+    table["command"] = cmd
     if path.is_file():
         old = pd.read_csv(path)
         table = pd.concat([old[~old.method.isin(table.method)], table])

@@ -183,6 +183,7 @@ def main(argv=None) -> int:
         "--skip-rounds", action="store_true", help="aggregation only (keeps the CSV's round rows)"
     )
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     from models.resnet8 import ResNet8, count_parameters
 
     resnet = count_parameters(ResNet8(64, 1))
@@ -207,7 +208,7 @@ def main(argv=None) -> int:
     df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(csv, index=False)
-    print(f"\n{command_line()}\n" + df.to_string(index=False))
+    print(f"\n{cmd}\n" + df.to_string(index=False))
     return 0
 
 

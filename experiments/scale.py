@@ -112,6 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--participants", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     if min(args.clients) < args.participants or args.rounds < 2:
         print("scale: --clients must be >= --participants and --rounds >= 2", file=sys.stderr)
         return 2
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
     df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(RESULTS / "scale.csv", index=False)
-    print(f"\n{command_line()}\n" + df.to_string(index=False))
+    print(f"\n{cmd}\n" + df.to_string(index=False))
     return 0
 
 

@@ -3,6 +3,7 @@ runs at once with a progress bar."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -66,10 +67,12 @@ def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) 
         return [f.result() for f in futures]
 
 
-def command_line() -> str:
-    """How this script was invoked, for the results' provenance."""
-    return (
-        "python -m "
-        + Path(sys.argv[0]).with_suffix("").relative_to(ROOT).as_posix().replace("/", ".")
-        + "".join(f" {a}" for a in sys.argv[1:])
-    )
+def command_line(script: str, argv: list[str] | None = None) -> str:
+    """How a script was invoked, for the results' provenance: `python -m <module> <args>`.
+
+    `script` is the calling module's `__file__` (always inside the project, wherever the venv
+    or the caller is: a notebook calling `main([...])` gets its own arguments, not the
+    notebook's); `argv` is what its `main` parsed (None: the command line's)."""
+    module = Path(script).resolve().with_suffix("").relative_to(ROOT).as_posix().replace("/", ".")
+    args = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    return shlex.join(["python", "-m", module, *args])

@@ -87,6 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--compile", action="store_true", help="also time a compiled decoder")
     args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
     if not same_values():
         print("vln_update_speed: multiply-sum attention differs from bmm", file=sys.stderr)
         return 1
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(RESULTS / "vln_update_speed.csv", index=False)
-    print(f"\n{command_line()}\n" + df.to_string(index=False))
+    print(f"\n{cmd}\n" + df.to_string(index=False))
     return 0
 
 

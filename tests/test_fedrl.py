@@ -1,6 +1,7 @@
 """FedRL: the noise mechanism, the accountant, what each party sends, and protocol parity."""
 
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -302,7 +303,10 @@ def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, mo
         "--run-config",
         "fedrl.eval-episodes=10 fedrl.warmup=32 fedrl.envs=8 fedrl.batch-size=8",
     ]
+    # called as from a notebook or a venv elsewhere: sys.argv[0] is not in the project
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "elsewhere" / "bin" / "pytest"), "-q"])
     assert t1.main(args) == 0
+    assert "python -m experiments.fedrl_table1 --sizes 8 --rules paper" in capsys.readouterr().out
     runs = pd.read_csv(tmp_path / "results" / "fedrl_table1_runs.csv")
     assert set(runs.checkpoint) == {"best", "last"} and runs.seed.nunique() == 2
     assert set(runs.split) == {"test"}  # generated maps hold the paper's test split
