@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the ClientApps on an existing Ray cluster (its head, started with "
         "`ray start --head`; default: RAY_ADDRESS, else a private local Ray)",
     )
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="the nodes' privacy policy (clients/policy.py; deploy/policies/): you run every "
+        "node, so you are their operator; default: the papers' protections",
+    )
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs per ClientApp (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per ClientApp (default 0)")
     p.add_argument("--run-config", default="", help='extra run config, e.g. "driving.lr=0.05"')
@@ -380,7 +387,7 @@ class LocalSuperLink:
     that cluster (its `ray.init()` reads RAY_ADDRESS; we pass no num_cpus, which joining
     forbids), so the ClientApps run on the cluster's nodes."""
 
-    def __init__(self, ray_address: str | None = None):
+    def __init__(self, ray_address: str | None = None, policy: Path | None = None):
         self.home = Path(tempfile.mkdtemp(prefix="fedembodied-flwr-"))
         self.port = free_port()
         # every process of the run carries this token; a caller may choose it to track them
@@ -399,6 +406,8 @@ class LocalSuperLink:
         }
         if ray_address:
             self.env["RAY_ADDRESS"] = ray_address
+        if policy is not None:  # the nodes' operator is the launcher's user (clients/policy.py)
+            self.env["FEDEMBODIED_POLICY"] = str(policy)
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "fedsim"\n\n[superlink.fedsim]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
@@ -496,10 +505,36 @@ def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:
         return "unknown", res.stdout + res.stderr
 
 
+def node_policy(args, out: Path) -> Path:
+    """The policy every simulated node reads (through FEDEMBODIED_POLICY): `--policy FILE`
+    (checked here, so a bad file stops the launcher, not every node), with the nodes' state and
+    audit logs in `<out>/client-state` unless the file names a state-dir of its own."""
+    from clients.policy import PolicyError, load
+
+    path = out / "node-policy.toml"
+    if args.resume and not args.policy and path.is_file():
+        return path  # a resumed run keeps the policy it started with
+    text = ""
+    if args.policy:
+        try:
+            mine = load(args.policy)
+        except PolicyError as e:
+            raise BadInput(f"--policy {e}") from None
+        text = Path(args.policy).read_text()
+        if mine.state_dir:
+            return Path(args.policy).resolve()
+    path.write_text(
+        f"# written by simulation.py from {args.policy or 'the default policy'}\n"
+        f"state-dir = {json.dumps(str(out.resolve() / 'client-state'))}\n{text}"
+    )
+    return path
+
+
 def launch(args, overrides: dict, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
+    policy = node_policy(args, out)
     print("starting a local Flower SuperLink (simulation engine) ...", flush=True)
-    link = LocalSuperLink(args.ray_address)
+    link = LocalSuperLink(args.ray_address, policy)
     run_id = None
     try:
         level = "INFO" if args.verbose else "ERROR"

@@ -6,10 +6,12 @@ simulation engine, or by `--node-config` on a deployed SuperNode), and optionall
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients import state_store
+from clients import audit, policy, state_store
 from config import methods, parse
 
 app = ClientApp()
@@ -20,16 +22,48 @@ def _handler(context: Context):
 
 
 def _handle(kind: str, msg: Message, context: Context) -> Message:
-    """The method's handler, with the node's state read back in a resumed run and written to
+    """The method's handler, under the node's own policy (clients/policy.py: which methods it
+    serves, what it may send), with the node's state read back in a resumed run and written to
     the node's disk after a message whose config says `save-state` (the server marks the
-    message that ends a node's round: a training call, FedRL's checkpoint step)."""
+    message that ends a node's round: a training call, FedRL's checkpoint step). Every reply,
+    and every refusal, goes to the node's audit log (clients/audit.py) before it leaves."""
     c = parse(context.run_config)
-    state_store.restore(context, c)
-    reply = getattr(_handler(context), kind)(msg, context)
+    p = policy.of_node(context.node_config)
+    handler = _handler(context)
+    log = audit_log(p, context)
+    what = {"partition": int(context.node_config.get("partition-id", 0)), "method": c.run.method}
+    try:
+        p.serves(c.run.method)
+        state_store.restore(context, c)
+        reply = getattr(handler, kind)(msg, context) if kind != "query" else _identity(msg, context)
+    except Exception as e:  # refused (policy) or failed: what leaves is Flower's error reply
+        audit.record_reply(
+            log,
+            msg,
+            None,
+            **what,
+            policy_source=p.source,
+            reason=f"{type(e).__name__}: {e}",
+            status="refused" if isinstance(e, policy.Refused) else "failed",
+        )
+        raise
     conf = msg.content.config_records.get("config", {})
     if not reply.has_error() and bool(conf.get("save-state", False)):  # the server says when
         state_store.save(context, c, int(conf.get("server-round", 0)))
+    privacy = getattr(handler, "privacy", None)
+    audit.record_reply(
+        log, msg, reply, **what, policy_source=p.source, privacy=privacy and privacy(context)
+    )
     return reply
+
+
+def audit_log(p: policy.Policy, context: Context) -> Path:
+    """This node's audit log: `<state-dir>/audit/partition-<k>.jsonl` on its own disk."""
+    return (
+        p.state_root()
+        / "audit"
+        / f"partition-{int(context.node_config.get('partition-id', 0))}.jsonl"
+    )
 
 
 @app.train()
@@ -44,6 +78,10 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
+    return _handle("query", msg, context)
+
+
+def _identity(msg: Message, context: Context) -> Message:
     """Who am I: the server asks once per run to map node ids to partitions (a method's
     handler may add what else its server needs to know, e.g. FedVLN's house and role)."""
     nc = context.node_config

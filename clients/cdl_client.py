@@ -22,7 +22,7 @@ import time
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults
+from clients import faults, policy
 from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     build_model,
     evaluate,
@@ -45,6 +45,13 @@ def train(msg: Message, context: Context) -> Message:
     rnd = int(msg.content["config"]["server-round"])
     variant = c.cdl.variant
     torch.set_num_threads(c.run.client_threads)
+    p = policy.of_node(context.node_config)
+    if variant == "reference" and not p.cdl.share_sub_network:  # it sends `sub.*` up
+        raise p.refuse(
+            "cdl.share-sub-network",
+            f"silo {pid}: the run asks cdl.variant='reference', which sends the sub-network; "
+            "this silo sends its backbone only",
+        )
     fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
     with owned(c.run.seed * 7919 + pid * 31 + rnd):  # this silo's stream (models/rng)

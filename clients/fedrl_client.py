@@ -14,13 +14,13 @@ import uuid
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults
+from clients import faults, policy
 from config import parse
 from contracts.fedrl import SENDS, role_of
 from contracts.records import array_record, arrays_of
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_protocol import dispatch
-from training.fedrl_setup import Settings
+from training.fedrl_setup import DEFAULT_CLIP, Settings
 
 STATE = "fedrl-party"
 VERSION = "fedrl-party-version"
@@ -31,15 +31,29 @@ VERSION = "fedrl-party-version"
 _LIVE: dict[tuple[int, int], tuple[str, object]] = {}
 
 
-def enforce_noise_floor(role: str, s: Settings, node_config) -> None:
-    """The party protects itself: its operator's node config `min-sigma` is the least noise it
-    releases Q outputs with, whatever the run config (set by whoever submits the run) asks."""
-    floor = float(node_config.get("min-sigma", 0.0))
-    if s.sigma < floor:
-        raise PermissionError(
-            f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node "
-            f"releases Q outputs only with sigma >= {floor:g} (node config "
-            f"min-sigma)"
+def enforce_policy(role: str, s: Settings, node_config) -> None:
+    """The party protects itself: its operator's policy (clients/policy.py) bounds the noise
+    and the clip it releases Q outputs with, whatever the run config (set by whoever submits
+    the run) asks. Un-noised release needs `allow-no-noise`; otherwise sigma >= min-sigma."""
+    p = policy.of_node(node_config)
+    if s.sigma == 0 and not p.fedrl.allow_no_noise:
+        raise p.refuse(
+            "fedrl.allow-no-noise",
+            f"party {role}: the run asks fedrl.sigma=0 (Q outputs un-noised); this node never "
+            "releases them so",
+        )
+    if 0 < s.sigma < p.fedrl.min_sigma:
+        raise p.refuse(
+            "fedrl.min-sigma",
+            f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node releases Q outputs "
+            f"only with sigma >= {p.fedrl.min_sigma:g}",
+        )
+    most = p.fedrl.max_clip or DEFAULT_CLIP[s.domain]
+    if s.clip > most:
+        raise p.refuse(
+            "fedrl.max-clip",
+            f"party {role}: the run asks fedrl.clip={s.clip:g}; this node bounds each released "
+            f"Q output by C <= {most:g}",
         )
 
 
@@ -86,7 +100,7 @@ def handle(msg: Message, context: Context) -> Message:
     conf = msg.content["config"]
     step = str(conf["step"])
     role = role_of(context.node_config)
-    enforce_noise_floor(role, s, context.node_config)
+    enforce_policy(role, s, context.node_config)
     party = _load(context, s)
     fault = None
     if msg.metadata.message_type == "train":  # round and attempt: stamped by the server
@@ -109,6 +123,12 @@ def handle(msg: Message, context: Context) -> Message:
     reply = _reply(msg, role, step, out, theta, metrics)
     _save(context, party)
     return reply
+
+
+def privacy(context: Context) -> dict:
+    """The noise and bound every Q output this party releases carries (its audit log)."""
+    s = Settings.from_config(context.run_config)
+    return {"sigma": s.sigma, "clip": s.clip}
 
 
 train = handle

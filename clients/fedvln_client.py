@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults
+from clients import faults, policy
 from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import (
@@ -36,7 +36,6 @@ from contracts.fedvln import (
     shared_part,
     speaker_size,
     spec_of,
-    stage_share,
 )
 from envs.vln_data import Episode
 from models.envdrop import Follower
@@ -107,14 +106,15 @@ def _load(model, *records: ArrayRecord | None) -> None:
     model.load_state_dict(state)
 
 
-def allowed_share(c: Config, node_config) -> str:
-    """The most this house sends up, decided in the house, not by the server's message: its
-    own node config `share` if the operator set one (e.g. `--node-config share=lang_encoder.`),
-    else what the run's stage and variant share (fed-lan: the language encoder; env-based:
-    nothing; otherwise the whole model)."""
-    if "share" in node_config:
-        return str(node_config["share"])
-    return stage_share(c)
+def allowed_share(c: Config, node_config) -> tuple[str, str]:
+    """(the most this house sends up in the run's stage, the policy key that says so): decided
+    by its operator's policy (clients/policy.py), never by the run or the server's message.
+    Default: the paper's, the model in federated training, the language encoder in
+    pre-exploration (fed-lan)."""
+    p = policy.of_node(node_config)
+    if c.fedvln.stage == "preexplore":
+        return p.fedvln.preexplore_share, f"fedvln.preexplore-share in {p.source}"
+    return p.fedvln.train_share, f"fedvln.train-share in {p.source}"
 
 
 def within(requested: str, allowed: str) -> bool:
@@ -181,11 +181,11 @@ def train(msg: Message, context: Context) -> Message:
     step = str(conf["step"])
     if step == "setup":
         return Message(setup(msg, context, c, h), reply_to=msg)
-    share, allowed = str(conf["share"]), allowed_share(c, context.node_config)
+    share, (allowed, key) = str(conf["share"]), allowed_share(c, context.node_config)
     if not within(share, allowed):
-        raise PermissionError(
+        raise policy.Refused(
             f"house {h.name}: the server asked for share={share!r}; this "
-            f"house sends at most {allowed!r} in this stage"
+            f"house sends at most {allowed!r} in this stage (policy key {key})"
         )
     rnd = int(conf["server-round"])
     fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")

@@ -7,15 +7,18 @@ ClientApp writes its node's context state here; a run resumed after round k (run
 `resume = true`, `resume-round = k`, set by `simulation.py --resume`) reads it back before the
 node's first message.
 
-Where: the node config's `state-dir` (a deployed SuperNode's own disk), else
-`<out-dir>/client-state` (simulation: the same machine as the results). One folder per node
-(partition), two snapshots each: the newest and the one before it, tagged with their server
-round. A node may have begun round k+1 before the kill, so the resumed node loads the newest
+Where: under the `state-dir` of the node's own policy (clients/policy.py; the simulation
+launcher's is `<out>/client-state`), in `runs/<digest of the run's out-dir>/partition-<k>`: the
+run names which of the node's folders it continues (a resumed run has the same out-dir), never
+where the node writes (issue 28: a submitter's out-dir chose every node's folder). Nothing is
+kept for a run with no out-dir. One folder per node (partition), two snapshots each: the newest
+and the one before it, tagged with their server round. A node may have begun round k+1 before the kill, so the resumed node loads the newest
 snapshot of a round <= k. Format: Flower's own RecordDict protobuf (no pickle, no code).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -23,18 +26,18 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # pylint: disable=E0611
 
+from clients import policy
 from config import Config
 
 TAG = "state-store"  # ConfigRecord in context.state: the snapshot's round
 
 
 def folder(context: Context, c: Config) -> Path | None:
-    base = str(context.node_config.get("state-dir", "")) or (
-        str(Path(c.run.out_dir) / "client-state") if c.run.out_dir else ""
-    )
-    if not base:
+    if not c.run.out_dir:
         return None
-    return Path(base) / f"partition-{int(context.node_config.get('partition-id', 0))}"
+    run = hashlib.sha256(c.run.out_dir.encode()).hexdigest()[:16]
+    root = policy.of_node(context.node_config).state_root()
+    return root / "runs" / run / f"partition-{int(context.node_config.get('partition-id', 0))}"
 
 
 def _read(path: Path) -> tuple[int, RecordDict] | None:

@@ -2,15 +2,17 @@
 # Start one SuperNode (one silo / house / party) of a deployed federation. Foreground.
 #   deploy/supernode.sh --superlink HOST:PORT --partition-id I --num-partitions N
 #       [--data-dir DIR] [--role alpha|beta] [--house SCAN] [--port 9094]
-#       [--tls CA_CERT --key PRIVATE_KEY]
+#       [--tls CA_CERT --key PRIVATE_KEY] [--policy POLICY.toml]
 # The node's identity goes in its node config; the app reads partition-id / num-partitions, and
 # data-dir (this silo's own data folder), role (FedRL) or house (FedVLN) when given. --port is this node's local
-# Runtime API port and must differ between SuperNodes on one host.
+# Runtime API port and must differ between SuperNodes on one host. --policy is this node's
+# privacy policy (clients/policy.py, deploy/policies/paper.toml): what it may send whatever a
+# run asks, where it keeps its state and audit log; without it the papers' protections hold.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$here/.venv}
 export PATH="$VENV/bin:$PATH" FLWR_TELEMETRY_ENABLED=0
-superlink=""; pid=""; num=""; data=""; role=""; house=""; port=9094; ca=""; key=""
+superlink=""; pid=""; num=""; data=""; role=""; house=""; port=9094; ca=""; key=""; policy=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --superlink) superlink=$2; shift 2;;
@@ -22,6 +24,7 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2;;
     --tls) ca=$2; shift 2;;
     --key) key=$2; shift 2;;
+    --policy) policy=$2; shift 2;;
     *) echo "supernode.sh: unknown option $1" >&2; exit 2;;
   esac
 done
@@ -32,6 +35,12 @@ cfg="partition-id=$pid num-partitions=$num"
 [ -z "$data" ] || cfg="$cfg data-dir=\"$(cd "$data" && pwd)\""
 [ -z "$role" ] || cfg="$cfg role=\"$role\""
 [ -z "$house" ] || cfg="$cfg house=\"$house\""
+if [ -n "$policy" ]; then  # checked now: a bad policy stops the node, not each message
+  [ -f "$policy" ] || { echo "supernode.sh: --policy $policy: no such file" >&2; exit 2; }
+  policy="$(cd "$(dirname "$policy")" && pwd)/$(basename "$policy")"
+  (cd "$here" && "$VENV/bin/python" -m clients.policy "$policy") || exit 2
+  cfg="$cfg policy=\"$policy\""
+fi
 if [ -n "$ca" ]; then
   [ -n "$key" ] || { echo "supernode.sh: --tls needs --key (the node's registered EC key)" >&2; exit 2; }
   exec flower-supernode --root-certificates "$ca" --auth-supernode-private-key "$key" \

@@ -14,6 +14,8 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
+# the nodes' policy when a study compares what the papers compare beyond their own protections
+RESEARCH_POLICY = ROOT / "deploy" / "policies" / "research.toml"
 
 
 def simulate(
@@ -25,6 +27,7 @@ def simulate(
     num_clients: int | None = None,
     topology: str | None = None,
     run_config: str = "",
+    policy: Path | None = None,
 ) -> Path:
     """Run one study into run_dir unless it already finished there (so scripts resume)."""
     if (run_dir / "rounds.csv").exists():
@@ -50,6 +53,8 @@ def simulate(
         cmd += ["--topology", topology]
     if run_config:
         cmd += ["--run-config", run_config]
+    if policy is not None:
+        cmd += ["--policy", str(policy)]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return run_dir

@@ -87,6 +87,7 @@ class Exchange:
         self.grid, self.roles, self.rec, self.timeout = grid, roles, recorder, timeout
         self.retries = retries
         self.messages = 0
+        self.up: dict[str, int] = {}  # bytes each party sent this round (its clients.csv row)
         self.round = 0  # the server round, stamped on every message
 
     def __call__(
@@ -147,6 +148,7 @@ class Exchange:
                 f"last: {one_line(rep.error.reason)}"
             )
         self.rec.add_bytes(up=message_bytes(rep), down=message_bytes(msg), evaluation=evaluation)
+        self.up[role] = self.up.get(role, 0) + message_bytes(rep)
         out = arrays_of(rep.content["data"])
         theta = rep.content.get("theta-g")
         sent = {**out, **{f"theta-g/{k}": v for k, v in arrays_of(theta).items()}}
@@ -228,7 +230,7 @@ def run(grid, cfg: dict, name: str) -> None:
         log(INFO, "[fedembodied] resuming FedRL after round %d of %d", done, rounds)
     for rnd in range(done + 1, rounds + 1):
         recorder.start_round(rnd)
-        send.round = rnd
+        send.round, send.up = rnd, {}
         evaluating = rnd == rounds or rnd % eval_every == 0
         metrics = proto.train_round(evaluating)
         privacy.update({k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k})
@@ -236,10 +238,12 @@ def run(grid, cfg: dict, name: str) -> None:
         if evaluating:
             metrics.update(select(proto, rnd, rnd == rounds, bool(len(s.test))))
         recorder.add_metrics(metrics)
-        recorder.add_client(node=roles["alpha"], partition="alpha", status="ok")
-        recorder.add_client(node=roles["beta"], partition="beta", status="ok")
         for role in ("alpha", "beta") if evaluating else ():  # each party writes its own state
             send(role, "checkpoint", evaluation=True, **{"save-state": True})
+        for role in ("alpha", "beta"):
+            recorder.add_client(
+                node=roles[role], partition=role, bytes_up=send.up.get(role, 0), status="ok"
+            )
         save_round(recorder, rnd, proto, select, send, privacy)  # before rounds.csv says rnd
         row = recorder.end_round(proto.theta_g)
         log(

@@ -185,6 +185,7 @@ def _setup_round(grid, c, plan: Plan, parts, idents, recorder, follower, speaker
             node=rep.metadata.src_node_id,
             partition=parts[rep.metadata.src_node_id],
             num_examples=int(m["num-examples"]),
+            bytes_up=message_bytes(rep),
             status="ok",
         )
     recorder.add_metrics({"augmented_episodes": n_aug})

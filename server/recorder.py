@@ -35,6 +35,7 @@ CLIENT_COLUMNS = [
     "num_examples",
     "train_loss",
     "fit_s",
+    "bytes_up",  # the arrays of its reply (each party's own audit log counts the same bytes)
     "status",
 ]
 

@@ -129,6 +129,7 @@ class TopologyRelay:
                 num_examples=m.get("num-examples", 0),
                 train_loss=m.get("train-loss"),
                 fit_s=m.get("fit-s"),
+                bytes_up=0 if rep.has_error() else message_bytes(rep),
                 status=problem or "ok",
             )
             if problem is None:

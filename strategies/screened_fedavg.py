@@ -227,6 +227,7 @@ class ScreenedFedAvg(FedAvg):
                 num_examples=m.get(self.weighted_by_key, 0),
                 train_loss=m.get("train-loss"),
                 fit_s=m.get("fit-s"),
+                bytes_up=0 if rep.has_error() else message_bytes(rep),
                 status=problem or "ok",
             )
             if problem is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import traceback
 import uuid
 from pathlib import Path
@@ -11,11 +13,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# the policy of a researcher who operates every node (deploy/policies/research.toml): for
+# tests of what the papers compare beyond their own protections (fed-full, CDL reference, ...)
+RESEARCH = {"policy": str(ROOT / "deploy" / "policies" / "research.toml")}
 UDACITY = SHARED_DATA / "driving" / "udacity_simulator_wyckliffe"
 PYTHON = sys.executable
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Nodes with no policy keep their state and audit logs under $XDG_STATE_HOME/fedembodied
+# (clients/policy.py): the tests' nodes write in a folder of this session (of each test, by the
+# fixture below), never in $HOME.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="fedembodied-tests-state-")
+os.environ.pop("FEDEMBODIED_POLICY", None)  # no policy of the machine's leaks into a test
+
+
+@pytest.fixture(autouse=True)
+def _node_state_of_this_test(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "node-state"))
+
 
 # Flower refuses to build a Message outside a run (flwr 1.41 checks a task identity); unit
 # tests of handlers and strategies build messages directly, so give them a task identity.
@@ -118,3 +135,30 @@ def _no_thread_outlives_its_test():
     yield
     while InProcessGrid.open:
         InProcessGrid.open.pop().close()
+
+
+def assert_logged_as_sent(grid: InProcessGrid) -> int:
+    """Every reply the grid got from each node is the tail of that node's own audit log
+    (clients/audit.py): the same arrays (names, shapes, dtypes, bytes) and payload digest for
+    what was sent, a refusal or failure for an error reply; and each log's chain holds.
+    Returns the number of replies checked."""
+    from clients import audit, policy
+
+    checked = 0
+    for node, ctx in grid.contexts.items():
+        mine = [r for r in grid.replies if r.metadata.src_node_id == node]
+        pid = int(ctx.node_config["partition-id"])
+        path = policy.of_node(ctx.node_config).state_root() / "audit" / f"partition-{pid}.jsonl"
+        log = audit.read(path) if mine else []
+        assert len(log) >= len(mine), f"{path}: {len(log)} records for {len(mine)} replies"
+        for rep, rec in zip(mine, log[len(log) - len(mine) :]):
+            if rep.has_error():
+                assert rec["status"] in ("refused", "failed"), rec
+                continue
+            arrays, digest, _ = audit.describe(rep.content)
+            assert rec["status"] == "sent" and rec["arrays"] == arrays, (rec, arrays)
+            assert rec["payload_sha256"] == digest and rec["bytes"] == sum(
+                r.count_bytes() for r in rep.content.array_records.values()
+            )
+            checked += 1
+    return checked

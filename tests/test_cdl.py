@@ -11,7 +11,7 @@ from config.schema import merged
 from envs.driving_silos import make_silo
 from models.resnet8 import ResNet8
 from models.state import shared_state
-from tests.conftest import InProcessGrid
+from tests.conftest import RESEARCH, InProcessGrid, assert_logged_as_sent
 from training.cdl import kl_softmax, train_cdl
 from training.steering import LocalOptimizer, train_steering
 
@@ -90,11 +90,11 @@ def test_beta_one_leaves_sub_network_alone_and_beta_zero_is_plain_regression():
         assert torch.allclose(v, b2.state_dict()[k]), k
 
 
-def _run(tmp_path, method, n=3, **cfg):
+def _run(tmp_path, method, n=3, node_config=None, **cfg):
     from config.methods import server_module
 
     run_cfg = merged({**SMALL, "method": method, "num-clients": n, "out-dir": str(tmp_path), **cfg})
-    grid = InProcessGrid(app, run_cfg, n)
+    grid = InProcessGrid(app, run_cfg, n, node_config_extra=node_config)
     server_module(method).run(grid, run_cfg, method)
     return grid
 
@@ -105,6 +105,7 @@ def _sent_by_clients(grid, kind="train"):
 
 def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
     grid = _run(tmp_path, "cdl", topology="ring")
+    assert assert_logged_as_sent(grid) == len(grid.replies)  # each silo's own log agrees
     backbone_keys = set(shared_state(ResNet8(24)))
     replies = [r for r in grid.replies if r.metadata.message_type in ("train", "evaluate", "query")]
     assert len(_sent_by_clients(grid)) == 3 * 2
@@ -167,14 +168,22 @@ def test_relay_sends_each_silo_its_own_mix(tmp_path):
 
 
 def test_reference_variant_mixes_the_sub_network_too(tmp_path):
-    grid = _run(tmp_path, "cdl", topology="complete", **{"cdl.variant": "reference"})
+    """Only where the silos' operator allows it (deploy/policies/research.toml); a silo with
+    no policy refuses the run (the papers' protection: the sub-network never leaves)."""
+    ref = {"cdl.variant": "reference"}
+    grid = _run(tmp_path / "ok", "cdl", topology="complete", node_config=RESEARCH, **ref)
     sent = _sent_by_clients(grid)[-1].content["arrays"]
     assert any(k.startswith("sub.") for k in sent.keys())
     assert all("cdl-sub-network" not in ctx.state for ctx in grid.contexts.values())
+    grid = _run(tmp_path / "default", "cdl", topology="complete", **ref)
+    assert not any(r for r in _sent_by_clients(grid) if not r.has_error())
+    status = pd.read_csv(tmp_path / "default" / "clients.csv").status
+    assert status.str.contains("Refused: .*policy key 'cdl.share-sub-network'").all(), status
 
 
 def test_cdl_under_a_server_is_fedavg_of_backbones(tmp_path):
     grid = _run(tmp_path, "cdl-sfl")
+    assert assert_logged_as_sent(grid) == len(grid.replies)
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
     heads = [m.content["arrays"]["head.weight"].numpy() for m in trains[3:6]]
     assert all(np.array_equal(heads[0], h) for h in heads)  # one global model

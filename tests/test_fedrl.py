@@ -9,12 +9,14 @@ import pytest
 import torch
 
 import training.fedrl_party as party_mod
+from clients import policy
 from clients.app import app
+from clients.audit import read
 from config.schema import ConfigError, merged
 from contracts.fedrl import SENDS
 from models.fedrl_nets import SharedMLP
 from server import fedrl_run as fedrl_server
-from tests.conftest import InProcessGrid
+from tests.conftest import InProcessGrid, assert_logged_as_sent
 from tests.fedrl_parity import assert_flower_equals_local
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_privacy import Ledger, epsilon, release
@@ -101,6 +103,13 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
     grid = InProcessGrid(app, cfg, 2)
     fedrl_server.run(grid, cfg, "fedrl")
+    assert assert_logged_as_sent(grid) == len(grid.replies)  # each party's own log agrees
+    logged = [
+        r for r in read(policy.Policy().state_root() / "audit" / "partition-0.jsonl") if r["step"]
+    ]
+    released = [r for r in logged if any(a["name"].startswith("c-") for a in r["arrays"])]
+    assert released and all(r["sigma"] == 1.0 and r["clip"] == 10.0 for r in released)
+    assert max(r.get("epsilon", 0) for r in logged) > 0  # the privacy spent, as it grew
     mlp_keys = set(SharedMLP(8, 2, 4).state_dict())
     role = {5000: "alpha", 5001: "beta"}
     seen, sent_names = set(), {}
@@ -365,27 +374,47 @@ def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
     assert privacy["insecure_no_noise"] is True and privacy["sigma"] == 0
 
 
+@pytest.mark.parametrize(
+    "asks, policy, key",
+    [
+        # no policy file at all: the paper's protection (sigma >= 1, never un-noised)
+        ({"fedrl.sigma": 0.5}, None, "fedrl.min-sigma"),
+        ({"fedrl.sigma": 0.0, "fedrl.insecure-no-noise": True}, None, "fedrl.allow-no-noise"),
+        ({"fedrl.clip": 50.0}, None, "fedrl.max-clip"),
+        # an operator stricter than the paper: sigma 1 is not enough here
+        ({"fedrl.sigma": 1.0}, "[fedrl]\nmin-sigma = 2.0\n", "fedrl.min-sigma"),
+        ({}, 'methods = ["cdl"]\n', "methods"),
+    ],
+)
 @pytest.mark.slow
-def test_a_party_refuses_less_noise_than_its_operator_set(tmp_path):
-    """Hostile server: the run config asks sigma 0.5 (and the insecure flag); the parties'
-    own node config says min-sigma 1: they refuse, and the run stops naming the party."""
-    cfg = merged(
-        {
-            **SMALL,
-            "num-server-rounds": 1,
-            "fedrl.sigma": 0.5,
-            "fedrl.insecure-no-noise": True,
-            "out-dir": str(tmp_path),
-        }
-    )
-    grid = InProcessGrid(app, cfg, 2, node_config_extra={"min-sigma": 1.0})
-    with pytest.raises(
-        fedrl_server.FederationError,
-        match=r"PermissionError: party \w+: the run "
-        r"asks fedrl.sigma=0.5",
-    ):
+def test_a_party_refuses_what_its_operator_does_not_allow(tmp_path, asks, policy, key):
+    """Hostile run: whatever the run config asks, each party's own policy bounds what it
+    releases; it refuses naming the policy key, the run stops naming the party, and nothing
+    it would have released left it (its audit log records the refusal)."""
+    from clients.audit import read
+
+    cfg = merged({**SMALL, "num-server-rounds": 1, **asks, "out-dir": str(tmp_path / "out")})
+    node = {"policy": str(tmp_path / "policy.toml")} if policy else {}
+    state = tmp_path / "state"
+    (tmp_path / "policy.toml").write_text(f'state-dir = "{state}"\n{policy or ""}')
+    grid = InProcessGrid(app, cfg, 2, node_config_extra=node)
+    with pytest.raises(fedrl_server.FederationError, match=rf"Refused: .*policy key '{key}'"):
         fedrl_server.run(grid, cfg, "fedrl")
     assert not any("data" in r.content for r in grid.replies if not r.has_error())
+    if policy:
+        log = read(state / "audit" / "partition-0.jsonl")
+        assert log[-1]["status"] == "refused" and key in log[-1]["reason"]
+        assert all(r["bytes"] == 0 for r in log)  # nothing but identities left this party
+
+
+@pytest.mark.slow
+def test_a_research_policy_lets_a_study_ask_less_noise(tmp_path):
+    """The researcher who operates both parties may sweep sigma below the paper's."""
+    from tests.conftest import RESEARCH
+
+    cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.5, "out-dir": str(tmp_path)})
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), cfg, "fedrl")
+    assert len(pd.read_csv(tmp_path / "rounds.csv").query("round > 0")) == 1
 
 
 def _hostile(role: str, step: str, change):

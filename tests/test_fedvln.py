@@ -11,7 +11,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 
 from server.recorder import Recorder
 from strategies.fedvln_strategy import FedVLNStrategy, pool
-from tests.conftest import InProcessGrid
+from tests.conftest import InProcessGrid, assert_logged_as_sent
 
 TINY = {
     "method": "fedvln",
@@ -217,12 +217,14 @@ def _audit(grid, shared_prefix: str | None):
 def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encoder(tmp_path):
     grid, agent = _run(tmp_path, "agent")
     _audit(grid, None)
+    assert assert_logged_as_sent(grid) > 0
     rounds = pd.read_csv(agent / "rounds.csv")
     assert rounds.loc[0, "bytes_up"] > 0 and rounds.loc[0, "val_unseen_n"] == 180
     assert (agent / "model.pt").is_file()
 
     grid, speaker = _run(tmp_path, "speaker", **{"fedvln.stage": "speaker"})
     _audit(grid, None)
+    assert assert_logged_as_sent(grid) > 0
     assert (speaker / "best.pt").is_file()
     inits = {
         "fedvln.agent-init": str(agent / "model.pt"),
@@ -231,6 +233,7 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
 
     grid, aug = _run(tmp_path, "augment", **{"fedvln.stage": "augment"}, **inits)
     _audit(grid, None)
+    assert assert_logged_as_sent(grid) > 0
     assert pd.read_csv(aug / "rounds.csv").loc[0, "augmented_episodes"] == 3 * 4
     seen_ctx = grid.contexts[5000]  # routes and speaker kept in the house, never sent
     assert len(seen_ctx.state["fedvln-routes"]["paths"]) == 4
@@ -251,6 +254,7 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
         **inits,
     )
     _audit(grid, "lang_encoder.")
+    assert assert_logged_as_sent(grid) > 0
     trained = [r for r in grid.replies if "arrays" in r.content and len(r.content["arrays"])]
     assert trained and all(
         set(k.split(".")[0] for k in r.content["arrays"].keys()) == {"lang_encoder"}
@@ -277,6 +281,7 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
         tmp_path, "env", **{"fedvln.stage": "preexplore", "fedvln.variant": "env-based"}, **inits
     )
     _audit(grid, "")
+    assert assert_logged_as_sent(grid) > 0
     assert pd.read_csv(env / "rounds.csv")["bytes_up"].sum() == 0
 
 
@@ -417,11 +422,20 @@ def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_
         dst_node_id=5003,
         message_type="train",
     )
-    with pytest.raises(PermissionError, match="sends at most 'lang_encoder.'"):
+    with pytest.raises(
+        PermissionError, match="sends at most 'lang_encoder.'.*fedvln.preexplore-share"
+    ):
         house.train(greedy, ctx)
-    # the operator's own node config is the house's policy, stricter than the run's
-    ctx.node_config["share"] = ""
-    assert house.allowed_share(parse({**TINY, "fedvln.stage": "agent"}), ctx.node_config) == ""
+    # the run asking fed-full changes nothing: the house's policy, not the run, decides
+    ctx.run_config = {**rc, "fedvln.variant": "fed-full"}
+    with pytest.raises(PermissionError, match="fedvln.preexplore-share"):
+        house.train(greedy, ctx)
+    # the operator's own policy, stricter than the paper's: nothing leaves in training either
+    strict = tmp_path / "strict.toml"
+    strict.write_text('[fedvln]\ntrain-share = ""\npreexplore-share = ""\n')
+    ctx.node_config["policy"] = str(strict)
+    allowed, key = house.allowed_share(parse({**TINY, "fedvln.stage": "agent"}), ctx.node_config)
+    assert allowed == "" and key.startswith("fedvln.train-share in ") and str(strict) in key
 
 
 def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):

@@ -1,0 +1,206 @@
+"""A node's privacy policy: set by its operator on its own machine, never by the run.
+
+Why: whoever submits a run sets the run config, and a deployed party must not release more
+because a run asks (issue 28: a run with `fedrl.sigma=0 fedrl.insecure-no-noise=true` made a
+party release its Q outputs un-noised; `fedvln.variant=fed-full` made a house share its whole
+model in pre-exploration; `out-dir` chose where every node wrote). The party reads its policy
+from a TOML file on its own disk and refuses, naming the policy key, any message asking more.
+
+Where the file comes from (the first that is set): the node config `policy` (a deployed
+SuperNode: `deploy/supernode.sh --policy FILE`), the environment variable
+`FEDEMBODIED_POLICY` of the node's process (the simulation launcher sets it from its own
+`--policy`), else none. **Secure by default**: with no file every key has the paper's
+protection below, whatever the run asks.
+
+    methods = ["fedrl", "cdl"]      # optional: the methods this node serves (default: all)
+    state-dir = "/var/lib/fe"       # where the node keeps its state and its audit log
+    [fedrl]
+    min-sigma = 1.0                 # least Gaussian noise on a released Q output (paper: 1)
+    max-clip = 0.0                  # largest L2 bound C; 0 = the domain's paper value
+    allow-no-noise = false          # never release un-noised Q outputs
+    [fedvln]
+    train-share = "*"               # federated agent/speaker training: the model (paper)
+    preexplore-share = "lang_encoder."  # pre-exploration: language encoder only (fed-lan)
+    [cdl]
+    share-sub-network = false       # only the backbone leaves a silo (paper Eq. 3-5)
+
+Default `state-dir`: `$XDG_STATE_HOME/fedembodied`, else `~/.local/state/fedembodied`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+ENV = "FEDEMBODIED_POLICY"
+LANG_ENCODER = "lang_encoder."  # contracts.fedvln.LANG (clients may not import it from here)
+METHODS = ("fedavg", "fedprox", "cdl-sfl", "gossip", "cdl", "fedrl", "fedvln")
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message names the file and the key."""
+
+
+class Refused(PermissionError):
+    """The run asks more than this node's policy allows; the message names the policy key."""
+
+
+@dataclass(frozen=True)
+class FedRLPolicy:
+    min_sigma: float = 1.0
+    max_clip: float = 0.0  # 0: the domain's paper value (10 Grid-World, 1000 Text2Action)
+    allow_no_noise: bool = False
+
+
+@dataclass(frozen=True)
+class FedVLNPolicy:
+    train_share: str = "*"
+    preexplore_share: str = LANG_ENCODER
+
+
+@dataclass(frozen=True)
+class CDLPolicy:
+    share_sub_network: bool = False
+
+
+@dataclass(frozen=True)
+class Policy:
+    source: str = "built-in secure default"
+    methods: tuple[str, ...] = METHODS
+    state_dir: str = ""
+    fedrl: FedRLPolicy = field(default_factory=FedRLPolicy)
+    fedvln: FedVLNPolicy = field(default_factory=FedVLNPolicy)
+    cdl: CDLPolicy = field(default_factory=CDLPolicy)
+
+    def state_root(self) -> Path:
+        if self.state_dir:
+            return Path(self.state_dir)
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(base) / "fedembodied"
+
+    def serves(self, method: str) -> None:
+        if method not in self.methods:
+            raise Refused(
+                f"this node serves {', '.join(self.methods)} only, the run asks method "
+                f"{method!r} (policy key 'methods' in {self.source})"
+            )
+
+    def refuse(self, key: str, what: str) -> Refused:
+        return Refused(f"{what} (policy key {key!r} in {self.source})")
+
+
+_SECTIONS = {"fedrl": FedRLPolicy, "fedvln": FedVLNPolicy, "cdl": CDLPolicy}
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _value(path: str, key: str, raw, default):
+    """`raw` checked against the type of `default`: finite, non-negative numbers; booleans;
+    prefix lists as strings; or PolicyError naming the file and key."""
+    where = f"{path}: policy key {key!r}"
+    if isinstance(default, bool):
+        if not isinstance(raw, bool):
+            raise PolicyError(f"{where} must be true or false, got {raw!r}")
+        return raw
+    if isinstance(default, float):
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise PolicyError(f"{where} must be a number, got {raw!r}")
+        if not math.isfinite(raw) or not 0 <= raw <= 1e6:
+            raise PolicyError(f"{where} must be finite and in [0, 1e6], got {raw!r}")
+        return float(raw)
+    if not isinstance(raw, str):
+        raise PolicyError(f"{where} must be a string, got {raw!r}")
+    return raw
+
+
+def load(path: str | Path) -> Policy:
+    """The policy in a TOML file, every key checked; PolicyError names the file and the key."""
+    path = str(path)
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: policy file not found") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise PolicyError(f"{path}: not a readable TOML policy ({e})") from None
+    top = {"methods", "state-dir", *_SECTIONS}
+    for key in raw:
+        if key not in top:
+            raise PolicyError(f"{path}: unknown policy key {key!r} (known: {', '.join(top)})")
+    out: dict = {"source": path}
+    if "methods" in raw:
+        methods = raw["methods"]
+        if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
+            raise PolicyError(
+                f"{path}: policy key 'methods' must be a non-empty list of {', '.join(METHODS)}"
+                f", got {methods!r}"
+            )
+        out["methods"] = tuple(methods)
+    if "state-dir" in raw:
+        out["state_dir"] = _value(path, "state-dir", raw["state-dir"], "")
+    for name, cls in _SECTIONS.items():
+        section = raw.get(name, {})
+        if not isinstance(section, dict):
+            raise PolicyError(f"{path}: policy key {name!r} must be a table [{name}]")
+        known = {_key(f.name): f for f in fields(cls)}
+        values = {}
+        for key, v in section.items():
+            if key not in known:
+                raise PolicyError(
+                    f"{path}: unknown policy key '{name}.{key}' (known: {', '.join(known)})"
+                )
+            f = known[key]
+            values[f.name] = _value(path, f"{name}.{key}", v, f.default)
+        out[name] = cls(**values)
+    return Policy(**out)
+
+
+_CACHE: dict[tuple[str, float], Policy] = {}
+
+
+def of_node(node_config) -> Policy:
+    """This node's policy: node config `policy`, else $FEDEMBODIED_POLICY, else the default.
+    Read again when the file changes (an operator tightening it between runs)."""
+    path = str(node_config.get("policy", "") or os.environ.get(ENV, ""))
+    if not path:
+        return Policy()
+    try:
+        stamp = Path(path).stat().st_mtime
+    except OSError:
+        raise PolicyError(f"{path}: policy file not found") from None
+    if (path, stamp) not in _CACHE:
+        _CACHE[(path, stamp)] = load(path)
+    return _CACHE[(path, stamp)]
+
+
+def main(argv=None) -> int:
+    """`python -m clients.policy FILE`: check a policy file (deploy/supernode.sh runs it before
+    starting a SuperNode) and print what it enforces."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m clients.policy POLICY.toml", file=sys.stderr)
+        return 2
+    try:
+        p = load(args[0])
+    except PolicyError as e:
+        print(f"policy: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"policy {p.source}: methods {', '.join(p.methods)}; state in {p.state_root()}; "
+        f"fedrl sigma >= {p.fedrl.min_sigma:g}, clip <= {p.fedrl.max_clip or 'paper'}, "
+        f"un-noised release {'allowed' if p.fedrl.allow_no_noise else 'never'}; fedvln shares "
+        f"{p.fedvln.train_share!r} in training, {p.fedvln.preexplore_share!r} in "
+        f"pre-exploration; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
+        "sub-network"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
