@@ -80,8 +80,8 @@ class FedRLSettings(Section):
         choices=("", "paper", "joint-action"),
     )
     sigma: float = setting(
-        "std of the Gaussian noise on every released Q output (a party's node config "
-        "min-sigma is its own floor)",
+        "std of the Gaussian noise on every released Q output (each party's own policy "
+        "sets its floor, default 1: clients/policy.py)",
         lo=0,
         hi=1e6,
     )

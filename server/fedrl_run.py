@@ -196,8 +196,17 @@ class Exchange:
 
 def run(grid, cfg: dict, name: str) -> None:
     s, c = check_config(cfg), parse(cfg)
-    rounds, eval_every = c.run.num_server_rounds, c.run.eval_every
     recorder = Recorder(out_dir(cfg, name), cfg)
+    try:
+        _run(grid, s, c, recorder)
+    except FederationError as e:  # what stopped the run is in clients.csv too, not only the log
+        recorder.add_client(node="", partition="", status=f"run stopped: {one_line(str(e))}")
+        recorder.write_clients()
+        raise
+
+
+def _run(grid, s: Settings, c, recorder: Recorder) -> None:
+    rounds, eval_every = c.run.num_server_rounds, c.run.eval_every
     nodes = wait_for_nodes(grid, 2, c.run.node_wait_timeout)
     roles = query_roles(grid, nodes, c.run.node_wait_timeout)
     send = Exchange(grid, roles, recorder, c.run.round_timeout, retries=c.fedrl.retries)

@@ -111,6 +111,13 @@ class Recorder:
         """Per-silo evaluation rows (decentralized methods): written to silos.csv."""
         self.silos.extend({"stage": self.stage, **r} for r in rows)
 
+    def write_clients(self) -> None:
+        """clients.csv as recorded so far (also when a run stops mid-round: FedRL's refused
+        or failed party is named there, not only in the log)."""
+        pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(
+            self.out / "clients.csv", index=False
+        )
+
     # ---- called by the server at the end of a round -----------------------------------
     def end_round(self, arrays: ArrayRecord | None = None) -> dict:
         """Write the round's row (metrics added by the strategy) and checkpoint the model."""
@@ -130,9 +137,7 @@ class Recorder:
             os.replace(path.with_suffix(".tmp"), path)
         self.rounds.append(row)
         pd.DataFrame(self.rounds).to_csv(self.out / "rounds.csv", index=False)
-        pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(
-            self.out / "clients.csv", index=False
-        )
+        self.write_clients()
         if self.silos:
             pd.DataFrame(self.silos).to_csv(self.out / "silos.csv", index=False)
         return row

@@ -16,7 +16,7 @@ from config.schema import ConfigError, merged
 from contracts.fedrl import SENDS
 from models.fedrl_nets import SharedMLP
 from server import fedrl_run as fedrl_server
-from tests.conftest import InProcessGrid, assert_logged_as_sent
+from tests.conftest import RESEARCH, InProcessGrid, assert_logged_as_sent
 from tests.fedrl_parity import assert_flower_equals_local
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_privacy import Ledger, epsilon, release
@@ -369,7 +369,8 @@ def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
             "out-dir": str(tmp_path),
         }
     )
-    fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+    # only parties whose operator allows un-noised release (the research policy) take part
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), cfg, "fedrl")
     privacy = json.loads((tmp_path / "config.json").read_text())["privacy"]
     assert privacy["insecure_no_noise"] is True and privacy["sigma"] == 0
 
@@ -400,6 +401,8 @@ def test_a_party_refuses_what_its_operator_does_not_allow(tmp_path, asks, policy
     grid = InProcessGrid(app, cfg, 2, node_config_extra=node)
     with pytest.raises(fedrl_server.FederationError, match=rf"Refused: .*policy key '{key}'"):
         fedrl_server.run(grid, cfg, "fedrl")
+    status = pd.read_csv(tmp_path / "out" / "clients.csv").status  # named there too
+    assert status.str.contains(f"Refused: .*policy key '{key}'").any(), status
     assert not any("data" in r.content for r in grid.replies if not r.has_error())
     if policy:
         log = read(state / "audit" / "partition-0.jsonl")
@@ -410,8 +413,6 @@ def test_a_party_refuses_what_its_operator_does_not_allow(tmp_path, asks, policy
 @pytest.mark.slow
 def test_a_research_policy_lets_a_study_ask_less_noise(tmp_path):
     """The researcher who operates both parties may sweep sigma below the paper's."""
-    from tests.conftest import RESEARCH
-
     cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.5, "out-dir": str(tmp_path)})
     fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), cfg, "fedrl")
     assert len(pd.read_csv(tmp_path / "rounds.csv").query("round > 0")) == 1

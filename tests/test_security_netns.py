@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
@@ -145,5 +146,98 @@ def test_only_registered_nodes_join_and_only_the_superlink_host_submits(tmp_path
         )
         assert fed.status("op", run_id, where="link") == "finished:completed", fed.log("link")
         assert rounds_done(out) == 1
+    finally:
+        fed.close()
+
+
+def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_path, namespaces):
+    """Two registered SuperNodes (TLS + node auth) on another host, each with its operator's
+    policy (deploy/supernode.sh --policy): alpha's lets a study lower sigma, beta's demands
+    sigma >= 2. A FedRL run asking sigma = 1 is refused by beta only, naming the policy key;
+    a FedAvg run goes through; both nodes' audit logs verify, show the refusal, and count the
+    bytes the server's clients.csv counts."""
+    from clients.audit import read
+
+    certs = tmp_path / "certs"
+    subprocess.run(
+        [str(ROOT / "deploy/make_certs.sh"), str(certs), "2", f"IP:{LINK_IP}"],
+        check=True,
+        capture_output=True,
+    )
+    policies = {}
+    for role, text in (
+        ("alpha", "[fedrl]\nmin-sigma = 0.1\n"),
+        ("beta", "[fedrl]\nmin-sigma = 2.0\n"),
+    ):
+        policies[role] = tmp_path / f"{role}.toml"
+        policies[role].write_text(f'state-dir = "{tmp_path / role}"\n{text}')
+    port, control = free_port(), free_port()
+    fed = Federation(tmp_path, prefix=namespaces)
+    try:
+        fed.start(
+            "link",
+            [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port", str(port),
+             "--control-port", str(control)],
+            where="link",
+        )  # fmt: skip
+        wait_listening(LINK_IP, port, prefix=namespaces["node"])
+        wait_listening("127.0.0.1", control, prefix=namespaces["link"])
+        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
+        for k, role in enumerate(("alpha", "beta")):
+            reg = fed.cli(
+                "supernode", "register", str(certs / f"supernode_{k}.pub"), "op", where="link"
+            )
+            assert reg.returncode == 0, reg.stdout + reg.stderr
+            fed.start(
+                role,
+                [str(ROOT / "deploy/supernode.sh"), "--superlink", f"{LINK_IP}:{port}",
+                 "--partition-id", str(k), "--num-partitions", "2", "--role", role,
+                 "--port", str(free_port()), "--tls", str(certs / "ca.crt"),
+                 "--key", str(certs / f"supernode_{k}"), "--policy", str(policies[role])],
+                where="node",
+            )  # fmt: skip
+
+        def run(rc: str, out) -> str:
+            started = fed.cli(
+                "run", str(ROOT), "op", "--format", "json", "--run-config",
+                f'num-clients=2 out-dir="{out}" {rc}', where="link",
+            )  # fmt: skip
+            run_id = json.loads(started.stdout)["run-id"]
+            wait_for(
+                lambda: fed.status("op", run_id, where="link").startswith("finished"),
+                300,
+                what=f"run {run_id}",
+            )
+            return fed.status("op", run_id, where="link")
+
+        small_rl = (
+            'method="fedrl" num-server-rounds=1 fedrl.warmup=8 fedrl.envs=4 fedrl.act-steps=1 '
+            "fedrl.updates=1 fedrl.batch-size=4 fedrl.eval-episodes=2 fedrl.max-steps=3 "
+            "fedrl.retries=0 fedrl.sigma=1.0"
+        )
+        assert run(small_rl, tmp_path / "rl") == "finished:failed"
+        rows = pd.read_csv(tmp_path / "rl" / "clients.csv")
+        assert rows.status.str.contains("Refused.*policy key 'fedrl.min-sigma'").any(), rows
+        assert (rows[rows.partition == "alpha"].status == "ok").all() or (
+            "alpha" not in set(rows.partition)
+        )
+        assert (
+            run(
+                'method="fedavg" num-server-rounds=1 driving.image-size=32 '
+                "driving.train-per-silo=40 driving.test-per-silo=16 driving.local-epochs=1",
+                tmp_path / "avg",
+            )
+            == "finished:completed"
+        ), fed.log("link")
+        clients = pd.read_csv(tmp_path / "avg" / "clients.csv")
+        for k, role in enumerate(("alpha", "beta")):
+            log = read(tmp_path / role / "audit" / f"partition-{k}.jsonl")  # verifies the chain
+            assert {r["method"] for r in log} == {"fedrl", "fedavg"}
+            refused = [r for r in log if r["status"] == "refused"]
+            assert bool(refused) == (role == "beta")  # beta only, and only the FedRL run
+            assert all("fedrl.min-sigma" in r["reason"] for r in refused)
+            assert all(r["bytes"] == 0 for r in log if r["method"] == "fedrl" and role == "beta")
+            sent = sum(r["bytes"] for r in log if r["method"] == "fedavg" and r["round"] == 1)
+            assert sent == int(clients[clients.partition == k].bytes_up.iloc[0])
     finally:
         fed.close()

@@ -212,6 +212,7 @@ def test_recorder_writes_contract_and_checkpoint(tmp_path):
         "num_examples",
         "train_loss",
         "fit_s",
+        "bytes_up",
         "status",
     ]
     state = torch.load(tmp_path / "checkpoints" / "round_0001.pt")
