@@ -9,9 +9,14 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "setup.sh: Python >= 3.11 required ($PY is $("$PY" --version 2>&1))" >&2; exit 2; }
+step() { echo "setup.sh [$1/4] $2 ($(date +%H:%M:%S))"; }
+step 1 "virtual environment in .venv"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+step 2 "pip itself"
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+step 3 "torch 2.13.0, CPU build (first, so nothing pulls a CUDA build)"
 .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+step 4 "the project and its dependencies: Flower 1.41 with Ray, pandas, ... (a few minutes the first time)"
 .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import torch, flwr; print(f'set-up done: torch {torch.__version__}, flwr {flwr.__version__}')"
 [ "${1:-}" = "--no-run" ] && exit 0

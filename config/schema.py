@@ -20,7 +20,16 @@ from typing import ClassVar
 
 from flwr.common.config import flatten_dict, parse_config_args
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+# the checkout's pyproject.toml (what `flwr run` merges), or the copy a wheel carries in
+# config/ (pyproject [tool.hatch.build.targets.wheel.force-include])
+PYPROJECT = next(
+    p
+    for p in (
+        Path(__file__).resolve().parents[1] / "pyproject.toml",
+        Path(__file__).resolve().parent / "pyproject.toml",
+    )
+    if p.is_file()
+)
 DAY_S = 86400
 TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
