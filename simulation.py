@@ -14,6 +14,7 @@ completed, 1 it failed, 2 bad input (one line naming the culprit).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="continue the run in DIR after its last finished round, with its saved "
-        "run config (--rounds may raise the total); clients reload their own "
+        "method and run config (--rounds may raise the total); clients reload their own "
         "state as of that round",
     )
     p.add_argument(
@@ -93,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="HOST:PORT",
         help="run the ClientApps on an existing Ray cluster (its head, started with "
-        "`ray start --head`; default: RAY_ADDRESS, else a private local Ray)",
+        "`ray start --head`; default: RAY_ADDRESS, else a private local Ray, never a "
+        "cluster a `ray start` left running)",
     )
     p.add_argument(
         "--policy",
@@ -124,14 +126,16 @@ def resolve(args) -> tuple[dict, Path]:
     from config import check_overrides, methods, parse
     from config.schema import ConfigError, defaults, parse_overrides
 
-    if args.method not in methods.METHODS:
-        raise BadInput(
-            f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)})"
-        )
     if args.ray_address is not None:
         check_ray_address(args.ray_address)
     if args.resume:
         return resume_overrides(args)
+    if args.method not in methods.METHODS:
+        close = difflib.get_close_matches(str(args.method), list(methods.METHODS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise BadInput(
+            f"unknown method {args.method!r} (choose from: {', '.join(methods.METHODS)}){hint}"
+        )
     # the launcher's own flags; --rounds, --num-clients, --fraction and --seed are run-config
     # keys, checked with the rest of the run config below (the error names the flag)
     for flag, value, ok in [
@@ -237,12 +241,13 @@ def check_out(out: Path) -> None:
 
 def resume_overrides(args) -> tuple[dict, Path]:
     """The run config saved in DIR/config.json, with resume = true (the ServerApp then goes on
-    after the last round of DIR/rounds.csv)."""
+    after the last round of DIR/rounds.csv). Nothing read there is trusted: the saved config
+    goes through the checks a fresh run's flags get, and rounds.csv must number its rounds
+    1, 2, ..., k; the method is DIR's (a method given as well must agree)."""
     import json
 
-    import pandas as pd
-
-    from config.schema import defaults
+    from config import check_overrides
+    from config.schema import ConfigError, defaults
 
     out = Path(args.resume).resolve()
     shaping = [
@@ -264,21 +269,48 @@ def resume_overrides(args) -> tuple[dict, Path]:
         )
     try:
         saved = json.loads((out / "config.json").read_text())
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
         raise BadInput(f"--resume {out}: no readable config.json ({e})") from None
-    if saved.get("method") != args.method:
+    if args.method is not None and saved.get("method") != args.method:
         raise BadInput(f"--resume {out}: that run is {saved.get('method')!r}, not {args.method!r}")
+    args.method = saved.get("method")
     if not (out / "rounds.csv").exists():
         raise BadInput(f"--resume {out}: no rounds.csv (no round finished); start it again")
     overrides = {k: v for k, v in saved.items() if k in defaults()}
     if args.rounds is not None:
         overrides["num-server-rounds"] = args.rounds
-    try:
-        done = int(pd.read_csv(out / "rounds.csv")["round"].max())
-    except (ValueError, KeyError, OSError) as e:
-        raise BadInput(f"--resume {out}: rounds.csv is not readable ({e})") from None
+    try:  # the checks a fresh run gets, before Flower or Ray start
+        check_overrides(overrides)
+    except ConfigError as e:
+        raise BadInput(f"--resume {out}/config.json: {e}") from None
+    done = finished_rounds(out / "rounds.csv")
+    if done >= int(overrides.get("num-server-rounds") or defaults()["num-server-rounds"]):
+        raise BadInput(
+            f"--resume {out}: all {done} rounds are done; --rounds N (> {done}) runs more"
+        )
     overrides.update({"resume": True, "resume-round": done, "out-dir": str(out)})
     return overrides, out
+
+
+def finished_rounds(path: Path) -> int:
+    """The last round of a results folder's rounds.csv, read defensively: its rounds must be
+    the integers 1..k in order (a hand-edited 2.5, -3 or 1e18 is refused, naming the file)."""
+    import pandas as pd
+
+    try:
+        rounds = pd.read_csv(path, usecols=["round"])["round"]
+    except (ValueError, KeyError, OSError, pd.errors.ParserError) as e:
+        raise BadInput(f"--resume: {path} is not readable ({e})") from None
+    values = rounds.tolist()
+    train = values[1:] if values[:1] == [0] else values  # round 0: the untrained model's row
+    if not pd.api.types.is_integer_dtype(rounds) or train != list(range(1, len(train) + 1)):
+        shown = ", ".join(str(r) for r in values[:6])
+        raise BadInput(
+            f"--resume: {path}: column 'round' must be 1, 2, ..., k in order, got {shown}"
+        )
+    return len(train)
 
 
 def absolute_paths(cfg: dict, overrides: dict) -> None:
@@ -404,8 +436,9 @@ class LocalSuperLink:
             "FEDEMBODIED_RUN_TOKEN": self.token,
             "PYTHONWARNINGS": "ignore",
         }
-        if ray_address:
-            self.env["RAY_ADDRESS"] = ray_address
+        # a plain run gets a private local Ray: without an address, Ray's init() would join
+        # whatever cluster a `ray start` left on this machine (it reads the address file)
+        self.env["RAY_ADDRESS"] = ray_address or os.environ.get("RAY_ADDRESS") or "local"
         if policy is not None:  # the nodes' operator is the launcher's user (clients/policy.py)
             self.env["FEDEMBODIED_POLICY"] = str(policy)
         (self.home / "config.toml").write_text(
@@ -678,8 +711,8 @@ def main(argv: list[str] | None = None) -> int:
             except ConfigError as e:
                 raise BadInput(str(e)) from None
             return 0
-        if args.method is None:
-            raise BadInput("the method is required (see --help), or --list-config")
+        if args.method is None and not args.resume:  # a resumed run's method is its folder's
+            raise BadInput("the method is required (see --help), or --list-config or --resume DIR")
         overrides, out = resolve(args)
     except BadInput as e:
         print(f"simulation.py: error: {e}", file=sys.stderr)

@@ -40,13 +40,25 @@ def folder(context: Context, c: Config) -> Path | None:
     return root / "runs" / run / f"partition-{int(context.node_config.get('partition-id', 0))}"
 
 
+class StateUnreadable(ValueError):
+    """A node's saved state that does not parse; the message names the file."""
+
+
 def _read(path: Path) -> tuple[int, RecordDict] | None:
+    """A snapshot, or None if there is none; one that does not parse (truncated, junk, not
+    ours) is refused naming the file, never half-loaded."""
     if not path.is_file():
         return None
-    proto = ProtoRecordDict()
-    proto.ParseFromString(path.read_bytes())
-    state = recorddict_from_proto(proto)
-    return int(state[TAG]["round"]), state
+    try:
+        proto = ProtoRecordDict()
+        proto.ParseFromString(path.read_bytes())
+        state = recorddict_from_proto(proto)
+        return int(state[TAG]["round"]), state
+    except Exception as e:  # protobuf's DecodeError, a missing tag, a wrong type
+        raise StateUnreadable(
+            f"this node's saved state {path} does not parse ({type(e).__name__}: {e}); "
+            "restore it, or remove it to start this node afresh"
+        ) from None
 
 
 def save(context: Context, c: Config, server_round: int) -> None:

@@ -384,3 +384,22 @@ def test_a_run_keeps_its_numbers_while_another_trains_in_the_same_process(tmp_pa
     for t in together:
         assert t.equals(alone), (t, alone)
     assert all(r.equals(runs_beside[0]) for r in runs_beside)
+
+
+def test_a_saved_state_that_does_not_parse_is_refused_naming_the_file(tmp_path):
+    """Ten junk bytes where a node's snapshot was: the node refuses to go on, naming the file
+    (it neither crashes in protobuf nor starts half-loaded)."""
+    from flwr.app import Context, RecordDict
+
+    from clients import state_store
+
+    cfg = merged({**DRIVING, "method": "fedavg", "resume": True, "resume-round": 1,
+                  "out-dir": str(tmp_path / "out")})  # fmt: skip
+    ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 3},
+                  state=RecordDict(), run_config=cfg)  # fmt: skip
+    where = state_store.folder(ctx, parse(cfg))
+    where.mkdir(parents=True)
+    (where / "newest.pb").write_bytes(b"\x0f" * 10)
+    with pytest.raises(state_store.StateUnreadable, match=r"newest\.pb does not parse"):
+        state_store.restore(ctx, parse(cfg))
+    assert state_store.TAG not in ctx.state  # nothing half-loaded

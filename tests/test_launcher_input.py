@@ -153,3 +153,63 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path):
     res = _run("gossip", "--resume", str(tmp_path / "run"))
     assert res.returncode == 2 and "no rounds.csv" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "rounds, config, says",
+    [
+        ("round\n1\n2.5\n", {}, "column 'round' must be 1, 2, ..., k"),
+        ("round\n1\n-3\n", {}, "column 'round' must be 1, 2, ..., k"),
+        ("round\n1\n1e18\n", {}, "column 'round' must be 1, 2, ..., k"),
+        ("round\n2\n1\n", {}, "column 'round' must be 1, 2, ..., k"),
+        ("round\nx\n", {}, "column 'round' must be 1, 2, ..., k"),
+        ("nothing\n1\n", {}, "rounds.csv is not readable"),
+        ("round\n1\n", {"driving.lr": "fast"}, "config.json: .*driving.lr"),
+        ("round\n1\n", {"num-server-rounds": 1}, "all 1 rounds are done"),
+    ],
+)
+def test_resume_trusts_nothing_it_reads_and_takes_the_method_from_the_folder(
+    tmp_path, rounds, config, says
+):
+    """--resume DIR alone: the method is DIR's; the saved config gets a fresh run's checks and
+    rounds.csv must count 1..k, all refused in one line before Flower or Ray start."""
+    import json
+    import re
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(
+        json.dumps({"method": "gossip", "num-server-rounds": 3, **config})
+    )
+    (run / "rounds.csv").write_text(rounds)
+    res = _run("--resume", str(run))
+    assert res.returncode == 2 and re.search(says, res.stderr), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_misspelled_method_gets_a_did_you_mean():
+    res = _run("fedvnl")
+    assert res.returncode == 2 and "did you mean 'fedvln'?" in res.stderr
+
+
+def test_a_plain_run_never_joins_a_ray_cluster_left_on_the_machine(monkeypatch):
+    """Ray's init() with no address joins the cluster a `ray start` left; the launcher's
+    private SuperLink tells Flower's Ray to start its own unless an address is given."""
+    import simulation
+
+    started = {}
+
+    class Popen:
+        def __init__(self, args, env, **kw):
+            started["env"] = env
+
+    monkeypatch.setattr(simulation.subprocess, "Popen", Popen)
+    monkeypatch.setattr(simulation.LocalSuperLink, "_wait_ready", lambda self: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    simulation.LocalSuperLink()
+    assert started["env"]["RAY_ADDRESS"] == "local"
+    simulation.LocalSuperLink("10.0.0.1:6379")
+    assert started["env"]["RAY_ADDRESS"] == "10.0.0.1:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
+    simulation.LocalSuperLink()
+    assert started["env"]["RAY_ADDRESS"] == "10.0.0.2:6379"
