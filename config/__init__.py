@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
@@ -63,6 +64,7 @@ def check_overrides(overrides: dict) -> Config:
     for key in overrides:
         if key not in known:
             close = [k for k in known if k.split(".")[-1] == key.split(".")[-1]]
+            close = close or difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"--run-config: unknown key {key!r}{hint}")
     return parse(overrides)
