@@ -146,8 +146,8 @@ def record_reply(
         "payload_sha256": digest,
         "metrics": metrics,
         "policy": policy_source,
-        **(privacy or {}),
         **({"epsilon": float(eps[0])} if eps else {}),
+        **(privacy or {}),  # the party's own account of its privacy (FedRL), when it has one
         **({"reason": reason} if reason else {}),
     }
     return append(path, record)

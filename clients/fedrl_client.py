@@ -126,9 +126,15 @@ def handle(msg: Message, context: Context) -> Message:
 
 
 def privacy(context: Context) -> dict:
-    """The noise and bound every Q output this party releases carries (its audit log)."""
+    """For its audit log: the noise and bound every Q output this party releases carries, and
+    the privacy it has spent so far (its own release ledger, as the party just left it)."""
     s = Settings.from_config(context.run_config)
-    return {"sigma": s.sigma, "clip": s.clip}
+    out = {"sigma": s.sigma, "clip": s.clip}
+    live = _LIVE.get((context.run_id, context.node_id))
+    if live is not None and live[0] == _token(context):
+        spent = live[1].privacy()
+        out["epsilon"] = next(v for k, v in spent.items() if k.endswith("privacy-epsilon"))
+    return out
 
 
 train = handle
