@@ -128,6 +128,13 @@ def resolve(args) -> tuple[dict, Path]:
 
     if args.ray_address is not None:
         check_ray_address(args.ray_address)
+    if args.policy:  # the nodes' policy, checked before anything starts (clients/policy.py)
+        from clients.policy import PolicyError, load
+
+        try:
+            load(args.policy)
+        except PolicyError as e:
+            raise BadInput(f"--policy {e}") from None
     if args.resume:
         return resume_overrides(args)
     if args.method not in methods.METHODS:
@@ -540,19 +547,16 @@ def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:
 
 def node_policy(args, out: Path) -> Path:
     """The policy every simulated node reads (through FEDEMBODIED_POLICY): `--policy FILE`
-    (checked here, so a bad file stops the launcher, not every node), with the nodes' state and
+    (checked in resolve(), so a bad file stops the launcher, not every node), with the nodes' state and
     audit logs in `<out>/client-state` unless the file names a state-dir of its own."""
-    from clients.policy import PolicyError, load
+    from clients.policy import load
 
     path = out / "node-policy.toml"
     if args.resume and not args.policy and path.is_file():
         return path  # a resumed run keeps the policy it started with
     text = ""
     if args.policy:
-        try:
-            mine = load(args.policy)
-        except PolicyError as e:
-            raise BadInput(f"--policy {e}") from None
+        mine = load(args.policy)  # checked in resolve()
         text = Path(args.policy).read_text()
         if mine.state_dir:
             return Path(args.policy).resolve()
