@@ -44,7 +44,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel  # noqa: E402
+from experiments.simulate import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    command_line,
+    in_parallel,
+    run_fingerprint,
+)
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
 PAPER = {
@@ -118,6 +124,7 @@ def one_run(job: dict) -> list[dict]:
     torch.set_num_threads(1)
     s = settings_of(job)
     s.check_maps()
+    fp = fingerprint(job)
     rows = train(job["method"], s, job["rounds"], eval_every=job["eval_every"], log=None)
     last = rows[-1]
     score = "test" if len(s.test) else "valid"
@@ -150,6 +157,7 @@ def one_run(job: dict) -> list[dict]:
                     "lr": s.lr,
                     "act_steps": s.act_steps,
                     "exchange": EXCHANGE,
+                    "fingerprint": fp,
                     "wall_s": round(last["wall_s"], 1),
                     "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
                     "maps_skipped": json.dumps({k: v["maps"] - v["used"] for k, v in maps.items()}),
@@ -158,15 +166,6 @@ def one_run(job: dict) -> list[dict]:
     return out
 
 
-SETTINGS_COLUMNS = {
-    "history": "history",
-    "updates_per_round": "updates",
-    "eps_decay": "eps_decay",
-    "target_update": "target_update",
-    "envs": "envs",
-    "lr": "lr",
-    "act_steps": "act_steps",
-}
 # bumped when the FedRL exchange changes what a run computes (2: updates ride on the acting
 # messages, the newest step's transitions join the replay one round later): older runs retrain
 EXCHANGE = 2
@@ -190,17 +189,27 @@ def settings_of(job: dict):
     )
 
 
+def fingerprint(job: dict) -> str:
+    """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
+    settings it resolves to (defaults included), the map file's bytes, method, rounds,
+    evaluation cadence and the exchange version."""
+    return run_fingerprint(
+        settings_of(job),
+        ("map_file",),
+        method=job["method"],
+        rounds=job["rounds"],
+        eval_every=job["eval_every"],
+        exchange=EXCHANGE,
+    )
+
+
 def cached_run(job: dict) -> list[dict]:
-    """A finished run from --work, if it was trained with the settings this job resolves to
-    (defaults can change between runs: a stale result is trained again, not reused)."""
+    """A finished run from --work, if it was trained under this job's fingerprint (another
+    map file, range, rule, setting, default or exchange: trained again, never reused)."""
     path = Path(job["work"]) / f"{job_key(job)}.json"
     if path.exists():
         out = json.loads(path.read_text())
-        s = settings_of(job)
-        if (
-            all(out[0].get(col) == getattr(s, attr) for col, attr in SETTINGS_COLUMNS.items())
-            and out[0].get("exchange") == EXCHANGE
-        ):
+        if out and out[0].get("fingerprint") == fingerprint(job):
             return out
     out = one_run(job)
     tmp = path.with_suffix(".tmp")

@@ -51,7 +51,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.fedrl_table1 import EXCHANGE, fmt, ours_bars, refuse_overwrite  # noqa: E402
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel  # noqa: E402
+from experiments.simulate import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    command_line,
+    in_parallel,
+    run_fingerprint,
+)
 
 DATASETS = ("win2k", "cooking", "wikihow")
 NAMES = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}
@@ -142,6 +148,7 @@ def one_run(job: dict) -> list[dict]:
     torch.set_num_threads(1)
     s = settings_of(job)
     s.check_maps()
+    fp = fingerprint(job)
     method = VARIANTS.get(job["method"], (job["method"],))[0]
     rows = train(method, s, job["rounds"], eval_every=job["eval_every"], log=None)
     last = rows[-1]
@@ -172,21 +179,33 @@ def one_run(job: dict) -> list[dict]:
                     "word_vectors": "word2vec on the 3 corpora (substitute)",
                     "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
                     "exchange": EXCHANGE,
+                    "fingerprint": fp,
                     "wall_s": round(last["wall_s"], 1),
                 }
             )
     return out
 
 
+def fingerprint(job: dict) -> str:
+    """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
+    settings (defaults included), the corpus folder's bytes, method, rounds, evaluation
+    cadence and the exchange version."""
+    return run_fingerprint(
+        settings_of(job),
+        ("t2a_data",),
+        method=job["method"],
+        rounds=job["rounds"],
+        eval_every=job["eval_every"],
+        exchange=EXCHANGE,
+    )
+
+
 def cached_run(job: dict) -> list[dict]:
+    """A finished run from --work, if it was trained under this job's fingerprint."""
     path = Path(job["work"]) / f"{job_key(job)}.json"
     if path.exists():
         out = json.loads(path.read_text())
-        # a FedRL run of an older exchange retrains; baselines do not use the exchange
-        if (
-            not VARIANTS.get(job["method"], (job["method"],))[0] == "fedrl"
-            or out[0].get("exchange") == EXCHANGE
-        ):
+        if out and out[0].get("fingerprint") == fingerprint(job):
             return out
     out = one_run(job)
     tmp = path.with_suffix(".tmp")

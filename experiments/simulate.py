@@ -3,7 +3,11 @@ runs at once with a progress bar."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import shlex
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -11,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
+
+from config.schema import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -29,12 +35,12 @@ def simulate(
     run_config: str = "",
     policy: Path | None = None,
 ) -> Path:
-    """Run one study into run_dir unless it already finished there (so scripts resume)."""
-    if (run_dir / "rounds.csv").exists():
-        done = pd.read_csv(run_dir / "rounds.csv")
-        if len(done) and done["round"].max() >= rounds:
-            return run_dir
-        raise SystemExit(f"{run_dir} holds an unfinished run; remove it to rerun")
+    """Run one study into run_dir unless it already finished there with the same launch (so
+    scripts resume). `study.json` records the launch: the command's arguments, the run
+    config's defaults (a changed default changes the run) and the policy file's bytes; a
+    finished run of another launch is trained again. A data folder named in run_config is
+    keyed by its path, not its bytes."""
+    done_file = run_dir / "study.json"
     cmd = [
         sys.executable,
         str(ROOT / "simulation.py"),
@@ -55,9 +61,47 @@ def simulate(
         cmd += ["--run-config", run_config]
     if policy is not None:
         cmd += ["--policy", str(policy)]
+    launch = {"args": cmd[2:], "defaults": defaults(), "policy": path_digest(policy or "")}
+    if (run_dir / "rounds.csv").exists():
+        done = pd.read_csv(run_dir / "rounds.csv")
+        finished = len(done) and done["round"].max() >= rounds
+        if finished and done_file.is_file() and json.loads(done_file.read_text()) == launch:
+            return run_dir
+        if finished:  # another launch's result: never reported as this one's
+            print(f"{run_dir}: made by another launch (or before study.json); training again")
+            shutil.rmtree(run_dir)
+        else:
+            raise SystemExit(f"{run_dir} holds an unfinished run; remove it to rerun")
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
+    done_file.write_text(json.dumps(launch, indent=1, default=str))
     return run_dir
+
+
+def path_digest(path: str | Path) -> str:
+    """SHA-256 of a data file's bytes, or of a folder's file names and bytes ("" for none)."""
+    if not path:
+        return ""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def run_fingerprint(settings, data_fields: tuple[str, ...] = (), **extra) -> str:
+    """What decides a cached run's numbers, as one SHA-256: every field of its settings, the
+    bytes of every data file or folder they name (`data_fields`), and `extra` (method, rounds,
+    evaluation cadence, the code's exchange version). A cached run is reused only under the
+    same fingerprint: another map file, range, rule, setting or exchange retrains it."""
+    parts = {f.name: repr(getattr(settings, f.name)) for f in dataclasses.fields(settings)}
+    parts.update({f"digest:{k}": path_digest(getattr(settings, k)) for k in data_fields})
+    parts.update({f"job:{k}": repr(v) for k, v in sorted(extra.items())})
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) -> list:

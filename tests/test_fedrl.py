@@ -2,6 +2,7 @@
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -511,3 +512,77 @@ def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
     with pytest.raises(fedrl_server.FederationError, match="did not end"):
         Protocol(s, send).play("valid", True)
     assert calls.count("eval-act") <= 2 * (s.max_steps + 1)
+
+
+def test_a_cached_table_run_is_retrained_when_anything_that_decides_it_changes(
+    tmp_path, monkeypatch
+):
+    """The table scripts' run cache (experiments/fedrl_table1.cached_run): a run is reused
+    only under the same fingerprint; the map file's bytes, its ranges, the rules, any setting,
+    a default, the rounds or the exchange version each retrain it (issue 31: a run scored on
+    one test range was reported for another)."""
+    import experiments.fedrl_table1 as t1
+
+    maps = tmp_path / "maps.mat"
+    maps.write_bytes(b"first maps")
+    job = {
+        "method": "fedrl", "rules": "paper", "size": 8, "seed": 0, "rounds": 3,
+        "eval_every": 1, "map_file": str(maps), "work": str(tmp_path / "work"),
+        "ranges": {"train": "0-6399", "valid": "6400-7199", "test": "7200-7999"}, "extra": {},
+    }  # fmt: skip
+    (tmp_path / "work").mkdir()
+    trained = []
+
+    def one_run(j):
+        trained.append(j)
+        return [{"fingerprint": t1.fingerprint(j), "checkpoint": "best", "test_noise": "",
+                 "succ_rate": 0.5, "best_round": 1, "wall_s": 0.0}]  # fmt: skip
+
+    monkeypatch.setattr(t1, "one_run", one_run)
+    t1.cached_run(job)
+    t1.cached_run(job)
+    assert len(trained) == 1  # the same job: reused
+    changes = [
+        lambda j: maps.write_bytes(b"other maps"),  # same path, other bytes
+        lambda j: j["ranges"].update(test="6800-7199"),
+        lambda j: j.update(rules="reference"),
+        lambda j: j["extra"].update({"fedrl.lr": 0.0005}),
+        lambda j: j.update(rounds=4),
+        lambda j: monkeypatch.setattr(t1, "EXCHANGE", t1.EXCHANGE + 1),
+    ]
+    for k, change in enumerate(changes, start=2):
+        change(job)
+        t1.cached_run(job)
+        assert len(trained) == k, f"change {k - 1} did not retrain"
+        t1.cached_run(job)
+        assert len(trained) == k  # and then it is reused
+
+
+def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypatch):
+    """experiments/simulate.simulate, the cache of the scripts that launch simulation.py: a
+    finished run is reused only for the same arguments, defaults and policy."""
+    import experiments.simulate as sim
+
+    launched = []
+
+    def fake_run(cmd, check, cwd):
+        launched.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rounds.csv").write_text("round\n1\n2\n")
+
+    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    run = tmp_path / "run"
+    sim.simulate("fedavg", run, rounds=2, seed=0)
+    sim.simulate("fedavg", run, rounds=2, seed=0)
+    assert len(launched) == 1
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 2
+    policy = tmp_path / "p.toml"
+    policy.write_text("[fedrl]\nmin-sigma = 1.0\n")
+    sim.simulate("fedavg", run, rounds=2, seed=0, policy=policy)
+    sim.simulate("fedavg", run, rounds=2, seed=0, policy=policy)
+    assert len(launched) == 3
+    policy.write_text("[fedrl]\nmin-sigma = 0.5\n")  # same path, other policy
+    sim.simulate("fedavg", run, rounds=2, seed=0, policy=policy)
+    assert len(launched) == 4
