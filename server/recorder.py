@@ -25,6 +25,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from config.schema import ConfigError
+from server.curves import Curves
 
 ROUND_COLUMNS = ["round", "stage", "wall_s", "n_clients", "bytes_up", "bytes_down"]
 CLIENT_COLUMNS = [
@@ -62,6 +63,7 @@ class Recorder:
         self._up = self._down = self._eval_down = 0
         self._n_clients = 0
         self._metrics: dict = {}
+        self.curves = Curves(self.out)  # TensorBoard event files beside rounds.csv
         self.write_config()
 
     def _take_back(self) -> None:
@@ -140,6 +142,7 @@ class Recorder:
         self.write_clients()
         if self.silos:
             pd.DataFrame(self.silos).to_csv(self.out / "silos.csv", index=False)
+        self.curves.round(row, self.clients, self.silos)
         return row
 
 

@@ -458,3 +458,30 @@ def test_decode_views_the_bytes_and_equals_flowers_numpy():
         assert np.array_equal(got, a.numpy())
     view = decode(Array(np.ones(4, np.float32)))
     assert not view.flags.writeable  # a view of the message's bytes, never changed in place
+
+
+def test_every_round_is_in_tensorboard_beside_rounds_csv(tmp_path):
+    """`tensorboard --logdir runs` reads what rounds.csv and clients.csv say, round by round
+    (server/curves.py), per client as well."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from clients.app import app
+    from config.methods import server_module
+    from config.schema import merged
+    from tests.conftest import InProcessGrid
+    from tests.test_faults import DRIVING
+
+    cfg = merged({**DRIVING, "method": "fedavg", "out-dir": str(tmp_path)})
+    server_module("fedavg").run(InProcessGrid(app, cfg, 3), cfg, "fedavg")
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    got = {e.step: e.value for e in events.Scalars("train/rmse")}
+    assert got == pytest.approx(dict(zip(rounds["round"], rounds["rmse"])))
+    clients = pd.read_csv(tmp_path / "clients.csv")
+    for p in range(3):
+        mine = clients[clients.partition == p]
+        loss = {e.step: e.value for e in events.Scalars(f"client {p}/train_loss")}
+        assert loss == pytest.approx(dict(zip(mine["round"], mine["train_loss"])))
+    assert "train/wall_s" in tags and "train/round" not in tags
