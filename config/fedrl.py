@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from config.schema import ConfigError, Section, setting
-from envs.gridworld import RULES, parse_range
+from envs.gridworld import RULES, paper_split, parse_range
 from envs.text2action_data import DOMAINS as T2A_DATASETS
 
 DOMAINS = ("gridworld", "text2action")
@@ -49,11 +49,16 @@ class FedRLSettings(Section):
     )
     maps_seed: int = setting("generated maps only: their seed", lo=0, hi=2**32 - 1)
     train_maps: str = setting(
-        "training map index range FIRST-LAST (the paper's 6400/800/800 split of 8000)"
+        'training map index range FIRST-LAST; "auto" = the paper\'s split of the maps there '
+        "are: 0-6399 of 8000 (6400/800/800), and of the shipped .mat files' 7,200 too"
     )
-    valid_maps: str = setting("validation map range (checkpoint selection)")
+    valid_maps: str = setting(
+        'validation map range (checkpoint selection); "auto" = 6400-7199 of 8000 maps, '
+        "6400-6799 of the shipped files' 7,200"
+    )
     test_maps: str = setting(
-        'test map range; "" = none (the paper\'s .mat files here hold maps 0-7199 only)'
+        'test map range; "" = none; "auto" = 7200-7999 of 8000 maps, 6800-7199 of the '
+        "shipped files' 7,200"
     )
     windows: str = setting(
         "alpha,beta observation windows, odd sizes (paper 3,5; the reference code 5,3)"
@@ -137,7 +142,7 @@ class FedRLSettings(Section):
 
     def validate(self) -> None:
         self.window_sizes  # noqa: B018 (ConfigError naming fedrl.windows)
-        self.map_ranges  # noqa: B018 (... or a map range)
+        self.map_ranges()  # ... or a map range
         if self.domain == "text2action" and self.action_mode == "paper":
             raise ConfigError(
                 "run config 'fedrl.action-mode': Text2Action has one joint action per word "
@@ -165,16 +170,18 @@ class FedRLSettings(Section):
             )
         return w
 
-    @cached_property
-    def map_ranges(self) -> dict[str, range]:
-        """split -> the map indices of `fedrl.<split>-maps`."""
+    def map_ranges(self, count: int = 8000) -> dict[str, range]:
+        """split -> the map indices of `fedrl.<split>-maps`, "auto" read as the paper's split
+        of the `count` maps there are (envs/gridworld.paper_split)."""
         out = {}
         for split in ("train", "valid", "test"):
             key = f"fedrl.{split}-maps"
+            text = getattr(self, f"{split}_maps")
             try:
-                out[split] = parse_range(getattr(self, f"{split}_maps"), key)
+                auto = text == "auto"
+                out[split] = parse_range(paper_split(count)[split] if auto else text, key)
             except ValueError as e:
-                raise ConfigError(f"run config {e}") from None
+                raise ConfigError(f"run config {key}: {e}" if auto else f"run config {e}") from None
         return out
 
     @property

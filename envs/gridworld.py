@@ -76,6 +76,18 @@ def parse_range(text: str, key: str = "range") -> range:
     return range(lo, hi + 1)
 
 
+def paper_split(count: int) -> dict[str, str]:
+    """The paper's split of what a map set holds: 6400/800/800 of 8000 maps (Sec. 5.1); a
+    set of fewer (the paper's .mat files as shipped hold 7,200) keeps 0-6399 for training and
+    halves the rest, 6400-6799 to select and 6800-(count-1) to score. What `auto` ranges mean."""
+    if count >= 8000:
+        return {"train": "0-6399", "valid": "6400-7199", "test": "7200-7999"}
+    if count <= 6400:
+        raise ValueError(f"{count} maps leave none to select or score beside maps 0-6399")
+    mid = 6400 + (count - 6400) // 2
+    return {"train": "0-6399", "valid": f"6400-{mid - 1}", "test": f"{mid}-{count - 1}"}
+
+
 RULES = ("paper", "reference")
 
 

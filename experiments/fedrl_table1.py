@@ -88,15 +88,10 @@ def paper_value(keys: tuple, metric: str, size: int) -> str:
 
 def splits_for(map_file: str | None, args) -> dict[str, str]:
     """train/valid/test ranges: the flags, else the paper's split of what the file holds."""
-    count = 8000
-    if map_file:
-        from envs.gridworld import load_mat
+    from envs.gridworld import load_mat, paper_split
 
-        count = load_mat(map_file).count
-    if count >= 8000:
-        ranges = {"train": "0-6399", "valid": "6400-7199", "test": "7200-7999"}
-    else:
-        ranges = {"train": "0-6399", "valid": "6400-6799", "test": f"6800-{count - 1}"}
+    count = load_mat(map_file).count if map_file else 8000
+    ranges = paper_split(count)
     for k in ranges:
         if getattr(args, f"{k}_maps"):
             ranges[k] = getattr(args, f"{k}_maps")

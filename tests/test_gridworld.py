@@ -197,3 +197,26 @@ def test_training_resets_are_replica_deterministic_and_shortest_moves_lead_to_me
     while w.active.any():  # alpha follows BFS first moves, beta waits: alpha walks the path
         w.step(w.shortest_action(0), np.full(w.B, STAY))
     assert (w.t == lengths - 2).all()  # a path of k cells is k-1 moves; adjacent = met
+
+
+def test_auto_map_ranges_follow_the_maps_there_are():
+    """The default ranges ("auto") are the paper's split of the maps a run has: 8,000
+    generated maps 6400/800/800; the shipped .mat files' 7,200 select on 6400-6799 and score
+    6800-7199 (the old fixed 7200-7999 ran past them and the run failed)."""
+    from config.schema import merged
+    from envs.gridworld import paper_split
+    from training.fedrl_setup import Settings
+
+    assert paper_split(8000) == {"train": "0-6399", "valid": "6400-7199", "test": "7200-7999"}
+    assert paper_split(7200) == {"train": "0-6399", "valid": "6400-6799", "test": "6800-7199"}
+    with pytest.raises(ValueError, match="leave none"):
+        paper_split(6000)
+    s = Settings.from_config(merged({}))
+    assert (s.train, s.valid, s.test) == (range(6400), range(6400, 7200), range(7200, 8000))
+    paper = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"
+    if paper.is_file():
+        s = Settings.from_config(merged({"fedrl.map-file": str(paper)}))
+        assert (s.valid, s.test) == (range(6400, 6800), range(6800, 7200))
+        s.check_maps()  # fits the file
+    explicit = Settings.from_config(merged({"fedrl.test-maps": "7000-7099"}))
+    assert explicit.test == range(7000, 7100)

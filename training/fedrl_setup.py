@@ -87,6 +87,7 @@ class Settings:
         c = parse(cfg)
         f = c.fedrl
         w_alpha, w_beta = f.window_sizes
+        ranges = f.map_ranges(_map_count(f.map_file, f.size, f.maps_seed))
         return cls(
             domain=f.domain,
             t2a_data=f.t2a_data,
@@ -99,9 +100,9 @@ class Settings:
             size=f.size,
             map_file=f.map_file,
             maps_seed=f.maps_seed,
-            train=f.map_ranges["train"],
-            valid=f.map_ranges["valid"],
-            test=f.map_ranges["test"],
+            train=ranges["train"],
+            valid=ranges["valid"],
+            test=ranges["test"],
             w_alpha=w_alpha,
             w_beta=w_beta,
             history=f.history or DEFAULT_HISTORY.get(f.size, 8),
@@ -295,6 +296,17 @@ class Settings:
 def _word_table(data_dir, dataset, words, folds, fold, valid_every) -> np.ndarray:
     c = t2a.load_corpus(data_dir, dataset, words, folds, fold, valid_every)
     return word_table(c.words, words, data_dir)
+
+
+def _map_count(map_file: str, size: int, seed: int) -> int:
+    """How many maps there are, for "auto" ranges: a file's own count (8000 generated). A file
+    that does not load counts as 8000 here; check_maps() then names what is wrong with it."""
+    if not map_file:
+        return 8000
+    try:
+        return _maps(map_file, size, seed).count
+    except (OSError, ValueError, KeyError):
+        return 8000
 
 
 @lru_cache(maxsize=4)
