@@ -255,14 +255,19 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
             )
         save_round(recorder, rnd, proto, select, send, privacy)  # before rounds.csv says rnd
         row = recorder.end_round(proto.theta_g)
+        scores = "  ".join(  # valid, test and best-checkpoint scores, when this round has them
+            f"{k}={v:.3g}"
+            for k, v in row.items()
+            if k.endswith(("succ-rate-test_noise=on", "f1-test_noise=on")) and v == v
+        )
+        eps = {r: row.get(f"{r}-privacy-epsilon") for r in ("alpha", "beta")}
         log(
             INFO,
-            "[fedembodied] round %d/%d  %s %s  alpha privacy epsilon=%s  wall=%.2fs",
+            "[fedembodied] round %d/%d  %s  privacy epsilon alpha=%s beta=%s  wall=%.2fs",
             rnd,
             rounds,
-            s.select_key(),
-            row.get(s.select_key(), "-"),
-            row.get("alpha-privacy-epsilon", "-"),
+            scores or "(not evaluated this round)",
+            *(f"{v:.3g}" if isinstance(v, float) else "none released yet" for v in eps.values()),
             row["wall_s"],
         )
     recorder.write_config(
@@ -279,7 +284,8 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
         update_ratio=s.update_ratio,
         wall_s=round(time.perf_counter() - t_start, 2),
     )
-    log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, privacy)
+    spent = ", ".join(f"{k} {v:.3g}" for k, v in sorted(privacy.items()))
+    log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, spent or "nothing released")
 
 
 def _tensors(arrays) -> dict | None:
