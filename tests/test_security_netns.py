@@ -154,8 +154,9 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
     """Two registered SuperNodes (TLS + node auth) on another host, each with its operator's
     policy (deploy/supernode.sh --policy): alpha's lets a study lower sigma, beta's demands
     sigma >= 2. A FedRL run asking sigma = 1 is refused by beta only, naming the policy key;
-    a FedAvg run goes through; both nodes' audit logs verify, show the refusal, and count the
-    bytes the server's clients.csv counts."""
+    a CDL run of the reference variant (it sends the sub-network) is refused by beta only and
+    goes on with alpha; a FedAvg run goes through; both nodes' audit logs verify, show the
+    refusals, and count the bytes the server's clients.csv counts."""
     from clients.audit import read
 
     certs = tmp_path / "certs"
@@ -166,8 +167,8 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
     )
     policies = {}
     for role, text in (
-        ("alpha", "[fedrl]\nmin-sigma = 0.1\n"),
-        ("beta", "[fedrl]\nmin-sigma = 2.0\n"),
+        ("alpha", "[fedrl]\nmin-sigma = 0.1\n[cdl]\nshare-sub-network = true\n"),
+        ("beta", "[fedrl]\nmin-sigma = 2.0\n"),  # and, by default, no CDL sub-network out
     ):
         policies[role] = tmp_path / f"{role}.toml"
         policies[role].write_text(f'state-dir = "{tmp_path / role}"\n{text}')
@@ -221,21 +222,31 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
         assert (rows[rows.partition == "alpha"].status == "ok").all() or (
             "alpha" not in set(rows.partition)
         )
-        assert (
-            run(
-                'method="fedavg" num-server-rounds=1 driving.image-size=32 '
-                "driving.train-per-silo=40 driving.test-per-silo=16 driving.local-epochs=1",
-                tmp_path / "avg",
-            )
-            == "finished:completed"
-        ), fed.log("link")
+        small = (
+            "num-server-rounds=1 driving.image-size=32 driving.train-per-silo=40 "
+            "driving.test-per-silo=16 driving.local-epochs=1"
+        )
+        cdl = f'method="cdl" cdl.variant="reference" topology="complete" {small}'
+        assert run(cdl, tmp_path / "cdl") == "finished:completed", fed.log("link")
+        rows = pd.read_csv(tmp_path / "cdl" / "clients.csv")
+        assert rows[rows.partition == 0].status.eq("ok").all()
+        assert rows[rows.partition == 1].status.str.contains("cdl.share-sub-network").all()
+        assert run(f'method="fedavg" {small}', tmp_path / "avg") == "finished:completed"
         clients = pd.read_csv(tmp_path / "avg" / "clients.csv")
         for k, role in enumerate(("alpha", "beta")):
             log = read(tmp_path / role / "audit" / f"partition-{k}.jsonl")  # verifies the chain
-            assert {r["method"] for r in log} == {"fedrl", "fedavg"}
+            assert {r["method"] for r in log} == {"fedrl", "cdl", "fedavg"}
             refused = [r for r in log if r["status"] == "refused"]
-            assert bool(refused) == (role == "beta")  # beta only, and only the FedRL run
-            assert all("fedrl.min-sigma" in r["reason"] for r in refused)
+            assert bool(refused) == (role == "beta")  # beta only: FedRL's sigma, CDL's sub-net
+            assert {r["method"] for r in refused} == {"fedrl", "cdl"} or role == "alpha"
+            assert all(
+                ("fedrl.min-sigma" if r["method"] == "fedrl" else "cdl.share-sub-network")
+                in r["reason"]
+                for r in refused
+            )
+            if role == "alpha":  # what alpha's operator let out: the sub-network too
+                sent = [a["name"] for r in log if r["method"] == "cdl" for a in r["arrays"]]
+                assert any(n.startswith("sub.") for n in sent)
             assert all(r["bytes"] == 0 for r in log if r["method"] == "fedrl" and role == "beta")
             sent = sum(r["bytes"] for r in log if r["method"] == "fedavg" and r["round"] == 1)
             assert sent == int(clients[clients.partition == k].bytes_up.iloc[0])
