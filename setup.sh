@@ -18,6 +18,8 @@ step 3 "torch 2.13.0, CPU build (first, so nothing pulls a CUDA build)"
 .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 step 4 "the project and its dependencies: Flower 1.41 with Ray, pandas, ... (a few minutes the first time)"
 .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+# plain `flwr run .` from this venv: no per-run `uv sync` (offline-safe), venv commands on PATH
+cp deploy/sitecustomize.py "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 .venv/bin/python -c "import torch, flwr; print(f'set-up done: torch {torch.__version__}, flwr {flwr.__version__}')"
 [ "${1:-}" = "--no-run" ] && exit 0
 echo "main job: FedAvg, 10 non-IID driving silos, 5 rounds (simulation engine)"
