@@ -32,7 +32,7 @@ from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     silo_data,
 )
 from config import parse
-from models.rng import owned
+from models.rng import owned, stream_seed
 from models.state import load_shared_state, shared_state
 from training.cdl import train_cdl
 
@@ -54,7 +54,7 @@ def train(msg: Message, context: Context) -> Message:
         )
     fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
-    with owned(c.run.seed * 7919 + pid * 31 + rnd):  # this silo's stream (models/rng)
+    with owned(stream_seed(c.run.seed, pid, rnd)):  # this silo's stream (models/rng)
         received = msg.content["arrays"].to_torch_state_dict()
         backbone = build_model(c, received)
         sub = None

@@ -19,7 +19,7 @@ from config import Config, parse
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
-from models.rng import owned
+from models.rng import owned, stream_seed
 from models.state import load_shared_state, shared_state
 from training.steering import LocalOptimizer, evaluate_steering, train_steering
 
@@ -127,7 +127,7 @@ def train(msg: Message, context: Context) -> Message:
     data = silo_data(context)
     resume, step0 = kept_optimizers(c, context)
     t0 = time.perf_counter()
-    with owned(c.run.seed * 7919 + pid * 31 + rnd):  # dropout: this silo's stream (models/rng)
+    with owned(stream_seed(c.run.seed, pid, rnd)):  # dropout: this silo's stream (models/rng)
         model = build_model(c, msg.content["arrays"].to_torch_state_dict())
         stats = train_steering(
             model,

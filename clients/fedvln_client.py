@@ -39,7 +39,7 @@ from contracts.fedvln import (
 )
 from envs.vln_data import Episode
 from models.envdrop import Follower
-from models.rng import owned
+from models.rng import owned, stream_seed
 from models.speaker import Speaker
 from training import vln_agent, vln_speaker
 from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
@@ -147,7 +147,7 @@ def back_translation(context: Context, c: Config, h: House) -> vln_agent.BackTra
 
 
 def _seed(c: Config, context: Context, rnd: int) -> int:
-    return c.run.seed * 7919 + int(context.node_config.get("partition-id", 0)) * 31 + rnd
+    return stream_seed(c.run.seed, int(context.node_config.get("partition-id", 0)), rnd)
 
 
 def setup(msg: Message, context: Context, c: Config, h: House) -> RecordDict:

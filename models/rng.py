@@ -27,6 +27,12 @@ import torch
 _LOCK = threading.RLock()  # re-entrant: an owner may build a module inside its own block
 
 
+def stream_seed(run_seed: int, partition: int, server_round: int) -> int:
+    """The seed of one client's torch stream in one round (silo, house or party): distinct per
+    partition and round, the same in every process, so a retried or resumed call redraws it."""
+    return run_seed * 7919 + partition * 31 + server_round
+
+
 @contextmanager
 def owned(seed: int | None = None) -> Iterator[None]:
     """Hold torch's global generator for the block; seeded (then restored) when `seed` given;
