@@ -1,36 +1,61 @@
-"""Serve only Flower's Fleet API (what SuperNodes call) on the network address.
+"""Between the edge and Flower's SuperLink: serve only the Fleet API, and let no node speak for
+another.
 
-Why: Flower 1.41 serves its Fleet, Control (run submission, `flwr supernode register`,
-`flwr ls`) and ServerAppIo APIs on one port. Its only Control-API authentication (OIDC accounts)
-is in the enterprise edition: with `FLWR_OIDC_ENABLED=1` the open-source SuperLink exits with
-"OIDC account authentication is unavailable in this Flower distribution"
-(flwr/superlink/config_loader.py, load_control_authn_plugin). So anyone who can reach that port
-can register a node key and submit an app whose ServerApp runs on the SuperLink's host and
-whose ClientApp runs on every SuperNode.
+Why a gateway at all: Flower 1.41 serves its Fleet, Control (run submission, `flwr supernode
+register`, `flwr ls`) and ServerAppIo APIs on one port, and its only Control-API authentication
+(OIDC accounts) is in the enterprise edition. deploy/superlink.sh binds the SuperLink to
+127.0.0.1; HAProxy (deploy/edge.haproxy.cfg) holds the public address with the connection, rate
+and size limits; this process sits between them on loopback and forwards `POST /v1/fleet/<name>`
+byte for byte (the node-authentication headers included, so the SuperLink still checks every
+node's signature) after three checks Flower 1.41 does not make:
 
-deploy/superlink.sh therefore binds Flower's SuperLink to 127.0.0.1 and runs this gateway on
-the public address. It forwards `POST /v1/fleet/<name>` byte for byte (the node-authentication
-headers included, so the SuperLink still checks every SuperNode's signature) and answers
-anything else 403. Run submission and node registration then work only from the SuperLink's
-host (or through an SSH tunnel to it).
+1. *Who sends a reply.* Flower's push checks that a reply's `src_node_id` is the destination of
+   the message it answers, not that it is the node that signed the call
+   (flwr/superlink/routers/fleet/node_auth.py checks only `request.node`); so a registered node
+   could post another node's training result. Here every message in a push must carry the
+   pushing node's id. The SuperLink then checks that the key signed for that id.
+2. *Which objects a node may fetch or upload.* Flower's object pull checks only the run. Here a
+   node pulls only objects of the message trees the SuperLink delivered to it, and pushes only
+   objects of the trees it announced in its own push.
+3. *Bulk from nobody.* With node authentication, a call must carry a fresh timestamp signed by
+   the key it names (checked before the body is read), and a key the SuperLink has not yet
+   accepted may send at most `--unknown-key-body` bytes; so a host with no registered key
+   cannot make anyone buffer a large body. The edge bounds every body by `--max-body` too.
 
-    python deploy/fleet_gateway.py --listen 0.0.0.0:9092 --upstream 127.0.0.1:9093 \
-        [--tls CERT_DIR]   (ca.crt, server.pem, server.key: TLS on both sides)
+    python deploy/fleet_gateway.py --listen /run/fedembodied/gateway.sock --upstream 127.0.0.1:9093 \
+        [--tls CERT_DIR]   (ca.crt: the SuperLink speaks TLS and nodes must sign every call)
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import contextlib
+import datetime
 import logging
 import re
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
 import httpx
 import uvicorn
+from flwr.proto.fleet_pb2 import (  # pylint: disable=E0611
+    PullMessagesRequest,
+    PullMessagesResponse,
+    PushMessagesRequest,
+)
+from flwr.proto.message_pb2 import (  # pylint: disable=E0611
+    ConfirmMessageReceivedRequest,
+    ObjectTree,
+    PullObjectRequest,
+    PushObjectRequest,
+)
+from flwr.supercore.primitives.asymmetric import bytes_to_public_key, verify_signature
+from google.protobuf.message import DecodeError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -49,31 +74,202 @@ HOP_BY_HOP = {
     "proxy-authorization",
     "proxy-authenticate",
 }
+# Flower's window for a signed timestamp (flwr/common/constant.py: TIMESTAMP_TOLERANCE = 300,
+# SYSTEM_TIME_TOLERANCE = 5)
+SIGNED_AGE_S = (-5.0, 305.0)
+MIB = 1 << 20
 log = logging.getLogger("fleet-gateway")
 
 
-def build_app(upstream: str, verify: str | bool) -> Starlette:
-    """The gateway as an ASGI app forwarding Fleet calls to `upstream` (http[s]://host:port)."""
+class Refused(Exception):
+    """A call the gateway does not forward: `status` and a reason for the log and the caller."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+class Bounded(OrderedDict):
+    """A set that forgets its oldest entries beyond `cap` (a gateway must not grow forever)."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self.cap = cap
+
+    def add(self, key) -> None:
+        self[key] = None
+        self.move_to_end(key)
+        while len(self) > self.cap:
+            self.popitem(last=False)
+
+
+def tree_ids(tree: ObjectTree) -> list[str]:
+    """Every object id of a message's object tree (root first)."""
+    ids, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        ids.append(node.object_id)
+        stack.extend(node.children)
+    return ids
+
+
+class Ledger:
+    """What each node may pull (objects of messages delivered to it) and push (objects of its
+    own replies), learnt from the calls that pass through; bounded per node."""
+
+    def __init__(self, cap_per_node: int = 200_000):
+        self.cap = cap_per_node
+        self.pullable: dict[int, Bounded] = {}
+        self.pushable: dict[int, Bounded] = {}
+
+    def _set(self, table: dict[int, Bounded], node: int) -> Bounded:
+        return table.setdefault(node, Bounded(self.cap))
+
+    def delivered(self, node: int, trees) -> None:
+        for tree in trees:
+            for oid in tree_ids(tree):
+                self._set(self.pullable, node).add(oid)
+
+    def announced(self, node: int, trees) -> None:
+        for tree in trees:
+            for oid in tree_ids(tree):
+                self._set(self.pushable, node).add(oid)
+
+    def may_pull(self, node: int, oid: str) -> bool:
+        return oid in self.pullable.get(node, ())
+
+    def may_push(self, node: int, oid: str) -> bool:
+        return oid in self.pushable.get(node, ())
+
+
+def check_request(path: str, body: bytes, ledger: Ledger) -> None:
+    """Refuse a Fleet call whose body speaks for another node or reaches for another node's
+    objects. Calls not named here (register, activate, heartbeat, get-run, get-fab,
+    pull-messages) carry only the caller's own id, which the SuperLink binds to its key."""
+    try:
+        if path == "/v1/fleet/push-messages":
+            req = PushMessagesRequest.FromString(body)
+            for msg in req.messages_list:
+                if msg.metadata.src_node_id != req.node.node_id:
+                    raise Refused(
+                        403,
+                        f"node {req.node.node_id} pushed a reply as node "
+                        f"{msg.metadata.src_node_id}",
+                    )
+            ledger.announced(req.node.node_id, req.message_object_trees)
+        elif path == "/v1/fleet/push-object":
+            req = PushObjectRequest.FromString(body)
+            if not ledger.may_push(req.node.node_id, req.object_id):
+                raise Refused(
+                    403, f"node {req.node.node_id} pushed object {req.object_id[:16]}… "
+                    "that is in none of its replies",
+                )  # fmt: skip
+        elif path in ("/v1/fleet/pull-object", "/v1/fleet/confirm-message-received"):
+            cls = (
+                PullObjectRequest if path.endswith("pull-object") else ConfirmMessageReceivedRequest
+            )
+            req = cls.FromString(body)
+            oid = req.object_id if cls is PullObjectRequest else req.message_object_id
+            if not ledger.may_pull(req.node.node_id, oid):
+                raise Refused(
+                    403, f"node {req.node.node_id} asked for object {oid[:16]}… "
+                    "of a message not delivered to it",
+                )  # fmt: skip
+    except DecodeError as e:
+        raise Refused(400, f"{path}: body is not the protobuf this call takes ({e})") from e
+
+
+def check_signature(headers, now: datetime.datetime) -> str:
+    """The caller's public key (base64) if it signed a fresh timestamp with it, else Refused.
+    Flower's SuperLink checks the same again and also that the key is registered."""
+    try:
+        key = headers["flwr-public-key"]
+        signature = base64.b64decode(headers["flwr-signature"], validate=True)
+        stamp = headers["flwr-timestamp"]
+        age = (now - datetime.datetime.fromisoformat(stamp)).total_seconds()
+        if not SIGNED_AGE_S[0] < age < SIGNED_AGE_S[1]:
+            raise ValueError(f"timestamp {stamp} outside Flower's window")
+        public = bytes_to_public_key(base64.b64decode(key, validate=True))
+        if not verify_signature(public, stamp.encode("ascii"), signature):
+            raise ValueError("signature does not verify")
+    except (KeyError, ValueError, TypeError, UnicodeError, binascii.Error) as e:
+        raise Refused(401, f"unsigned or badly signed call ({e})") from e
+    return key
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) as soon as it announces or sends more than `limit` bytes."""
+    try:
+        announced = int(request.headers.get("content-length", "0"))
+    except ValueError as e:
+        raise Refused(400, "Content-Length is not a number") from e
+    if announced > limit:
+        raise Refused(413, f"body of {announced} bytes, over this caller's {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"body over this caller's {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(
+    upstream: str,
+    verify: str | bool,
+    *,
+    signed: bool,
+    max_body: int = 64 * MIB,
+    unknown_key_body: int = 64 * 1024,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """The gateway as an ASGI app forwarding Fleet calls to `upstream` (http[s]://host:port).
+    `signed`: the SuperLink authenticates nodes, so every call must be signed (check 3)."""
     client = httpx.AsyncClient(
-        base_url=upstream, verify=verify, timeout=httpx.Timeout(600.0, connect=10.0)
+        base_url=upstream,
+        verify=verify,
+        timeout=httpx.Timeout(600.0, connect=10.0),
+        limits=httpx.Limits(max_connections=64),
+        transport=transport,
     )
+    ledger, accepted_keys = Ledger(), Bounded(100_000)
 
     async def forward(request: Request) -> Response:
         path = request.url.path
-        if request.method != "POST" or not FLEET_PATH.fullmatch(path) or request.url.query:
-            who = request.client.host if request.client else "?"
-            log.warning("refused %s %s from %s", request.method, path[:80], who)
-            return PlainTextResponse(
-                "fedembodied fleet gateway: only the Fleet API is served "
-                "here; submit runs on the SuperLink's host\n",
-                403,
-            )
+        who = request.headers.get("x-forwarded-for") or (
+            request.client.host if request.client else "?"
+        )
+        try:
+            if request.method != "POST" or not FLEET_PATH.fullmatch(path) or request.url.query:
+                raise Refused(
+                    403,
+                    "only the Fleet API is served here; submit runs on the SuperLink's host",
+                )
+            key = ""
+            if signed:
+                key = check_signature(request.headers, datetime.datetime.now(datetime.UTC))
+            limit = max_body if (not signed or key in accepted_keys) else unknown_key_body
+            body = await read_body(request, limit)
+            check_request(path, body, ledger)
+        except Refused as e:
+            log.warning("refused %s %s from %s: %s", request.method, path[:80], who, e)
+            return PlainTextResponse(f"fedembodied fleet gateway: {e}\n", e.status)
+        except ClientDisconnect:
+            return Response(status_code=400)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
-            r = await client.post(path, content=await request.body(), headers=headers)
+            r = await client.post(path, content=body, headers=headers)
         except httpx.HTTPError as e:
             log.error("upstream %s unreachable: %s", upstream, e)
             return PlainTextResponse("SuperLink unreachable\n", 502)
+        if r.status_code == 200:
+            if key:
+                accepted_keys.add(key)
+            if path == "/v1/fleet/pull-messages":
+                with contextlib.suppress(DecodeError):
+                    node = PullMessagesRequest.FromString(body).node.node_id
+                    delivered = PullMessagesResponse.FromString(r.content)
+                    ledger.delivered(node, delivered.message_object_trees)
         keep = {
             k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}
         }
@@ -86,34 +282,38 @@ def build_app(upstream: str, verify: str | bool) -> Starlette:
         yield
         await client.aclose()
 
-    return Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)
+    app = Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)
+    app.state.ledger = ledger
+    return app
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--listen", required=True, help="HOST:PORT SuperNodes connect to")
+    p.add_argument("--listen", required=True, help="unix socket path the edge forwards to")
     p.add_argument("--upstream", required=True, help="HOST:PORT of the loopback SuperLink")
-    p.add_argument("--tls", default="", help="folder with ca.crt, server.pem, server.key")
+    p.add_argument("--tls", default="", help="folder with ca.crt: the SuperLink's TLS + node auth")
+    p.add_argument("--max-body", type=int, default=64 * MIB, help="bytes (default 64 MiB)")
+    p.add_argument(
+        "--unknown-key-body",
+        type=int,
+        default=64 * 1024,
+        help="bytes a key the SuperLink has not accepted yet may send (default 64 KiB)",
+    )
     args = p.parse_args(argv)
-    host, _, port = args.listen.rpartition(":")
     tls = Path(args.tls) if args.tls else None
-    if tls:
-        for f in ("ca.crt", "server.pem", "server.key"):
-            if not (tls / f).is_file():
-                print(f"fleet_gateway.py: --tls {tls}: {f} not found", file=sys.stderr)
-                return 2
+    if tls and not (tls / "ca.crt").is_file():
+        print(f"fleet_gateway.py: --tls {tls}: ca.crt not found", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fleet-gateway %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     app = build_app(
-        f"{'https' if tls else 'http'}://{args.upstream}", str(tls / "ca.crt") if tls else False
+        f"{'https' if tls else 'http'}://{args.upstream}",
+        str(tls / "ca.crt") if tls else False,
+        signed=bool(tls),
+        max_body=args.max_body,
+        unknown_key_body=args.unknown_key_body,
     )
-    uvicorn.run(
-        app,
-        host=host,
-        port=int(port),
-        log_level="warning",
-        ssl_certfile=str(tls / "server.pem") if tls else None,
-        ssl_keyfile=str(tls / "server.key") if tls else None,
-    )
+    uvicorn.run(app, uds=args.listen, log_level="warning")
     return 0
 
 

@@ -2,14 +2,26 @@
 # Start the SuperLink of a deployed federation (one host). Runs in the foreground.
 #   deploy/superlink.sh [--tls CERT_DIR] [--host 0.0.0.0] [--port 9092] [--control-port PORT]
 #                       [--database FILE]
-# Flower's SuperLink listens on 127.0.0.1:CONTROL_PORT (default PORT+1): Control (flwr run,
-# flwr ls, flwr supernode register), ServerAppIo and Fleet, for this host only. HOST:PORT is
-# deploy/fleet_gateway.py, which serves SuperNodes the Fleet API and nothing else (Flower 1.41
-# has no Control-API authentication outside its enterprise edition; README "Security").
+# Three processes, stopped together:
+#  - Flower's SuperLink on 127.0.0.1:CONTROL_PORT (default PORT+1): Control (flwr run, flwr ls,
+#    flwr supernode register), ServerAppIo and Fleet, for this host only (Flower 1.41 has no
+#    Control-API authentication outside its enterprise edition; docs/security.md);
+#  - deploy/fleet_gateway.py on a unix socket: Fleet API only, a reply's sender bound to the
+#    node that signed the call, object pulls limited to a node's own messages;
+#  - the edge, HAProxy with deploy/edge.haproxy.cfg, on HOST:PORT (TLS with --tls): limits on
+#    connections, per-address connections and rates, TLS handshakes, header time, body size.
+# Edge limits (environment, defaults): EDGE_MAXCONN=2000 connections in all,
+# EDGE_TLS_PER_S=200 new TLS sessions a second, EDGE_CONN_PER_ADDR=64 open connections per source
+# address, EDGE_NEW_CONN_PER_ADDR=200 and EDGE_REQ_PER_ADDR=3000 new connections and requests
+# per address per 10 s, EDGE_CLIENT_TIMEOUT=30s idle (TLS handshake included),
+# EDGE_HEADER_TIMEOUT=10s for a request head, EDGE_MAX_BODY=67108864 bytes, EDGE_GATEWAY_CONN=32
+# calls inside the gateway at once. Raise the per-address ones when many SuperNodes share one
+# address (NAT).
 # State (runs, registered node keys, messages) is kept in FILE (default
 # $FLWR_HOME/superlink/state.db), so a restarted SuperLink keeps its runs and registrations.
 # With --tls, CERT_DIR holds ca.crt, server.pem, server.key (deploy/make_certs.sh) and SuperNodes
 # must be registered (`flwr supernode register KEY.pub <connection>`) before they can join.
+# Needs haproxy (Debian: apt-get install haproxy; setup.sh installs it when run as root).
 # Environment: FLWR_HOME (state, default ~/.flwr), VENV (default: the repo's .venv).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,14 +53,32 @@ if [ -n "$tls" ]; then
             --ssl-keyfile "$tls/server.key" --enable-supernode-auth)
   gateway_tls=(--tls "$tls")
 fi
+command -v haproxy >/dev/null || {
+  echo "superlink.sh: haproxy not found: the edge needs it (apt-get install haproxy)" >&2; exit 2; }
+edge=$(mktemp -d /tmp/fedembodied-edge.XXXXXX)  # short path: unix sockets allow 107 bytes
+export EDGE_BIND="$host:$port" EDGE_GATEWAY="unix@$edge/gateway.sock"
+export EDGE_MAXCONN=${EDGE_MAXCONN:-2000} EDGE_TLS_PER_S=${EDGE_TLS_PER_S:-200} \
+  EDGE_CONN_PER_ADDR=${EDGE_CONN_PER_ADDR:-64} EDGE_NEW_CONN_PER_ADDR=${EDGE_NEW_CONN_PER_ADDR:-200} \
+  EDGE_REQ_PER_ADDR=${EDGE_REQ_PER_ADDR:-3000} EDGE_CLIENT_TIMEOUT=${EDGE_CLIENT_TIMEOUT:-30s} \
+  EDGE_HEADER_TIMEOUT=${EDGE_HEADER_TIMEOUT:-10s} EDGE_MAX_BODY=${EDGE_MAX_BODY:-67108864} \
+  EDGE_GATEWAY_CONN=${EDGE_GATEWAY_CONN:-32}
+if [ -n "$tls" ]; then  # HAProxy takes the certificate and its key in one file
+  (umask 077; cat "$tls/server.pem" "$tls/server.key" > "$edge/edge.pem")
+  export EDGE_PEM="$edge/edge.pem"
+fi
+haproxy -c -q -f "$here/deploy/edge.haproxy.cfg" \
+  || { echo "superlink.sh: the edge's configuration does not load (EDGE_* values?)" >&2; exit 2; }
+pids=()
+stop() { kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$edge"; }
+trap stop EXIT
+trap 'exit 143' TERM INT
 flower-superlink "${security[@]}" --disable-runtime-dependency-installation \
   --database "$db" --host 127.0.0.1 --port "$control" &
-link=$!
-trap 'kill $link 2>/dev/null; wait $link 2>/dev/null' EXIT
-trap 'exit 143' TERM INT
-echo "superlink.sh: SuperLink on 127.0.0.1:$control (state $db); Fleet gateway on $host:$port"
-python "$here/deploy/fleet_gateway.py" --listen "$host:$port" --upstream "127.0.0.1:$control" \
-  "${gateway_tls[@]}" &
-gateway=$!
-trap 'kill $link $gateway 2>/dev/null; wait $link $gateway 2>/dev/null' EXIT
-wait -n $link $gateway
+pids+=($!)
+python "$here/deploy/fleet_gateway.py" --listen "$edge/gateway.sock" \
+  --upstream "127.0.0.1:$control" --max-body "$EDGE_MAX_BODY" "${gateway_tls[@]}" &
+pids+=($!)
+haproxy -db -f "$here/deploy/edge.haproxy.cfg" &
+pids+=($!)
+echo "superlink.sh: SuperLink on 127.0.0.1:$control (state $db); edge (HAProxy) on $host:$port"
+wait -n "${pids[@]}"

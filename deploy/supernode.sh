@@ -2,17 +2,21 @@
 # Start one SuperNode (one silo / house / party) of a deployed federation. Foreground.
 #   deploy/supernode.sh --superlink HOST:PORT --partition-id I --num-partitions N
 #       [--data-dir DIR] [--role alpha|beta] [--house SCAN] [--port 9094]
-#       [--tls CA_CERT --key PRIVATE_KEY] [--policy POLICY.toml]
+#       [--tls CA_CERT --key PRIVATE_KEY] [--policy POLICY.toml] [--once]
 # The node's identity goes in its node config; the app reads partition-id / num-partitions, and
 # data-dir (this silo's own data folder), role (FedRL) or house (FedVLN) when given. --port is this node's local
 # Runtime API port and must differ between SuperNodes on one host. --policy is this node's
 # privacy policy (clients/policy.py, deploy/policies/paper.toml): what it may send whatever a
 # run asks, where it keeps its state and audit log; without it the papers' protections hold.
+# The node runs under deploy/supervise.py: restarted when it exits or gives up on the SuperLink
+# (TLS errors, restarts, network cuts), stopped with all its children on SIGTERM; --once runs
+# it bare (a systemd unit with Restart=always can take the supervisor's place).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$here/.venv}
 export PATH="$VENV/bin:$PATH" FLWR_TELEMETRY_ENABLED=0
 superlink=""; pid=""; num=""; data=""; role=""; house=""; port=9094; ca=""; key=""; policy=""
+once=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --superlink) superlink=$2; shift 2;;
@@ -25,6 +29,7 @@ while [ $# -gt 0 ]; do
     --tls) ca=$2; shift 2;;
     --key) key=$2; shift 2;;
     --policy) policy=$2; shift 2;;
+    --once) once=1; shift;;
     *) echo "supernode.sh: unknown option $1" >&2; exit 2;;
   esac
 done
@@ -41,9 +46,11 @@ if [ -n "$policy" ]; then  # checked now: a bad policy stops the node, not each 
   (cd "$here" && "$VENV/bin/python" -m clients.policy "$policy") || exit 2
   cfg="$cfg policy=\"$policy\""
 fi
+security=(--insecure)
 if [ -n "$ca" ]; then
   [ -n "$key" ] || { echo "supernode.sh: --tls needs --key (the node's registered EC key)" >&2; exit 2; }
-  exec flower-supernode --root-certificates "$ca" --auth-supernode-private-key "$key" \
-    --superlink "$superlink" --port "$port" --node-config "$cfg"
+  security=(--root-certificates "$ca" --auth-supernode-private-key "$key")
 fi
-exec flower-supernode --insecure --superlink "$superlink" --port "$port" --node-config "$cfg"
+node=(flower-supernode "${security[@]}" --superlink "$superlink" --port "$port" --node-config "$cfg")
+[ -z "$once" ] || exec "${node[@]}"
+exec "$VENV/bin/python" "$here/deploy/supervise.py" -- "${node[@]}"

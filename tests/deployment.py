@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PYTHON, ROOT
 
 BIN = Path(PYTHON).parent
 # the venv these tests run in, wherever it is (the deploy scripts default to the repo's .venv)
 ENV = {**os.environ, "VENV": str(BIN.parent)}
+# deploy/superlink.sh puts HAProxy at the edge; setup.sh installs it where it can (root + apt)
+NEEDS_EDGE = pytest.mark.skipif(
+    shutil.which("haproxy") is None, reason="haproxy not installed (apt-get install haproxy)"
+)
 
 
 def free_port() -> int:

@@ -10,9 +10,16 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from tests.deployment import Federation, free_port, rounds_done, wait_for, wait_listening
+from tests.deployment import (
+    NEEDS_EDGE,
+    Federation,
+    free_port,
+    rounds_done,
+    wait_for,
+    wait_listening,
+)
 
-pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
+pytestmark = [pytest.mark.slow, NEEDS_EDGE]  # engine runs, subprocesses, the edge
 
 SMALL = (
     "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "

@@ -1,19 +1,29 @@
-"""The locked-down deployment (README "Security") across network namespaces, with TLS and
-SuperNode authentication: a registered SuperNode on another host joins and trains; a node with
-an unregistered key is refused; a host that holds the public CA certificate can neither list
-runs, submit a run nor register a key through the SuperLink's network port."""
+"""The locked-down deployment (docs/security.md) across network namespaces, with TLS and
+SuperNode authentication, deployed by deploy/*.sh: each node enforces its own policy; a node
+with an unregistered key is refused; a host that holds the public CA certificate can neither
+list runs, submit a run nor register a key through the SuperLink's network port; floods, bulk
+and forged replies do not stop a run; nodes cut off come back by themselves."""
 
 import json
 import os
+import re
 import subprocess
+import time
 
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
-from tests.deployment import Federation, free_port, rounds_done, wait_for, wait_listening
+from tests.conftest import PYTHON, ROOT
+from tests.deployment import (
+    NEEDS_EDGE,
+    Federation,
+    free_port,
+    rounds_done,
+    wait_for,
+    wait_listening,
+)
 
-pytestmark = pytest.mark.slow  # engine runs / subprocesses: not in the fast lane
+pytestmark = [pytest.mark.slow, NEEDS_EDGE]  # engine runs, subprocesses, the edge
 
 NS = f"fe{os.getpid() % 100000}"
 LINK, NODE, EVIL = f"{NS}l", f"{NS}n", f"{NS}e"
@@ -52,102 +62,6 @@ def namespaces():
     finally:
         for ns in (LINK, NODE, EVIL):
             _ip("netns", "del", ns)
-
-
-def test_only_registered_nodes_join_and_only_the_superlink_host_submits(tmp_path, namespaces):
-    certs = tmp_path / "certs"
-    subprocess.run(
-        [str(ROOT / "deploy/make_certs.sh"), str(certs), "3", f"IP:{LINK_IP}", f"IP:{LINK_IP2}"],
-        check=True,
-        capture_output=True,
-    )
-    port, control = free_port(), free_port()
-    fed = Federation(tmp_path, prefix=namespaces)
-    try:
-        fed.start(
-            "link",
-            [
-                str(ROOT / "deploy/superlink.sh"),
-                "--tls",
-                str(certs),
-                "--port",
-                str(port),
-                "--control-port",
-                str(control),
-            ],
-            where="link",
-        )
-        wait_listening(LINK_IP, port, prefix=namespaces["node"])
-        wait_listening("127.0.0.1", control, prefix=namespaces["link"])
-        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))  # the operator
-        reg = fed.cli("supernode", "register", str(certs / "supernode_0.pub"), "op", where="link")
-        assert reg.returncode == 0, reg.stdout + reg.stderr
-
-        def supernode(name, where, address, key):
-            return fed.start(
-                name,
-                [
-                    str(ROOT / "deploy/supernode.sh"),
-                    "--superlink",
-                    address,
-                    "--partition-id",
-                    "0",
-                    "--num-partitions",
-                    "1",
-                    "--tls",
-                    str(certs / "ca.crt"),
-                    "--key",
-                    str(certs / key),
-                ],
-                where=where,
-            )
-
-        supernode("sn0", "node", f"{LINK_IP}:{port}", "supernode_0")  # registered
-        stranger = supernode("evil-node", "evil", f"{LINK_IP2}:{port}", "supernode_1")
-        stranger.wait(timeout=120)  # refused: it exits
-        assert stranger.returncode != 0
-        assert "Failed to activate" in fed.log("evil-node") or "401" in fed.log("evil-node")
-
-        # the attacker holds ca.crt and reaches the port SuperNodes use
-        fed.connect("evil", f"{LINK_IP2}:{port}", str(certs / "ca.crt"))
-        for args in (
-            ["ls", "evil"],
-            ["supernode", "register", str(certs / "supernode_2.pub"), "evil"],
-            ["run", str(ROOT), "evil", "--run-config", "num-server-rounds=1"],
-        ):
-            res = fed.cli(*args, where="evil")
-            assert "403" in res.stdout + res.stderr, (args, res.stdout[-500:], res.stderr[-500:])
-
-        # nothing the attacker tried took effect, and the operator's own run works over TLS
-        runs = json.loads(fed.cli("ls", "op", "--format", "json", where="link").stdout)["runs"]
-        assert runs == []
-        nodes = json.loads(
-            fed.cli("supernode", "ls", "op", "--format", "json", where="link").stdout
-        )["nodes"]
-        assert len(nodes) == 1 and nodes[0]["status"] == "online"
-        out = tmp_path / "out"
-        started = fed.cli(
-            "run",
-            str(ROOT),
-            "op",
-            "--format",
-            "json",
-            "--run-config",
-            f'num-server-rounds=1 num-clients=1 out-dir="{out}" '
-            "driving.image-size=32 driving.train-per-silo=40 "
-            "driving.test-per-silo=16 driving.local-epochs=1",
-            where="link",
-        )
-        run_id = json.loads(started.stdout)["run-id"]
-        wait_for(
-            lambda: fed.status("op", run_id, where="link").startswith("finished"),
-            300,
-            what="the operator's run",
-        )
-        assert fed.status("op", run_id, where="link") == "finished:completed", fed.log("link")
-        assert rounds_done(out) == 1
-    finally:
-        fed.close()
 
 
 def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_path, namespaces):
@@ -250,5 +164,172 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
             assert all(r["bytes"] == 0 for r in log if r["method"] == "fedrl" and role == "beta")
             sent = sum(r["bytes"] for r in log if r["method"] == "fedavg" and r["round"] == 1)
             assert sent == int(clients[clients.partition == k].bytes_up.iloc[0])
+    finally:
+        fed.close()
+
+
+def _peak_rss_of(pattern: str) -> float:
+    """Peak resident memory (MB) of the newest process whose command line matches."""
+    from tests.attacks import peak_rss_mb
+
+    pids = subprocess.run(["pgrep", "-nf", pattern], capture_output=True, text=True).stdout
+    return peak_rss_mb(int(pids.split()[0]))
+
+
+def _node_id(log: str) -> int:
+    return int(re.findall(r"SuperNode ID: (\d+)", log)[-1])
+
+
+def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_back(
+    tmp_path, namespaces
+):
+    """Only registered keys join and only the SuperLink's host submits. During a legitimate FedAvg run (2 SuperNodes on another host, TLS + node auth, the edge
+    of deploy/superlink.sh), a host with no key opens 3,000 TLS connections in a burst and
+    sends a 1 GiB body, and a registered node pushes a reply as the other node. The run
+    completes with every silo in every round, the edge refuses the burst before handshakes,
+    the body after its head, the forgery before the SuperLink sees it; the edge's, gateway's and
+    SuperLink's peak memory stays bounded. Then the nodes' host is cut off for 20 s: the
+    supervised nodes come back online by themselves and a second run completes."""
+    certs = tmp_path / "certs"
+    subprocess.run(
+        [str(ROOT / "deploy/make_certs.sh"), str(certs), "3", f"IP:{LINK_IP}", f"IP:{LINK_IP2}"],
+        check=True,
+        capture_output=True,
+    )
+    port, control = free_port(), free_port()
+    fed = Federation(tmp_path, prefix=namespaces)
+    try:
+        fed.start(
+            "link",
+            [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port", str(port),
+             "--control-port", str(control), "--database", str(tmp_path / "state.db")],
+            where="link",
+        )  # fmt: skip
+        wait_listening(LINK_IP, port, prefix=namespaces["node"])
+        wait_listening("127.0.0.1", control, prefix=namespaces["link"])
+        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
+        for k in range(2):
+            reg = fed.cli("supernode", "register", str(certs / f"supernode_{k}.pub"), "op",
+                          where="link")  # fmt: skip
+            assert reg.returncode == 0, reg.stdout + reg.stderr
+            fed.start(
+                f"sn{k}",
+                [str(ROOT / "deploy/supernode.sh"), "--superlink", f"{LINK_IP}:{port}",
+                 "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port()),
+                 "--tls", str(certs / "ca.crt"), "--key", str(certs / f"supernode_{k}")],
+                where="node",
+            )  # fmt: skip
+        wait_for(lambda: all("SuperNode ID" in fed.log(f"sn{k}") for k in range(2)), 120,
+                 what="both nodes to join")  # fmt: skip
+        # an unregistered key is refused (its supervisor tries again later: an operator may
+        # register it), and never comes online
+        fed.start(
+            "stranger",
+            [str(ROOT / "deploy/supernode.sh"), "--superlink", f"{LINK_IP2}:{port}",
+             "--partition-id", "0", "--num-partitions", "1", "--tls", str(certs / "ca.crt"),
+             "--key", str(certs / "supernode_2")],
+            where="evil",
+        )  # fmt: skip
+        wait_for(lambda: "starting it again" in fed.log("stranger"), 120, what="the refusal")
+        assert "Failed to activate" in fed.log("stranger") or "401" in fed.log("stranger")
+        fed.kill("stranger")
+        # a host holding ca.crt that reaches the nodes' port can neither list runs, register a
+        # key nor submit a run (Flower serves its Control API on the same port)
+        fed.connect("evil", f"{LINK_IP2}:{port}", str(certs / "ca.crt"))
+        for args in (
+            ["ls", "evil"],
+            ["supernode", "register", str(certs / "supernode_2.pub"), "evil"],
+            ["run", str(ROOT), "evil", "--run-config", "num-server-rounds=1"],
+        ):
+            res = fed.cli(*args, where="evil")
+            assert "403" in res.stdout + res.stderr, (args, res.stdout[-500:], res.stderr[-500:])
+        nodes = json.loads(
+            fed.cli("supernode", "ls", "op", "--format", "json", where="link").stdout
+        )["nodes"]
+        assert (
+            len(nodes) == 2
+            and json.loads(fed.cli("ls", "op", "--format", "json", where="link").stdout)["runs"]
+            == []
+        )
+
+        def start_run(rounds: int, out) -> int:
+            started = fed.cli(
+                "run", str(ROOT), "op", "--format", "json", "--run-config",
+                f'num-server-rounds={rounds} num-clients=2 out-dir="{out}" driving.image-size=32 '
+                "driving.train-per-silo=40 driving.test-per-silo=16 driving.local-epochs=1",
+                where="link",
+            )  # fmt: skip
+            return json.loads(started.stdout)["run-id"]
+
+        def finished(run_id: int) -> str:
+            wait_for(lambda: fed.status("op", run_id, where="link").startswith("finished"), 400,
+                     what=f"run {run_id}")  # fmt: skip
+            return fed.status("op", run_id, where="link")
+
+        out = tmp_path / "out"
+        run_id = start_run(3, out)
+        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
+        # the attacks, from the keyless host, while round 2 runs
+        attack = [str(PYTHON), "-c", "import json,sys; from tests import attacks as a; "
+                  "print(json.dumps(getattr(a, sys.argv[1])(sys.argv[2], int(sys.argv[3]), "
+                  "sys.argv[4])))"]  # fmt: skip
+
+        def from_evil(what: str) -> dict:
+            res = subprocess.run(
+                [*namespaces["evil"], *attack, what, LINK_IP2, str(port), str(certs / "ca.crt")],
+                cwd=ROOT, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            assert res.returncode == 0, res.stderr[-2000:]
+            return json.loads(res.stdout)
+
+        body = from_evil("bulk")  # first: after the burst the edge refuses this address
+        burst = from_evil("flood")
+        # node 1 (registered, its own valid key) pushes a reply as node 0
+        ids = [_node_id((tmp_path / f"sn{k}.log").read_text()) for k in range(2)]
+        forged = subprocess.run(
+            [*namespaces["node"], str(PYTHON), "-c",
+             "import sys; from tests import attacks as a; r = a.signed_post(sys.argv[1], "
+             "int(sys.argv[2]), sys.argv[3], sys.argv[4], '/v1/fleet/push-messages', "
+             "a.forged_reply(int(sys.argv[5]), int(sys.argv[6]))); print(r.status_code, r.text)",
+             LINK_IP, str(port), str(certs / "ca.crt"), str(certs / "supernode_1"),
+             str(ids[1]), str(ids[0])],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        assert finished(run_id) == "finished:completed", fed.log("link")
+        rss = {
+            name: _peak_rss_of(pattern)
+            for name, pattern in (
+                ("edge", "haproxy -db -f"),
+                ("gateway", f"fleet_gateway.py.*{control}"),
+                ("superlink", f"flower-superlink.*{tmp_path / 'state.db'}"),
+            )
+        }
+        print("burst", burst, "body", body, "forged", forged, "peak rss MB", rss)
+        assert burst["refused"] >= 2800 and burst["open_after_hold"] == 0, burst
+        assert body["status"] in (401, 413) and body["bytes_sent"] <= 64 << 20, body
+        assert forged.startswith("403") and f"pushed a reply as node {ids[0]}" in forged, forged
+        assert rss["edge"] < 100 and rss["gateway"] < 400 and rss["superlink"] < 1000, rss
+        clients = pd.read_csv(out / "clients.csv")
+        assert len(clients) == 6 and (clients.status == "ok").all(), clients
+        assert rounds_done(out) == 3
+        for k in range(2):  # nobody needed a restart
+            assert "starting it again" not in (tmp_path / f"sn{k}.log").read_text()
+
+        # a network cut between the nodes' host and the SuperLink's
+        assert _ip("-n", NODE, "link", "set", f"{NS}b0", "down").returncode == 0
+        time.sleep(20)
+        assert _ip("-n", NODE, "link", "set", f"{NS}b0", "up").returncode == 0
+        _ip("-n", NODE, "addr", "replace", f"{NODE_IP}/24", "dev", f"{NS}b0")
+
+        def online() -> int:
+            ls = fed.cli("supernode", "ls", "op", "--format", "json", where="link")
+            try:
+                return sum(n["status"] == "online" for n in json.loads(ls.stdout)["nodes"])
+            except (ValueError, KeyError):
+                return 0
+
+        wait_for(lambda: online() == 2, 180, what="both nodes back online")
+        assert finished(start_run(1, tmp_path / "after")) == "finished:completed"
+        assert rounds_done(tmp_path / "after") == 1
     finally:
         fed.close()

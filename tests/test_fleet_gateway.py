@@ -1,0 +1,157 @@
+"""deploy/fleet_gateway.py in process, in front of a recording stand-in for the SuperLink: what
+it forwards and what it refuses (a reply sent as another node, objects of another node's
+messages, unsigned calls, bulk from a key the SuperLink never accepted)."""
+
+import base64
+import datetime
+import importlib.util
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from flwr.proto.fleet_pb2 import PullMessagesRequest, PullMessagesResponse, PushMessagesRequest
+from flwr.proto.message_pb2 import (
+    Message,
+    Metadata,
+    ObjectTree,
+    PullObjectRequest,
+    PushObjectRequest,
+)
+from flwr.proto.node_pb2 import Node
+from flwr.supercore.primitives.asymmetric import public_key_to_bytes, sign_message
+from starlette.testclient import TestClient
+
+from tests.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("fleet_gateway", ROOT / "deploy/fleet_gateway.py")
+gateway = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gateway)
+
+TREE = ObjectTree(
+    object_id="msg-root",
+    children=[ObjectTree(object_id="rec-a", children=[ObjectTree(object_id="arr-1")])],
+)
+
+
+class Upstream:
+    """Records what reaches the SuperLink; answers pull-messages with a message for node 7."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(request.url.path)
+        if request.url.path.endswith("pull-messages"):
+            reply = PullMessagesResponse(
+                messages_list=[Message(metadata=Metadata(dst_node_id=7))],
+                message_object_trees=[TREE],
+            )
+            return httpx.Response(200, content=reply.SerializeToString())
+        return httpx.Response(200, content=b"")
+
+
+@pytest.fixture
+def gw():
+    up = Upstream()
+    app = gateway.build_app(
+        "http://superlink", False, signed=True, transport=httpx.MockTransport(up)
+    )
+    with TestClient(app) as client:
+        yield client, up
+
+
+def signed(key=None, when=None) -> dict:
+    key = key or ec.generate_private_key(ec.SECP384R1())
+    stamp = (when or datetime.datetime.now(datetime.UTC)).isoformat()
+    return {
+        "content-type": "application/protobuf",
+        "flwr-public-key": base64.b64encode(public_key_to_bytes(key.public_key())).decode(),
+        "flwr-timestamp": stamp,
+        "flwr-signature": base64.b64encode(sign_message(key, stamp.encode())).decode(),
+    }
+
+
+def push(own: int, as_node: int) -> bytes:
+    msg = Message(metadata=Metadata(src_node_id=as_node, dst_node_id=1))
+    return PushMessagesRequest(
+        node=Node(node_id=own), messages_list=[msg], message_object_trees=[TREE]
+    ).SerializeToString()
+
+
+def test_a_reply_is_forwarded_only_from_the_node_it_names(gw):
+    client, up = gw
+    key = ec.generate_private_key(ec.SECP384R1())
+    r = client.post("/v1/fleet/push-messages", content=push(8, 7), headers=signed(key))
+    assert r.status_code == 403 and "node 8 pushed a reply as node 7" in r.text
+    assert up.calls == []  # the SuperLink never saw it
+    assert client.post(
+        "/v1/fleet/push-messages", content=push(7, 7), headers=signed(key)
+    ).is_success
+    assert up.calls == ["/v1/fleet/push-messages"]
+
+
+def test_a_node_pulls_only_objects_of_messages_delivered_to_it(gw):
+    client, up = gw
+
+    def pull(node: int, oid: str) -> int:
+        body = PullObjectRequest(node=Node(node_id=node), run_id=1, object_id=oid)
+        return client.post(
+            "/v1/fleet/pull-object", content=body.SerializeToString(), headers=signed()
+        ).status_code
+
+    assert pull(7, "arr-1") == 403  # nothing delivered yet
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+    assert client.post("/v1/fleet/pull-messages", content=ask, headers=signed()).is_success
+    assert pull(7, "arr-1") == 200 and pull(7, "msg-root") == 200
+    assert pull(9, "arr-1") == 403  # another node asks for node 7's objects
+    assert up.calls.count("/v1/fleet/pull-object") == 2
+
+
+def test_a_node_pushes_only_objects_of_its_own_replies(gw):
+    client, _ = gw
+    key = ec.generate_private_key(ec.SECP384R1())
+
+    def upload(oid: str) -> int:
+        body = PushObjectRequest(node=Node(node_id=7), run_id=1, object_id=oid, object_content=b"x")
+        return client.post(
+            "/v1/fleet/push-object", content=body.SerializeToString(), headers=signed(key)
+        ).status_code
+
+    assert upload("arr-1") == 403
+    client.post("/v1/fleet/push-messages", content=push(7, 7), headers=signed(key))
+    assert upload("arr-1") == 200 and upload("elsewhere") == 403
+
+
+def test_unsigned_stale_or_forged_signatures_are_refused_before_the_body(gw):
+    client, up = gw
+    body = push(7, 7)
+    assert client.post("/v1/fleet/push-messages", content=body).status_code == 401
+    old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=10)
+    assert (
+        client.post("/v1/fleet/push-messages", content=body, headers=signed(when=old)).status_code
+        == 401
+    )
+    other = signed()
+    other["flwr-signature"] = signed()["flwr-signature"]  # someone else's signature
+    assert client.post("/v1/fleet/push-messages", content=body, headers=other).status_code == 401
+    assert up.calls == []
+
+
+def test_bulk_waits_until_the_superlink_has_accepted_the_key(gw):
+    client, up = gw
+    key = ec.generate_private_key(ec.SECP384R1())
+    big = PushObjectRequest(node=Node(node_id=7), object_id="arr-1", object_content=b"\0" * 200_000)
+    r = client.post("/v1/fleet/push-object", content=big.SerializeToString(), headers=signed(key))
+    assert r.status_code == 413 and "65536" in r.text and up.calls == []
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+    assert client.post("/v1/fleet/pull-messages", content=ask, headers=signed(key)).is_success
+    client.post("/v1/fleet/push-messages", content=push(7, 7), headers=signed(key))
+    r = client.post("/v1/fleet/push-object", content=big.SerializeToString(), headers=signed(key))
+    assert r.status_code == 200  # a key the SuperLink answered 200 may send up to --max-body
+
+
+def test_a_body_that_is_not_the_calls_protobuf_is_refused_naming_the_call(gw):
+    client, up = gw
+    r = client.post("/v1/fleet/push-messages", content=b"\xff\xff\xff", headers=signed())
+    assert r.status_code == 400 and "/v1/fleet/push-messages" in r.text and up.calls == []
+    assert client.get("/v1/control/list-runs").status_code == 403
