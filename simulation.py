@@ -446,6 +446,10 @@ class LocalSuperLink:
         # a plain run gets a private local Ray: without an address, Ray's init() would join
         # whatever cluster a `ray start` left on this machine (it reads the address file)
         self.env["RAY_ADDRESS"] = ray_address or os.environ.get("RAY_ADDRESS") or "local"
+        # a private Ray temp dir: Ray's agents rename themselves (setproctitle blanks their
+        # environment, token included), but they keep their session's logs open in it
+        self.ray_tmp = tempfile.mkdtemp(prefix="fe-ray-")  # short: socket paths <= 107 bytes
+        self.env["RAY_TMPDIR"] = self.ray_tmp
         if policy is not None:  # the nodes' operator is the launcher's user (clients/policy.py)
             self.env["FEDEMBODIED_POLICY"] = str(policy)
         (self.home / "config.toml").write_text(
@@ -497,7 +501,8 @@ class LocalSuperLink:
         )
 
     def stop(self) -> None:
-        """Stop the SuperLink's process group, then any process that carries our token."""
+        """Stop the SuperLink's process group, then any process that carries our token or
+        holds a file in our Ray temp dir."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -509,7 +514,7 @@ class LocalSuperLink:
             except subprocess.TimeoutExpired:
                 continue
         for _ in range(3):
-            left = processes_with_token(self.token)
+            left = set(processes_with_token(self.token)) | set(processes_holding(self.ray_tmp))
             if not left:
                 break
             for pid in left:
@@ -520,6 +525,7 @@ class LocalSuperLink:
             time.sleep(0.5)
         self.log.close()
         shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
 
 def processes_with_token(token: str) -> list[int]:
@@ -533,6 +539,21 @@ def processes_with_token(token: str) -> list[int]:
                     found.append(int(d.name))
             except OSError:
                 continue
+    return found
+
+
+def processes_holding(folder: str) -> list[int]:
+    """Pids with a file open under `folder` (the Ray daemons of our private Ray temp dir: on
+    SIGINT its DashboardAgent and RuntimeEnvAgent outlived the run, deaf to SIGTERM)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(fd).startswith(folder) for fd in (d / "fd").iterdir()):
+                found.append(int(d.name))
+        except OSError:
+            continue
     return found
 
 

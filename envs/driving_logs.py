@@ -31,6 +31,9 @@ UDACITY_COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "
 # reference's npz labels do not state a unit, so they get a generous bound.
 MAX_STEERING = {"steering": 1.0, "angle_deg": 720.0, "ground_truths": 10.0}
 MIN_IMAGE_SIDE = 8  # smaller images carry no road (a 1x1 "image" is a broken export)
+# A camera frame is 320x160 (Udacity) to a few megapixels; a small PNG can declare 50,000 x
+# 50,000 pixels and decode to gigabytes. Refused from its header, before decoding.
+MAX_IMAGE_PIXELS = 4096 * 4096
 
 
 def _lines(path: Path):
@@ -76,6 +79,11 @@ def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
     """Read, resize to image_size x image_size and scale to [0, 1]; returns C x H x W float32."""
     try:
         with Image.open(path) as im:
+            if im.size[0] * im.size[1] > MAX_IMAGE_PIXELS:
+                raise DataError(
+                    f"{path}: image declares {im.size[0]}x{im.size[1]} pixels, over the "
+                    f"{MAX_IMAGE_PIXELS} a camera frame may have"
+                )
             if min(im.size) < MIN_IMAGE_SIDE:
                 raise DataError(
                     f"{path}: image is {im.size[0]}x{im.size[1]}, smaller than "
@@ -85,7 +93,7 @@ def load_image(path: Path, image_size: int, channels: int) -> np.ndarray:
             a = np.asarray(im, dtype=np.float32) / 255.0
     except DataError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError) as e:
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(f"{path}: not a readable image ({e})") from None
     return a[None] if channels == 1 else np.transpose(a, (2, 0, 1))
 

@@ -91,6 +91,13 @@ def load_corpus(
     rest = np.sort(np.concatenate([p for j, p in enumerate(parts) if j != fold]))
     if len(test) == 0 or test.max() >= n or rest.max() >= n:
         raise DataError(f"{data_dir}/indices: {domain} folds index past its {n} texts")
+    if test.min() < 0 or rest.min() < 0:  # numpy would read -1 as the last text
+        raise DataError(f"{data_dir}/indices: {domain} folds hold negative text indices")
+    if np.intersect1d(test, rest).size:
+        raise DataError(
+            f"{data_dir}/indices: {domain} fold {fold} shares texts with the other folds "
+            "(test would overlap train)"
+        )
     valid = rest[::valid_every] if valid_every else rest[:0]
     train = np.setdiff1d(rest, valid)
     # exclusions with a word past the cut cannot be decided, so they are dropped

@@ -44,14 +44,44 @@ class _Restricted(pickle.Unpickler):
         return getattr(np, name)
 
 
+# The shipped corpora are at most 4.1 MB and expand to ~10x their bytes in list items; a small
+# pickle whose lists reference one another (a 1 KB file of 30 levels, each a list holding the
+# level below twice) loads at once but expands to 2^30 items when walked, and hung the reader.
+MAX_BYTES = 256 << 20
+MAX_ITEMS_PER_BYTE = 64
+
+
+def _expansion_bounded(obj, budget: int, path: Path) -> None:
+    """Walk `obj` as the readers will (shared references counted every time they are met),
+    refusing it once more than `budget` items have been met."""
+    stack, seen = [obj], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            raise DataError(
+                f"{path}: expands to more than {budget} items when read (lists or dicts that "
+                "reference one another); not a Text2Action pickle"
+            )
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+
+
 def safe_load(path: Path):
-    """The pickle at `path`, built from plain data and numpy arrays only."""
+    """The pickle at `path`, built from plain data and numpy arrays only, of bounded size and
+    expansion (`MAX_BYTES`, `MAX_ITEMS_PER_BYTE` items per byte of file)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise DataError(f"{path}: {size} bytes, over the {MAX_BYTES} a Text2Action pickle may have")
     try:
         with open(path, "rb") as f:
-            return _Restricted(f, encoding="latin1").load()
+            obj = _Restricted(f, encoding="latin1").load()
     except (
         pickle.UnpicklingError,
         EOFError,
@@ -67,6 +97,8 @@ def safe_load(path: Path):
             f"{path}: not a Text2Action pickle that loads without running code "
             f"({type(e).__name__}: {e})"
         ) from None
+    _expansion_bounded(obj, max(MAX_ITEMS_PER_BYTE * size, 10_000), path)
+    return obj
 
 
 @dataclass

@@ -62,16 +62,32 @@ def metropolis_hastings(graph: nx.Graph) -> np.ndarray:
     return a
 
 
+# The largest network we ship (sprint.gml) has 315 nodes in 77 KB. Mixing weights are a dense
+# n x n matrix and the ring's tour is cubic in n: a 50,000-node graph hung a run (20 GB of
+# weights), so a graph is refused by its file size and node count before either is built.
+MAX_GML_BYTES = 8 << 20
+MAX_GML_NODES = 2000
+
+
 def load_gml(name: str, topology_dir: Path | str | None) -> nx.Graph:
     path = Path(name)
     if path.suffix != ".gml":
         path = Path(topology_dir or DEFAULT_TOPOLOGY_DIR) / f"{name}.gml"
     if not path.is_file():
         raise TopologyError(f"topology graph {path} not found")
+    if path.stat().st_size > MAX_GML_BYTES:
+        raise TopologyError(
+            f"{path}: {path.stat().st_size} bytes, over the {MAX_GML_BYTES} a topology may have"
+        )
     try:
         graph = nx.read_gml(path, label="id")
     except Exception as e:  # networkx raises several types on bad GML
         raise TopologyError(f"{path}: not a readable GML graph ({e})") from None
+    if graph.number_of_nodes() > MAX_GML_NODES:
+        raise TopologyError(
+            f"{path}: {graph.number_of_nodes()} nodes, over the {MAX_GML_NODES} silos a "
+            "topology may have"
+        )
     graph = nx.Graph(graph)  # undirected, simple
     if graph.number_of_nodes() < 2 or not nx.is_connected(graph):
         raise TopologyError(f"{path}: needs a connected graph of at least 2 nodes")

@@ -131,6 +131,10 @@ def _run_config_cases() -> None:
         ('faults.fraction-kind="melt"', "faults.fraction-kind"),
         ('faults.raise-partitions="x"', "faults.raise-partitions"),
         ('faults.rounds="3-"', "faults.rounds"),
+        # ranges are bounded before they are expanded (this one took 42 s and 2.5 GB)
+        ('faults.rounds="1-30000000"', "faults.rounds"),
+        ('faults.raise-partitions="0-99999999"', "faults.raise-partitions"),
+        ('fedrl.train-maps="0-999999999"', "fedrl.train-maps"),
         ('faults.nan-partitions="99"', "faults.nan-partitions"),
         ("fedrl.sigma=0.0", "fedrl.insecure-no-noise"),
         ('fedrl.windows="4,5"', "fedrl.windows"),
@@ -486,8 +490,95 @@ for name, text in [
     ("unknown node", _graph("edge [ source 0 target 9 distance 1.0 ]\n")),
     ("duplicate node ids", 'graph [ node [ id 0 label "a" ] node [ id 0 label "b" ] ]'),
     ("unclosed", "graph [ node [ id 0 "),
+    # a graph too big for dense mixing weights and the ring's tour (50,000 nodes hung a run)
+    (
+        "2,500 nodes",
+        _graph("".join(f"edge [ source {i} target {i + 1} ]\n" for i in range(2499)), 2500),
+    ),
 ]:
     case(f"GML: {name}", make=_gml(text))
+
+
+# --- images that decode to more than a camera frame ---------------------------------------------
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that declares width x height 8-bit grey pixels (its data need not be there: the
+    size is refused from the header, before decoding)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
+
+
+for name, (w, h) in [("50,000 x 50,000", (50_000, 50_000)), ("5,000 x 5,000", (5_000, 5_000))]:
+    case(
+        f"driving image bomb {name}",
+        make=_driving(
+            {
+                "b.png": _png_header(w, h),
+                "driving_log.csv": ROW * 3 + b"b.png,b.png,b.png,0.1,0,0,1\n",
+            },
+            "b.png",
+        ),
+    )
+
+
+# --- Text2Action pickles ----------------------------------------------------------------------
+def _t2a(files: dict[str, bytes], culprit: str):
+    def make(tmp: Path):
+        d = tmp / "t2a"
+        (d / "indices").mkdir(parents=True)
+        src = SHARED / "text2action"
+        for domain in ("win2k", "cooking", "wikihow"):  # every domain is read (POS tags)
+            for kind in ("labeled_text_data", "dependency"):
+                shutil.copy(src / f"{domain}_{kind}.pkl", d)
+        shutil.copy(src / "indices" / "win2k_act_5_fold_indices.pkl", d / "indices")
+        for rel, content in files.items():
+            (d / rel).write_bytes(content)
+        cfg = f'fedrl.domain="text2action" fedrl.t2a-data="{d}" fedrl.t2a-dataset="win2k"'
+        return (["fedrl", "--run-config", cfg], culprit)
+
+    return make
+
+
+def _nested_pickle(levels: int = 30) -> bytes:
+    """~1 KB: each level a list holding the level below twice, so 2^levels items when walked."""
+    import pickle
+
+    obj: list = []
+    for _ in range(levels):
+        obj = [obj, obj]
+    return pickle.dumps(obj, protocol=2)
+
+
+def _folds_pickle(parts) -> bytes:
+    import pickle
+
+    return pickle.dumps([list(p) for p in parts], protocol=2)
+
+
+if (SHARED / "text2action").is_dir():
+    for name, files, culprit in [
+        ("exponentially nested lists", {"win2k_labeled_text_data.pkl": _nested_pickle()},
+         "win2k_labeled_text_data.pkl"),
+        ("folds nested", {"indices/win2k_act_5_fold_indices.pkl": _nested_pickle()},
+         "win2k_act_5_fold_indices.pkl"),
+        ("negative fold indices", {"indices/win2k_act_5_fold_indices.pkl":
+         _folds_pickle([[-1, -2, 3]] + [[i] for i in range(4, 8)])}, "negative"),
+        ("folds that overlap", {"indices/win2k_act_5_fold_indices.pkl":
+         _folds_pickle([[0, 1, 2]] + [[i, 0] for i in range(3, 7)])}, "shares texts"),
+    ]:  # fmt: skip
+        case(f"Text2Action: {name}", make=_t2a(files, culprit))
 
 
 # --- VLN folder: R2R / connectivity / regions / objects / vocab / TSV / checkpoints -------------
@@ -781,6 +872,35 @@ def outcome(c: Case, tmp: Path) -> tuple[str, str]:
     return "accepted", "no error"
 
 
+DOC = ROOT / "docs" / "security.md"
+BEGIN, END = (
+    "<!-- fuzz-corpus: written by python -m tests.fuzz_corpus --docs -->",
+    "<!-- /fuzz-corpus -->",
+)
+
+
+def doc_block(tally: dict[str, int] | None = None) -> str:
+    """The paragraph of docs/security.md that states the corpus's size and classes (and, from a
+    full run, its tally), so that the doc's counts are printed by the corpus, not typed."""
+    groups: dict[str, int] = {}
+    for c in CASES:
+        head = c.name.split(":")[0].split(" ")[0] if ":" not in c.name else c.name.split(":")[0]
+        groups[head] = groups.get(head, 0) + 1
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1]))
+    told = (
+        f" Last full run: {', '.join(f'{v} {k}' for k, v in sorted(tally.items()))}."
+        if tally
+        else ""
+    )
+    return f"{BEGIN}\n`tests/fuzz_corpus.py` holds **{len(CASES)} malformed inputs** ({parts}).{told}\n{END}"
+
+
+def write_doc(tally: dict[str, int] | None = None) -> None:
+    text = DOC.read_text()
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    DOC.write_text(text[:a] + doc_block(tally) + text[b:])
+
+
 def main() -> int:
     import tempfile
 
@@ -792,6 +912,9 @@ def main() -> int:
             if kind != "clean":
                 print(f"{kind:10s} {c.name}: {detail}")
     print(f"tried {len(CASES)}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
+    if "--docs" in sys.argv:
+        write_doc(tally)
+        print(f"wrote the tally into {DOC}")
     return 0 if tally.get("clean", 0) == len(CASES) else 1
 
 

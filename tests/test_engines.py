@@ -106,6 +106,35 @@ def test_a_client_hung_in_the_last_round_does_not_hold_the_run_open(tmp_path):
     assert run_tokens_alive(token) == []
 
 
+def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
+    """Ctrl-C mid-run: exit 130, and no process of the run is left, Ray's daemons included
+    (its DashboardAgent and RuntimeEnvAgent outlived SIGINT, deaf to SIGTERM)."""
+    import glob
+    import signal
+    import time
+
+    from simulation import processes_holding
+
+    before, token = set(glob.glob("/tmp/fe-ray-*")), f"test-{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [PYTHON, str(ROOT / "simulation.py"), "fedavg", "--rounds", "200", "--num-clients",
+         "2", "--out", str(tmp_path / "run"), "--no-plots", "--run-config", SMALL],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token},
+    )  # fmt: skip
+    ours = set()
+    for line in proc.stdout:  # interrupt once round 2 is done: Ray runs in full then
+        ours |= set(glob.glob("/tmp/fe-ray-*")) - before
+        if line.startswith("round 2/"):
+            break
+    assert ours, "the run made no private Ray temp dir"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    time.sleep(2)
+    assert run_tokens_alive(token) == []
+    assert all(processes_holding(d) == [] and not os.path.exists(d) for d in ours)
+
+
 def test_simulation_engine_cdl_on_a_ring(tmp_path):
     out = tmp_path / "cdl"
     token = f"test-{uuid.uuid4().hex}"

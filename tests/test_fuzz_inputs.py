@@ -35,3 +35,10 @@ def test_the_corpus_is_large_and_covers_every_entry_point():
 def test_malformed_input_gets_one_clean_line(case, tmp_path):
     kind, detail = outcome(case, tmp_path)
     assert kind == "clean", f"{kind}: {detail}"
+
+
+def test_docs_state_the_corpus_as_it_is():
+    """docs/security.md's counts are written by `python -m tests.fuzz_corpus --docs`."""
+    from tests.fuzz_corpus import DOC, doc_block
+
+    assert doc_block().split(").")[0] in DOC.read_text(), "run python -m tests.fuzz_corpus --docs"
