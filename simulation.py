@@ -743,13 +743,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simulation.py: error: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)  # `kill` cleans up like Ctrl-C does
+    if args.no_plots:
+        overrides["plots"] = False
     code = launch(args, overrides, out)
-    if code == 0 and not args.no_plots:
-        from experiments.plot import plot_runs
-
-        plots = plot_runs([out], out / "plots")
+    if code == 0:
         print(f"results: {out}/rounds.csv, {out}/clients.csv, {out}/config.json")
-        print(f"plots:   {out / 'plots'} ({len(plots)} PNGs)")
+        plots = sorted((out / "plots").glob("*.png"))
+        if plots:  # the ServerApp wrote them
+            print(f"plots:   {out / 'plots'} ({len(plots)} PNGs; summary.png has the headline)")
+        print(f"curves:  tensorboard --logdir {out}")
     return code
 
 

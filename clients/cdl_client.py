@@ -35,8 +35,17 @@ from config import parse
 from models.rng import owned, stream_seed
 from models.state import load_shared_state, shared_state
 from training.cdl import train_cdl
+from training.progress import StepLog
 
 SUB_STATE = "cdl-sub-network"
+
+
+def local_steps(c, n: int) -> int:
+    """The steps train_cdl takes (training/steering.minibatches): `driving.local-steps`, else
+    every minibatch of two or more samples of every epoch."""
+    b = c.driving.batch_size
+    per_epoch = n // b + (n % b >= 2)
+    return c.driving.local_steps or c.driving.local_epochs * per_epoch
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -80,6 +89,9 @@ def train(msg: Message, context: Context) -> Message:
             variant=variant,
             resume=resume,
             step0=step0,
+            progress=StepLog(
+                f"silo {pid} round {rnd}: training", local_steps(c, len(data.y_train))
+            ),
         )
     fit_s = time.perf_counter() - t0
     keep_optimizers(c, context, stats, step0)

@@ -47,6 +47,7 @@ from training.progress import StepLog, timed
 from training.vln_house import (
     House,
     follower_steps,
+    house_names,
     house_of_partition,
     local_iterations,
     open_house,
@@ -76,8 +77,10 @@ def house_of(context: Context) -> House:
 def identity(context: Context) -> dict:
     """What the server learns about a house: which one, seen or not, sizes, counts."""
     h = house_of(context)
+    seen, unseen = house_names(h.setup)
     return {
         "house": h.name,
+        "houses": len(seen) + len(unseen),  # how many nodes the federation needs
         "role": h.role,
         "vocab-size": len(h.setup.vocab),
         "feature-dim": h.setup.world.feature_dim,

@@ -37,6 +37,10 @@ class RunSettings(Section):
     )
     seed: int = setting("seed of sampling, initialisation and data", lo=0, hi=2**32 - 1)
     out_dir: str = setting('absolute path; "" = runs/<method>-<time> under the server\'s cwd')
+    plots: bool = setting(
+        "the ServerApp writes out-dir/plots (summary.png and one PNG per metric) when the run "
+        "ends (simulation.py --no-plots sets false)"
+    )
     resume: bool = setting(
         "true: go on after the last round finished in out-dir (simulation.py --resume DIR)"
     )

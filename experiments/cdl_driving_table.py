@@ -171,7 +171,7 @@ def metrics_of(r: Run, work: Path) -> dict:
         "avg_model_rmse": last["avg_rmse"] if not server else last["rmse"],
         "local_model_rmse": last["silo_rmse_pooled_mean"] if not server else last["rmse"],
         "avg_model_mae": last["avg_mae"] if not server else last["mae"],
-        "consensus": 0.0 if server else last["consensus_distance"],
+        "consensus": 0.0 if server else last["consensus"],
         "diverged": bool(
             rounds["train_loss"].isna().any() or (rounds["n_accepted"] < rounds["n_clients"]).any()
         ),

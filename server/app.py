@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from logging import INFO
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from config import methods, parse
 from config.schema import ConfigError, merged
+from server.plots import plot_runs
 from server.recorder import out_dir
 from strategies.nodes import fit_to_federation
 from strategies.timeouts import AdaptiveTimeout
@@ -36,9 +39,36 @@ def main(grid: Grid, context: Context) -> None:
     c = parse(cfg)
     c.faults.check_partitions(2 if methods.get(name).domain == "gridworld" else c.run.num_clients)
     grid = AdaptiveTimeout(grid, c.run.timeout_factor, c.run.timeout_floor)
-    methods.server_module(name).run(grid, cfg, name)
+    out = out_dir(cfg, name)
+    with server_log(out):
+        methods.server_module(name).run(grid, cfg, name)
+        if c.run.plots:
+            written = plot_runs([out], out / "plots")
+            log(
+                INFO,
+                "[fedembodied] plots: %s (%d PNGs, summary.png first)",
+                out / "plots",
+                len(written),
+            )
     # every result is written: simulation.py may now stop client calls still running (a hung one)
-    log(INFO, "[fedembodied] done: %s", out_dir(cfg, name))
+    log(INFO, "[fedembodied] done: %s", out)
+
+
+@contextlib.contextmanager
+def server_log(out: Path):
+    """What the ServerApp logs, also in out-dir/server.log: plain `flwr run .` leaves its log in
+    the SuperLink's stream only (`flwr log RUN_ID`); simulation.py also keeps the whole stream,
+    ClientApps included, in flower.log."""
+    out.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(out / "server.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 def check_resume_round(folder: str, resume_round: int) -> None:

@@ -133,7 +133,7 @@ def run(grid, cfg: dict, name: str) -> None:
             rounds,
             row.get("rmse", np.nan),
             row.get("avg_rmse", np.nan),
-            row.get("consensus_distance", np.nan),
+            row.get("consensus", np.nan),
             row.get("train_loss", np.nan),
             row["n_clients"],
             row["wall_s"],

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 
 import torch
@@ -136,7 +136,20 @@ def check_config(cfg: dict) -> Plan:
 
 def _houses(grid, c: Config) -> tuple[dict[int, int], dict[int, dict]]:
     """(node -> partition, partition -> identity) of every house, checked for agreement."""
-    nodes = wait_for_nodes(grid, c.run.num_clients, c.run.node_wait_timeout)
+    first = wait_for_nodes(grid, 1, c.run.node_wait_timeout)[:1]
+    houses = int(query_identities(grid, first, c.run.node_wait_timeout)[first[0]]["houses"])
+    if houses != c.run.num_clients:  # plain `flwr run .` says 10 whatever the data holds
+        log(
+            WARNING,
+            "[fedembodied] FedVLN: the houses' data holds %d houses (seen and unseen), the run "
+            "config num-clients=%d: waiting for %d nodes, one per house (plain `flwr run .`: "
+            '--federation-config "num-supernodes=%d")',
+            houses,
+            c.run.num_clients,
+            houses,
+            houses,
+        )
+    nodes = wait_for_nodes(grid, houses, c.run.node_wait_timeout)
     idents = query_identities(grid, nodes, c.run.node_wait_timeout)
     parts = partitions_of(idents)
     by_part = {parts[n]: i for n, i in idents.items()}

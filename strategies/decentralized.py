@@ -140,7 +140,7 @@ class TopologyRelay:
         metrics = {
             "n_accepted": len(losses),
             "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
-            "consensus_distance": consensus_distance(new, parameter_names(new[0])),
+            "consensus": consensus_distance(new, parameter_names(new[0])),
         }
         metrics.update(mean_signals(accepted))
         self.recorder.add_metrics(metrics)

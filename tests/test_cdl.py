@@ -140,7 +140,7 @@ def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
         "avg_rmse",
         "silo_rmse_own_mean",
         "silo_rmse_pooled_mean",
-        "consensus_distance",
+        "consensus",
         "cd_loss",
     } <= set(rounds.columns)
     silos = pd.read_csv(tmp_path / "silos.csv")
@@ -164,7 +164,7 @@ def test_relay_sends_each_silo_its_own_mix(tmp_path):
         )
     payloads = [round2[5000 + p].content["arrays"][key].numpy() for p in range(3)]
     assert not np.array_equal(payloads[0], payloads[1])
-    assert (pd.read_csv(tmp_path / "rounds.csv").consensus_distance > 0).all()
+    assert (pd.read_csv(tmp_path / "rounds.csv").consensus > 0).all()
 
 
 def test_reference_variant_mixes_the_sub_network_too(tmp_path):

@@ -158,7 +158,7 @@ def test_simulation_engine_cdl_on_a_ring(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     rounds = pd.read_csv(out / "rounds.csv")
     assert list(rounds["round"]) == [1, 2] and (rounds["n_accepted"] == 3).all()
-    assert rounds["silo_rmse_pooled_mean"].notna().all() and (rounds.consensus_distance > 0).all()
+    assert rounds["silo_rmse_pooled_mean"].notna().all() and (rounds.consensus > 0).all()
     assert rounds.cd_loss.iloc[1] > 0 and rounds.cd_loss.iloc[0] == 0  # CD from round 2
     assert len(pd.read_csv(out / "silos.csv")) == 6
     assert len(list((out / "checkpoints").glob("final_silo_*.pt"))) == 3

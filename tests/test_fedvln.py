@@ -175,6 +175,7 @@ IDENTITY = {
     "num-partitions",
     "role",
     "house",
+    "houses",  # how many houses the data holds (the federation's size)
     "vocab-size",
     "feature-dim",
     "num-train",
@@ -501,3 +502,12 @@ def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
     )  # never sent
     grid, _ = _run(tmp_path, "agent-round", **{"num-server-rounds": 2})
     assert not any("fedvln-optimizer-follower" in c.state for c in grid.contexts.values())
+
+
+def test_the_server_waits_for_one_node_per_house_whatever_num_clients_says(tmp_path, caplog):
+    """Plain `flwr run .` passes num-clients=10; the data's houses decide (here 5)."""
+    grid, out = _run(tmp_path, "follow", **{"num-clients": 2})
+    asked = {r.metadata.src_node_id for r in grid.replies if "identity" in r.content}
+    assert len(asked) == 5  # every house's node was waited for and asked who it is
+    assert (out / "rounds.csv").is_file()
+    assert "holds 5 houses" in caplog.text and "num-supernodes=5" in caplog.text

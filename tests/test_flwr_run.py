@@ -48,6 +48,9 @@ def test_plain_flwr_run_completes_without_installing_anything(tmp_path):
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         assert f"[fedembodied] done: {out}" in run.stdout + run.stderr
         assert len(pd.read_csv(out / "rounds.csv")) == 1 and list(out.glob("events.out.*"))
+        # the ServerApp writes its plots and its log: no launcher needed
+        assert (out / "plots" / "summary.png").is_file() and (out / "plots" / "rmse.png").is_file()
+        assert "[fedembodied] round 1/1" in (out / "server.log").read_text()
         assert not (home / "runtime-envs").exists()  # no per-run env was built
     finally:  # the local SuperLink flwr started keeps running: stop exactly that one
         db = str(home / "local-superlink")

@@ -2,7 +2,7 @@ import subprocess
 
 import pandas as pd
 
-from experiments.plot import plot_runs
+from server.plots import plot_runs
 from tests.conftest import PYTHON, ROOT
 
 
@@ -28,8 +28,41 @@ def test_one_png_per_metric_overlaying_runs_and_none_for_bookkeeping(tmp_path):
     a = _run_dir(tmp_path / "a", "fedavg", [0.3, 0.2])
     b = _run_dir(tmp_path / "b", "fedprox", [0.25, 0.15])
     written = plot_runs([a, b], tmp_path / "plots")
-    assert sorted(p.name for p in written) == ["rmse.png"]  # not wall time, bytes or counts
+    # the headline figure, then one per metric: not wall time, bytes or counts
+    assert [p.name for p in written] == ["summary.png", "rmse.png"]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_a_metric_equal_to_another_is_not_plotted_twice(tmp_path):
+    a = _run_dir(tmp_path / "a", "fedavg", [0.3, 0.2])
+    df = pd.read_csv(a / "rounds.csv")
+    df["silo_rmse_mean"] = df["rmse"]  # FedAvg: every silo evaluates the same global model
+    df["mae"] = [0.2, 0.1]
+    df.to_csv(a / "rounds.csv", index=False)
+    names = [p.name for p in plot_runs([a], tmp_path / "plots")]
+    assert names == ["summary.png", "rmse.png", "mae.png"]
+
+
+def test_titles_say_what_on_what_with_units_and_full_names():
+    from server.plots import meaning_of
+
+    assert meaning_of("rmse") == ("steering RMSE, global model on the pooled test set", "rad")
+    what, unit = meaning_of("val_unseen_ndtw")
+    assert what.startswith("normalised dynamic time warping") and "val unseen" in what
+    assert unit == "%"
+    assert "test noise off" in meaning_of("alpha-test-succ-rate-test_noise=off")[0]
+
+
+def test_overlaying_runs_of_different_configs_warns_key_by_key(tmp_path):
+    a = _run_dir(tmp_path / "a", "fedavg", [0.3, 0.2])
+    b = _run_dir(tmp_path / "b", "fedavg", [0.25, 0.15])
+    (b / "config.json").write_text('{"method": "fedavg", "driving.data-dir": "/data/udacity"}')
+    res = subprocess.run(
+        [PYTHON, "-m", "experiments.plot", str(a), str(b), "--out", str(tmp_path / "p")],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert res.returncode == 0 and "configs differ" in res.stderr
+    assert "driving.data-dir: - | /data/udacity" in res.stderr
 
 
 def test_cli_reports_missing_run(tmp_path):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -79,8 +80,9 @@ def train_cdl(
     max_steps: int = 0,
     resume: dict | None = None,
     step0: int = 0,
+    progress: Callable[[float], None] | None = None,
 ) -> dict:
-    """Train the pair in place. Returns the last epoch's mean MSE and mean L_cd+ ("mse", "cd"; 0
+    """Train the pair in place (`progress(loss)` after every step: training/progress.StepLog). Returns the last epoch's mean MSE and mean L_cd+ ("mse", "cd"; 0
     without a sub-network), the signal of the round's first minibatch ("cd_grad_ratio",
     "pb_entropy"; NaN when not measured), "steps" and the optimizers' states ("optimizers":
     {"backbone": ..., "sub": ...}) that `resume` takes back next round (see train_steering)."""
@@ -138,6 +140,8 @@ def train_cdl(
         loss.backward()
         optim.step(opt_b, params, step0 + steps)
         steps += 1
+        if progress is not None:
+            progress(float(mse.detach()))
         mse_sum += float(mse.detach()) * len(idx)
         cd_sum += float(cd.detach()) * len(idx)
         count += len(idx)

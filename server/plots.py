@@ -1,0 +1,242 @@
+"""The plots of a run, written by the ServerApp itself when the run ends (so plain `flwr run .`
+gets them too), and by `python -m experiments.plot` to overlay several runs.
+
+`summary.png`: the run's headline metrics in one figure. `<metric>.png`: one per metric column
+of rounds.csv, each run a line. Left out: bookkeeping columns (wall time, bytes, counts of
+clients, messages, steps and examples, FedRL's privacy ledger counters: they stay in
+rounds.csv), and a metric equal to one already plotted in every run (FedAvg's `silo_mae_mean` is
+`mae`: every silo evaluates the same global model). Titles say what is measured on what; axes
+carry units and whole rounds; VLN abbreviations are spelled out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+NOT_METRICS = {
+    "round",
+    "stage",
+    "wall_s",
+    "bytes_up",
+    "bytes_down",
+    "eval_bytes_down",
+    "n_clients",
+    "n_accepted",
+    "n_eval_silos",
+    "messages",
+    "env-steps",
+    "updates",
+    "train-samples",
+    "train-episodes",
+    "local_steps",
+    "server_lr",
+    "exploration",
+    "best-round",
+}
+# metric name (or its ending) -> (what is measured on what, unit)
+MEANINGS = [
+    ("silo_rmse_mean", "steering RMSE on each silo's own test set, mean over silos", "rad"),
+    ("silo_mae_mean", "steering MAE on each silo's own test set, mean over silos", "rad"),
+    ("avg_rmse", "steering RMSE, average of the silos' models on the pooled test set", "rad"),
+    ("rmse", "steering RMSE, global model on the pooled test set", "rad"),
+    ("mae", "steering MAE, global model on the pooled test set", "rad"),
+    ("train_loss", "training loss, mean over the round's clients", ""),
+    ("consensus", "consensus: mean squared deviation of the silos' parameters", ""),
+    ("_sr", "success rate (stops within 3 m of the goal)", "%"),
+    ("_osr", "oracle success rate (passes within 3 m of the goal)", "%"),
+    ("_spl", "success weighted by path length", "%"),
+    ("_ndtw", "normalised dynamic time warping to the reference path", "%"),
+    ("_sdtw", "success-weighted dynamic time warping", "%"),
+    ("_cls", "coverage weighted by length score", "%"),
+    ("_ne", "navigation error (distance to the goal at the stop)", "m"),
+    ("_tl", "trajectory length", "m"),
+    ("_bleu", "speaker BLEU-4 against the human instructions", "BLEU-4"),
+    ("succ-rate", "success rate of the greedy policy on the split's maps", "fraction of episodes"),
+    ("reward", "mean episode reward of the greedy policy", ""),
+    ("f1", "F1 of the extracted actions", ""),
+]
+# decentralized methods (server/decentralized_run.py) have no global model: `rmse` is the mean
+# of the silos' own models on the pooled test set
+PEER_MEANINGS = {
+    "rmse": ("steering RMSE, each silo's model on the pooled test set, mean over silos", "rad"),
+    "mae": ("steering MAE, each silo's model on the pooled test set, mean over silos", "rad"),
+}
+SPLITS = {"val_unseen": "val unseen houses", "val_seen": "val seen houses", "test": "test"}
+# what to put in summary.png first, by name ending
+HEADLINE = ("rmse", "mae", "val_unseen_sr", "val_unseen_spl", "bleu", "succ-rate", "f1", "reward")
+
+
+def is_bookkeeping(column: str) -> bool:
+    return (
+        column in NOT_METRICS
+        or column.endswith(("_n", "-releases"))
+        or column.startswith(("bytes", "n_"))
+    )
+
+
+def meaning_of(metric: str, method: str = "") -> tuple[str, str]:
+    """(what is measured on what, unit) of a rounds.csv column of a run of `method`; ("", "")
+    if unknown."""
+    base = metric.split("-test_noise")[0]
+    if base in PEER_MEANINGS and _is_peer(method):
+        return PEER_MEANINGS[base]
+    for name, what, unit in MEANINGS:
+        if base.endswith(name):  # the list runs from the specific to the general
+            split = next((v for k, v in SPLITS.items() if base.startswith(k)), "")
+            noise = re.search(r"test_noise=(on|off)", metric)
+            extra = [split] if split else []
+            extra += [f"test noise {noise.group(1)}"] if noise else []
+            return (f"{what} ({', '.join(extra)})" if extra else what), unit
+    return "", ""
+
+
+def _is_peer(method: str) -> bool:
+    from config import methods
+
+    try:
+        return methods.get(method).server == "server.decentralized_run"
+    except Exception:  # an unknown or missing method: read as a server-side model
+        return False
+
+
+def unit_of(metric: str) -> str:
+    return meaning_of(metric)[1]
+
+
+def run_label(run_dir: Path) -> str:
+    cfg = run_config(run_dir)
+    return f"{cfg.get('method', '?')} ({Path(run_dir).name})" if cfg else Path(run_dir).name
+
+
+def run_config(run_dir: Path) -> dict:
+    path = Path(run_dir) / "config.json"
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}
+
+
+def load_rounds(run_dir: Path) -> pd.DataFrame:
+    path = Path(run_dir) / "rounds.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (is {run_dir} a run folder?)")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable CSV ({e})") from None
+    if "round" not in df.columns:
+        raise ValueError(f"{path}: no 'round' column")
+    return df
+
+
+def config_differences(run_dirs: list[Path]) -> list[str]:
+    """Run-config keys on which overlaid runs differ (bookkeeping keys aside), "key: a | b"."""
+    cfgs = [run_config(d) for d in run_dirs]
+    ignore = {"out-dir", "resume", "resume-round", "seed"}
+    keys = sorted({k for c in cfgs for k in c} - ignore)
+    return [
+        f"{k}: " + " | ".join(str(c.get(k, "-")) for c in cfgs)
+        for k in keys
+        if len({json.dumps(c.get(k), sort_keys=True) for c in cfgs}) > 1
+    ]
+
+
+def _metrics(runs: list[tuple[str, pd.DataFrame]]) -> list[str]:
+    """Metric columns in order, without one whose values equal an earlier one's in every run."""
+    out: list[str] = []
+    for _, df, _ in runs:
+        for c in df.columns:
+            if c in out or is_bookkeeping(c) or not pd.api.types.is_numeric_dtype(df[c]):
+                continue
+            if df[c].isna().all():
+                continue
+            same = any(
+                all(
+                    m in d.columns
+                    and c in d.columns
+                    and np.array_equal(d[m].to_numpy(), d[c].to_numpy(), equal_nan=True)
+                    for _, d, _ in runs
+                )
+                for m in out
+            )
+            if not same:
+                out.append(c)
+    return out
+
+
+def _draw(ax, runs, metric: str) -> None:
+    for label, df, _ in runs:
+        if metric not in df.columns:
+            continue
+        stages = df["stage"].nunique() if "stage" in df else 1
+        groups = df.groupby("stage", sort=False) if "stage" in df else [("", df)]
+        for stage, part in groups:
+            part = part[part[metric].notna()]
+            if part.empty:
+                continue
+            name = label if stages <= 1 else f"{label} {stage}"
+            ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
+    what, unit = meaning_of(metric, runs[0][2])
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(f"{metric} ({unit})" if unit else metric, fontsize=8)
+    ax.set_title(what or metric, fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
+    """summary.png and one PNG per metric; the figures say which config keys differ."""
+    runs = [
+        (run_label(Path(d)), load_rounds(Path(d)), str(run_config(Path(d)).get("method", "")))
+        for d in run_dirs
+    ]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    differ = config_differences([Path(d) for d in run_dirs]) if len(runs) > 1 else []
+    note = ("runs differ in " + "; ".join(differ))[:300] if differ else ""
+    metrics = _metrics(runs)
+    written = []
+    for metric in metrics:
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        _draw(ax, runs, metric)
+        ax.legend(fontsize=8)
+        if note:
+            fig.text(0.01, 0.005, note, fontsize=6, color="firebrick", wrap=True)
+        fig.tight_layout(rect=(0, 0.04 if note else 0, 1, 1))
+        path = out_dir / f"{metric}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    if metrics:
+        written.insert(0, _summary(runs, metrics, out_dir / "summary.png", note))
+    return written
+
+
+def _summary(runs, metrics: list[str], path: Path, note: str) -> Path:
+    first = [m for h in HEADLINE for m in metrics if m.split("-test_noise")[0].endswith(h)]
+    chosen = list(dict.fromkeys(first + metrics))[:6]
+    cols = min(3, len(chosen))
+    rows = (len(chosen) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, metric in zip(axes.flat, chosen):
+        _draw(ax, runs, metric)
+    for ax in list(axes.flat)[len(chosen) :]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", fontsize=8)
+    fig.suptitle(", ".join(label for label, _, _ in runs)[:120], fontsize=10, x=0.01, ha="left")
+    if note:
+        fig.text(0.01, 0.005, note, fontsize=7, color="firebrick", wrap=True)
+    fig.tight_layout(rect=(0, 0.03 if note else 0, 0.9, 0.95))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
