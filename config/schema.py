@@ -10,6 +10,7 @@ value out of range or not among the choices; code downstream reads attributes an
 
 from __future__ import annotations
 
+import difflib
 import math
 import shlex
 import tomllib
@@ -116,7 +117,11 @@ def coerce(key: str, value, kind: type):
 def check_value(key: str, value, meta) -> None:
     choices, lo, hi = meta.get("choices"), meta.get("lo"), meta.get("hi")
     if choices is not None and value not in choices:
-        raise ConfigError(f"run config {key!r} must be one of {', '.join(choices)}, got {value!r}")
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"run config {key!r} must be one of {', '.join(choices)}, got {value!r}{hint}"
+        )
     if lo is None or isinstance(value, (bool, str)):
         return
     lo_open = meta.get("lo_open", False)

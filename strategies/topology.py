@@ -17,6 +17,7 @@ The number of silos of a GML topology is its number of nodes. No flwr here: pure
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,14 @@ def load_gml(name: str, topology_dir: Path | str | None) -> nx.Graph:
     if path.suffix != ".gml":
         path = Path(topology_dir or DEFAULT_TOPOLOGY_DIR) / f"{name}.gml"
     if not path.is_file():
-        raise TopologyError(f"topology graph {path} not found")
+        names = sorted(p.stem for p in path.parent.glob("*.gml")) if path.parent.is_dir() else []
+        close = difflib.get_close_matches(path.stem, names, n=1, cutoff=0.6)
+        hint = (
+            f" (did you mean {close[0]!r}?)"
+            if close
+            else (f" (graphs there: {', '.join(names)})" if names else "")
+        )
+        raise TopologyError(f"topology graph {path} not found{hint}")
     if path.stat().st_size > MAX_GML_BYTES:
         raise TopologyError(
             f"{path}: {path.stat().st_size} bytes, over the {MAX_GML_BYTES} a topology may have"
@@ -133,8 +141,10 @@ def build(
         return Topology(name, mixing, tuple(str(i) for i in range(num_silos)))
     base, _, overlay = name.rpartition("-")
     if overlay not in ("ring", "mst") or not base:
+        close = difflib.get_close_matches(name, ["ring", "complete"], n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? Else " if close else ""
         raise TopologyError(
-            f"unknown topology {name!r}: use ring, complete, <graph>-ring or "
+            f"unknown topology {name!r}: {hint}use ring, complete, <graph>-ring or "
             "<graph>-mst (graph: a GML name in topology-dir or a .gml path)"
         )
     graph = load_gml(base, topology_dir)

@@ -229,11 +229,15 @@ def test_a_plain_run_never_joins_a_ray_cluster_left_on_the_machine(monkeypatch):
         ('faults.rounds="1-30000000"', "'faults.rounds': more than 100000 ids"),
         ('faults.rounds="5-2"', "runs backwards"),
         ("seed=-1", r"must be in \[0, 4294967295\]"),  # integers as integers
+        ('fedvln.stage="agnet"', "did you mean 'agent'?"),  # choices too
+        ('topology="rnig"', "did you mean 'ring'?"),
+        ('topology="gaai-ring"', "gaai.gml not found \\(did you mean 'gaia'\\?\\)"),
     ],
 )
 def test_a_bad_run_config_says_how_to_fix_it(run_config, says):
     import re
 
-    res = _run("fedavg", "--run-config", run_config)
+    method = {"fedvln": "fedvln", "topology": "gossip"}.get(run_config.split(".")[0].split("=")[0])
+    res = _run(method or "fedavg", "--run-config", run_config)
     assert res.returncode == 2 and re.search(says, res.stderr), res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
