@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from config.schema import DAY_S, Section, setting
 
 AGGREGATORS = ("mean", "median", "trimmed-mean")  # strategies/robust.py
+# FedRL scores 800 valid maps at an evaluation: most of a round (docs/fedrl.md, measured)
+FEDRL_EVAL_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -99,5 +101,14 @@ class RunSettings(Section):
         hi=10**4,
     )
     eval_every: int = setting(
-        "evaluate every k rounds (and the last); metrics are empty in between", lo=1, hi=10**5
+        "evaluate every k rounds (and the last); metrics are empty in between. 0 = the "
+        "method's default: every round, but every 10th for fedrl (scoring the valid maps is "
+        "most of a round's time; docs/fedrl.md)",
+        lo=0,
+        hi=10**5,
     )
+
+    @property
+    def eval_period(self) -> int:
+        """`eval-every`, or for 0 the method's default (FEDRL_EVAL_EVERY for fedrl, else 1)."""
+        return self.eval_every or (FEDRL_EVAL_EVERY if self.method == "fedrl" else 1)

@@ -117,7 +117,7 @@ def run(grid, cfg: dict, name: str) -> None:
         recorder.start_round(rnd)
         models = relay.train_round(grid, rnd, models)
         save_silos(recorder, rnd, models)
-        if evaluates(rnd, c.run.eval_every, rounds):
+        if evaluates(rnd, c.run.eval_period, rounds):
             recorder.add_silo_rows(relay.evaluate_round(grid, rnd, models))
         average = {
             k: np.mean([m[k] for m in models], axis=0).astype(models[0][k].dtype) for k in models[0]

@@ -38,7 +38,7 @@ def run(grid, cfg: dict, name: str) -> None:
         max_evaluate_nodes=c.run.max_evaluate_clients,
         min_train_nodes=1,
         min_evaluate_nodes=1,
-        eval_every=c.run.eval_every,
+        eval_every=c.run.eval_period,
         num_rounds=rounds,
         max_empty_rounds=c.run.max_empty_rounds,
         aggregator=c.run.aggregator,

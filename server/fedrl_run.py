@@ -206,13 +206,14 @@ def run(grid, cfg: dict, name: str) -> None:
 
 
 def _run(grid, s: Settings, c, recorder: Recorder) -> None:
-    rounds, eval_every = c.run.num_server_rounds, c.run.eval_every
+    rounds, eval_every = c.run.num_server_rounds, c.run.eval_period
     nodes = wait_for_nodes(grid, 2, c.run.node_wait_timeout)
     roles = query_roles(grid, nodes, c.run.node_wait_timeout)
     send = Exchange(grid, roles, recorder, c.run.round_timeout, retries=c.fedrl.retries)
     proto = Protocol(s, send, progress=True)
     select = Selection(s.select_key())
     maps = s.map_report()
+    eps: dict[str, float | None] = {"alpha": None, "beta": None}  # for the round line
     for split, rep in maps.items():
         log(INFO, "[fedembodied] %s %s: %s", split, "texts" if s.text else "maps", rep)
     privacy: dict = {}
@@ -260,7 +261,10 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
             for k, v in row.items()
             if k.endswith(("succ-rate-test_noise=on", "f1-test_noise=on")) and v == v
         )
-        eps = {r: row.get(f"{r}-privacy-epsilon") for r in ("alpha", "beta")}
+        for r in eps:  # spent so far: a round in which a party releases nothing keeps its last
+            v = row.get(f"{r}-privacy-epsilon")
+            if isinstance(v, float) and v == v:
+                eps[r] = v
         log(
             INFO,
             "[fedembodied] round %d/%d  %s  privacy epsilon alpha=%s beta=%s  wall=%.2fs",

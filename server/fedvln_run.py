@@ -277,7 +277,7 @@ def run(grid, cfg: dict, name: str) -> None:
         num_clients=len(parts),
         seed=c.run.seed,
         node_wait_s=c.run.node_wait_timeout,
-        eval_every=c.run.eval_every,
+        eval_every=c.run.eval_period,
         num_rounds=rounds,
         max_empty_rounds=c.run.max_empty_rounds,
         min_train_nodes=1,
