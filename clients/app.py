@@ -13,6 +13,7 @@ from flwr.clientapp import ClientApp
 
 from clients import audit, policy, state_store
 from config import methods, parse
+from contracts.messages import round_of, saves_state
 
 app = ClientApp()
 
@@ -47,9 +48,8 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
             status="refused" if isinstance(e, policy.Refused) else "failed",
         )
         raise
-    conf = msg.content.config_records.get("config", {})
-    if not reply.has_error() and bool(conf.get("save-state", False)):  # the server says when
-        state_store.save(context, c, int(conf.get("server-round", 0)))
+    if not reply.has_error() and saves_state(msg):  # the server says when
+        state_store.save(context, c, round_of(msg))
     privacy = getattr(handler, "privacy", None)
     audit.record_reply(
         log, msg, reply, **what, policy_source=p.source, privacy=privacy and privacy(context)

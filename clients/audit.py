@@ -35,6 +35,8 @@ from pathlib import Path
 
 from flwr.app import Message
 
+from contracts.messages import SERVER_ROUND
+
 GENESIS = "0" * 64
 
 
@@ -137,7 +139,7 @@ def record_reply(
         "node": int(msg.metadata.dst_node_id),
         "partition": partition,
         "method": method,
-        "round": int(conf.get("server-round", 0)),
+        "round": int(conf.get(SERVER_ROUND, 0)),
         "kind": str(msg.metadata.message_type),
         "step": str(conf.get("step", "")),
         "status": status,

@@ -32,6 +32,7 @@ from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     silo_data,
 )
 from config import parse
+from contracts.messages import CD_LOSS, FIT_S, NUM_EXAMPLES, TRAIN_LOSS, round_of
 from models.rng import owned, stream_seed
 from models.state import load_shared_state, shared_state
 from training.cdl import train_cdl
@@ -51,7 +52,7 @@ def local_steps(c, n: int) -> int:
 def train(msg: Message, context: Context) -> Message:
     c = parse(context.run_config)
     pid = int(context.node_config["partition-id"])
-    rnd = int(msg.content["config"]["server-round"])
+    rnd = round_of(msg)
     variant = c.cdl.variant
     torch.set_num_threads(c.run.client_threads)
     p = policy.of_node(context.node_config)
@@ -104,10 +105,10 @@ def train(msg: Message, context: Context) -> Message:
         out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
     out = faults.nan_state(out, fault)
     metrics = {
-        "num-examples": len(data.y_train),
-        "train-loss": stats["mse"],
-        "cd-loss": stats["cd"],
-        "fit-s": fit_s,
+        NUM_EXAMPLES: len(data.y_train),
+        TRAIN_LOSS: stats["mse"],
+        CD_LOSS: stats["cd"],
+        FIT_S: fit_s,
     }
     for key in ("cd_grad_ratio", "pb_entropy"):  # measured only once a sub-network exists
         if math.isfinite(stats[key]):

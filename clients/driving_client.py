@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from clients import faults
 from config import Config, parse
+from contracts.messages import FIT_S, NUM_EXAMPLES, TRAIN_LOSS, round_of
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
@@ -121,7 +122,7 @@ def models_in(arrays: ArrayRecord) -> list[dict]:
 def train(msg: Message, context: Context) -> Message:
     c = parse(context.run_config)
     pid = int(context.node_config["partition-id"])
-    rnd = int(msg.content["config"]["server-round"])
+    rnd = round_of(msg)
     torch.set_num_threads(c.run.client_threads)
     fault = faults.before_training(c, pid, rnd, "training")
     data = silo_data(context)
@@ -150,7 +151,7 @@ def train(msg: Message, context: Context) -> Message:
             {
                 "arrays": ArrayRecord(state),
                 "metrics": MetricRecord(
-                    {"num-examples": len(data.y_train), "train-loss": stats["mse"], "fit-s": fit_s}
+                    {NUM_EXAMPLES: len(data.y_train), TRAIN_LOSS: stats["mse"], FIT_S: fit_s}
                 ),
             }
         ),
@@ -170,6 +171,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     else:
         metrics = {"mse": [e[0] for e in errors], "mae": [e[1] for e in errors]}
     return Message(
-        RecordDict({"metrics": MetricRecord({"num-examples": len(data.y_test), **metrics})}),
+        RecordDict({"metrics": MetricRecord({NUM_EXAMPLES: len(data.y_test), **metrics})}),
         reply_to=msg,
     )

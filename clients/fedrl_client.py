@@ -17,6 +17,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from clients import faults, policy
 from config import parse
 from contracts.fedrl import SENDS, role_of
+from contracts.messages import SERVER_ROUND
 from contracts.records import array_record, arrays_of
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_protocol import dispatch
@@ -107,7 +108,7 @@ def handle(msg: Message, context: Context) -> Message:
         fault = faults.before_training(
             c,
             faults.partition(context.node_config),
-            int(conf.get("server-round", 0)),
+            int(conf.get(SERVER_ROUND, 0)),
             f"{step!r}",
             int(conf.get("attempt", 0)),
         )

@@ -31,11 +31,18 @@ from clients import faults, policy
 from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import (
-    agent_settings,
     follower_size,
     shared_part,
     speaker_size,
     spec_of,
+)
+from contracts.messages import (
+    FIT_S,
+    LOCAL_STEPS,
+    NUM_AUGMENTED,
+    NUM_EXAMPLES,
+    SERVER_ROUND,
+    TRAIN_LOSS,
 )
 from envs.vln_data import Episode
 from models.envdrop import Follower
@@ -145,7 +152,10 @@ def back_translation(context: Context, c: Config, h: House) -> vln_agent.BackTra
     speaker = _model("speaker", c, h)
     _load(speaker, context.state[SPEAKER])
     return vln_agent.BackTranslation(
-        speaker, vln_speaker.PathInputs(h.setup.world), h.setup.vocab, agent_settings(c).max_words
+        speaker,
+        vln_speaker.PathInputs(h.setup.world),
+        h.setup.vocab,
+        vln_agent.AgentSettings.of(c).max_words,
     )
 
 
@@ -168,7 +178,7 @@ def setup(msg: Message, context: Context, c: Config, h: House) -> RecordDict:
         )
         n_aug = len(routes)
     return RecordDict(
-        {"metrics": MetricRecord({"num-examples": len(h.train) + n_aug, "num-augmented": n_aug})}
+        {"metrics": MetricRecord({NUM_EXAMPLES: len(h.train) + n_aug, NUM_AUGMENTED: n_aug})}
     )
 
 
@@ -190,7 +200,7 @@ def train(msg: Message, context: Context) -> Message:
             f"house {h.name}: the server asked for share={share!r}; this "
             f"house sends at most {allowed!r} in this stage (policy key {key})"
         )
-    rnd = int(conf["server-round"])
+    rnd = int(conf[SERVER_ROUND])
     fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")
     rng = np.random.default_rng(_seed(c, context, rnd))
     with owned(_seed(c, context, rnd)):  # this house's torch stream (models/rng)
@@ -216,7 +226,7 @@ def _train(msg, context, c, conf, h, step, share, rnd, fault, rng) -> Message:
     t0 = time.perf_counter()
     if step == "follower":
         iters = follower_steps(len(h.train), len(routes), epochs, batch, cap)
-        s = agent_settings(c)
+        s = vln_agent.AgentSettings.of(c)
         loss = vln_agent.train_batches(
             model,
             opt,
@@ -256,10 +266,10 @@ def _train(msg, context, c, conf, h, step, share, rnd, fault, rng) -> Message:
                 ),
                 "metrics": MetricRecord(
                     {
-                        "num-examples": len(h.train) + len(routes),
-                        "train-loss": loss,
-                        "local-steps": iters,
-                        "fit-s": time.perf_counter() - t0,
+                        NUM_EXAMPLES: len(h.train) + len(routes),
+                        TRAIN_LOSS: loss,
+                        LOCAL_STEPS: iters,
+                        FIT_S: time.perf_counter() - t0,
                     }
                 ),
             }
@@ -281,7 +291,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     if not h.val:
         metrics = {f"{h.val_split}_n": 0}
     elif kind == "follower":
-        s = agent_settings(c)
+        s = vln_agent.AgentSettings.of(c)
         with timed(f"house {h.name}: scoring the follower on {len(h.val)} {h.val_split} episodes"):
             m, _ = vln_agent.evaluate(
                 model, h.setup.world, h.val, vln_agent.Tokens(h.setup.vocab, s.max_words), s
@@ -296,5 +306,5 @@ def evaluate(msg: Message, context: Context) -> Message:
                 model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab
             )
         metrics = {f"{h.val_split}_{k}": v for k, v in stats.items()}
-    metrics["num-examples"] = len(h.val)
+    metrics[NUM_EXAMPLES] = len(h.val)
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -7,11 +7,9 @@ from __future__ import annotations
 from flwr.app import ArrayRecord
 
 from config import Config
-from config.fedvln_recipe import recipe_of
 from envs.vln_houses import HouseSpec
 from models.envdrop import FollowerSize
 from models.speaker import SpeakerSize
-from training import vln_agent
 
 LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only this)
 
@@ -19,17 +17,6 @@ LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only t
 def spec_of(c: Config) -> HouseSpec:
     """The embedded houses this run generates (seen, unseen)."""
     return HouseSpec(train_houses=c.fedvln.train_houses, unseen_houses=c.fedvln.unseen_houses)
-
-
-def agent_settings(c: Config) -> vln_agent.AgentSettings:
-    """The follower's local training settings (Envdrop's mixed feedback, imitation weights)."""
-    return vln_agent.AgentSettings(
-        batch_size=c.fedvln.batch_size,
-        lr=recipe_of(c.fedvln).lr,
-        feedback=c.fedvln.feedback,
-        ml_weight=c.fedvln.ml_weight,
-        aug_ml_weight=c.fedvln.aug_ml_weight,
-    )
 
 
 def follower_size(c: Config, vocab: int, feature: int) -> FollowerSize:

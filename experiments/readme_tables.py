@@ -7,7 +7,7 @@ A block is the text between `<!-- generated: NAME -->` and `<!-- /generated -->`
 or docs/*.md; NAME picks its renderer below, each the `markdown` function of the experiment
 script that wrote the CSV (so a table reads exactly as its script prints it). The run-config
 reference comes from the settings classes (config/), the same source as `simulation.py
---list-config`. tests/test_readme_tables.py runs `--check`.
+--list-config`. tests/test_layout.py runs `--check`.
 """
 
 from __future__ import annotations

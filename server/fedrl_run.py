@@ -31,6 +31,7 @@ from flwr.common import log
 from config import parse
 from config.schema import ConfigError
 from contracts.fedrl import ACTION_IDS, SENDS
+from contracts.messages import SAVE_STATE, SERVER_ROUND
 from contracts.records import array_record, arrays_of
 from envs.errors import DataError
 from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity
@@ -103,7 +104,7 @@ class Exchange:
             content = RecordDict(
                 {
                     "config": ConfigRecord(
-                        {"step": step, "server-round": self.round, "attempt": attempt, **conf}
+                        {"step": step, SERVER_ROUND: self.round, "attempt": attempt, **conf}
                     )
                 }
             )
@@ -249,7 +250,7 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
             metrics.update(select(proto, rnd, rnd == rounds, bool(len(s.test))))
         recorder.add_metrics(metrics)
         for role in ("alpha", "beta") if evaluating else ():  # each party writes its own state
-            send(role, "checkpoint", evaluation=True, **{"save-state": True})
+            send(role, "checkpoint", evaluation=True, **{SAVE_STATE: True})
         for role in ("alpha", "beta"):
             recorder.add_client(
                 node=roles[role], partition=role, bytes_up=send.up.get(role, 0), status="ok"

@@ -49,6 +49,7 @@ from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from config.schema import ConfigError
 from contracts.fedvln import LANG, follower_size, shared_part, speaker_size
+from contracts.messages import NUM_AUGMENTED, NUM_EXAMPLES
 from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.rng import owned
@@ -193,11 +194,11 @@ def _setup_round(grid, c, plan: Plan, parts, idents, recorder, follower, speaker
                 f"house of node {rep.metadata.src_node_id} failed its setup: {rep.error.reason}"
             )
         m = rep.content["metrics"]
-        n_aug += int(m["num-augmented"])
+        n_aug += int(m[NUM_AUGMENTED])
         recorder.add_client(
             node=rep.metadata.src_node_id,
             partition=parts[rep.metadata.src_node_id],
-            num_examples=int(m["num-examples"]),
+            num_examples=int(m[NUM_EXAMPLES]),
             bytes_up=message_bytes(rep),
             status="ok",
         )

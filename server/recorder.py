@@ -1,4 +1,4 @@
-"""The results contract of every run (docs/results.md):
+"""The results contract of every run (docs/running.md, "Results (every run)"):
 
 DIR/config.json    the full run config, plus what the run adds (parameter count, ...)
 DIR/rounds.csv     one row per server round: round, stage, wall_s, n_clients, bytes_up,

@@ -22,6 +22,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
 from strategies.nodes import (
     FederationError,
     answered,
@@ -91,7 +92,7 @@ class TopologyRelay:
                 RecordDict(
                     {
                         "arrays": ArrayRecord(to_record(mixes[i])),
-                        "config": ConfigRecord({"server-round": rnd, "save-state": True}),
+                        "config": ConfigRecord({SERVER_ROUND: rnd, SAVE_STATE: True}),
                     }
                 ),
                 dst_node_id=node_of[i],
@@ -126,16 +127,16 @@ class TopologyRelay:
             self.recorder.add_client(
                 node=node_of[i],
                 partition=i,
-                num_examples=m.get("num-examples", 0),
-                train_loss=m.get("train-loss"),
-                fit_s=m.get("fit-s"),
+                num_examples=m.get(NUM_EXAMPLES, 0),
+                train_loss=m.get(TRAIN_LOSS),
+                fit_s=m.get(FIT_S),
                 bytes_up=0 if rep.has_error() else message_bytes(rep),
                 status=problem or "ok",
             )
             if problem is None:
                 new[i] = {k: np.array(v) for k, v in update.items()}  # the silo's own copy
-                losses.append(float(m["train-loss"]))
-                weights.append(float(m["num-examples"]))
+                losses.append(float(m[TRAIN_LOSS]))
+                weights.append(float(m[NUM_EXAMPLES]))
                 accepted.append(m)
         metrics = {
             "n_accepted": len(losses),
@@ -178,7 +179,7 @@ class TopologyRelay:
                     RecordDict(
                         {
                             "arrays": ArrayRecord(record),
-                            "config": ConfigRecord({"server-round": rnd}),
+                            "config": ConfigRecord({SERVER_ROUND: rnd}),
                         }
                     ),
                     dst_node_id=node_of[i],
@@ -190,7 +191,7 @@ class TopologyRelay:
         for k, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s)):
             if not rep.has_error():
                 m = rep.content["metrics"]
-                answers[silos[k]] = (float(m["num-examples"]), list(m["mse"]), list(m["mae"]))
+                answers[silos[k]] = (float(m[NUM_EXAMPLES]), list(m["mse"]), list(m["mae"]))
         if not answers:
             return []
         total = sum(a[0] for a in answers.values())

@@ -29,6 +29,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from sacrebleu.metrics import BLEU
 
+from contracts.messages import LOCAL_STEPS
 from strategies.screened_fedavg import ScreenedFedAvg, sample_size
 from strategies.screening import MAX_EXAMPLES
 
@@ -177,7 +178,7 @@ class FedVLNStrategy(ScreenedFedAvg):
         arrays = None if average is None else self.server_step(average)
         if metrics is not None:  # local_steps: optimizer steps summed over houses (Table 9)
             steps = sum(
-                int(next(iter(r.content.metric_records.values())).get("local-steps", 0))
+                int(next(iter(r.content.metric_records.values())).get(LOCAL_STEPS, 0))
                 for r in replies
                 if not r.has_error()
             )

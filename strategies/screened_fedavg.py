@@ -29,6 +29,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
+from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
 from strategies.nodes import answered, query_partitions, refresh_partitions, wait_for_nodes
 from strategies.robust import aggregate, update_norm
 from strategies.screening import MAX_EXAMPLES, mean_signals, message_bytes, one_line, screen_update
@@ -161,8 +162,8 @@ class ScreenedFedAvg(FedAvg):
             {
                 **dict(config),
                 **self._extra_train_config(),
-                "server-round": server_round,
-                "save-state": True,
+                SERVER_ROUND: server_round,
+                SAVE_STATE: True,
             }
         )
         self.unheld = []
@@ -225,8 +226,8 @@ class ScreenedFedAvg(FedAvg):
                 node=node,
                 partition=parts.get(node, -1),
                 num_examples=m.get(self.weighted_by_key, 0),
-                train_loss=m.get("train-loss"),
-                fit_s=m.get("fit-s"),
+                train_loss=m.get(TRAIN_LOSS),
+                fit_s=m.get(FIT_S),
                 bytes_up=0 if rep.has_error() else message_bytes(rep),
                 status=problem or "ok",
             )
@@ -267,7 +268,7 @@ class ScreenedFedAvg(FedAvg):
         ]
         arrays = aggregate(updates, n, self.aggregator, self.trim)
         loss = [
-            float(next(iter(c.metric_records.values())).get("train-loss", float("nan")))
+            float(next(iter(c.metric_records.values())).get(TRAIN_LOSS, float("nan")))
             for c in accepted
         ]
         metrics = MetricRecord(
@@ -287,7 +288,7 @@ class ScreenedFedAvg(FedAvg):
         server_round += self.round_offset
         if not evaluates(server_round, self.eval_every, self.num_rounds):
             return []
-        config = ConfigRecord({**dict(config), "server-round": server_round})
+        config = ConfigRecord({**dict(config), SERVER_ROUND: server_round})
         return self._messages(
             arrays, config, self.evaluate_nodes(grid, server_round), MessageType.EVALUATE
         )
@@ -302,7 +303,7 @@ class ScreenedFedAvg(FedAvg):
                 continue
             m = next(iter(rep.content.metric_records.values()))
             try:  # a malformed or forged reply is left out, never pooled or crashing the run
-                row = (float(m["num-examples"]), float(m["mse"]), float(m["mae"]))
+                row = (float(m[NUM_EXAMPLES]), float(m["mse"]), float(m["mae"]))
             except (KeyError, TypeError, ValueError):
                 log(
                     WARNING,

@@ -18,6 +18,8 @@ import re
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message
 
+from contracts.messages import CD_LOSS, NUM_EXAMPLES
+
 
 def message_bytes(msg: Message) -> int:
     """Bytes of the arrays a message carries (counted from the serialized arrays themselves)."""
@@ -70,7 +72,7 @@ def screen_update(
     reference: ArrayRecord,
     *,
     array_key: str = "arrays",
-    weight_key: str = "num-examples",
+    weight_key: str = NUM_EXAMPLES,
 ) -> tuple[str | None, dict | None]:
     """(None, the update's arrays) if the reply is fit to aggregate, else (why not, None).
 
@@ -116,7 +118,7 @@ def _problem(
     return None
 
 
-SIGNALS = ("cd-loss", "cd-grad-ratio", "pb-entropy")  # CDL clients' training diagnostics
+SIGNALS = (CD_LOSS, "cd-grad-ratio", "pb-entropy")  # CDL clients' training diagnostics
 
 
 def mean_signals(metrics: list[dict]) -> dict[str, float]:

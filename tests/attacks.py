@@ -1,5 +1,5 @@
 """What a host with no node key can throw at a federation's public address, for the edge tests
-(tests/test_edge_netns.py) and for measuring by hand:
+(tests/test_security_netns.py) and for measuring by hand:
 
     python -m tests.attacks flood HOST PORT CA_CERT [N]     TLS connections, partial heads
     python -m tests.attacks bulk HOST PORT CA_CERT [BYTES]  one huge unsigned POST

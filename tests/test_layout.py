@@ -3,6 +3,7 @@ generated from one source, and README/docs tables equal to what the committed CS
 
 import ast
 import dataclasses
+import re
 import subprocess
 
 import pytest
@@ -16,13 +17,42 @@ def _simulation(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _imports(package: str):
-    for path in sorted((ROOT / package).rglob("*.py")):
+def _imports(package: str, sources=None):
+    for path in sources or sorted((ROOT / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 yield path, [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 yield path, [node.module]
+
+
+# Each folder imports only folders below it (simulation.py, the launcher, sits under
+# experiments/, which may drive it); server/ and clients/ share a layer and never import each
+# other; nothing below server/ imports flwr's engines, and models/ envs/ training/ no flwr.
+LAYERS = [
+    {"envs"},
+    {"models"},
+    {"config"},
+    {"contracts"},
+    {"training"},
+    {"strategies"},
+    {"server", "clients"},
+    {"simulation"},
+    {"experiments"},
+]
+
+
+def test_every_folder_imports_only_the_layers_below_it():
+    level = {name: k for k, layer in enumerate(LAYERS) for name in layer}
+    edges = []
+    for package in level:
+        sources = [ROOT / "simulation.py"] if package == "simulation" else None
+        for path, mods in _imports(package, sources):
+            for m in mods:
+                top = m.split(".")[0]
+                if top in level and top != package and level[top] >= level[package]:
+                    edges.append(f"{path.relative_to(ROOT)} imports {m}")
+    assert not edges, edges
 
 
 @pytest.mark.parametrize(
@@ -115,3 +145,65 @@ def test_readme_and_docs_tables_are_what_the_committed_csvs_give():
         cwd=ROOT,
     )
     assert res.returncode == 0, res.stderr
+
+
+def test_the_wire_keys_are_named_in_contracts_only():
+    """A reply or config key both sides use is a name from contracts/messages.py, never a
+    string typed on one side (a typo there would be a silently missing metric)."""
+    from contracts import messages
+
+    keys = {v for k, v in vars(messages).items() if k.isupper() and isinstance(v, str)}
+    typed = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+        for package in ("server", "clients", "strategies", "training")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in keys
+    ]
+    assert len(keys) >= 8 and not typed, typed
+
+
+POINTER = re.compile(
+    r"(?<![\w/.-])((?:clients|server|strategies|training|contracts|config|models|envs|"
+    r"experiments|deploy|tests|docs)/[\w./-]*\w)([*{<\[]?)"
+)
+
+
+def _stale_pointers(text: str) -> list[str]:
+    """`path/file.py`, `folder/module.name` mentions in `text` that name nothing in the project
+    (a pattern such as `results/fedvln_table*.csv` and a line citing another repository,
+    `github:owner/repo ...`, are not pointers into this one)."""
+    out = []
+    for line in text.splitlines():
+        if "github:" in line:
+            continue
+        for m in POINTER.finditer(line):
+            ref, pattern = m.groups()
+            if pattern or (ROOT / ref).exists() or (ROOT / f"{ref}.py").exists():
+                continue
+            base, dot, name = ref.rpartition(".")
+            module = next(
+                (
+                    p
+                    for p in (ROOT / f"{base}.py", ROOT / base / "__init__.py")
+                    if dot and p.is_file()
+                ),
+                None,
+            )
+            if module is None or not re.search(rf"\b{re.escape(name)}\b", module.read_text()):
+                out.append(ref)
+    return out
+
+
+def test_every_file_and_name_the_docs_and_docstrings_point_to_exists():
+    sources = [
+        *ROOT.glob("*.md"),
+        *ROOT.glob("docs/*.md"),
+        *ROOT.glob("deploy/*.sh"),
+        ROOT / "simulation.py",
+        ROOT / "setup.sh",
+        *(p for d in ("clients", "server", "strategies", "training", "contracts", "config",
+                      "models", "envs", "experiments", "deploy", "tests") for p in (ROOT / d).rglob("*.py")),
+    ]  # fmt: skip
+    stale = [f"{s.relative_to(ROOT)}: {r}" for s in sources for r in _stale_pointers(s.read_text())]
+    assert not stale, stale

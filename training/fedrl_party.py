@@ -5,7 +5,7 @@ between the parties, so the Flower handlers (`clients/fedrl_client.py`) and the 
 (`experiments/fedrl_local.py`) call the same code.
 
 One round of the chunked exchange (B environments, S steps, K minibatches; `server/fedrl_run.py`'s
-`Protocol` drives it, `clients/fedrl.dispatch` maps a message to these methods), 2S messages:
+`Protocol` drives it, `training/fedrl_protocol.dispatch` maps a message to these methods), 2S messages:
   for each of S steps:  beta.act(prev alpha actions, C_alpha)  -> C_beta, a_beta
                         alpha.act(C_beta, a_beta)  -> alpha's action ids, C_alpha of s_alpha'
   in the last step, in the same two messages:

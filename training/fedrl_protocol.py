@@ -25,6 +25,7 @@ import numpy as np
 
 from contracts.errors import FederationError
 from contracts.fedrl import SENDS, sample_ids
+from contracts.messages import SAVE_STATE
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_setup import Settings
 from training.progress import StepLog
@@ -115,7 +116,7 @@ class Protocol:
             self.c_alpha = send("alpha", "observe")[0]["c-alpha"]
         for step in range(s.act_steps):
             last = step == s.act_steps - 1
-            mark = {"save-state": True} if last and not evaluating else {}
+            mark = {SAVE_STATE: True} if last and not evaluating else {}
             # beta holds the transitions of every step before this one
             ids = sample_ids(self.rng, self.transitions + s.envs * step, s) if last else None
             data, theta = {"prev-alpha": self.prev, "c-alpha": self.c_alpha}, None

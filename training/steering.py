@@ -28,7 +28,7 @@ class LocalOptimizer:
     `sgd` (momentum 0.9) or `adam` (what the CDL/FADNet official code trains with, `utils/optim.py`:
     Adam with weight_decay 1e-5). `decay = "sqrt"` is the official `--decay sqrt`: lr / sqrt(t)
     at the silo's t-th local step (t counted over the whole run, LambdaLR stepped per batch,
-    `models/model.py` l. 39). `clip` > 0 clips the gradient norm (not in the papers; a stability
+    github:aioz-ai/CDL `models/model.py` l. 39). `clip` > 0 clips the gradient norm (not in the papers; a stability
     limit for strong CDL settings). The caller keeps `state` between rounds when the optimizer
     persists (`driving.optimizer-state = silo`, as the official code's one optimizer per worker);
     by default each round starts a fresh optimizer, since its state is not averaged."""

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from config import Config
+from config.fedvln_recipe import recipe_of
 from envs.vln_data import Episode
 from envs.vln_env import NavBatch, World
 from envs.vln_features import ANGLE_DIM
@@ -47,6 +49,18 @@ class AgentSettings:
     max_actions: int = 35
     max_words: int = 80
     aug_ml_weight: float = 0.6  # mlWeight on speaker-written batches (official train.py l. 316)
+
+    @classmethod
+    def of(cls, c: Config) -> AgentSettings:
+        """The follower's local training settings of a run (Envdrop's mixed feedback,
+        imitation weights, the recipe's learning rate)."""
+        return cls(
+            batch_size=c.fedvln.batch_size,
+            lr=recipe_of(c.fedvln).lr,
+            feedback=c.fedvln.feedback,
+            ml_weight=c.fedvln.ml_weight,
+            aug_ml_weight=c.fedvln.aug_ml_weight,
+        )
 
 
 class Tokens:

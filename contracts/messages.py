@@ -1,0 +1,34 @@
+"""The keys of the train/evaluate exchange that the server and every node agree on, in one
+place: the server's config record (`config`) and a node's metric record (`metrics`). A key used
+by both sides is named here and nowhere else as a string (tests/test_layout.py checks it);
+FedRL's and FedVLN's arrays and steps live in contracts/fedrl.py and contracts/fedvln.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # no flwr at run time: training/ reads these keys too
+    from flwr.app import Message
+
+# --- what the server puts in a message's "config" record ---------------------------------------
+SERVER_ROUND = "server-round"  # the round this message belongs to (1-based)
+SAVE_STATE = "save-state"  # True: the node writes its state after this message (the round's end)
+
+# --- what a node puts in its reply's "metrics" record ------------------------------------------
+NUM_EXAMPLES = "num-examples"  # the weight of the node's update in the mean (FedAvg)
+TRAIN_LOSS = "train-loss"  # mean training loss of the node's local steps
+FIT_S = "fit-s"  # seconds of local training
+LOCAL_STEPS = "local-steps"  # optimizer steps taken (FedVLN)
+NUM_AUGMENTED = "num-augmented"  # speaker-written episodes added (FedVLN augment)
+CD_LOSS = "cd-loss"  # CDL's L_cd+ (Eq. 5)
+
+
+def round_of(msg: Message) -> int:
+    """The server round a message belongs to (0 when it carries none: a setup or query)."""
+    return int(msg.content.config_records.get("config", {}).get(SERVER_ROUND, 0))
+
+
+def saves_state(msg: Message) -> bool:
+    """Whether the server marks this message as the end of the node's round."""
+    return bool(msg.content.config_records.get("config", {}).get(SAVE_STATE, False))
