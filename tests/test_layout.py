@@ -207,3 +207,18 @@ def test_every_file_and_name_the_docs_and_docstrings_point_to_exists():
     ]  # fmt: skip
     stale = [f"{s.relative_to(ROOT)}: {r}" for s in sources for r in _stale_pointers(s.read_text())]
     assert not stale, stale
+
+
+def test_the_equation_map_names_functions_that_exist():
+    """README's "Equation → code": every `file`, `function` of a row is defined there."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("**Equation → code.**") :].split("\n\n")[1]
+    rows = [r for r in table.splitlines()[2:] if r.startswith("|")]
+    assert len(rows) >= 10
+    for row in rows:
+        where = row.rsplit("|", 2)[1]
+        names = re.findall(r"`([^`]+)`", where)
+        source = (ROOT / names[0]).read_text()
+        for name in names[1:]:
+            last = name.split(".")[-1].split(" ")[0]
+            assert re.search(rf"(def|class) {re.escape(last)}\b", source), (names[0], name)
