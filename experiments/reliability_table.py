@@ -38,7 +38,7 @@ from clients.faults import fault_of
 from config import parse
 from config.schema import merged
 from experiments.simulate import RESULTS, ROOT, command_line
-from simulation import processes_with_token
+from launch.superlink import processes_with_token
 
 ROUNDS, KILL_AFTER = 6, 2
 WORK = ROOT / "runs" / "reliability"

@@ -50,7 +50,7 @@ def udacity_dir() -> Path:
 
 def run_tokens_alive(token: str) -> list[int]:
     """Pids of processes started by a simulation.py run with this token."""
-    from simulation import processes_with_token
+    from launch.superlink import processes_with_token
 
     return processes_with_token(token)
 

@@ -113,7 +113,7 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
     import signal
     import time
 
-    from simulation import processes_holding
+    from launch.superlink import processes_holding
 
     before, token = set(glob.glob("/tmp/fe-ray-*")), f"test-{uuid.uuid4().hex}"
     proc = subprocess.Popen(

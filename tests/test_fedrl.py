@@ -134,7 +134,9 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
         if "theta-g" in rep.content:
             assert set(rep.content["theta-g"]) == mlp_keys  # the shared MLP and nothing else
         assert set(rep.content.config_records) == set()
-        if "metrics" in rep.content:  # scalars only: losses, privacy, training and evaluation scores
+        if (
+            "metrics" in rep.content
+        ):  # scalars only: losses, privacy, training and evaluation scores
             assert all(isinstance(v, float) for v in rep.content["metrics"].values())
     assert seen == set(SENDS)  # every step of the protocol ran, every allowed array was sent
     assert sent_names == SENDS

@@ -195,7 +195,7 @@ def test_a_misspelled_method_gets_a_did_you_mean():
 def test_a_plain_run_never_joins_a_ray_cluster_left_on_the_machine(monkeypatch):
     """Ray's init() with no address joins the cluster a `ray start` left; the launcher's
     private SuperLink tells Flower's Ray to start its own unless an address is given."""
-    import simulation
+    from launch import superlink
 
     started = {}
 
@@ -203,15 +203,15 @@ def test_a_plain_run_never_joins_a_ray_cluster_left_on_the_machine(monkeypatch):
         def __init__(self, args, env, **kw):
             started["env"] = env
 
-    monkeypatch.setattr(simulation.subprocess, "Popen", Popen)
-    monkeypatch.setattr(simulation.LocalSuperLink, "_wait_ready", lambda self: None)
+    monkeypatch.setattr(superlink.subprocess, "Popen", Popen)
+    monkeypatch.setattr(superlink.LocalSuperLink, "_wait_ready", lambda self: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    simulation.LocalSuperLink()
+    superlink.LocalSuperLink()
     assert started["env"]["RAY_ADDRESS"] == "local"
-    simulation.LocalSuperLink("10.0.0.1:6379")
+    superlink.LocalSuperLink("10.0.0.1:6379")
     assert started["env"]["RAY_ADDRESS"] == "10.0.0.1:6379"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
-    simulation.LocalSuperLink()
+    superlink.LocalSuperLink()
     assert started["env"]["RAY_ADDRESS"] == "10.0.0.2:6379"
 
 

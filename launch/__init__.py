@@ -1,0 +1,2 @@
+"""What simulation.py needs to run a study on this machine: a private SuperLink and the
+supervision of the processes it starts (launch/superlink.py)."""
