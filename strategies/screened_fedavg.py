@@ -186,35 +186,54 @@ class ScreenedFedAvg(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Four stages: screen every reply, record every node (answered or not), apply the
+        empty-round rule, then the weighted mean (or robust aggregate) of what was accepted."""
         server_round += self.round_offset
-        accepted, current = [], None
-        parts = self.partitions or {}
         pairs = answered(self.sent, list(replies))
-        pairs.sort(key=lambda ir: parts.get(self.sent[ir[0]].metadata.dst_node_id, -1))
+        pairs.sort(key=lambda ir: self._partition(self.sent[ir[0]].metadata.dst_node_id))
+        accepted = self._screen_and_record(server_round, pairs)
+        self._record_silent(pairs)
+        if not accepted:
+            self._empty_round(server_round, pairs)
+            return None, None  # the global model stays as it was
+        self.empty_rounds = 0
+        return self._mean(accepted)
+
+    def _partition(self, node: int) -> int:
+        return (self.partitions or {}).get(node, -1)
+
+    def _problem(self, server_round: int, node: int, rep: Message, current: dict):
+        """(why the reply is not used or None, its update): screening (strategies/screening),
+        an error reply, the update-norm bound."""
+        problem, update = screen_update(
+            rep, self.current, array_key=self.arrayrecord_key, weight_key=self.weighted_by_key
+        )
+        if rep.has_error():
+            log(
+                WARNING,
+                "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
+                server_round,
+                node,
+                self._partition(node),
+                rep.error.reason,
+            )
+            problem = f"failed: {one_line(rep.error.reason)}"
+        elif problem is None and self.max_update_norm > 0:
+            if not current:  # the global model, decoded once per round
+                current.update({k: v.numpy() for k, v in self.current.items()})
+            norm = update_norm(update, current)
+            if norm > self.max_update_norm:
+                problem = (
+                    f"rejected: update norm {norm:.3g} > max-update-norm {self.max_update_norm:g}"
+                )
+        return problem, update
+
+    def _screen_and_record(self, server_round: int, pairs) -> list:
+        """Screen each reply and write its clients.csv row; (content, update) of the accepted."""
+        accepted, current = [], {}
         for i, rep in pairs:
             node = self.sent[i].metadata.dst_node_id
-            problem, update = screen_update(
-                rep, self.current, array_key=self.arrayrecord_key, weight_key=self.weighted_by_key
-            )
-            if rep.has_error():
-                log(
-                    WARNING,
-                    "[fedembodied] round %d: node %d (partition %d) failed:\n%s",
-                    server_round,
-                    node,
-                    parts.get(node, -1),
-                    rep.error.reason,
-                )
-                problem = f"failed: {one_line(rep.error.reason)}"
-            elif problem is None and self.max_update_norm > 0:
-                if current is None:  # the global model, decoded once per round
-                    current = {k: v.numpy() for k, v in self.current.items()}
-                norm = update_norm(update, current)
-                if norm > self.max_update_norm:
-                    problem = (
-                        f"rejected: update norm {norm:.3g} > max-update-norm "
-                        f"{self.max_update_norm:g}"
-                    )
+            problem, update = self._problem(server_round, node, rep, current)
             m = (
                 {}
                 if rep.has_error()
@@ -224,7 +243,7 @@ class ScreenedFedAvg(FedAvg):
                 self.recorder.add_bytes(up=message_bytes(rep))
             self.recorder.add_client(
                 node=node,
-                partition=parts.get(node, -1),
+                partition=self._partition(node),
                 num_examples=m.get(self.weighted_by_key, 0),
                 train_loss=m.get(TRAIN_LOSS),
                 fit_s=m.get(FIT_S),
@@ -233,49 +252,58 @@ class ScreenedFedAvg(FedAvg):
             )
             if problem is None:
                 accepted.append((rep.content, update))
+        return accepted
+
+    def _record_silent(self, pairs) -> None:
+        """A clients.csv row for every node that did not answer within the round timeout."""
         answered_ix = {i for i, _ in pairs}
         for i, msg in enumerate(self.sent):
             if i not in answered_ix:
                 node = msg.metadata.dst_node_id
                 self.recorder.add_client(
                     node=node,
-                    partition=parts.get(node, -1),
+                    partition=self._partition(node),
                     num_examples=0,
                     train_loss=None,
                     fit_s=None,
                     status="failed: no reply within the round timeout",
                 )
-        if not accepted:
-            self.recorder.add_metrics({"n_accepted": 0})
-            self.empty_rounds += 1
-            if self.empty_rounds >= self.max_empty_rounds:
-                why = next(
-                    (one_line(rep.error.reason) for _, rep in pairs if rep.has_error()),
-                    "see clients.csv",
-                )
-                raise ClientsFailed(
-                    f"no update was accepted in {self.empty_rounds} consecutive "
-                    f"rounds (up to round {server_round}; run config "
-                    f"'max-empty-rounds'); last failure: {why}"
-                )
-            return None, None  # the global model stays as it was
-        self.empty_rounds = 0
+
+    def _empty_round(self, server_round: int, pairs) -> None:
+        """No update accepted: the model stays; after `max-empty-rounds` such rounds in a row
+        the run stops naming the last failure."""
+        self.recorder.add_metrics({"n_accepted": 0})
+        self.empty_rounds += 1
+        if self.empty_rounds >= self.max_empty_rounds:
+            why = next(
+                (one_line(rep.error.reason) for _, rep in pairs if rep.has_error()),
+                "see clients.csv",
+            )
+            raise ClientsFailed(
+                f"no update was accepted in {self.empty_rounds} consecutive "
+                f"rounds (up to round {server_round}; run config "
+                f"'max-empty-rounds'); last failure: {why}"
+            )
+
+    def _mean(self, accepted: list) -> tuple[ArrayRecord, MetricRecord]:
+        """FedAvg's weighted mean (by `num-examples`) of the accepted updates, or the robust
+        aggregate (strategies/robust.py), and the round's weighted training loss."""
         updates = [u for _, u in accepted]
-        accepted = [c for c, _ in accepted]
+        contents = [c for c, _ in accepted]
         n = [
             float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
-            for c in accepted
+            for c in contents
         ]
         arrays = aggregate(updates, n, self.aggregator, self.trim)
         loss = [
             float(next(iter(c.metric_records.values())).get(TRAIN_LOSS, float("nan")))
-            for c in accepted
+            for c in contents
         ]
         metrics = MetricRecord(
             {
                 "train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
-                "n_accepted": len(accepted),
-                **mean_signals([dict(next(iter(c.metric_records.values()))) for c in accepted]),
+                "n_accepted": len(contents),
+                **mean_signals([dict(next(iter(c.metric_records.values()))) for c in contents]),
             }
         )
         self.recorder.add_metrics(dict(metrics))

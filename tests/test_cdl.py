@@ -385,3 +385,23 @@ def test_signal_reaches_rounds_csv_under_a_server_and_on_a_ring(tmp_path):
         rounds = pd.read_csv(tmp_path / method / "rounds.csv")
         assert np.isnan(rounds.cd_grad_ratio[0])  # round 1: no sub-network yet
         assert rounds.cd_grad_ratio.iloc[-1] > 0 and 0 < rounds.pb_entropy.iloc[-1] <= np.log(512)
+
+
+def test_the_papers_two_cd_terms_each_train_only_their_own_network():
+    """L_cd+ moves the backbone only, (1 - beta) L_cd- the sub-network only; both vanish when
+    the two feature distributions agree."""
+    import torch
+
+    from training.cdl import paper_losses
+
+    fb = torch.tensor([[1.0, 0.0, 2.0]], requires_grad=True)
+    fs = torch.tensor([[0.0, 1.0, 0.5]], requires_grad=True)
+    cd_plus, sub_loss = paper_losses(fb, fs, beta=0.25, temperature=1.0)
+    assert cd_plus.item() > 0 and sub_loss.item() > 0
+    cd_plus.backward(retain_graph=True)
+    assert fs.grad is None and fb.grad.abs().sum() > 0
+    fb.grad = None
+    sub_loss.backward()
+    assert fb.grad is None and fs.grad.abs().sum() > 0
+    same = torch.tensor([[0.3, 0.1, 0.2]])
+    assert all(t.item() == 0 for t in paper_losses(same, same.clone(), 0.5, 1.0))

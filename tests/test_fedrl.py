@@ -588,3 +588,16 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     policy.write_text("[fedrl]\nmin-sigma = 0.5\n")  # same path, other policy
     sim.simulate("fedavg", run, rounds=2, seed=0, policy=policy)
     assert len(launched) == 4
+
+
+def test_the_td_target_and_the_q_loss_are_the_papers():
+    """Eq. (6): Y = r + gamma (1 - done) max_a' Q_f(s', a'); Eq. (4)/(5): mean (Y - Q_f(s, a))^2."""
+    import torch
+
+    from training.fedrl_party import q_loss, td_target
+
+    q_next = torch.tensor([[1.0, 3.0], [2.0, -1.0]])
+    y = td_target(torch.tensor([1.0, -1.0]), torch.tensor([0.0, 1.0]), q_next, gamma=0.5)
+    assert y.tolist() == [2.5, -1.0]  # 1 + 0.5 * 3; a terminal step keeps its reward
+    q_f = torch.tensor([[0.0, 2.5], [4.0, 0.0]])
+    assert q_loss(q_f, torch.tensor([1, 0]), y).item() == 12.5  # (0^2 + 5^2) / 2

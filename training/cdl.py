@@ -53,6 +53,26 @@ def kl_softmax(
     return (logp.exp() * (logp - logq)).sum(dim=1).mean()
 
 
+def paper_losses(
+    fb: torch.Tensor, fs: torch.Tensor, beta: float, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The article's contrastive-divergence terms on one minibatch of features (backbone `fb`,
+    sub-network `fs`): (L_cd+ = KL(P_b || P_s) with P_s constant, which the backbone adds as
+    beta * L_cd+ to L_lr; the sub-network's whole loss (1 - beta) * L_cd- = (1 - beta) *
+    KL(P_s || P_b) with P_b constant). L_cd = beta L_cd+ + (1 - beta) L_cd-."""
+    cd_plus = kl_softmax(fb, fs.detach(), temperature)
+    return cd_plus, (1 - beta) * kl_softmax(fs, fb.detach(), temperature)
+
+
+def reference_cd(pb: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+    """What the official code adds to the MSE: PyTorch's pointwise KLDivLoss (reduction
+    "mean") of sigmoid(backbone output) against sigmoid(sub-network output), gradients into
+    both branches (beta = 1)."""
+    with warnings.catch_warnings():  # torch warns that 'mean' is not batchmean
+        warnings.simplefilter("ignore", UserWarning)
+        return nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb), torch.sigmoid(ps))
+
+
 def softmax_entropy(logits: torch.Tensor, temperature: float = 1.0) -> float:
     """Mean entropy (nats) of softmax(logits / T) over the batch."""
     logp = F.log_softmax(logits.detach() / temperature, dim=1)
@@ -119,20 +139,18 @@ def train_cdl(
             mse = F.mse_loss(backbone.head(backbone.dropout(fb)).squeeze(-1), yb)
             if sub is not None:
                 fs = sub.features(xb)
-                cd = kl_softmax(fb, fs.detach(), temperature)
+                cd, sub_loss = paper_losses(fb, fs, beta, temperature)
                 if steps == 0:
                     entropy = softmax_entropy(fb, temperature)
                 opt_s.zero_grad()
-                ((1 - beta) * kl_softmax(fs, fb.detach(), temperature)).backward()
+                sub_loss.backward()
                 optim.step(opt_s, list(sub.parameters()), step0 + steps)
             loss = mse + beta * cd
         else:
             pb = backbone(xb)
             mse = F.mse_loss(pb, yb)
             if sub is not None:
-                with warnings.catch_warnings():  # torch warns that 'mean' is not batchmean
-                    warnings.simplefilter("ignore", UserWarning)
-                    cd = nn.KLDivLoss(reduction="mean")(torch.sigmoid(pb), torch.sigmoid(sub(xb)))
+                cd = reference_cd(pb, sub(xb))
             loss = mse + cd
         if steps == 0 and sub is not None:
             ratio = _grad_norm(cd, b_params) / max(_grad_norm(mse, b_params), 1e-12)

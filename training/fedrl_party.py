@@ -57,6 +57,20 @@ from training.fedrl_replay import Replay, count_episodes, episode_report, explor
 from training.fedrl_setup import SPLITS, Settings
 
 
+def td_target(
+    r: torch.Tensor, done: torch.Tensor, q_next: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """Eq. (6), alpha's target: Y_j = r_j + gamma (1 - done_j) max_a' Q_f^alpha(s_{j+1}, a'),
+    `q_next` being alpha's federated Q from its target networks with beta's C'_beta."""
+    return r + gamma * (1 - done) * q_next.max(1).values
+
+
+def q_loss(q_f: torch.Tensor, actions: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Eq. (4) for alpha, Eq. (5) for beta (theta_g and the party's own Q through Eq. (7)):
+    the mean of (Y_j - Q_f(s_j, a_j))^2 over the minibatch."""
+    return nn.functional.mse_loss(q_f.gather(1, actions[:, None]).squeeze(1), y)
+
+
 def _scalar(x) -> int:
     """A stored scalar (Flower keeps 0-d arrays as shape (1,))."""
     return int(np.asarray(x).ravel()[0])
@@ -321,8 +335,7 @@ class Beta(Party):
             b = self.replay.get(ids[k])
             own = self.released(self.q(_t(b["s"])), gen)
             qf = self.mlp(_t(c_alpha[k]).float(), own, self.head)
-            pred = qf.gather(1, _t(b["a"])[:, None]).squeeze(1)
-            loss = nn.functional.mse_loss(pred, _t(targets[k]).float())
+            loss = q_loss(qf, _t(b["a"]), _t(targets[k]).float())
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
@@ -433,10 +446,9 @@ class Alpha(Party):
         for k in range(K):
             b = self.replay.get(ids[k])
             with torch.no_grad():
-                nxt = self._qf(b["s2"], c_beta_next[k], gen, target=True).max(1).values
-                y = _t(b["r"]) + self.s.gamma * (1 - _t(b["done"])) * nxt
-            pred = self._qf(b["s"], c_beta[k], gen).gather(1, _t(b["a"])[:, None]).squeeze(1)
-            loss = nn.functional.mse_loss(pred, y)
+                q_next = self._qf(b["s2"], c_beta_next[k], gen, target=True)
+                y = td_target(_t(b["r"]), _t(b["done"]), q_next, self.s.gamma)
+            loss = q_loss(self._qf(b["s"], c_beta[k], gen), _t(b["a"]), y)
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
