@@ -207,7 +207,7 @@ def resolve(args) -> tuple[dict, Path]:
         raise BadInput(f"--out {out} already holds a run (rounds.csv); choose another folder")
     overrides["out-dir"] = str(out)
     try:
-        methods.server_module(args.method).check_config(cfg)
+        methods.server_module(args.method).check_config(parse(cfg))
     except ConfigError as e:
         raise BadInput(str(e)) from None
     if vln:

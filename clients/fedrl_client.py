@@ -97,7 +97,7 @@ def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics
 def handle(msg: Message, context: Context) -> Message:
     c = parse(context.run_config)
     torch.set_num_threads(c.run.client_threads)
-    s = Settings.from_config(context.run_config)
+    s = Settings.of(parse(context.run_config))
     conf = msg.content["config"]
     step = str(conf["step"])
     role = role_of(context.node_config)
@@ -129,7 +129,7 @@ def handle(msg: Message, context: Context) -> Message:
 def privacy(context: Context) -> dict:
     """For its audit log: the noise and bound every Q output this party releases carries, and
     the privacy it has spent so far (its own release ledger, as the party just left it)."""
-    s = Settings.from_config(context.run_config)
+    s = Settings.of(parse(context.run_config))
     out = {"sigma": s.sigma, "clip": s.clip}
     live = _LIVE.get((context.run_id, context.node_id))
     if live is not None and live[0] == _token(context):

@@ -42,6 +42,14 @@ class Config:
     fedrl: FedRLSettings
     fedvln: FedVLNSettings
 
+    def run_config(self) -> dict:
+        """Back to `{key: value}` for every key (what a run's config.json records)."""
+        return {
+            cls.key(f): getattr(getattr(self, name), f.name)
+            for name, cls in SECTIONS.items()
+            for f in fields(cls)
+        }
+
 
 def parse(run_config: dict | None) -> Config:
     """Every section of `run_config` (over pyproject's defaults), or ConfigError naming the key.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 class Method:
     name: str
     description: str
-    server: str  # module with run(grid, cfg, method_name) and check_config(cfg)
+    server: str  # module with run(grid, c: Config, method_name) and check_config(c)
     client: str  # module with train(msg, ctx), evaluate(msg, ctx), query(msg, ctx)
     domain: str  # which data the method runs on ("driving", ...)
     settings: tuple[str, ...]  # the config sections it reads besides `run` and `faults`
@@ -92,7 +92,7 @@ def get(name: str) -> Method:
 
 
 def server_module(name: str):
-    """The module with `run(grid, cfg, name)` and `check_config(cfg)` for this method."""
+    """The module with `run(grid, c, name)` and `check_config(c)` (c: the parsed Config)."""
     return importlib.import_module(get(name).server)
 
 

@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from config import parse
 from config.schema import merged, parse_overrides
 from training.fedrl_baselines import METHODS, train
 from training.fedrl_setup import Settings
@@ -35,7 +36,7 @@ def main(argv=None) -> int:
         print("--rounds and --eval-every must be positive", file=sys.stderr)
         return 2
     try:
-        s = Settings.from_config(merged({**parse_overrides(args.run_config), "seed": args.seed}))
+        s = Settings.of(parse(merged({**parse_overrides(args.run_config), "seed": args.seed})))
         s.check_maps()
     except Exception as e:  # one line naming the key
         print(f"--run-config: {e}", file=sys.stderr)

@@ -44,6 +44,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from config import parse
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
@@ -170,16 +171,18 @@ def settings_of(job: dict):
     from config.schema import merged
     from training.fedrl_setup import Settings
 
-    return Settings.from_config(
-        merged(
-            {
-                "seed": job["seed"],
-                "fedrl.size": job["size"],
-                "fedrl.rules": job["rules"],
-                "fedrl.map-file": job["map_file"] or "",
-                **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()},
-                **job["extra"],
-            }
+    return Settings.of(
+        parse(
+            merged(
+                {
+                    "seed": job["seed"],
+                    "fedrl.size": job["size"],
+                    "fedrl.rules": job["rules"],
+                    "fedrl.map-file": job["map_file"] or "",
+                    **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()},
+                    **job["extra"],
+                }
+            )
         )
     )
 

@@ -50,6 +50,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from config import parse
 from experiments.fedrl_table1 import EXCHANGE, fmt, ours_bars, refuse_overwrite  # noqa: E402
 from experiments.simulate import (  # noqa: E402
     RESULTS,
@@ -122,19 +123,21 @@ def settings_of(job: dict):
     from config.schema import merged
     from training.fedrl_setup import Settings
 
-    return Settings.from_config(
-        merged(
-            {
-                "seed": job["seed"],
-                "fedrl.domain": "text2action",
-                "fedrl.t2a-data": job["data"],
-                "fedrl.t2a-dataset": job["dataset"],
-                "fedrl.t2a-fold": job["fold"],
-                "fedrl.t2a-words": job["words"],
-                **CPU_CONFIG,
-                **VARIANTS.get(job["method"], ("", {}))[1],
-                **job["extra"],
-            }
+    return Settings.of(
+        parse(
+            merged(
+                {
+                    "seed": job["seed"],
+                    "fedrl.domain": "text2action",
+                    "fedrl.t2a-data": job["data"],
+                    "fedrl.t2a-dataset": job["dataset"],
+                    "fedrl.t2a-fold": job["fold"],
+                    "fedrl.t2a-words": job["words"],
+                    **CPU_CONFIG,
+                    **VARIANTS.get(job["method"], ("", {}))[1],
+                    **job["extra"],
+                }
+            )
         )
     )
 

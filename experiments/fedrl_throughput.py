@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from config import parse
 from experiments.fedrl_table1 import check_common, refuse_overwrite, run_jobs, splits_for
 from experiments.simulate import RESULTS, ROOT, command_line, simulate
 
@@ -71,7 +72,7 @@ def local_round_times(cfg: dict, rounds: int) -> list[float]:
     from training.fedrl_setup import Settings
 
     torch.set_num_threads(1)
-    runner = DirectTransport(Settings.from_config(merged(cfg)))
+    runner = DirectTransport(Settings.of(parse(merged(cfg))))
     times = []
     for rnd in range(1, rounds + 1):
         t0 = time.perf_counter()

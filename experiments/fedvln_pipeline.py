@@ -164,7 +164,7 @@ def floor(out: Path, seed: int) -> None:
     v, f = len(setup.vocab), setup.world.feature_dim
     torch.manual_seed(seed)
     follower, speaker = Follower(follower_size(c, v, f)), Speaker(speaker_size(c, v, f))
-    s = vln_agent.AgentSettings.of(c)
+    s = vln_agent.AgentSettings.of(parse(c))
     tokens, row = vln_agent.Tokens(setup.vocab, s.max_words), {"round": 0, "steps": 0}
     for split in ("val_seen", "val_unseen"):
         eps = setup.split(split)
@@ -268,7 +268,7 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
             c.fedvln.batch_size,
             c.fedvln.max_local_steps,
         )
-    s = vln_agent.AgentSettings.of(c)
+    s = vln_agent.AgentSettings.of(parse(c))
     tokens = vln_agent.Tokens(setup.vocab, s.max_words)
     bt = vln_agent.BackTranslation(
         speaker, vln_speaker.PathInputs(setup.world), setup.vocab, s.max_words

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from config import parse
 from experiments.simulate import RESULTS, command_line, simulate
 
 
@@ -66,7 +67,7 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
             **cfg_over,
         }
     )
-    driving_run.run(TwoWorkers(app, cfg, clients), cfg, "fedavg")
+    driving_run.run(TwoWorkers(app, cfg, clients), parse(cfg), "fedavg")
     return pd.read_csv(out / "rounds.csv")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from logging import INFO
 from pathlib import Path
@@ -12,7 +13,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from config import methods, parse
-from config.schema import ConfigError, merged
+from config.schema import ConfigError
 from server.plots import plot_runs
 from server.recorder import out_dir
 from strategies.nodes import fit_to_federation
@@ -23,10 +24,10 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    cfg = merged(dict(context.run_config))
-    run = parse(cfg).run
-    name = run.method
-    cfg["out-dir"] = str(out_dir(cfg, name))  # fixed once: "" names a new folder at each call
+    c = parse(context.run_config)
+    run, name = c.run, c.run.method
+    out = out_dir({"out-dir": run.out_dir}, name)  # fixed once: "" names a new folder each call
+    c = dataclasses.replace(c, run=dataclasses.replace(run, out_dir=str(out)))
     log(INFO, "[fedembodied] method %s, %s rounds", name, run.num_server_rounds)
     if run.resume:
         check_resume_round(run.out_dir, run.resume_round)
@@ -35,13 +36,12 @@ def main(grid: Grid, context: Context) -> None:
         "complete",
     )  # a GML graph fixes the silos itself
     if methods.get(name).domain == "driving" and not graph:
-        cfg["num-clients"] = fit_to_federation(grid, run.num_clients, run.node_wait_timeout)
-    c = parse(cfg)
+        n = fit_to_federation(grid, run.num_clients, run.node_wait_timeout)
+        c = dataclasses.replace(c, run=dataclasses.replace(c.run, num_clients=n))
     c.faults.check_partitions(2 if methods.get(name).domain == "gridworld" else c.run.num_clients)
     grid = AdaptiveTimeout(grid, c.run.timeout_factor, c.run.timeout_floor)
-    out = out_dir(cfg, name)
     with server_log(out):
-        methods.server_module(name).run(grid, cfg, name)
+        methods.server_module(name).run(grid, c, name)
         if c.run.plots:
             written = plot_runs([out], out / "plots")
             log(

@@ -11,11 +11,17 @@ import torch
 from flwr.app import ArrayRecord
 from flwr.common import log
 
-from config import Config, parse
+from config import Config
 from config.schema import ConfigError
 from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
-from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity, trailing_empty_rounds
+from server.recorder import (
+    Recorder,
+    load_by_parity,
+    recorder_for,
+    save_by_parity,
+    trailing_empty_rounds,
+)
 from strategies.decentralized import TopologyRelay
 from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build
@@ -28,9 +34,8 @@ def topology_of(c: Config):
         raise ConfigError(f"run config 'topology': {e}") from None
 
 
-def check_config(cfg: dict) -> Config:
-    """The parsed run config, or ConfigError naming the key (the topology included)."""
-    c = parse(cfg)
+def check_config(c: Config) -> Config:
+    """The run's settings, or ConfigError naming the key (the topology included)."""
     topology_of(c)
     return c
 
@@ -66,11 +71,11 @@ def load_silos(recorder: Recorder, rnd: int) -> list[dict]:
     ]
 
 
-def run(grid, cfg: dict, name: str) -> None:
-    c = check_config(cfg)
+def run(grid, c: Config, name: str) -> None:
+    check_config(c)
     topology = topology_of(c)
     rounds = c.run.num_server_rounds
-    recorder = Recorder(out_dir(cfg, name), cfg)
+    recorder = recorder_for(c, name)
     n_params = count_parameters(ResNet8(c.driving.image_size, c.driving.channels))
     recorder.write_config(
         num_parameters=n_params,

@@ -8,25 +8,25 @@ from logging import INFO
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
-from config import Config, parse
+from config import Config
 from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
-from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
+from server.recorder import load_round, recorder_for, trailing_empty_rounds
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
 
 
-def check_config(cfg: dict) -> Config:
-    """The parsed run config, or ConfigError naming the key (every range and choice is
-    declared in config/; nothing here is specific to a driving run beyond them)."""
-    return parse(cfg)
+def check_config(c: Config) -> Config:
+    """The run's settings (every range and choice is declared in config/ and checked by
+    `parse`; nothing here is specific to a driving run beyond them)."""
+    return c
 
 
-def run(grid, cfg: dict, name: str) -> None:
-    c = check_config(cfg)
+def run(grid, c: Config, name: str) -> None:
+    check_config(c)
     d = c.driving
     rounds, num_clients = c.run.num_server_rounds, c.run.num_clients
     model = ResNet8(d.image_size, d.channels)
-    recorder = Recorder(out_dir(cfg, name), cfg)
+    recorder = recorder_for(c, name)
     recorder.write_config(num_parameters=count_parameters(model))
     common = dict(
         recorder=recorder,

@@ -28,24 +28,23 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from config import parse
+from config import Config
 from config.schema import ConfigError
 from contracts.fedrl import ACTION_IDS, SENDS
 from contracts.messages import SAVE_STATE, SERVER_ROUND
 from contracts.records import array_record, arrays_of
 from envs.errors import DataError
-from server.recorder import Recorder, load_by_parity, out_dir, save_by_parity
+from server.recorder import Recorder, load_by_parity, recorder_for, save_by_parity
 from strategies.nodes import FederationError, query_identities, wait_for_nodes
 from strategies.screening import message_bytes, one_line
 from training.fedrl_protocol import Protocol, Selection
 from training.fedrl_setup import Settings
 
 
-def check_config(cfg: dict) -> Settings:
+def check_config(c: Config) -> Settings:
     """The run's FedRL settings, maps or corpus checked; ConfigError naming the key."""
-    parse(cfg)
     try:
-        s = Settings.from_config(cfg)
+        s = Settings.of(c)
         s.check_maps()
     except (ValueError, DataError) as e:
         raise ConfigError(
@@ -195,9 +194,9 @@ class Exchange:
                 raise FederationError(f"{role} sent a theta_g of other names or shapes in {step!r}")
 
 
-def run(grid, cfg: dict, name: str) -> None:
-    s, c = check_config(cfg), parse(cfg)
-    recorder = Recorder(out_dir(cfg, name), cfg)
+def run(grid, c: Config, name: str) -> None:
+    s = check_config(c)
+    recorder = recorder_for(c, name)
     try:
         _run(grid, s, c, recorder)
     except FederationError as e:  # what stopped the run is in clients.csv too, not only the log

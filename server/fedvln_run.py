@@ -45,7 +45,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
-from config import Config, parse
+from config import Config
 from config.fedvln_recipe import recipe_of
 from config.schema import ConfigError
 from contracts.fedvln import LANG, follower_size, shared_part, speaker_size
@@ -54,7 +54,7 @@ from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.rng import owned
 from models.speaker import Speaker
-from server.recorder import Recorder, load_round, out_dir, trailing_empty_rounds
+from server.recorder import load_round, recorder_for, trailing_empty_rounds
 from strategies.fedvln_strategy import FedVLNStrategy
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
@@ -115,10 +115,9 @@ def plan_of(c: Config) -> Plan:
     return Plan("follower", LANG, {"unseen": r1, "seen": r2}, follower_to=both, **common)
 
 
-def check_config(cfg: dict) -> Plan:
+def check_config(c: Config) -> Plan:
     """The stage's plan, or ConfigError naming the key (ranges and choices: config/fedvln.py;
     here only what needs files: the checkpoints a stage starts from)."""
-    c = parse(cfg)
     plan = plan_of(c)
     needs = (["agent-init"] if plan.init_agent else []) + (
         ["speaker-init"] if plan.speaker_to else []
@@ -213,11 +212,11 @@ def _setup_round(grid, c, plan: Plan, parts, idents, recorder, follower, speaker
     )
 
 
-def run(grid, cfg: dict, name: str) -> None:
-    plan, c = check_config(cfg), parse(cfg)
+def run(grid, c: Config, name: str) -> None:
+    plan = check_config(c)
     stage, rounds = c.fedvln.stage, c.run.num_server_rounds
     tag = stage + (f"/{c.fedvln.variant}" if stage == "preexplore" else "")
-    recorder = Recorder(out_dir(cfg, name), cfg, stage=tag.replace("/", "-"))
+    recorder = recorder_for(c, name, stage=tag.replace("/", "-"))
     done = recorder.last_round()
     if done and (plan.speaker_to or plan.follower_to):
         raise ConfigError(

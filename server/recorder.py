@@ -47,6 +47,12 @@ def out_dir(cfg: dict, name: str) -> Path:
     return Path(out).resolve()
 
 
+def recorder_for(c, name: str, stage: str = "train") -> Recorder:
+    """The run's recorder: results under run config `out-dir` (server/app.py fixes it once),
+    config.json from the parsed settings."""
+    return Recorder(out_dir({"out-dir": c.run.out_dir}, name), c.run_config(), stage=stage)
+
+
 class Recorder:
     def __init__(self, out_dir: str | Path, config: dict, stage: str = "train"):
         self.out = Path(out_dir)

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from clients.app import app
+from config import parse
 from server import fedrl_run as fedrl_server
 from tests.conftest import InProcessGrid
 from training.fedrl_protocol import DirectTransport, Selection
@@ -14,9 +15,9 @@ from training.fedrl_setup import Settings
 def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
     """Runs `cfg` both ways (results in `out`); returns (Flower's rounds.csv, its grid)."""
     grid = InProcessGrid(app, cfg, 2)
-    fedrl_server.run(grid, cfg, "fedrl")
+    fedrl_server.run(grid, parse(cfg), "fedrl")
     flower = pd.read_csv(out / "rounds.csv")
-    s = Settings.from_config(cfg)
+    s = Settings.of(parse(cfg))
     local = DirectTransport(s)
     select = Selection(s.select_key())
     for rnd in range(1, rounds + 1):

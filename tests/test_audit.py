@@ -10,6 +10,7 @@ import pytest
 
 from clients.audit import BrokenLog, read
 from clients.audit import main as audit_main
+from config import parse
 from config.schema import merged
 from tests.conftest import InProcessGrid, assert_logged_as_sent
 from tests.deployment import BIN
@@ -26,7 +27,7 @@ def _run(tmp_path, method, extra=None, n=3):
     policy = tmp_path / "policy.toml"
     policy.write_text(f'state-dir = "{tmp_path / "node"}"\n')
     grid = InProcessGrid(app, cfg, n, node_config_extra={"policy": str(policy)})
-    server_module(method).run(grid, cfg, method)
+    server_module(method).run(grid, parse(cfg), method)
     return grid, tmp_path / "node" / "audit"
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from clients.app import app
+from config import parse
 from config.schema import merged
 from envs.driving_silos import make_silo
 from models.resnet8 import ResNet8
@@ -95,7 +96,7 @@ def _run(tmp_path, method, n=3, node_config=None, **cfg):
 
     run_cfg = merged({**SMALL, "method": method, "num-clients": n, "out-dir": str(tmp_path), **cfg})
     grid = InProcessGrid(app, run_cfg, n, node_config_extra=node_config)
-    server_module(method).run(grid, run_cfg, method)
+    server_module(method).run(grid, parse(run_cfg), method)
     return grid
 
 
@@ -209,7 +210,7 @@ def test_bad_cdl_config_is_named(bad, match):
     from server.decentralized_run import check_config
 
     with pytest.raises(ConfigError, match=match):
-        check_config(merged({**SMALL, **bad}))
+        check_config(parse(merged({**SMALL, **bad})))
 
 
 class _OneSiloDown(InProcessGrid):
@@ -246,7 +247,7 @@ def test_an_unavailable_silo_keeps_its_mix_and_is_named_in_clients_csv(tmp_path,
     run_cfg = merged(
         {**SMALL, "method": method, "num-clients": 3, "out-dir": str(tmp_path), "topology": "ring"}
     )
-    server_module(method).run(_OneSiloDown(app, run_cfg, 3), run_cfg, method)
+    server_module(method).run(_OneSiloDown(app, run_cfg, 3), parse(run_cfg), method)
     clients = pd.read_csv(tmp_path / "clients.csv")
     failed = clients[clients.status.str.startswith("failed")]
     assert len(failed) == 1 and failed.partition.iloc[0] == 1 and failed.node.iloc[0] == 5001
@@ -300,7 +301,7 @@ def test_a_restarted_silo_is_found_again_and_a_lost_one_is_named(tmp_path, back)
         }
     )
     grid = _Restarting(app, run_cfg, 3, back=back)
-    server_module("cdl").run(grid, run_cfg, "cdl")
+    server_module("cdl").run(grid, parse(run_cfg), "cdl")
     clients = pd.read_csv(tmp_path / "clients.csv")
     later = clients[(clients["round"] > 1) & (clients.partition == 1)]
     if back:  # the new node trains silo 1 from rounds 2 on

@@ -46,7 +46,7 @@ def test_a_raising_and_a_nan_partition_are_recorded_and_never_aggregated(tmp_pat
     base = FEDVLN if method == "fedvln" else {**DRIVING, "method": method}
     cfg = merged({**base, **FAULTS, "out-dir": str(tmp_path)})
     grid = InProcessGrid(app, cfg, int(cfg["num-clients"]))
-    server_module(method).run(grid, cfg, method)
+    server_module(method).run(grid, parse(cfg), method)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     rounds = rounds[rounds["round"] > 0]
     assert len(rounds) == 2 and (rounds["n_accepted"] == 1).all()  # only partition 0
@@ -85,7 +85,7 @@ def test_fedrl_stops_naming_the_party_that_raised(tmp_path):
         match=r"beta failed in 'act' in round 1 3 times \(fedrl.retries = 2\)"
         r".*InjectedFault",
     ):
-        server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+        server.run(InProcessGrid(app, cfg, 2), parse(cfg), "fedrl")
 
 
 def test_nan_fault_marks_the_first_float_array_only():
@@ -151,7 +151,7 @@ def test_twenty_percent_faulty_calls_every_round_completes_and_none_is_aggregate
     )
     n = int(cfg["num-clients"])
     grid = InProcessGrid(app, cfg, n)
-    server_module(method).run(grid, cfg, method)
+    server_module(method).run(grid, parse(cfg), method)
     rows = pd.read_csv(tmp_path / "clients.csv")
     rows = rows[(rows["round"] > 0) & rows.status.notna()]
     faulty = {(r, p) for r in range(1, 5) for p in range(n) if fault_of(parse(cfg), p, r)}
@@ -192,7 +192,7 @@ def test_a_hung_silo_costs_a_few_normal_rounds_not_the_round_timeout(tmp_path):
     )
     grid = AdaptiveTimeout(InProcessGrid(app, cfg, 3, concurrent=True), 5.0, 1.0)
     t0 = time.monotonic()
-    server_module("fedavg").run(grid, cfg, "fedavg")
+    server_module("fedavg").run(grid, parse(cfg), "fedavg")
     took = time.monotonic() - t0
     rows = pd.read_csv(tmp_path / "clients.csv")
     hung = rows[(rows["round"] == 3) & (rows.partition == 1)]
@@ -224,7 +224,7 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
             "out-dir": str(tmp_path),
         }
     )
-    server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+    server.run(InProcessGrid(app, cfg, 2), parse(cfg), "fedrl")
     rows = pd.read_csv(tmp_path / "clients.csv")
     retried = rows[rows.status.str.startswith("failed in")]
     assert len(retried) > 0 and retried.status.str.contains("attempt 1: .*InjectedFault").all()
@@ -289,7 +289,7 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
                 "out-dir": str(out),
             }
         )
-        server_module(method).run(grid_cls(app, cfg, n), cfg, method)
+        server_module(method).run(grid_cls(app, cfg, n), parse(cfg), method)
         return pd.read_csv(out / "rounds.csv")
 
     whole = run(tmp_path / "whole")
@@ -363,7 +363,7 @@ def test_a_run_keeps_its_numbers_while_another_trains_in_the_same_process(tmp_pa
 
     def run(out, seed=0):
         cfg = merged({**DRIVING, "method": "fedavg", "seed": seed, "out-dir": str(out)})
-        server_module("fedavg").run(InProcessGrid(app, cfg, 3), cfg, "fedavg")
+        server_module("fedavg").run(InProcessGrid(app, cfg, 3), parse(cfg), "fedavg")
         return pd.read_csv(out / "rounds.csv")[["train_loss", "rmse", "mae"]]
 
     alone = run(tmp_path / "alone")

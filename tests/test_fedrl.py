@@ -13,6 +13,7 @@ import training.fedrl_party as party_mod
 from clients import policy
 from clients.app import app
 from clients.audit import read
+from config import parse
 from config.schema import ConfigError, merged
 from contracts.fedrl import SENDS
 from models.fedrl_nets import SharedMLP
@@ -75,7 +76,7 @@ def test_epsilon_grows_with_releases_and_shrinks_with_noise():
 )
 def test_bad_fedrl_config_names_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
-        fedrl_server.check_config(merged({"method": "fedrl", **override}))
+        fedrl_server.check_config(parse(merged({"method": "fedrl", **override})))
 
 
 def _spy_release(monkeypatch):
@@ -103,7 +104,7 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
     produced = _spy_release(monkeypatch)
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
     grid = InProcessGrid(app, cfg, 2)
-    fedrl_server.run(grid, cfg, "fedrl")
+    fedrl_server.run(grid, parse(cfg), "fedrl")
     assert assert_logged_as_sent(grid) == len(grid.replies)  # each party's own log agrees
     logged = [
         r for r in read(policy.Policy().state_root() / "audit" / "partition-0.jsonl") if r["step"]
@@ -163,7 +164,7 @@ def test_flower_exchange_equals_the_single_process_run(tmp_path):
 
 
 def test_state_survives_serialisation_and_targets_really_update():
-    s = Settings.from_config(merged({**SMALL}))
+    s = Settings.of(parse(merged({**SMALL})))
     alpha, beta = Alpha(s), Beta(s)
     local = DirectTransport(s)
     local.alpha, local.beta = alpha, beta
@@ -198,7 +199,7 @@ def test_joint_action_mode_moves_both_agents_from_alphas_mlp(tmp_path):
             "out-dir": str(tmp_path),
         }
     )
-    s = Settings.from_config(cfg)
+    s = Settings.of(parse(cfg))
     local = DirectTransport(s)
     for _ in range(3):
         local.round()
@@ -227,12 +228,12 @@ def test_a_party_sending_nan_stops_the_run_with_its_name(monkeypatch, tmp_path):
         fedrl_server.FederationError,
         match="beta sent non-finite values in 'act' in round 1: c-beta",
     ):
-        fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+        fedrl_server.run(InProcessGrid(app, cfg, 2), parse(cfg), "fedrl")
 
 
 def test_in_paper_mode_beta_acts_on_its_federated_q_with_alphas_c():
     """Sec. 4's testing procedure: beta's greedy move is the argmax of Q_f^beta([C_alpha | Q_hat_beta])."""
-    s = Settings.from_config(merged({**SMALL, "fedrl.sigma": 1.0}))
+    s = Settings.of(parse(merged({**SMALL, "fedrl.sigma": 1.0})))
     local = DirectTransport(s)
     for _ in range(3):
         local.round()
@@ -257,7 +258,7 @@ def test_baselines_move_beta_like_fedrl_does(method):
     """Like for like: beta moves in every method that FedRL's beta moves in (paper mode)."""
     from training.fedrl_baselines import make, play
 
-    s = Settings.from_config(merged({**SMALL}))
+    s = Settings.of(parse(merged({**SMALL})))
     runner = make(method, s)
     for _ in range(3):
         runner.round()
@@ -276,7 +277,7 @@ def test_baselines_move_beta_like_fedrl_does(method):
 def test_floors_and_model_selection_report_best_and_last(tmp_path):
     from training.fedrl_baselines import train
 
-    s = Settings.from_config(merged({**SMALL}))
+    s = Settings.of(parse(merged({**SMALL})))
     rows = train("dqn-alpha", s, 6, eval_every=2, log=None)
     last = rows[-1]
     assert {"test-succ-rate", "best-test-succ-rate", "best-valid-succ-rate", "best-round"} <= set(
@@ -352,7 +353,7 @@ def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
     monkeypatch.setattr(Beta, "act", bad_act)
     cfg = merged({**SMALL, "out-dir": str(tmp_path)})
     with pytest.raises(fedrl_server.FederationError, match="beta sent a-beta that are not action"):
-        fedrl_server.run(InProcessGrid(app, cfg, 2), cfg, "fedrl")
+        fedrl_server.run(InProcessGrid(app, cfg, 2), parse(cfg), "fedrl")
     ex = fedrl_server.Exchange.__new__(fedrl_server.Exchange)
     with pytest.raises(fedrl_server.FederationError, match=r"arrays \['secret'\]"):
         ex.check_relayed(
@@ -363,7 +364,7 @@ def test_the_server_relays_only_well_formed_arrays(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
     with pytest.raises(ConfigError, match="insecure-no-noise"):
-        fedrl_server.check_config(merged({**SMALL, "fedrl.sigma": 0.0}))
+        fedrl_server.check_config(parse(merged({**SMALL, "fedrl.sigma": 0.0})))
     cfg = merged(
         {
             **SMALL,
@@ -374,7 +375,7 @@ def test_no_noise_needs_the_insecure_flag_and_says_so(tmp_path):
         }
     )
     # only parties whose operator allows un-noised release (the research policy) take part
-    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), cfg, "fedrl")
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), parse(cfg), "fedrl")
     privacy = json.loads((tmp_path / "config.json").read_text())["privacy"]
     assert privacy["insecure_no_noise"] is True and privacy["sigma"] == 0
 
@@ -404,7 +405,7 @@ def test_a_party_refuses_what_its_operator_does_not_allow(tmp_path, asks, policy
     (tmp_path / "policy.toml").write_text(f'state-dir = "{state}"\n{policy or ""}')
     grid = InProcessGrid(app, cfg, 2, node_config_extra=node)
     with pytest.raises(fedrl_server.FederationError, match=rf"Refused: .*policy key '{key}'"):
-        fedrl_server.run(grid, cfg, "fedrl")
+        fedrl_server.run(grid, parse(cfg), "fedrl")
     status = pd.read_csv(tmp_path / "out" / "clients.csv").status  # named there too
     assert status.str.contains(f"Refused: .*policy key '{key}'").any(), status
     assert not any("data" in r.content for r in grid.replies if not r.has_error())
@@ -418,7 +419,7 @@ def test_a_party_refuses_what_its_operator_does_not_allow(tmp_path, asks, policy
 def test_a_research_policy_lets_a_study_ask_less_noise(tmp_path):
     """The researcher who operates both parties may sweep sigma below the paper's."""
     cfg = merged({**SMALL, "num-server-rounds": 1, "fedrl.sigma": 0.5, "out-dir": str(tmp_path)})
-    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), cfg, "fedrl")
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), parse(cfg), "fedrl")
     assert len(pd.read_csv(tmp_path / "rounds.csv").query("round > 0")) == 1
 
 
@@ -488,14 +489,14 @@ def test_a_hostile_party_is_stopped_before_its_reply_reaches_the_other(
     cfg = merged({**SMALL, "num-server-rounds": 4, "eval-every": 4, "out-dir": str(tmp_path)})
     grid = InProcessGrid(_hostile(role, step, change), cfg, 2)
     with pytest.raises(fedrl_server.FederationError, match=culprit):
-        fedrl_server.run(grid, cfg, "fedrl")
+        fedrl_server.run(grid, parse(cfg), "fedrl")
     if "leak" in culprit:
         assert not any("leak" in m.content.get("data", {}) for m in grid.sent)
 
 
 def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
     """An alpha that never reports its episodes over cannot keep the server looping."""
-    s = fedrl_server.check_config(merged(SMALL))
+    s = fedrl_server.check_config(parse(merged(SMALL)))
     calls = []
 
     def send(role, step, data=None, theta_g=None, evaluation=False, **conf):

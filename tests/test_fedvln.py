@@ -9,6 +9,7 @@ import pytest
 import sacrebleu
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
+from config import parse
 from server.recorder import Recorder
 from strategies.fedvln_strategy import FedVLNStrategy, pool
 from tests.conftest import InProcessGrid, assert_logged_as_sent
@@ -166,7 +167,7 @@ def _run(tmp_path, name, **extra):
 
     rc = {**TINY, "out-dir": str(tmp_path / name), **extra}
     grid = InProcessGrid(app, rc, 5)
-    fedvln_run.run(grid, merged(rc), "fedvln")
+    fedvln_run.run(grid, parse(merged(rc)), "fedvln")
     return grid, tmp_path / name
 
 
@@ -322,7 +323,7 @@ def test_bad_recipe_keys_are_named(key, value, named):
     from server import fedvln_run
 
     with pytest.raises(ConfigError, match=named):
-        fedvln_run.check_config(merged({key: value}))
+        fedvln_run.check_config(parse(merged({key: value})))
 
 
 def test_local_steps_count_as_the_official_code_does():

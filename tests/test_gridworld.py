@@ -4,6 +4,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from config import parse
 from envs.errors import DataError
 from envs.gridworld import (
     STAY,
@@ -79,16 +80,18 @@ def test_split_report_counts_used_and_skipped_maps():
 
     with pytest.raises(ConfigError, match="fedrl.valid-maps: no usable map"):
         fedrl_server.check_config(
-            merged(
-                {
-                    "method": "fedrl",
-                    "fedrl.map-file": str(MAT),
-                    "fedrl.valid-maps": _no_path_range(maps),
-                    "fedrl.test-maps": "",
-                }
+            parse(
+                merged(
+                    {
+                        "method": "fedrl",
+                        "fedrl.map-file": str(MAT),
+                        "fedrl.valid-maps": _no_path_range(maps),
+                        "fedrl.test-maps": "",
+                    }
+                )
             )
         )
-    s = Settings.from_config(merged({"fedrl.map-file": str(MAT), "fedrl.test-maps": ""}))
+    s = Settings.of(parse(merged({"fedrl.map-file": str(MAT), "fedrl.test-maps": ""})))
     assert set(s.map_report()) == {"train", "valid"}
 
 
@@ -211,12 +214,12 @@ def test_auto_map_ranges_follow_the_maps_there_are():
     assert paper_split(7200) == {"train": "0-6399", "valid": "6400-6799", "test": "6800-7199"}
     with pytest.raises(ValueError, match="leave none"):
         paper_split(6000)
-    s = Settings.from_config(merged({}))
+    s = Settings.of(parse(merged({})))
     assert (s.train, s.valid, s.test) == (range(6400), range(6400, 7200), range(7200, 8000))
     paper = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"
     if paper.is_file():
-        s = Settings.from_config(merged({"fedrl.map-file": str(paper)}))
+        s = Settings.of(parse(merged({"fedrl.map-file": str(paper)})))
         assert (s.valid, s.test) == (range(6400, 6800), range(6800, 7200))
         s.check_maps()  # fits the file
-    explicit = Settings.from_config(merged({"fedrl.test-maps": "7000-7099"}))
+    explicit = Settings.of(parse(merged({"fedrl.test-maps": "7000-7099"})))
     assert explicit.test == range(7000, 7100)

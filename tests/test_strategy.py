@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
+from config import parse
 from server.recorder import Recorder
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
 from strategies.screening import message_bytes
@@ -395,7 +396,7 @@ def test_a_scaled_update_wrecks_the_mean_but_not_the_defences(tmp_path, defence)
             **defence,
         }
     )
-    driving_run.run(InProcessGrid(_poisoning(2, 30.0), cfg, 5), cfg, "fedavg")
+    driving_run.run(InProcessGrid(_poisoning(2, 30.0), cfg, 5), parse(cfg), "fedavg")
     rmse = pd.read_csv(tmp_path / "rounds.csv").rmse.iloc[-1]
     status = pd.read_csv(tmp_path / "clients.csv").set_index("partition").status
     if not defence:
@@ -472,7 +473,7 @@ def test_every_round_is_in_tensorboard_beside_rounds_csv(tmp_path):
     from tests.test_faults import DRIVING
 
     cfg = merged({**DRIVING, "method": "fedavg", "out-dir": str(tmp_path)})
-    server_module("fedavg").run(InProcessGrid(app, cfg, 3), cfg, "fedavg")
+    server_module("fedavg").run(InProcessGrid(app, cfg, 3), parse(cfg), "fedavg")
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     tags = set(events.Tags()["scalars"])

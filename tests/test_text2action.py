@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from config import parse
 from config.schema import ConfigError, merged
 from envs.text2action import Corpus, TextWorld, f1_counts, prf
 from models.text_cnn import PosFeatures, WordFeatures
@@ -82,7 +83,7 @@ def test_f1_counts_optional_actions_only_when_selected_and_exclusive_groups_once
 
 @needs_data
 def test_the_expert_scores_f1_one_and_every_text_is_walked_once():
-    s = Settings.from_config(merged(TINY))
+    s = Settings.of(parse(merged(TINY)))
     w = s.world("test")
     assert w.B == len(s.split("test")) == 30
     steps = 0
@@ -99,7 +100,7 @@ def test_the_expert_scores_f1_one_and_every_text_is_walked_once():
 
 @needs_data
 def test_training_world_state_round_trips_and_walks_shuffled_train_texts():
-    s = Settings.from_config(merged(TINY))
+    s = Settings.of(parse(merged(TINY)))
     a = s.world("train")
     for _ in range(40):
         a.step(np.ones(a.B, np.int64))
@@ -117,14 +118,14 @@ def test_training_world_state_round_trips_and_walks_shuffled_train_texts():
 def test_each_party_sees_only_its_own_features():
     """alpha's TextCNN reads POS ids (trained embedding), beta's word vectors (fixed); neither
     table is in what a party saves or sends."""
-    local = DirectTransport(Settings.from_config(merged(TINY)))
+    local = DirectTransport(Settings.of(parse(merged(TINY))))
     assert isinstance(local.alpha.q.features, PosFeatures)
     assert isinstance(local.beta.q.features, WordFeatures)
     assert not any(isinstance(m, WordFeatures) for m in local.alpha.q.modules())
     assert not any(isinstance(m, PosFeatures) for m in local.beta.q.modules())
     assert not any("table" in k for k in local.beta.state_arrays())
     assert local.alpha.mlp.hidden.out_features == 4 and local.alpha.mlp.heads[0].out_features == 2
-    wide = Settings.from_config(merged({**TINY, "fedrl.mlp-hidden": 32}))
+    wide = Settings.of(parse(merged({**TINY, "fedrl.mlp-hidden": 32})))
     assert DirectTransport(wide).beta.mlp.hidden.out_features == 32
 
 
@@ -144,7 +145,7 @@ def test_flower_exchange_equals_the_single_process_run_on_text2action(tmp_path):
 
 @needs_data
 def test_supervised_baseline_learns_beyond_the_random_floor():
-    s = Settings.from_config(merged({**TINY, "fedrl.updates": 8}))
+    s = Settings.of(parse(merged({**TINY, "fedrl.updates": 8})))
     fcn = train("fcn-alpha", s, 12, eval_every=6, log=None)[-1]
     floor = train("random-alpha", s, 1, log=None)[-1]
     assert fcn["best-test-f1"] > floor["test-f1"] + 0.2
@@ -163,7 +164,7 @@ def test_supervised_baseline_learns_beyond_the_random_floor():
 )
 def test_bad_text2action_config_names_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
-        fedrl_server.check_config(merged({**TINY, **override}))
+        fedrl_server.check_config(parse(merged({**TINY, **override})))
 
 
 @needs_data

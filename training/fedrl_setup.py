@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 from torch import nn
 
-from config import parse
+from config import Config
 from envs import text2action as t2a
 from envs.gridworld import (
     DEFAULT_HISTORY,
@@ -82,9 +82,8 @@ class Settings:
     seed: int
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "Settings":
-        """The run's settings from its (merged) run config; ConfigError naming a wrong key."""
-        c = parse(cfg)
+    def of(cls, c: Config) -> "Settings":
+        """The run's FedRL settings with what derives from them (windows, map ranges)."""
         f = c.fedrl
         w_alpha, w_beta = f.window_sizes
         ranges = f.map_ranges(_map_count(f.map_file, f.size, f.maps_seed))
