@@ -48,6 +48,7 @@ from config import parse
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
+    cached,
     command_line,
     in_parallel,
     run_fingerprint,
@@ -204,24 +205,18 @@ def fingerprint(job: dict) -> str:
 def cached_run(job: dict) -> list[dict]:
     """A finished run from --work, if it was trained under this job's fingerprint (another
     map file, range, rule, setting, default or exchange: trained again, never reused)."""
+
+    def describe(out: list[dict]) -> str:
+        best = [r for r in out if r["checkpoint"] == "best"]
+        return (
+            f"  {job['method']:12s} {job['rules']:9s} {job['size']:2d}x{job['size']:<2d} seed "
+            f"{job['seed']}: "
+            + ", ".join(f"{r['test_noise'] or 'succ'} {r['succ_rate']:.3f}" for r in best)
+            + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)"
+        )
+
     path = Path(job["work"]) / f"{job_key(job)}.json"
-    if path.exists():
-        out = json.loads(path.read_text())
-        if out and out[0].get("fingerprint") == fingerprint(job):
-            return out
-    out = one_run(job)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)  # atomic: a killed run leaves no half result to resume from
-    best = [r for r in out if r["checkpoint"] == "best"]
-    print(
-        f"  {job['method']:12s} {job['rules']:9s} {job['size']:2d}x{job['size']:<2d} seed "
-        f"{job['seed']}: "
-        + ", ".join(f"{r['test_noise'] or 'succ'} {r['succ_rate']:.3f}" for r in best)
-        + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)",
-        flush=True,
-    )
-    return out
+    return cached(path, fingerprint(job), lambda: one_run(job), describe)
 
 
 def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:

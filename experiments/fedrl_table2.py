@@ -55,6 +55,7 @@ from experiments.fedrl_table1 import EXCHANGE, fmt, ours_bars, refuse_overwrite 
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
+    cached,
     command_line,
     in_parallel,
     run_fingerprint,
@@ -205,23 +206,17 @@ def fingerprint(job: dict) -> str:
 
 def cached_run(job: dict) -> list[dict]:
     """A finished run from --work, if it was trained under this job's fingerprint."""
+
+    def describe(out: list[dict]) -> str:
+        best = [r for r in out if r["checkpoint"] == "best"]
+        return (
+            f"  {job['method']:12s} {job['dataset']:8s} fold {job['fold']} seed {job['seed']}: "
+            + ", ".join(f"F1 {r['test_noise'] or ''} {r['f1']:.3f}" for r in best)
+            + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)"
+        )
+
     path = Path(job["work"]) / f"{job_key(job)}.json"
-    if path.exists():
-        out = json.loads(path.read_text())
-        if out and out[0].get("fingerprint") == fingerprint(job):
-            return out
-    out = one_run(job)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)  # atomic: a killed run leaves nothing half-written to resume from
-    best = [r for r in out if r["checkpoint"] == "best"]
-    print(
-        f"  {job['method']:12s} {job['dataset']:8s} fold {job['fold']} seed {job['seed']}: "
-        + ", ".join(f"F1 {r['test_noise'] or ''} {r['f1']:.3f}" for r in best)
-        + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)",
-        flush=True,
-    )
-    return out
+    return cached(path, fingerprint(job), lambda: one_run(job), describe)
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

@@ -104,6 +104,23 @@ def run_fingerprint(settings, data_fields: tuple[str, ...] = (), **extra) -> str
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def cached(path: Path, fingerprint: str, train, describe) -> list[dict]:
+    """The rows of a finished run kept at `path` if it was trained under `fingerprint` (see
+    run_fingerprint: anything else is trained again, never reused); else `train()`'s rows,
+    written atomically (a killed run leaves nothing half-written to resume from) with one
+    progress line, `describe(rows)`."""
+    if path.exists():
+        out = json.loads(path.read_text())
+        if out and out[0].get("fingerprint") == fingerprint:
+            return out
+    out = train()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)
+    print(describe(out), flush=True)
+    return out
+
+
 def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) -> list:
     """`fn` over `items`, `jobs` at a time (threads, or processes for in-process training),
     with a bar of finished runs on stderr; results in the order of `items`. The first run
