@@ -213,6 +213,9 @@ def _setup_round(grid, c, plan: Plan, parts, idents, recorder, follower, speaker
 
 
 def run(grid, c: Config, name: str) -> None:
+    """One FedVLN stage: the houses, the starting models, the setup round (models and routes
+    to the houses that need them), then the rounds of FedVLNStrategy (Eq. 7) with a line and
+    the best checkpoint after each."""
     plan = check_config(c)
     stage, rounds = c.fedvln.stage, c.run.num_server_rounds
     tag = stage + (f"/{c.fedvln.variant}" if stage == "preexplore" else "")
@@ -224,72 +227,15 @@ def run(grid, c: Config, name: str) -> None:
             "sampled routes live in the houses' memory; start the stage again"
         )
     parts, idents = _houses(grid, c)
-    vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
-    with owned(c.run.seed):  # models/rng
-        if plan.init_agent:
-            follower = _load_init(c.fedvln.agent_init, follower_size(c, vocab, feat))
-        else:
-            follower = Follower(follower_size(c, vocab, feat))
-        speaker = (
-            _load_init(c.fedvln.speaker_init, speaker_size(c, vocab, feat))
-            if plan.speaker_to
-            else Speaker(speaker_size(c, vocab, feat))
-        )
+    follower, speaker = _starting_models(c, plan, idents)
     model = speaker if plan.model == "speaker" else follower
-    n_params = sum(p.numel() for p in model.parameters())
-    shared = shared_part(model, plan.share)
-    n_shared = sum(int(a.numpy().size) for a in shared.values())
-    roles = {p: i["role"] for p, i in idents.items()}
-    count = {r: sum(1 for v in roles.values() if v == r) for r in ("seen", "unseen")}
-    recorder.write_config(
-        num_parameters=n_params,
-        shared_parameters=n_shared,
-        shared_fraction=n_shared / n_params,
-        language_encoder_fraction=parameter_share(follower, LANG),
-        houses={i["house"]: i["role"] for i in idents.values()},
-    )
-    log(
-        INFO,
-        "[fedembodied] FedVLN %s: %d seen + %d unseen houses; %s of %d parameters, "
-        "%d shared (%.1f%%); results in %s",
-        tag,
-        count["seen"],
-        count["unseen"],
-        plan.model,
-        n_params,
-        n_shared,
-        100 * n_shared / n_params,
-        recorder.out,
-    )
+    shared = _announce(c, plan, tag, recorder, model, follower, idents)
     if plan.speaker_to or plan.follower_to:
         _setup_round(grid, c, plan, parts, idents, recorder, follower, speaker)
-
-    recipe = recipe_of(c.fedvln)
-    recorder.write_config(recipe=recipe.__dict__)
-    strategy = FedVLNStrategy(
-        roles=roles,
-        rates=plan.rates,
-        eval_roles=plan.eval_roles,
-        server_lr=recipe.server_lr,
-        lr_decay=recipe.server_lr_decay,
-        send_global_for_eval=not plan.keep_local,
-        recorder=recorder,
-        num_clients=len(parts),
-        seed=c.run.seed,
-        node_wait_s=c.run.node_wait_timeout,
-        eval_every=c.run.eval_period,
-        num_rounds=rounds,
-        max_empty_rounds=c.run.max_empty_rounds,
-        min_train_nodes=1,
-        min_evaluate_nodes=1,
-        fraction_evaluate=c.run.fraction_evaluate,
-        max_evaluate_nodes=c.run.max_evaluate_clients,
-    )
-    strategy.partitions = parts
-    best = {"score": -1.0}
+    strategy = _strategy(c, plan, {p: i["role"] for p, i in idents.items()}, parts, recorder)
     key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
+    best = {"score": -1.0}
     t0 = time.perf_counter()
-
     initial = shared
     if done:  # resume: the shared arrays after the last finished round, the best score so far
         initial = ArrayRecord(load_round(recorder, done))
@@ -310,23 +256,7 @@ def run(grid, c: Config, name: str) -> None:
             _save(
                 model, arrays, recorder.out / "best.pt", round=server_round, **{key: best["score"]}
             )
-        scores = "  ".join(
-            f"{s} {m} {row[f'{s}_{m}']:.1f}"
-            for s in ("val_seen", "val_unseen")
-            for m in ("sr", "spl", "bleu")
-            if f"{s}_{m}" in row
-        )
-        log(
-            INFO,
-            "[fedembodied] round %d/%d  %s  loss %.3f  clients %d  up %.1f MB  wall %.1fs",
-            server_round,
-            rounds,
-            scores or "(no evaluation)",
-            row.get("train_loss", float("nan")),
-            row["n_clients"],
-            row["bytes_up"] / 1e6,
-            row["wall_s"],
-        )
+        _round_line(server_round, rounds, row)
         return None
 
     result = strategy.start(
@@ -348,6 +278,100 @@ def run(grid, c: Config, name: str) -> None:
     if plan.share == "*":
         _save(model, result.arrays, recorder.out / "model.pt", rounds=rounds)
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
+
+
+def _starting_models(c: Config, plan: Plan, idents: dict) -> tuple[Follower, Speaker]:
+    """The follower and speaker the stage starts from: the checkpoints it names, else new
+    models drawn from the run's seed (models/rng)."""
+    vocab, feat = int(idents[0]["vocab-size"]), int(idents[0]["feature-dim"])
+    with owned(c.run.seed):
+        if plan.init_agent:
+            follower = _load_init(c.fedvln.agent_init, follower_size(c, vocab, feat))
+        else:
+            follower = Follower(follower_size(c, vocab, feat))
+        speaker = (
+            _load_init(c.fedvln.speaker_init, speaker_size(c, vocab, feat))
+            if plan.speaker_to
+            else Speaker(speaker_size(c, vocab, feat))
+        )
+    return follower, speaker
+
+
+def _announce(c, plan: Plan, tag: str, recorder, model, follower, idents) -> ArrayRecord:
+    """What the stage shares, recorded in config.json and said in one line; the shared part."""
+    n_params = sum(p.numel() for p in model.parameters())
+    shared = shared_part(model, plan.share)
+    n_shared = sum(int(a.numpy().size) for a in shared.values())
+    roles = [i["role"] for i in idents.values()]
+    recorder.write_config(
+        num_parameters=n_params,
+        shared_parameters=n_shared,
+        shared_fraction=n_shared / n_params,
+        language_encoder_fraction=parameter_share(follower, LANG),
+        houses={i["house"]: i["role"] for i in idents.values()},
+    )
+    log(
+        INFO,
+        "[fedembodied] FedVLN %s: %d seen + %d unseen houses; %s of %d parameters, "
+        "%d shared (%.1f%%); results in %s",
+        tag,
+        roles.count("seen"),
+        roles.count("unseen"),
+        plan.model,
+        n_params,
+        n_shared,
+        100 * n_shared / n_params,
+        recorder.out,
+    )
+    return shared
+
+
+def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedVLNStrategy:
+    """The stage's FedVLNStrategy: per-role sampling rates, the recipe's server learning rate
+    and its decay (Eq. 7), evaluation by role."""
+    recipe = recipe_of(c.fedvln)
+    recorder.write_config(recipe=recipe.__dict__)
+    strategy = FedVLNStrategy(
+        roles=roles,
+        rates=plan.rates,
+        eval_roles=plan.eval_roles,
+        server_lr=recipe.server_lr,
+        lr_decay=recipe.server_lr_decay,
+        send_global_for_eval=not plan.keep_local,
+        recorder=recorder,
+        num_clients=len(parts),
+        seed=c.run.seed,
+        node_wait_s=c.run.node_wait_timeout,
+        eval_every=c.run.eval_period,
+        num_rounds=c.run.num_server_rounds,
+        max_empty_rounds=c.run.max_empty_rounds,
+        min_train_nodes=1,
+        min_evaluate_nodes=1,
+        fraction_evaluate=c.run.fraction_evaluate,
+        max_evaluate_nodes=c.run.max_evaluate_clients,
+    )
+    strategy.partitions = parts
+    return strategy
+
+
+def _round_line(server_round: int, rounds: int, row: dict) -> None:
+    scores = "  ".join(
+        f"{s} {m} {row[f'{s}_{m}']:.1f}"
+        for s in ("val_seen", "val_unseen")
+        for m in ("sr", "spl", "bleu")
+        if f"{s}_{m}" in row
+    )
+    log(
+        INFO,
+        "[fedembodied] round %d/%d  %s  loss %.3f  clients %d  up %.1f MB  wall %.1fs",
+        server_round,
+        rounds,
+        scores or "(no evaluation)",
+        row.get("train_loss", float("nan")),
+        row["n_clients"],
+        row["bytes_up"] / 1e6,
+        row["wall_s"],
+    )
 
 
 def _save(model, arrays: ArrayRecord, path: Path, **extra) -> None:
