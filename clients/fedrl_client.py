@@ -50,10 +50,10 @@ def enforce_policy(role: str, s: Settings, node_config) -> None:
             f"only with sigma >= {p.fedrl.min_sigma:g}",
         )
     most = p.fedrl.max_clip or DEFAULT_CLIP[s.domain]
-    if s.clip > most:
+    if s.clip_bound > most:
         raise p.refuse(
             "fedrl.max-clip",
-            f"party {role}: the run asks fedrl.clip={s.clip:g}; this node bounds each released "
+            f"party {role}: the run asks fedrl.clip={s.clip_bound:g}; this node bounds each released "
             f"Q output by C <= {most:g}",
         )
 
@@ -130,7 +130,7 @@ def privacy(context: Context) -> dict:
     """For its audit log: the noise and bound every Q output this party releases carries, and
     the privacy it has spent so far (its own release ledger, as the party just left it)."""
     s = Settings.of(parse(context.run_config))
-    out = {"sigma": s.sigma, "clip": s.clip}
+    out = {"sigma": s.sigma, "clip": s.clip_bound}
     live = _LIVE.get((context.run_id, context.node_id))
     if live is not None and live[0] == _token(context):
         spent = live[1].privacy()

@@ -46,8 +46,8 @@ def role_of(node_config) -> str:
 def sample_ids(rng: np.random.Generator, transitions: int, s) -> np.ndarray | None:
     """K x batch transition ids drawn uniformly from the replay (the orchestrator draws them:
     it knows how many transitions exist, not what they hold). None before the warm-up.
-    `s`: training/fedrl_setup.Settings (warmup, batch, replay, updates)."""
-    if transitions < max(s.warmup, s.batch):
+    `s`: training/fedrl_setup.Settings (warmup, batch_size, replay, updates)."""
+    if transitions < max(s.warmup, s.batch_size):
         return None
     low = max(0, transitions - s.replay)
-    return rng.integers(low, transitions, size=(s.updates, s.batch))
+    return rng.integers(low, transitions, size=(s.updates, s.batch_size))

@@ -146,7 +146,7 @@ def one_run(job: dict) -> list[dict]:
                     "transitions": job["rounds"] * s.envs * s.act_steps,
                     "updates": job["rounds"] * s.updates,
                     "update_ratio": s.update_ratio,
-                    "history": s.history,
+                    "history": s.history_len,
                     "updates_per_round": s.updates,
                     "eps_decay": s.eps_decay,
                     "target_update": s.target_update,

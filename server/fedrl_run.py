@@ -279,7 +279,7 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
             **privacy,
             "delta": s.delta,
             "sigma": s.sigma,
-            "clip": s.clip,
+            "clip": s.clip_bound,
             "insecure_no_noise": c.fedrl.insecure_no_noise,
         },
         maps=maps,

@@ -243,7 +243,7 @@ def test_in_paper_mode_beta_acts_on_its_federated_q_with_alphas_c():
     c_alpha = alpha.observe(alpha.eval_world)
     _, a_beta = beta.eval_act(None, c_alpha, test_noise=False)
     with torch.no_grad():
-        own = release(beta.q(torch.as_tensor(beta.eval_world.obs_beta)), s.clip, 0.0)
+        own = release(beta.q(torch.as_tensor(beta.eval_world.obs_beta)), s.clip_bound, 0.0)
         want = beta.mlp(torch.as_tensor(c_alpha), own, 1).argmax(1).numpy()
     assert np.array_equal(a_beta, want)
     with pytest.raises(ValueError, match="needs C_alpha"):

@@ -97,8 +97,8 @@ class Party:
         with owned(s.seed * 1009 + (0 if self.role == "alpha" else 1)):  # models/rng
             self.q = s.q_net(self.role)
             self.q_target = s.q_net(self.role)
-            self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
-            self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_hidden)
+            self.mlp = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_width)
+            self.mlp_target = SharedMLP(2 * s.n_actions, heads, s.n_actions, s.mlp_width)
         self.q_target.load_state_dict(self.q.state_dict())
         self.mlp_target.load_state_dict(self.mlp.state_dict())
         self.q_best = self.mlp_best = None
@@ -121,7 +121,7 @@ class Party:
         return g
 
     def released(self, q: torch.Tensor, gen: torch.Generator, noise: bool = True) -> torch.Tensor:
-        return release(q, self.s.clip, self.s.sigma if noise else 0.0, gen)
+        return release(q, self.s.clip_bound, self.s.sigma if noise else 0.0, gen)
 
     def _open(self) -> np.ndarray:
         """Ids of the transitions that start at the current observation; the first release

@@ -13,6 +13,7 @@ import numpy as np
 from torch import nn
 
 from config import Config
+from config.fedrl import FedRLSettings
 from envs import text2action as t2a
 from envs.gridworld import (
     DEFAULT_HISTORY,
@@ -37,49 +38,30 @@ DEFAULT_CLIP = {"gridworld": 10.0, "text2action": 1000.0}
 
 @dataclass(frozen=True)
 class Settings:
-    """The FedRL run config (`fedrl.*` keys), parsed and checked once.
+    """A FedRL run's settings: the `fedrl.*` keys as parsed (`f`, a FedRLSettings, read under
+    their own names: `s.envs`, `s.sigma`, `s.mlp_hidden`), plus only what derives from the run:
+    its seed, the map ranges resolved against the map file, the windows, and the defaults that
+    0 stands for (`history_len`, `clip_bound`, `mlp_width`).
 
     `domain` picks the world and the networks: Grid-World (Sec. 5.1) or Text2Action (Sec. 5.2,
     `t2a_*` keys; one joint action, select or neglect the current word, chosen on alpha's
     Q_f as the reference's `frl_separate`); the protocol is the same."""
 
-    domain: str
-    t2a_data: str
-    t2a_dataset: str
-    t2a_words: int
-    t2a_folds: int
-    t2a_fold: int
-    t2a_valid_every: int
-    hidden: int
-    size: int
-    map_file: str
-    maps_seed: int
+    f: FedRLSettings
+    seed: int
     train: range
     valid: range
     test: range
     w_alpha: int
     w_beta: int
-    history: int
-    max_steps: int
-    rules: str
-    mode: str
-    sigma: float
-    clip: float
-    delta: float
-    envs: int
-    act_steps: int
-    updates: int
-    batch: int
-    lr: float
-    gamma: float
-    target_update: int
-    eps_start: float
-    eps_end: float
-    eps_decay: int
-    replay: int
-    warmup: int
-    eval_episodes: int
-    seed: int
+    history_len: int  # fedrl.history, or the size's default for 0
+    clip_bound: float  # fedrl.clip, or the domain's bound for 0 (DEFAULT_CLIP)
+
+    def __getattr__(self, name: str):
+        """A `fedrl.*` key under its own name (called only for what Settings itself lacks)."""
+        if name == "f":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.f, name)
 
     @classmethod
     def of(cls, c: Config) -> "Settings":
@@ -88,43 +70,15 @@ class Settings:
         w_alpha, w_beta = f.window_sizes
         ranges = f.map_ranges(_map_count(f.map_file, f.size, f.maps_seed))
         return cls(
-            domain=f.domain,
-            t2a_data=f.t2a_data,
-            t2a_dataset=f.t2a_dataset,
-            t2a_words=f.t2a_words,
-            t2a_folds=f.t2a_folds,
-            t2a_fold=f.t2a_fold,
-            t2a_valid_every=f.t2a_valid_every,
-            hidden=f.mlp_hidden,
-            size=f.size,
-            map_file=f.map_file,
-            maps_seed=f.maps_seed,
+            f=f,
+            seed=c.run.seed,
             train=ranges["train"],
             valid=ranges["valid"],
             test=ranges["test"],
             w_alpha=w_alpha,
             w_beta=w_beta,
-            history=f.history or DEFAULT_HISTORY.get(f.size, 8),
-            max_steps=f.max_steps,
-            rules=f.rules,
-            mode=f.mode,
-            sigma=f.sigma,
-            clip=f.clip or DEFAULT_CLIP[f.domain],
-            delta=f.delta,
-            envs=f.envs,
-            act_steps=f.act_steps,
-            updates=f.updates,
-            batch=f.batch_size,
-            lr=f.lr,
-            gamma=f.gamma,
-            target_update=f.target_update,
-            eps_start=f.eps_start,
-            eps_end=f.eps_end,
-            eps_decay=f.eps_decay,
-            replay=f.replay,
-            warmup=f.warmup,
-            eval_episodes=f.eval_episodes,
-            seed=c.run.seed,
+            history_len=f.history or DEFAULT_HISTORY.get(f.size, 8),
+            clip_bound=f.clip or DEFAULT_CLIP[f.domain],
         )
 
     @property
@@ -145,10 +99,10 @@ class Settings:
         return N_ACTIONS * N_ACTIONS if self.mode == "joint-action" else N_ACTIONS
 
     @property
-    def mlp_hidden(self) -> int:
+    def mlp_width(self) -> int:
         """theta_g's hidden width: `fedrl.mlp-hidden`, or 0 for the paper's: Grid-World
         "32 x 4" (Sec. 5.1), Text2Action "4 x 2" (Sec. 5.2; the reference's 2 x num_actions)."""
-        return self.hidden or (2 * self.n_actions if self.text else 32)
+        return self.mlp_hidden or (2 * self.n_actions if self.text else 32)
 
     @property
     def horizon(self) -> int:
@@ -175,15 +129,15 @@ class Settings:
         if self.text:
             return (self.t2a_words + 1,), np.int16
         w = self.w_alpha if role == "alpha" else self.w_beta
-        return (self.history, w, w), np.uint8
+        return (self.history_len, w, w), np.uint8
 
     def q_net(self, role: str, n_out: int | None = None) -> nn.Module:
         """A basic Q-network on `role`'s observations ("full": both parties' features)."""
         n = n_out or self.n_actions
         if not self.text:
             if role == "full":
-                return FullQNet(self.history, self.w_alpha, self.w_beta, n)
-            return QNet(self.history, self.w_alpha if role == "alpha" else self.w_beta, n)
+                return FullQNet(self.history_len, self.w_alpha, self.w_beta, n)
+            return QNet(self.history_len, self.w_alpha if role == "alpha" else self.w_beta, n)
         c = self.corpus()
 
         def pos():
@@ -275,7 +229,7 @@ class Settings:
             r,
             n_envs or self.envs,
             windows=(self.w_alpha, self.w_beta),
-            history=self.history,
+            history=self.history_len,
             max_steps=self.max_steps,
             rules=self.rules,
             seed=self.seed,
@@ -288,7 +242,7 @@ class Settings:
         return self.eps_start + (self.eps_end - self.eps_start) * frac
 
     def privacy_epsilon(self, releases: int) -> float:
-        return epsilon(releases, self.sigma, self.clip, self.delta)
+        return epsilon(releases, self.sigma, self.clip_bound, self.delta)
 
 
 @lru_cache(maxsize=4)
