@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -64,6 +65,28 @@ def namespaces():
             _ip("netns", "del", ns)
 
 
+def _tls_link(tmp_path, namespaces, keys: int, fed: Federation) -> tuple[Path, int, int]:
+    """deploy/make_certs.sh (`keys` node keys), deploy/superlink.sh --tls on the link host,
+    reachable from the nodes' host, and the operator's CLI connection "op" to it."""
+    certs = tmp_path / "certs"
+    subprocess.run(
+        [str(ROOT / "deploy/make_certs.sh"), str(certs), str(keys), f"IP:{LINK_IP}",
+         f"IP:{LINK_IP2}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port, control = free_port(), free_port()
+    fed.start(
+        "link",
+        [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port", str(port),
+         "--control-port", str(control), "--database", str(tmp_path / "state.db")],
+        where="link",
+    )  # fmt: skip
+    wait_listening(LINK_IP, port, prefix=namespaces["node"])
+    wait_listening("127.0.0.1", control, prefix=namespaces["link"])
+    fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
+    return certs, port, control
+
+
 def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_path, namespaces):
     """Two registered SuperNodes (TLS + node auth) on another host, each with its operator's
     policy (deploy/supernode.sh --policy): alpha's lets a study lower sigma, beta's demands
@@ -73,12 +96,6 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
     refusals, and count the bytes the server's clients.csv counts."""
     from clients.audit import read
 
-    certs = tmp_path / "certs"
-    subprocess.run(
-        [str(ROOT / "deploy/make_certs.sh"), str(certs), "2", f"IP:{LINK_IP}"],
-        check=True,
-        capture_output=True,
-    )
     policies = {}
     for role, text in (
         ("alpha", "[fedrl]\nmin-sigma = 0.1\n[cdl]\nshare-sub-network = true\n"),
@@ -86,18 +103,9 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
     ):
         policies[role] = tmp_path / f"{role}.toml"
         policies[role].write_text(f'state-dir = "{tmp_path / role}"\n{text}')
-    port, control = free_port(), free_port()
     fed = Federation(tmp_path, prefix=namespaces)
     try:
-        fed.start(
-            "link",
-            [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port", str(port),
-             "--control-port", str(control)],
-            where="link",
-        )  # fmt: skip
-        wait_listening(LINK_IP, port, prefix=namespaces["node"])
-        wait_listening("127.0.0.1", control, prefix=namespaces["link"])
-        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
+        certs, port, _ = _tls_link(tmp_path, namespaces, 2, fed)
         for k, role in enumerate(("alpha", "beta")):
             reg = fed.cli(
                 "supernode", "register", str(certs / f"supernode_{k}.pub"), "op", where="link"
@@ -190,24 +198,9 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
     the body after its head, the forgery before the SuperLink sees it; the edge's, gateway's and
     SuperLink's peak memory stays bounded. Then the nodes' host is cut off for 20 s: the
     supervised nodes come back online by themselves and a second run completes."""
-    certs = tmp_path / "certs"
-    subprocess.run(
-        [str(ROOT / "deploy/make_certs.sh"), str(certs), "3", f"IP:{LINK_IP}", f"IP:{LINK_IP2}"],
-        check=True,
-        capture_output=True,
-    )
-    port, control = free_port(), free_port()
     fed = Federation(tmp_path, prefix=namespaces)
     try:
-        fed.start(
-            "link",
-            [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port", str(port),
-             "--control-port", str(control), "--database", str(tmp_path / "state.db")],
-            where="link",
-        )  # fmt: skip
-        wait_listening(LINK_IP, port, prefix=namespaces["node"])
-        wait_listening("127.0.0.1", control, prefix=namespaces["link"])
-        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
+        certs, port, control = _tls_link(tmp_path, namespaces, 3, fed)
         for k in range(2):
             reg = fed.cli("supernode", "register", str(certs / f"supernode_{k}.pub"), "op",
                           where="link")  # fmt: skip
