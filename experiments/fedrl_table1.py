@@ -51,7 +51,7 @@ from experiments.simulate import (  # noqa: E402
     cached,
     command_line,
     in_parallel,
-    run_fingerprint,
+    job_fingerprint,
 )
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
@@ -192,14 +192,7 @@ def fingerprint(job: dict) -> str:
     """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
     settings it resolves to (defaults included), the map file's bytes, method, rounds,
     evaluation cadence and the exchange version."""
-    return run_fingerprint(
-        settings_of(job),
-        ("map_file",),
-        method=job["method"],
-        rounds=job["rounds"],
-        eval_every=job["eval_every"],
-        exchange=EXCHANGE,
-    )
+    return job_fingerprint(settings_of(job), "map_file", job, EXCHANGE)
 
 
 def cached_run(job: dict) -> list[dict]:

@@ -58,7 +58,7 @@ from experiments.simulate import (  # noqa: E402
     cached,
     command_line,
     in_parallel,
-    run_fingerprint,
+    job_fingerprint,
 )
 
 DATASETS = ("win2k", "cooking", "wikihow")
@@ -194,14 +194,7 @@ def fingerprint(job: dict) -> str:
     """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
     settings (defaults included), the corpus folder's bytes, method, rounds, evaluation
     cadence and the exchange version."""
-    return run_fingerprint(
-        settings_of(job),
-        ("t2a_data",),
-        method=job["method"],
-        rounds=job["rounds"],
-        eval_every=job["eval_every"],
-        exchange=EXCHANGE,
-    )
+    return job_fingerprint(settings_of(job), "t2a_data", job, EXCHANGE)
 
 
 def cached_run(job: dict) -> list[dict]:

@@ -104,6 +104,19 @@ def run_fingerprint(settings, data_fields: tuple[str, ...] = (), **extra) -> str
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def job_fingerprint(settings, data_field: str, job: dict, exchange: int) -> str:
+    """A table job's run_fingerprint: its settings, the bytes of the data file or folder named
+    by `data_field`, and the job's method, rounds, evaluation cadence and exchange version."""
+    return run_fingerprint(
+        settings,
+        (data_field,),
+        method=job["method"],
+        rounds=job["rounds"],
+        eval_every=job["eval_every"],
+        exchange=exchange,
+    )
+
+
 def cached(path: Path, fingerprint: str, train, describe) -> list[dict]:
     """The rows of a finished run kept at `path` if it was trained under `fingerprint` (see
     run_fingerprint: anything else is trained again, never reused); else `train()`'s rows,

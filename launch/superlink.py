@@ -136,33 +136,33 @@ class LocalSuperLink:
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
 
-def processes_with_token(token: str) -> list[int]:
-    """Pids whose environment carries our run token (Ray's daemons leave our process group)."""
-    needle = f"FEDEMBODIED_RUN_TOKEN={token}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if needle in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found
-
-
-def processes_holding(folder: str) -> list[int]:
-    """Pids with a file open under `folder` (the Ray daemons of our private Ray temp dir: on
-    SIGINT its DashboardAgent and RuntimeEnvAgent outlived the run, deaf to SIGTERM)."""
+def _pids_where(test) -> list[int]:
+    """Pids of the other processes whose /proc folder passes `test` (one that vanishes or that
+    we may not read is skipped)."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            if any(os.readlink(fd).startswith(folder) for fd in (d / "fd").iterdir()):
+            if test(d):
                 found.append(int(d.name))
         except OSError:
             continue
     return found
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Pids whose environment carries our run token (Ray's daemons leave our process group)."""
+    needle = f"FEDEMBODIED_RUN_TOKEN={token}".encode()
+    return _pids_where(lambda d: needle in (d / "environ").read_bytes())
+
+
+def processes_holding(folder: str) -> list[int]:
+    """Pids with a file open under `folder` (the Ray daemons of our private Ray temp dir: on
+    SIGINT its DashboardAgent and RuntimeEnvAgent outlived the run, deaf to SIGTERM)."""
+    return _pids_where(
+        lambda d: any(os.readlink(fd).startswith(folder) for fd in (d / "fd").iterdir())
+    )
 
 
 def run_status(link: LocalSuperLink, run_id: int) -> tuple[str, str]:

@@ -26,7 +26,7 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     c = parse(context.run_config)
     run, name = c.run, c.run.method
-    out = out_dir({"out-dir": run.out_dir}, name)  # fixed once: "" names a new folder each call
+    out = out_dir(run.out_dir, name)  # fixed once: "" names a new folder at each call
     c = dataclasses.replace(c, run=dataclasses.replace(run, out_dir=str(out)))
     log(INFO, "[fedembodied] method %s, %s rounds", name, run.num_server_rounds)
     if run.resume:

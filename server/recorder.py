@@ -41,16 +41,15 @@ CLIENT_COLUMNS = [
 ]
 
 
-def out_dir(cfg: dict, name: str) -> Path:
-    """cfg['out-dir'] or runs/<method>-<time> under the server's working directory."""
-    out = str(cfg.get("out-dir", "")) or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(out).resolve()
+def out_dir(path: str, name: str) -> Path:
+    """Run config `out-dir`, or runs/<method>-<time> under the server's working directory."""
+    return Path(path or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
 
 
 def recorder_for(c, name: str, stage: str = "train") -> Recorder:
     """The run's recorder: results under run config `out-dir` (server/app.py fixes it once),
     config.json from the parsed settings."""
-    return Recorder(out_dir({"out-dir": c.run.out_dir}, name), c.run_config(), stage=stage)
+    return Recorder(out_dir(c.run.out_dir, name), c.run_config(), stage=stage)
 
 
 class Recorder:
