@@ -48,9 +48,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
 
 from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate  # noqa: E402
+from experiments.tables import paired_interval  # noqa: E402
 
 STUDY = "driving.train-per-silo=150 driving.test-per-silo=50"
 ROUNDS = 10
@@ -217,25 +217,21 @@ def paired(df: pd.DataFrame, a: str, b: str, metric: str) -> dict:
     x = df[df.key == a].set_index("seed")[metric]
     y = df[df.key == b].set_index("seed")[metric]
     seeds = sorted(set(x.index) & set(y.index))
-    d = (x[seeds] - y[seeds]).to_numpy(float)
-    n = len(d)
-    half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
+    diff, lo, hi = paired_interval(x[seeds].to_numpy(float), y[seeds].to_numpy(float))
     return {
         "a": a,
         "b": b,
         "metric": metric,
-        "seeds": n,
+        "seeds": len(seeds),
         "a_mean": x[seeds].mean(),
         "a_sd": x[seeds].std(),
         "b_mean": y[seeds].mean(),
         "b_sd": y[seeds].std(),
-        "diff_mean": d.mean(),
-        "diff_lo": d.mean() - half,
-        "diff_hi": d.mean() + half,
+        "diff_mean": diff,
+        "diff_lo": lo,
+        "diff_hi": hi,
         "verdict": (
-            "within noise"
-            if not (d.mean() - half > 0 or d.mean() + half < 0)
-            else ("a higher" if d.mean() > 0 else "a lower")
+            "within noise" if not (lo > 0 or hi < 0) else ("a higher" if diff > 0 else "a lower")
         ),
     }
 

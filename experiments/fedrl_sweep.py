@@ -30,11 +30,11 @@ import pandas as pd  # noqa: E402
 from experiments.fedrl_table1 import (  # noqa: E402
     check_common,
     common_args,
-    refuse_overwrite,
     run_jobs,
     splits_for,
 )
 from experiments.simulate import RESULTS, command_line  # noqa: E402
+from experiments.tables import refuse_overwrite  # noqa: E402
 
 
 def main(argv=None) -> int:

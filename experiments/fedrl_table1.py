@@ -53,6 +53,13 @@ from experiments.simulate import (  # noqa: E402
     in_parallel,
     job_fingerprint,
 )
+from experiments.tables import (  # noqa: E402
+    mean_sd,
+    ours_bars,
+    paper_bars,
+    pipe_table,
+    refuse_overwrite,
+)
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
 PAPER = {
@@ -223,12 +230,6 @@ def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
     return pd.DataFrame([r for rows in done for r in rows])
 
 
-def fmt(vals: np.ndarray) -> str:
-    if not len(vals):
-        return ""
-    return f"{vals.mean():.1f} ± {vals.std(ddof=1):.1f}" if len(vals) > 1 else f"{vals.mean():.1f}"
-
-
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for rules in sorted(runs.rules.unique()):
@@ -247,7 +248,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                     ]
                     for ckpt in ("best", "last"):
                         vals = sel[sel.checkpoint == ckpt][col].to_numpy() * scale
-                        row[f"{size}x{size} ours {ckpt}"] = fmt(vals)
+                        row[f"{size}x{size} ours {ckpt}"] = mean_sd(vals)
                     row[f"{size}x{size} seeds"] = sel.seed.nunique()
                     row[f"{size}x{size} paper"] = paper_value(paper, key, size)
                 rows.append(row)
@@ -262,31 +263,14 @@ def markdown(table: pd.DataFrame) -> str:
         head = ["metric", "method"] + [
             f"{n}x{n} {c}" for n in sizes for c in ("best", "last", "paper")
         ]
-        out += [f"**{rules} rules**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for _, r in t.iterrows():
-            cells = [r.metric, r.method] + [
-                str(r[f"{n}x{n} {c}"]) for n in sizes for c in ("ours best", "ours last", "paper")
-            ]
-            out.append("| " + " | ".join(cells) + " |")
+        rows = [
+            [r.metric, r.method]
+            + [r[f"{n}x{n} {c}"] for n in sizes for c in ("ours best", "ours last", "paper")]
+            for _, r in t.iterrows()
+        ]
+        out += [f"**{rules} rules**", "", pipe_table(head, rows)]
         out.append("")
     return "\n".join(out)
-
-
-def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:
-    """Our mean ± sd bars at the best and the last checkpoint, one per table row;
-    `values(method, noise, checkpoint)` gives that row's per-run values (%)."""
-    for j, ckpt in enumerate(("best", "last")):
-        vals = [values(method, noise, ckpt) for _, method, noise, _ in rows]
-        means = [v.mean() if len(v) else np.nan for v in vals]
-        sds = [v.std(ddof=1) if len(v) > 1 else 0 for v in vals]
-        ax.bar(
-            x + (j - 1) * 0.28,
-            means,
-            0.28,
-            yerr=sds,
-            capsize=2,
-            label=f"ours, {ckpt} checkpoint (mean ± sd)",
-        )
 
 
 def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
@@ -307,28 +291,8 @@ def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
             return sel.succ_rate.to_numpy() * 100
 
         ours_bars(ax, x, ROWS, succ)
-        paper = [
-            np.nan if not p else np.mean([PAPER[(k, "succ")][SIZES.index(size)] for k in p])
-            for *_, p in ROWS
-        ]
-        lo = [
-            np.nan if not p else min(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
-            for *_, p in ROWS
-        ]
-        hi = [
-            np.nan if not p else max(PAPER[(k, "succ")][SIZES.index(size)] for k in p)
-            for *_, p in ROWS
-        ]
-        ax.bar(
-            x + 0.28,
-            paper,
-            0.28,
-            color="none",
-            edgecolor="k",
-            hatch="//",
-            yerr=[np.subtract(paper, lo), np.subtract(hi, paper)],
-            label="paper Table 1",
-        )
+        paper = [[PAPER[(k, "succ")][SIZES.index(size)] for k in p] for *_, p in ROWS]
+        paper_bars(ax, x, paper, "paper Table 1")
         ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_title(f"{size}x{size}, {rules} rules: SuccRate %")
@@ -391,12 +355,6 @@ def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
             raise ValueError(f"--map-dir: {f} not found")
         files[size] = str(f.resolve()) if f else ""
     return extra, files
-
-
-def refuse_overwrite(paths: list[Path], force: bool) -> None:
-    there = [str(p) for p in paths if p.exists()]
-    if there and not force:
-        raise ValueError(f"{', '.join(there)} exist: pass --force to overwrite, or --name")
 
 
 def main(argv=None) -> int:

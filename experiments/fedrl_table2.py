@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
-from experiments.fedrl_table1 import EXCHANGE, fmt, ours_bars, refuse_overwrite  # noqa: E402
+from experiments.fedrl_table1 import EXCHANGE  # noqa: E402
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
@@ -59,6 +59,13 @@ from experiments.simulate import (  # noqa: E402
     command_line,
     in_parallel,
     job_fingerprint,
+)
+from experiments.tables import (  # noqa: E402
+    mean_sd,
+    ours_bars,
+    paper_bars,
+    pipe_table,
+    refuse_overwrite,
 )
 
 DATASETS = ("win2k", "cooking", "wikihow")
@@ -227,7 +234,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                     & (runs.test_noise.fillna("") == noise)
                 ]
                 for ckpt in ("best", "last"):
-                    row[f"{NAMES[ds]} ours {ckpt}"] = fmt(
+                    row[f"{NAMES[ds]} ours {ckpt}"] = mean_sd(
                         sel[sel.checkpoint == ckpt][col].to_numpy() * scale
                     )
                 row[f"{NAMES[ds]} runs"] = len(sel) // 2
@@ -239,17 +246,12 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def markdown(table: pd.DataFrame) -> str:
     names = [c.split(" ")[0] for c in table.columns if c.endswith(" paper")]
     head = ["metric", "method"] + [f"{n} {c}" for n in names for c in ("best", "last", "paper")]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in table.iterrows():
-        out.append(
-            "| "
-            + " | ".join(
-                [r.metric, r.method]
-                + [str(r[f"{n} {c}"]) for n in names for c in ("ours best", "ours last", "paper")]
-            )
-            + " |"
-        )
-    return "\n".join(out)
+    rows = [
+        [r.metric, r.method]
+        + [r[f"{n} {c}"] for n in names for c in ("ours best", "ours last", "paper")]
+        for _, r in table.iterrows()
+    ]
+    return pipe_table(head, rows)
 
 
 def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
@@ -270,21 +272,7 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
 
         ours_bars(ax, x, ROWS, f1)
         vals = [[PAPER[(k, "f1")][DATASETS.index(ds)] for k in p] for *_, p in ROWS]
-        paper = [np.mean(v) if v else np.nan for v in vals]
-        err = [
-            [p - min(v) if v else 0 for p, v in zip(paper, vals)],
-            [max(v) - p if v else 0 for p, v in zip(paper, vals)],
-        ]
-        ax.bar(
-            x + 0.28,
-            paper,
-            0.28,
-            color="none",
-            edgecolor="k",
-            hatch="//",
-            yerr=err,
-            label="paper Table 2 (FedRL: FedRL-1..FedRL-2)",
-        )
+        paper_bars(ax, x, vals, "paper Table 2 (FedRL: FedRL-1..FedRL-2)")
         ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_ylabel("F1 of action names on the test fold (%)")

@@ -38,8 +38,9 @@ import numpy as np
 import pandas as pd
 
 from config import parse
-from experiments.fedrl_table1 import check_common, refuse_overwrite, run_jobs, splits_for
+from experiments.fedrl_table1 import check_common, run_jobs, splits_for
 from experiments.simulate import RESULTS, ROOT, command_line, simulate
+from experiments.tables import refuse_overwrite
 
 
 def default_config() -> str:

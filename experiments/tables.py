@@ -1,0 +1,79 @@
+"""What every table script shares, so a script reads as "which runs, which table": mean ± sd
+over runs, the paired interval of a difference, markdown pipe tables, the paper's values drawn
+beside ours, and the refusal to overwrite a committed result.
+
+Runs and seeds themselves live in experiments/simulate.py (`cached`, `in_parallel`,
+`job_fingerprint`): a script lists its jobs, this module turns their rows into tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def mean_sd(values, digits: int = 1) -> str:
+    """'mean ± sd' over runs (sample sd); one run prints its value alone, none prints ''."""
+    v = np.asarray(values, float)
+    if not len(v):
+        return ""
+    if len(v) == 1:
+        return f"{v.mean():.{digits}f}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
+
+
+def paired_interval(a, b, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of the paired differences a - b (same seeds, same order) and its t-interval:
+    (mean, low, high); the interval is nan with fewer than two pairs. A comparison whose
+    interval holds 0 is within noise."""
+    from scipy import stats
+
+    d = np.asarray(a, float) - np.asarray(b, float)
+    n = len(d)
+    if n < 2:
+        return (float(d.mean()) if n else np.nan), np.nan, np.nan
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / np.sqrt(n)
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def pipe_table(head: list[str], rows: list[list]) -> str:
+    """A markdown table: one header row, then one row per list of cells."""
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def refuse_overwrite(paths: list[Path], force: bool) -> None:
+    """A committed result is replaced only on --force (or written under another --name)."""
+    there = [str(p) for p in paths if p.exists()]
+    if there and not force:
+        raise ValueError(f"{', '.join(there)} exist: pass --force to overwrite, or --name")
+
+
+def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:
+    """Our mean ± sd bars at the best and the last checkpoint, one per table row (rows are
+    (label, method, noise, paper keys)); `values(method, noise, checkpoint)` gives that row's
+    per-run values."""
+    for j, ckpt in enumerate(("best", "last")):
+        vals = [values(method, noise, ckpt) for _, method, noise, _ in rows]
+        means = [v.mean() if len(v) else np.nan for v in vals]
+        sds = [v.std(ddof=1) if len(v) > 1 else 0 for v in vals]
+        ax.bar(
+            x + (j - 1) * 0.28,
+            means,
+            0.28,
+            yerr=sds,
+            capsize=2,
+            label=f"ours, {ckpt} checkpoint (mean ± sd)",
+        )
+
+
+def paper_bars(ax, x: np.ndarray, values: list[list[float]], label: str) -> None:
+    """The paper's value(s) per row, hatched beside ours: the bar at their mean, the whisker
+    spanning them where the paper prints two (FedRL-1 / FedRL-2); rows without one stay empty."""
+    mean = [np.mean(v) if v else np.nan for v in values]
+    err = [
+        [m - min(v) if v else 0 for m, v in zip(mean, values)],
+        [max(v) - m if v else 0 for m, v in zip(mean, values)],
+    ]
+    ax.bar(x + 0.28, mean, 0.28, color="none", edgecolor="k", hatch="//", yerr=err, label=label)

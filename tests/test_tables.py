@@ -1,0 +1,38 @@
+"""experiments/tables.py: the numbers every results table prints."""
+
+import numpy as np
+import pytest
+
+from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
+
+
+def test_mean_sd_prints_sample_sd_and_a_lone_run_alone():
+    assert mean_sd([1.0, 2.0, 3.0]) == "2.0 ± 1.0"
+    assert mean_sd([0.5], digits=2) == "0.50"
+    assert mean_sd([]) == ""
+
+
+def test_paired_interval_is_the_t_interval_of_the_differences():
+    a, b = np.array([3.0, 5.0, 4.0, 6.0]), np.array([1.0, 2.0, 2.0, 3.0])
+    mean, lo, hi = paired_interval(a, b)
+    d = a - b  # 2, 3, 2, 3: mean 2.5, sd 0.577, t(0.975, 3) = 3.182
+    assert mean == pytest.approx(2.5)
+    assert hi - mean == pytest.approx(3.1824 * d.std(ddof=1) / 2, rel=1e-3)
+    assert lo > 0  # not within noise
+    _, lo, hi = paired_interval([1.0, 2.0, 3.0], [2.0, 1.0, 3.0])
+    assert lo < 0 < hi  # within noise
+    assert np.isnan(paired_interval([1.0], [0.0])[1])
+
+
+def test_pipe_table_and_refuse_overwrite(tmp_path):
+    assert pipe_table(["a", "b"], [[1, "x"]]).splitlines() == [
+        "| a | b |",
+        "|---|---|",
+        "| 1 | x |",
+    ]
+    f = tmp_path / "t.csv"
+    refuse_overwrite([f], force=False)  # nothing there yet
+    f.write_text("kept")
+    with pytest.raises(ValueError, match="--force"):
+        refuse_overwrite([f], force=False)
+    refuse_overwrite([f], force=True)
