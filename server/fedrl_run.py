@@ -212,27 +212,9 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
     send = Exchange(grid, roles, recorder, c.run.round_timeout, retries=c.fedrl.retries)
     proto = Protocol(s, send, progress=True)
     select = Selection(s.select_key())
-    maps = s.map_report()
+    maps = _announce(s)
     eps: dict[str, float | None] = {"alpha": None, "beta": None}  # for the round line
-    for split, rep in maps.items():
-        log(INFO, "[fedembodied] %s %s: %s", split, "texts" if s.text else "maps", rep)
     privacy: dict = {}
-    world = (
-        f"Text2Action {s.t2a_dataset} fold {s.t2a_fold}/{s.t2a_folds}"
-        if s.text
-        else f"Grid-World {s.size}x{s.size}, {s.rules} rules"
-    )
-    log(
-        INFO,
-        "[fedembodied] FedRL %s, %s mode, B=%d envs x %d steps, K=%d updates/round "
-        "(%.3g per transition)",
-        world,
-        s.mode,
-        s.envs,
-        s.act_steps,
-        s.updates,
-        s.update_ratio,
-    )
     t_start = time.perf_counter()
     done = recorder.last_round()
     if done:
@@ -255,25 +237,7 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
                 node=roles[role], partition=role, bytes_up=send.up.get(role, 0), status="ok"
             )
         save_round(recorder, rnd, proto, select, send, privacy)  # before rounds.csv says rnd
-        row = recorder.end_round(proto.theta_g)
-        scores = "  ".join(  # valid, test and best-checkpoint scores, when this round has them
-            f"{k}={v:.3g}"
-            for k, v in row.items()
-            if k.endswith(("succ-rate-test_noise=on", "f1-test_noise=on")) and v == v
-        )
-        for r in eps:  # spent so far: a round in which a party releases nothing keeps its last
-            v = row.get(f"{r}-privacy-epsilon")
-            if isinstance(v, float) and v == v:
-                eps[r] = v
-        log(
-            INFO,
-            "[fedembodied] round %d/%d  %s  privacy epsilon alpha=%s beta=%s  wall=%.2fs",
-            rnd,
-            rounds,
-            scores or "(not evaluated this round)",
-            *(f"{v:.3g}" if isinstance(v, float) else "none released yet" for v in eps.values()),
-            row["wall_s"],
-        )
+        _round_line(rnd, rounds, recorder.end_round(proto.theta_g), eps)
     recorder.write_config(
         privacy={
             **privacy,
@@ -290,6 +254,55 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
     )
     spent = ", ".join(f"{k} {v:.3g}" for k, v in sorted(privacy.items()))
     log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, spent or "nothing released")
+
+
+def _announce(s: Settings) -> dict:
+    """Log the world, the exchange's shape and each split's maps (or texts); returns the
+    split report that config.json keeps."""
+    maps = s.map_report()
+    for split, rep in maps.items():
+        log(INFO, "[fedembodied] %s %s: %s", split, "texts" if s.text else "maps", rep)
+    world = (
+        f"Text2Action {s.t2a_dataset} fold {s.t2a_fold}/{s.t2a_folds}"
+        if s.text
+        else f"Grid-World {s.size}x{s.size}, {s.rules} rules"
+    )
+    log(
+        INFO,
+        "[fedembodied] FedRL %s, %s mode, B=%d envs x %d steps, K=%d updates/round "
+        "(%.3g per transition)",
+        world,
+        s.mode,
+        s.envs,
+        s.act_steps,
+        s.updates,
+        s.update_ratio,
+    )
+    return maps
+
+
+def _round_line(rnd: int, rounds: int, row: dict, eps: dict) -> None:
+    """The round's log line: its valid/test scores (when it evaluated) and the epsilon each
+    party has spent so far (`eps` keeps a party's last value through rounds it released
+    nothing in)."""
+    scores = "  ".join(
+        f"{k}={v:.3g}"
+        for k, v in row.items()
+        if k.endswith(("succ-rate-test_noise=on", "f1-test_noise=on")) and v == v
+    )
+    for r in eps:
+        v = row.get(f"{r}-privacy-epsilon")
+        if isinstance(v, float) and v == v:
+            eps[r] = v
+    log(
+        INFO,
+        "[fedembodied] round %d/%d  %s  privacy epsilon alpha=%s beta=%s  wall=%.2fs",
+        rnd,
+        rounds,
+        scores or "(not evaluated this round)",
+        *(f"{v:.3g}" if isinstance(v, float) else "none released yet" for v in eps.values()),
+        row["wall_s"],
+    )
 
 
 def _tensors(arrays) -> dict | None:

@@ -83,10 +83,28 @@ class TopologyRelay:
         """One accumulation + local training; returns the silos' new models. Who holds which
         silo is checked every round (a restarted node is used again)."""
         refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
-        node_of = self.node_of
         a = self.topology.mixing
         mixes = [mix(models, a[i]) for i in range(len(models))]
-        silos = [i for i in range(len(models)) if i in node_of]
+        sent, replies = self._send_mixes(grid, rnd, mixes)
+        self._record_silent(len(models), {i for i, _ in replies})
+        new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
+        accepted = self._accept(replies, sent, new)
+        losses = [float(m[TRAIN_LOSS]) for m in accepted]
+        weights = [float(m[NUM_EXAMPLES]) for m in accepted]
+        metrics = {
+            "n_accepted": len(losses),
+            "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
+            "consensus": consensus_distance(new, parameter_names(new[0])),
+        }
+        metrics.update(mean_signals(accepted))
+        self.recorder.add_metrics(metrics)
+        self._count_empty(rnd, bool(losses), replies)
+        return new
+
+    def _send_mixes(self, grid: Grid, rnd: int, mixes: list[dict]) -> tuple[dict, list]:
+        """Each held silo's mix out as a train message; returns the messages by silo and the
+        (silo, reply) pairs that came back within the round timeout."""
+        silos = [i for i in range(len(mixes)) if i in self.node_of]
         msgs = [
             Message(
                 RecordDict(
@@ -95,7 +113,7 @@ class TopologyRelay:
                         "config": ConfigRecord({SERVER_ROUND: rnd, SAVE_STATE: True}),
                     }
                 ),
-                dst_node_id=node_of[i],
+                dst_node_id=self.node_of[i],
                 message_type=MessageType.TRAIN,
             )
             for i in silos
@@ -105,27 +123,33 @@ class TopologyRelay:
             (silos[k], rep)
             for k, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s))
         ]
-        new = list(mixes)  # a silo that did not answer, or failed, keeps its mix
-        losses, weights, accepted = [], [], []
-        for i in sorted(set(range(len(models))) - {i for i, _ in replies}):
-            why = "no reply within the round timeout" if i in node_of else "no node holds this silo"
+        return dict(zip(silos, msgs)), replies
+
+    def _record_silent(self, n_silos: int, answered_silos: set[int]) -> None:
+        """clients.csv rows for the silos that did not answer, with why."""
+        for i in sorted(set(range(n_silos)) - answered_silos):
+            held = i in self.node_of
+            why = "no reply within the round timeout" if held else "no node holds this silo"
             self.recorder.add_client(
-                node=node_of.get(i, -1),
+                node=self.node_of.get(i, -1),
                 partition=i,
                 num_examples=0,
                 train_loss=None,
                 fit_s=None,
                 status=f"failed: {why}",
             )
-        sent = dict(zip(silos, msgs))
+
+    def _accept(self, replies: list, sent: dict, new: list[dict]) -> list[dict]:
+        """Screen each reply against what its silo was sent; an accepted one replaces the
+        silo's model in `new`. Returns the accepted replies' metrics, in silo order."""
+        accepted = []
         for i, rep in replies:
-            reference = sent[i].content["arrays"]
-            problem, update = screen_update(rep, reference)
+            problem, update = screen_update(rep, sent[i].content["arrays"])
             m = {} if rep.has_error() else dict(rep.content["metrics"])
             if not rep.has_error():
                 self.recorder.add_bytes(up=message_bytes(rep))
             self.recorder.add_client(
-                node=node_of[i],
+                node=self.node_of[i],
                 partition=i,
                 num_examples=m.get(NUM_EXAMPLES, 0),
                 train_loss=m.get(TRAIN_LOSS),
@@ -135,17 +159,12 @@ class TopologyRelay:
             )
             if problem is None:
                 new[i] = {k: np.array(v) for k, v in update.items()}  # the silo's own copy
-                losses.append(float(m[TRAIN_LOSS]))
-                weights.append(float(m[NUM_EXAMPLES]))
                 accepted.append(m)
-        metrics = {
-            "n_accepted": len(losses),
-            "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
-            "consensus": consensus_distance(new, parameter_names(new[0])),
-        }
-        metrics.update(mean_signals(accepted))
-        self.recorder.add_metrics(metrics)
-        self.empty_rounds = 0 if losses else self.empty_rounds + 1
+        return accepted
+
+    def _count_empty(self, rnd: int, any_accepted: bool, replies: list) -> None:
+        """Stop the run after `max-empty-rounds` consecutive rounds with no accepted update."""
+        self.empty_rounds = 0 if any_accepted else self.empty_rounds + 1
         if self.empty_rounds >= self.max_empty_rounds:
             raise ClientsFailed(
                 f"no silo's update was accepted in {self.empty_rounds} "
@@ -156,7 +175,6 @@ class TopologyRelay:
                     "see clients.csv",
                 )
             )
-        return new
 
     def evaluate_round(self, grid: Grid, rnd: int, models: list[dict]) -> list[dict]:
         """Metrics of the round; returns one row per silo (own split and pooled errors)."""
