@@ -28,27 +28,7 @@ def run(grid, c: Config, name: str) -> None:
     model = ResNet8(d.image_size, d.channels)
     recorder = recorder_for(c, name)
     recorder.write_config(num_parameters=count_parameters(model))
-    common = dict(
-        recorder=recorder,
-        num_clients=num_clients,
-        seed=c.run.seed,
-        node_wait_s=c.run.node_wait_timeout,
-        fraction_train=c.run.fraction_train,
-        fraction_evaluate=c.run.fraction_evaluate,
-        max_evaluate_nodes=c.run.max_evaluate_clients,
-        min_train_nodes=1,
-        min_evaluate_nodes=1,
-        eval_every=c.run.eval_period,
-        num_rounds=rounds,
-        max_empty_rounds=c.run.max_empty_rounds,
-        aggregator=c.run.aggregator,
-        trim=c.run.trim_fraction,
-        max_update_norm=c.run.max_update_norm,
-    )
-    if name == "fedprox":
-        strategy = ScreenedFedProx(proximal_mu=c.fedprox.proximal_mu, **common)
-    else:
-        strategy = ScreenedFedAvg(**common)
+    strategy = _strategy(c, name, recorder)
 
     def end_of_round(server_round: int, arrays: ArrayRecord):
         if server_round == 0:
@@ -100,3 +80,27 @@ def run(grid, c: Config, name: str) -> None:
         train_config=ConfigRecord(),
         evaluate_fn=end_of_round,
     )
+
+
+def _strategy(c: Config, name: str, recorder):
+    """The screened FedAvg (or FedProx) the run config asks for, recording into `recorder`."""
+    common = dict(
+        recorder=recorder,
+        num_clients=c.run.num_clients,
+        seed=c.run.seed,
+        node_wait_s=c.run.node_wait_timeout,
+        fraction_train=c.run.fraction_train,
+        fraction_evaluate=c.run.fraction_evaluate,
+        max_evaluate_nodes=c.run.max_evaluate_clients,
+        min_train_nodes=1,
+        min_evaluate_nodes=1,
+        eval_every=c.run.eval_period,
+        num_rounds=c.run.num_server_rounds,
+        max_empty_rounds=c.run.max_empty_rounds,
+        aggregator=c.run.aggregator,
+        trim=c.run.trim_fraction,
+        max_update_norm=c.run.max_update_norm,
+    )
+    if name == "fedprox":
+        return ScreenedFedProx(proximal_mu=c.fedprox.proximal_mu, **common)
+    return ScreenedFedAvg(**common)

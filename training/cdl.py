@@ -123,23 +123,18 @@ def train_cdl(
         else None
     )
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
-    mse_sum = cd_sum = 0.0
-    count = steps = 0
+    sums = np.zeros(3)  # this epoch's MSE x n, L_cd x n, n
+    steps = 0
     ratio = entropy = math.nan
     for new_epoch, idx in minibatches(
         len(xt), batch_size, epochs=epochs, seed=seed, device=dev, max_steps=max_steps
     ):
         if new_epoch:
-            mse_sum = cd_sum = 0.0
-            count = 0
+            sums[:] = 0.0
         xb, yb = xt[idx], yt[idx]
-        cd = torch.zeros((), device=dev)
         if variant == "paper":
-            fb = backbone.features(xb)
-            mse = F.mse_loss(backbone.head(backbone.dropout(fb)).squeeze(-1), yb)
+            fb, mse, cd, sub_loss = _paper_step(backbone, sub, xb, yb, beta, temperature)
             if sub is not None:
-                fs = sub.features(xb)
-                cd, sub_loss = paper_losses(fb, fs, beta, temperature)
                 if steps == 0:
                     entropy = softmax_entropy(fb, temperature)
                 opt_s.zero_grad()
@@ -149,8 +144,7 @@ def train_cdl(
         else:
             pb = backbone(xb)
             mse = F.mse_loss(pb, yb)
-            if sub is not None:
-                cd = reference_cd(pb, sub(xb))
+            cd = reference_cd(pb, sub(xb)) if sub is not None else torch.zeros((), device=dev)
             loss = mse + cd
         if steps == 0 and sub is not None:
             ratio = _grad_norm(cd, b_params) / max(_grad_norm(mse, b_params), 1e-12)
@@ -160,20 +154,30 @@ def train_cdl(
         steps += 1
         if progress is not None:
             progress(float(mse.detach()))
-        mse_sum += float(mse.detach()) * len(idx)
-        cd_sum += float(cd.detach()) * len(idx)
-        count += len(idx)
+        sums += (float(mse.detach()) * len(idx), float(cd.detach()) * len(idx), len(idx))
     states = {"backbone": optimizer_arrays(opt_b)}
     if opt_s is not None:
         states["sub"] = optimizer_arrays(opt_s)
     return {
-        "mse": mse_sum / max(count, 1),
-        "cd": cd_sum / max(count, 1),
+        "mse": float(sums[0] / max(sums[2], 1)),
+        "cd": float(sums[1] / max(sums[2], 1)),
         "steps": steps,
         "cd_grad_ratio": ratio,
         "pb_entropy": entropy,
         "optimizers": states,
     }
+
+
+def _paper_step(backbone, sub, xb, yb, beta: float, temperature: float):
+    """One minibatch of the paper's losses: the backbone's features, its MSE, and (with a
+    sub-network) L_cd+ and the sub-network's loss from `paper_losses` (zeros without one)."""
+    fb = backbone.features(xb)
+    mse = F.mse_loss(backbone.head(backbone.dropout(fb)).squeeze(-1), yb)
+    if sub is None:
+        zero = torch.zeros((), device=xb.device)
+        return fb, mse, zero, zero
+    cd, sub_loss = paper_losses(fb, sub.features(xb), beta, temperature)
+    return fb, mse, cd, sub_loss
 
 
 def _n_state(resume: dict) -> int:
