@@ -3,15 +3,21 @@ today's code against faster variants, in the same run.
 
     python -m experiments.vln_update_speed [--updates 20] [--batch 32] [--compile]
 
-Variants, each timed on the same batches from the embedded houses after 3 warm-up updates:
-  bmm attention, 1 thread        the earlier code (SoftDotAttention with torch.bmm)
-  multiply-sum attention, 1 thread   models/envdrop.py now (same values, checked here)
-  ... 2 threads                  client-threads=2: only worth it where a core is free (a run
-                                 with one ClientApp per core has none)
-  ... compiled decoder           torch.compile of the per-step decoder (--compile; needs a C++
-                                 compiler, and pays its compile time once per process)
-The rollout already stops when every episode of the batch has ended (training/vln_agent.py).
-Writes experiments/results/vln_update_speed.csv: updates/s and the ratio to the first row.
+Variants, each timed on the same batches from the embedded houses after 3 warm-up updates, one
+thread unless said:
+  bmm attention, every row        the earliest code (SoftDotAttention with torch.bmm)
+  multiply-sum attention, every row (before)
+                                  models/envdrop.py's attention (same values, checked here) with
+                                  the rollout as it was: every row of the batch decoded at every
+                                  step until the longest episode ends, finished rows masked
+  ... finished rows compacted out training/vln_agent.rollout now: each step decodes only the
+                                  episodes still running (same teacher loss and greedy routes,
+                                  checked here in eval mode)
+  ... 2 threads                   client-threads=2: only worth it where a core is free (a run
+                                  with one ClientApp per core has none)
+  ... compiled decoder            torch.compile of the per-step decoder (--compile; needs a C++
+                                  compiler, and pays its compile time once per process)
+Writes experiments/results/vln_update_speed.csv: updates/s and the ratio to the (before) row.
 """
 
 from __future__ import annotations
@@ -41,6 +47,74 @@ def bmm_forward(self, h, ctx, mask=None):
     return torch.tanh(self.linear_out(torch.cat([weighted, h], 1))), attn, logit
 
 
+def every_row_rollout(
+    model,
+    world,
+    episodes: list,
+    tokens,
+    mode: str,
+    s,
+    *,
+    token_ids: torch.Tensor | None = None,
+    drop: torch.Tensor | None = None,
+):
+    """training/vln_agent.rollout as it was: every row of the batch decoded at every step
+    until the longest episode ends, finished rows masked to zero."""
+    dev = next(model.parameters()).device
+    from torch import nn
+
+    from envs.vln_env import NavBatch
+    from models.envdrop import ANGLE_DIM
+    from training.vln_agent import _a2c_loss
+
+    nb = NavBatch(world, episodes, s.max_actions)
+    B = len(episodes)
+    ids = token_ids if token_ids is not None else tokens(episodes)
+    ctx, ctx_mask, h, c = model.lang_encoder(ids.to(dev))
+    if drop is None:
+        drop = model.env_drop_mask(B, dev)
+    prev = torch.zeros(B, ANGLE_DIM, device=dev)
+    ce, logps, ents, values, rewards, masks = [], [], [], [], [], []
+    last_dist = nb.distance_to_goal()
+    while not nb.done.all():
+        pano = model.apply_mask(torch.from_numpy(nb.pano).to(dev), drop)
+        cand = model.apply_mask(torch.from_numpy(nb.cand_feat).to(dev), drop)
+        cmask = torch.from_numpy(nb.cand_mask).to(dev)
+        logit, h, c, h_tilde = model.decoder(prev, pano, cand, cmask, h, c, ctx, ctx_mask)
+        active = torch.from_numpy(~nb.done).to(dev)
+        target = torch.from_numpy(nb.teacher()).to(dev)
+        if mode == "teacher":
+            ce.append(
+                nn.functional.cross_entropy(logit, target.clamp(min=0), reduction="none") * active
+            )
+            masks.append(active.float())
+            action = target.clamp(min=0)
+        elif mode == "sample":
+            dist = torch.distributions.Categorical(logits=logit)
+            action = dist.sample()
+            logps.append(dist.log_prob(action) * active)
+            ents.append(dist.entropy() * active)
+            values.append(model.critic(h_tilde).squeeze(1))
+        else:
+            action = logit.argmax(1)
+        action = torch.where(active, action, torch.zeros_like(action))
+        prev = cand[torch.arange(B, device=dev), action, -ANGLE_DIM:]
+        a = action.cpu().numpy()
+        was_active = ~nb.done
+        nb.step(a)
+        if mode == "sample":
+            dist_now = nb.distance_to_goal()
+            r = np.where(a == 0, np.where(dist_now < 3.0, 2.0, -2.0), np.sign(last_dist - dist_now))
+            rewards.append(r * was_active)
+            masks.append(was_active.astype(np.float32))
+            last_dist = dist_now
+    if mode == "teacher":  # summed over steps, divided by the batch (Envdrop l. 445)
+        return torch.stack(ce).sum() / B, nb
+    if mode == "sample":
+        return _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev), nb
+    return None, nb
+
+
 def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) -> float:
     from models.envdrop import Follower, FollowerSize
     from training import vln_agent
@@ -64,6 +138,30 @@ def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) ->
     return updates / (time.perf_counter() - t0)
 
 
+def same_rollouts(vln, batch: int) -> bool:
+    """The compacted rollout gives the every-row rollout's teacher loss and greedy routes
+    (eval mode, so no dropout draws differ)."""
+    from models.envdrop import Follower, FollowerSize
+    from training import vln_agent
+
+    torch.manual_seed(0)
+    model = Follower(FollowerSize(len(vln.vocab), vln.world.feature_dim)).eval()
+    s = vln_agent.AgentSettings(batch_size=batch)
+    tokens = vln_agent.Tokens(vln.vocab, s.max_words)
+    eps = vln.split("train")[:batch]
+    with torch.no_grad():
+        out = [
+            (
+                f(model, vln.world, eps, tokens, "teacher", s),
+                f(model, vln.world, eps, tokens, "greedy", s),
+            )
+            for f in (every_row_rollout, vln_agent.rollout)
+        ]
+    (loss_a, _), (_, nb_a) = out[0]
+    (loss_b, _), (_, nb_b) = out[1]
+    return torch.allclose(loss_a, loss_b, rtol=1e-5) and nb_a.trajs == nb_b.trajs
+
+
 def same_values() -> bool:
     from models.envdrop import SoftDotAttention
 
@@ -81,6 +179,7 @@ def same_values() -> bool:
 def main(argv=None) -> int:
     from envs.vln_setup import open_vln
     from models.envdrop import SoftDotAttention
+    from training import vln_agent
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--updates", type=int, default=20)
@@ -92,25 +191,28 @@ def main(argv=None) -> int:
         print("vln_update_speed: multiply-sum attention differs from bmm", file=sys.stderr)
         return 1
     vln = open_vln("")
-    new_forward = SoftDotAttention.forward
-    variants = [
-        ("bmm attention, 1 thread (before)", bmm_forward, 1, False),
-        ("multiply-sum attention, 1 thread", new_forward, 1, False),
-        ("multiply-sum attention, 2 threads", new_forward, 2, False),
+    if not same_rollouts(vln, args.batch):
+        print("vln_update_speed: the compacted rollout differs", file=sys.stderr)
+        return 1
+    new_forward, compacted = SoftDotAttention.forward, vln_agent.rollout
+    variants = [  # (name, attention, rollout, threads, compiled)
+        ("bmm attention, every row", bmm_forward, every_row_rollout, 1, False),
+        ("multiply-sum attention, every row (before)", new_forward, every_row_rollout, 1, False),
+        ("multiply-sum attention, finished rows compacted out", new_forward, compacted, 1, False),
+        ("... compacted, 2 threads", new_forward, compacted, 2, False),
     ]
     if args.compile:
-        variants.append(
-            ("multiply-sum attention, compiled decoder, 1 thread", new_forward, 1, True)
-        )
+        variants.append(("... compacted, compiled decoder", new_forward, compacted, 1, True))
     rows = []
-    for name, forward, threads, compiled in variants:
-        SoftDotAttention.forward = forward
+    for name, forward, roll, threads, compiled in variants:
+        SoftDotAttention.forward, vln_agent.rollout = forward, roll
         rate = time_updates(vln, args.updates, args.batch, threads, compiled)
         rows.append({"variant": name, "updates_per_s": round(rate, 3), "batch": args.batch})
         print(rows[-1], flush=True)
-    SoftDotAttention.forward = new_forward
+    SoftDotAttention.forward, vln_agent.rollout = new_forward, compacted
     df = pd.DataFrame(rows)
-    df["ratio_to_before"] = (df.updates_per_s / df.updates_per_s.iloc[0]).round(3)
+    before = df.updates_per_s[df.variant.str.endswith("(before)")].iloc[0]
+    df["ratio_to_before"] = (df.updates_per_s / before).round(3)
     df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(RESULTS / "vln_update_speed.csv", index=False)

@@ -94,7 +94,12 @@ def rollout(
     """Run a batch to the end. mode: `teacher` (follow and imitate the shortest path),
     `sample` (A2C) or `greedy` (evaluation). `token_ids` replace the episodes' instructions
     (back-translation); `drop` is the environmental-dropout mask to use (default: a fresh
-    one). Returns (loss or None, NavBatch)."""
+    one). Returns (loss or None, NavBatch).
+
+    Each step decodes only the episodes still running (the batch is compacted to them and
+    the results scattered back), so a batch's cost follows its active rows rather than its
+    longest episode: finished rows contributed nothing but masked zeros
+    (experiments/vln_update_speed.py measures both)."""
     dev = next(model.parameters()).device
     nb = NavBatch(world, episodes, s.max_actions)
     B = len(episodes)
@@ -106,30 +111,34 @@ def rollout(
     ce, logps, ents, values, rewards, masks = [], [], [], [], [], []
     last_dist = nb.distance_to_goal()
     while not nb.done.all():
-        pano = model.apply_mask(torch.from_numpy(nb.pano).to(dev), drop)
-        cand = model.apply_mask(torch.from_numpy(nb.cand_feat).to(dev), drop)
-        cmask = torch.from_numpy(nb.cand_mask).to(dev)
-        logit, h, c, h_tilde = model.decoder(prev, pano, cand, cmask, h, c, ctx, ctx_mask)
-        active = torch.from_numpy(~nb.done).to(dev)
-        target = torch.from_numpy(nb.teacher()).to(dev)
+        was_active = ~nb.done
+        rows = torch.from_numpy(np.flatnonzero(was_active)).to(dev)
+        d = drop[rows]
+        pano = model.apply_mask(torch.from_numpy(nb.pano[was_active]).to(dev), d)
+        cand = model.apply_mask(torch.from_numpy(nb.cand_feat[was_active]).to(dev), d)
+        cmask = torch.from_numpy(nb.cand_mask[was_active]).to(dev)
+        logit, h_a, c_a, h_tilde = model.decoder(
+            prev[rows], pano, cand, cmask, h[rows], c[rows], ctx[rows], ctx_mask[rows]
+        )
+        h, c = h.index_copy(0, rows, h_a), c.index_copy(0, rows, c_a)
+        target = torch.from_numpy(nb.teacher()[was_active]).to(dev)
         if mode == "teacher":
-            ce.append(
-                nn.functional.cross_entropy(logit, target.clamp(min=0), reduction="none") * active
-            )
-            masks.append(active.float())
+            ce.append(nn.functional.cross_entropy(logit, target.clamp(min=0), reduction="sum"))
             action = target.clamp(min=0)
         elif mode == "sample":
             dist = torch.distributions.Categorical(logits=logit)
             action = dist.sample()
-            logps.append(dist.log_prob(action) * active)
-            ents.append(dist.entropy() * active)
-            values.append(model.critic(h_tilde).squeeze(1))
+            zeros = torch.zeros(B, device=dev)
+            logps.append(zeros.index_copy(0, rows, dist.log_prob(action)))
+            ents.append(zeros.index_copy(0, rows, dist.entropy()))
+            values.append(zeros.index_copy(0, rows, model.critic(h_tilde).squeeze(1)))
         else:
             action = logit.argmax(1)
-        action = torch.where(active, action, torch.zeros_like(action))
-        prev = cand[torch.arange(B, device=dev), action, -ANGLE_DIM:]
-        a = action.cpu().numpy()
-        was_active = ~nb.done
+        prev = prev.index_copy(
+            0, rows, cand[torch.arange(len(rows), device=dev), action, -ANGLE_DIM:]
+        )
+        a = np.zeros(B, dtype=np.int64)
+        a[was_active] = action.cpu().numpy()
         nb.step(a)
         if mode == "sample":
             dist_now = nb.distance_to_goal()
