@@ -218,7 +218,7 @@ def centralized(a, out: Path, seed: int) -> None:
         "--seed",
         str(seed),
         "--threads",
-        "2",
+        "1",  # as each house (client-threads = 1): the numbers depend on the thread count
         "--out",
         str(out / "central"),
         "--results-dir",

@@ -113,7 +113,13 @@ def parse_args(argv=None):
     p.add_argument("--embedding", type=_positive, default=64)
     p.add_argument("--hidden", type=_positive, default=128)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1, as each federated house: a run's numbers depend on it, "
+        "since threads change the order floating-point sums are taken in)",
+    )
     p.add_argument("--redo", action="store_true", help="retrain stages already finished")
     p.add_argument("--results-dir", default=str(RESULTS), help="where the summary CSV/PNG go")
     return p.parse_args(argv)
@@ -216,8 +222,10 @@ def main(argv=None) -> int:
 
 
 def run(a) -> int:
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    if a.threads < 1:
+        print("vln_centralized: --threads must be at least 1", file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     suffix = f"_{a.tag}" if a.tag else ""
     out = Path(a.out) if a.out else ROOT / "runs" / f"vln-central{suffix.replace('_', '-')}"
