@@ -65,6 +65,12 @@ class FedVLNSettings(Section):
         "agent | speaker | augment: also score val_seen (false: val_unseen only)"
     )
     max_local_steps: int = setting("> 0: cap on minibatches per local training", lo=0, hi=10**7)
+    patience: int = setting(
+        "stop the stage once val_unseen SR (BLEU for the speaker) has not improved for this "
+        "many evaluations (num-server-rounds is then the cap); 0 = run every round",
+        lo=0,
+        hi=10**6,
+    )
     batch_size: int = setting("local minibatch size", lo=1, hi=10**5)
     lr: float = setting("local learning rate; 0 = the recipe's", lo=0, hi=10)
     feedback: str = setting(

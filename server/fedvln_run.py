@@ -36,6 +36,7 @@ is reset every round (see `config/fedvln_recipe.py`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from logging import INFO, WARNING
@@ -58,6 +59,7 @@ from server.recorder import load_round, recorder_for, trailing_empty_rounds
 from strategies.fedvln_strategy import FedVLNStrategy
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
+from training.convergence import Patience
 
 
 @dataclass
@@ -234,15 +236,17 @@ def run(grid, c: Config, name: str) -> None:
         _setup_round(grid, c, plan, parts, idents, recorder, follower, speaker)
     strategy = _strategy(c, plan, {p: i["role"] for p, i in idents.items()}, parts, recorder)
     key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
-    best = {"score": -1.0}
+    best = Patience(c.fedvln.patience)
+    last = {"arrays": None, "round": done}
     t0 = time.perf_counter()
     initial = shared
     if done:  # resume: the shared arrays after the last finished round, the best score so far
         initial = ArrayRecord(load_round(recorder, done))
         strategy.round_offset = done
         strategy.empty_rounds = trailing_empty_rounds(recorder)
-        best["score"] = max(
-            [float(r[key]) for r in recorder.rounds if key in r and r[key] == r[key]], default=-1.0
+        best = Patience.replay(
+            c.fedvln.patience,
+            [(int(r["round"]), float(r[key])) for r in recorder.rounds if key in r],
         )
         log(INFO, "[fedembodied] resuming FedVLN %s after round %d of %d", tag, done, rounds)
 
@@ -251,33 +255,63 @@ def run(grid, c: Config, name: str) -> None:
             return None
         server_round += strategy.round_offset
         row = recorder.end_round(arrays)
-        if plan.share == "*" and row.get(key, -1) > best["score"]:
-            best["score"] = row[key]
-            _save(
-                model, arrays, recorder.out / "best.pt", round=server_round, **{key: best["score"]}
-            )
+        last.update(arrays=arrays, round=server_round)
+        if best.update(float(row.get(key, math.nan)), server_round) and plan.share == "*":
+            _save(model, arrays, recorder.out / "best.pt", round=server_round, **{key: best.best})
         _round_line(server_round, rounds, row)
+        if best.stop:
+            raise _Converged
         return None
 
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=rounds - done,
-        timeout=c.run.round_timeout,
-        train_config=ConfigRecord(
-            {
-                "step": plan.model,
-                "epochs": plan.epochs,
-                "share": plan.share,
-                "keep-local": plan.keep_local,
-            }
-        ),
-        evaluate_config=ConfigRecord({"model": plan.model, "local": plan.keep_local}),
-        evaluate_fn=end_of_round,
+    if not best.stop:  # a resumed stage may have converged already
+        try:
+            strategy.start(
+                grid=grid,
+                initial_arrays=initial,
+                num_rounds=rounds - done,
+                timeout=c.run.round_timeout,
+                train_config=ConfigRecord(
+                    {
+                        "step": plan.model,
+                        "epochs": plan.epochs,
+                        "share": plan.share,
+                        "keep-local": plan.keep_local,
+                    }
+                ),
+                evaluate_config=ConfigRecord({"model": plan.model, "local": plan.keep_local}),
+                evaluate_fn=end_of_round,
+            )
+        except _Converged:
+            log(
+                INFO,
+                "[fedembodied] FedVLN %s converged: %s has not improved on %.4g (round %d) "
+                "for %d evaluations; stopped after round %d of %d",
+                tag,
+                key,
+                best.best,
+                best.best_at,
+                best.patience,
+                last["round"],
+                rounds,
+            )
+    if plan.share == "*":  # the last round's model (a resumed, finished stage: its last round's)
+        _save(model, last["arrays"] or initial, recorder.out / "model.pt", rounds=last["round"])
+    recorder.write_config(
+        wall_s=round(time.perf_counter() - t0, 2),
+        convergence={
+            "patience": best.patience,
+            "selection": key,
+            "best": best.best if best.best_at is not None else None,
+            "best_round": best.best_at,
+            "last_round": last["round"],
+            "stopped_early": best.stop,
+        },
     )
-    if plan.share == "*":
-        _save(model, result.arrays, recorder.out / "model.pt", rounds=rounds)
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
+
+
+class _Converged(Exception):
+    """Raised by the end-of-round hook to leave Flower's round loop once patience runs out."""
 
 
 def _starting_models(c: Config, plan: Plan, idents: dict) -> tuple[Follower, Speaker]:

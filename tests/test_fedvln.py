@@ -512,3 +512,38 @@ def test_the_server_waits_for_one_node_per_house_whatever_num_clients_says(tmp_p
     assert len(asked) == 5  # every house's node was waited for and asked who it is
     assert (out / "rounds.csv").is_file()
     assert "holds 5 houses" in caplog.text and "num-supernodes=5" in caplog.text
+
+
+def test_patience_keeps_the_first_best_and_stops_after_that_many_flat_evaluations():
+    from training.convergence import Patience
+
+    p = Patience(2)
+    assert [p.update(s, at) for at, s in enumerate([0.1, float("nan"), 0.3, 0.3, 0.2], 1)] == [
+        True,
+        False,  # no evaluation this round: neither better nor worse
+        True,
+        False,  # equal is not better
+        False,
+    ]
+    assert (p.best, p.best_at, p.stop) == (0.3, 3, True)
+    assert not Patience(0).stop and Patience.replay(1, [(1, 0.5), (2, 0.4)]).stop
+    with pytest.raises(ValueError):
+        Patience(-1)
+
+
+def test_a_stage_stops_once_val_unseen_has_not_improved_for_patience_evaluations(tmp_path):
+    """A follower that cannot change (learning rate 1e-9) scores the same every round: with
+    patience 1 the stage ends after its second round of six, keeping round 1 as best."""
+    import json
+
+    import pandas as pd
+
+    _, run = _run(
+        tmp_path,
+        "agent",
+        **{"num-server-rounds": 6, "fedvln.patience": 1, "fedvln.lr": 1e-9},
+    )
+    conv = json.loads((run / "config.json").read_text())["convergence"]
+    assert conv["stopped_early"] and conv["best_round"] == 1 and conv["last_round"] == 2
+    assert list(pd.read_csv(run / "rounds.csv")["round"]) == [1, 2]
+    assert (run / "best.pt").is_file() and (run / "model.pt").is_file()
