@@ -41,6 +41,7 @@ from models import vln_checkpoint
 from models.envdrop import Follower, FollowerSize, parameter_share
 from models.speaker import Speaker, SpeakerSize
 from training import vln_agent, vln_speaker
+from training.convergence import Patience
 from training.vln_house import open_house, speaker_routes
 from training.vln_loop import OPTIMIZERS, make_optimizer
 
@@ -120,6 +121,13 @@ def parse_args(argv=None):
         help="torch threads (default 1, as each federated house: a run's numbers depend on it, "
         "since threads change the order floating-point sums are taken in)",
     )
+    p.add_argument(
+        "--patience",
+        type=int,
+        default=0,
+        help="stop a stage once val_unseen SR (BLEU for the speaker) has not improved for this "
+        "many evaluations, as fedvln.patience (0: train every iteration asked)",
+    )
     p.add_argument("--redo", action="store_true", help="retrain stages already finished")
     p.add_argument("--results-dir", default=str(RESULTS), help="where the summary CSV/PNG go")
     return p.parse_args(argv)
@@ -138,7 +146,7 @@ def train_follower(
     opt = make_optimizer(a.optimizer, model.parameters(), a.lr)
     rng = np.random.default_rng(a.seed)
     iters = a.iters if stage == "agent" else a.aug_iters
-    rows, best, t0 = [], -1.0, time.time()
+    rows, best, t0 = [], Patience(a.patience), time.time()
     for start in range(0, iters, a.eval_every):
         n = min(a.eval_every, iters - start)
         loss = vln_agent.train_batches(
@@ -158,8 +166,7 @@ def train_follower(
             m, _ = vln_agent.evaluate(model, vln.world, eps, tokens, settings)
             row.update({f"{split}_n": len(eps), **{f"{split}_{k}": v for k, v in m.items()}})
         rows.append(row)
-        if row["val_unseen_sr"] > best:  # the paper's checkpoint: best val_unseen SR
-            best = row["val_unseen_sr"]
+        if best.update(row["val_unseen_sr"], row["iteration"]):  # the paper's: best unseen SR
             vln_checkpoint.save(
                 out / "checkpoints" / f"{stage}_best.pt",
                 model,
@@ -175,6 +182,8 @@ def train_follower(
             f"({row['wall_s']:.0f} s)",
             flush=True,
         )
+        if converged(best, rows, out / f"{stage}_log.csv", stage):
+            break
     vln_checkpoint.save(out / "checkpoints" / f"{stage}.pt", model, vln.vocab, log=rows)
     return rows
 
@@ -183,7 +192,7 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
     opt = make_optimizer(CPU["speaker"].optimizer, speaker.parameters(), a.speaker_lr)
     rng = np.random.default_rng(a.seed)
     s = vln_speaker.SpeakerSettings(batch_size=a.batch_size, lr=a.speaker_lr)
-    rows, best, t0 = [], -1.0, time.time()
+    rows, best, t0 = [], Patience(a.patience), time.time()
     for start in range(0, a.speaker_iters, a.eval_every):
         n = min(a.eval_every, a.speaker_iters - start)
         loss = vln_speaker.train_batches(
@@ -200,8 +209,7 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
             f"({row['wall_s']:.0f} s)",
             flush=True,
         )
-        if row["val_unseen_bleu"] > best:  # as FedVLN's best_val_unseen_bleu
-            best = row["val_unseen_bleu"]
+        if best.update(row["val_unseen_bleu"], row["iteration"]):  # best_val_unseen_bleu
             vln_checkpoint.save(
                 out / "checkpoints" / "speaker.pt",
                 speaker,
@@ -209,7 +217,24 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
                 log=rows,
                 best_iteration=row["iteration"],
             )
+        if converged(best, rows, out / "speaker_log.csv", "speaker"):
+            break
     return rows
+
+
+def converged(best: Patience, rows: list[dict], log: Path, stage: str) -> bool:
+    """Patience ran out: mark the log's last row (a rerun then counts the stage finished) and
+    say when the best came."""
+    if not best.stop:
+        return False
+    rows[-1]["converged"] = True
+    pd.DataFrame(rows).to_csv(log, index=False)
+    print(
+        f"[{stage}] converged: no better than {best.best:.2f} (iteration {best.best_at}) "
+        f"for {best.patience} evaluations",
+        flush=True,
+    )
+    return True
 
 
 def main(argv=None) -> int:
@@ -222,8 +247,8 @@ def main(argv=None) -> int:
 
 
 def run(a) -> int:
-    if a.threads < 1:
-        print("vln_centralized: --threads must be at least 1", file=sys.stderr)
+    if a.threads < 1 or a.patience < 0:
+        print("vln_centralized: --threads must be >= 1 and --patience >= 0", file=sys.stderr)
         return 2
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -260,12 +285,11 @@ def run(a) -> int:
         """Finished earlier: its checkpoint exists and its log reached the stage's length."""
         target = {"agent": a.iters, "speaker": a.speaker_iters, "augment": a.aug_iters}[stage]
         log = out / f"{stage}_log.csv"
-        return (
-            not a.redo
-            and (ck / f"{stage}.pt").is_file()
-            and log.is_file()
-            and pd.read_csv(log)["iteration"].max() >= target
-        )
+        if a.redo or not (ck / f"{stage}.pt").is_file() or not log.is_file():
+            return False
+        done = pd.read_csv(log)
+        stopped = "converged" in done and bool(done["converged"].fillna(False).astype(bool).any())
+        return done["iteration"].max() >= target or stopped
 
     for stage in a.stages:
         if done(stage):

@@ -331,3 +331,25 @@ def test_a_checkpoint_that_would_run_code_is_refused(vln, tmp_path):
     vln_checkpoint.save(good, _follower(vln), vln.vocab, score=np.float64(1.5), at=(1, 2))
     _, _, extra = vln_checkpoint.load(good)
     assert extra == {"score": 1.5, "at": [1, 2]}
+
+
+def test_centralized_stages_stop_by_the_same_patience_and_count_as_finished(tmp_path, monkeypatch):
+    """--patience 1 with a follower that cannot change (lr 1e-9): evaluations at 2 and 4 score
+    the same, so the agent stage stops at 4 of 20, marks its log, and a rerun skips it."""
+    import pandas as pd
+
+    from experiments import vln_centralized
+
+    monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
+    args = [
+        *("--stages", "agent", "--iters", "20", "--eval-every", "2", "--patience", "1"),
+        *("--lr", "1e-9", "--eval-size", "6", "--batch-size", "4"),
+        *("--train-houses", "2", "--unseen-houses", "1", "--out", str(tmp_path / "run")),
+        *("--results-dir", str(tmp_path / "res")),
+    ]
+    assert vln_centralized.main(args) == 0
+    log = pd.read_csv(tmp_path / "run" / "agent_log.csv")
+    assert list(log["iteration"]) == [2, 4] and bool(log["converged"].iloc[-1])
+    stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
+    assert vln_centralized.main(args) == 0
+    assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
