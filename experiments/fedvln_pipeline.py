@@ -17,7 +17,15 @@ in Flower's simulation engine):
 3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
    back-translated by the same speaker, with as many steps per round as env-based makes.
 
-Every stage resumes: a finished one is skipped on rerun. Checkpoints reported (the paper's
+Budgets: fixed by default (the --*-rounds, centralized step-matched to each federated stage).
+With `--patience P`, every stage trains till convergence, as the paper trains all its models:
+a federated stage stops once val_unseen SR (BLEU for the speaker) has not improved for P
+evaluations (`fedvln.patience`), its --*-rounds the cap; the centralized stage stops by the same
+rule (`vln_centralized --patience`) under a cap of the federated stage's mean steps per round
+times that round cap, evaluated every as many steps. (Centralized pre-exploration keeps the
+env-based stage's steps.)
+
+Every stage resumes: a finished (or converged) one is skipped on rerun. Checkpoints reported (the paper's
 convention, and the last): `best` is the evaluation with the highest val_unseen SR (BLEU for the
 speaker), all other metrics from that same evaluation; `last` is the final evaluation. Tables
 give mean, sd and n over seeds, and `se_eval`, the binomial standard error of one SR evaluation
@@ -97,6 +105,14 @@ def parse_args(argv=None):
     p.add_argument("--pre-rounds", type=int, default=15)
     p.add_argument("--eval-every", type=int, default=3, help="agent/speaker/augment stages")
     p.add_argument("--pre-eval-every", type=int, default=3)
+    p.add_argument(
+        "--patience",
+        type=int,
+        default=0,
+        help="train every stage, federated and centralized, till convergence: stop once "
+        "val_unseen SR (BLEU for the speaker) has not improved for this many evaluations; the "
+        "--*-rounds are then caps (0: fixed budgets, centralized step-matched to federated)",
+    )
     p.add_argument("--run-config", default="", help="extra run config for every stage")
     p.add_argument("--tables-only", action="store_true", help="only rebuild tables from runs")
     p.add_argument("--results-dir", default=str(RESULTS))
@@ -105,21 +121,23 @@ def parse_args(argv=None):
 
 def stage_config(a, stage: str, extra: str = "") -> str:
     every = a.pre_eval_every if stage == "preexplore" else a.eval_every
-    items = [f'fedvln.stage="{stage}"', f"eval-every={every}"]
+    items = [f'fedvln.stage="{stage}"', f"eval-every={every}", f"fedvln.patience={a.patience}"]
     if a.data_dir:
         items.append(f'fedvln.data-dir="{Path(a.data_dir).resolve()}"')
     return " ".join(items + [extra, a.run_config]).strip()
 
 
 def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
-    """One federated stage, resumed if finished; an interrupted one is redone."""
+    """One federated stage, resumed if finished (all its rounds, or converged before the
+    cap); an interrupted one is redone."""
     done = run / "rounds.csv"
-    if done.is_file() and (
-        pd.read_csv(done)["round"].max() < rounds
-        or not (run / "config.json").is_file()
-        or "wall_s" not in json.loads((run / "config.json").read_text())
-    ):
-        shutil.rmtree(run)
+    if done.is_file():
+        cfg = (
+            json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
+        )
+        converged = cfg.get("convergence", {}).get("stopped_early", False)
+        if "wall_s" not in cfg or (pd.read_csv(done)["round"].max() < rounds and not converged):
+            shutil.rmtree(run)
     # fed-full (Table 5's whole-model baseline) shares more than a house's default policy lets
     # out in pre-exploration: the researcher who operates every house allows it for this study
     policy = RESEARCH_POLICY if "fed-full" in run.name else None
@@ -190,6 +208,16 @@ def _eval_steps(rounds_csv: Path, col: str) -> list[int]:
     return [int(x) for x in df.loc[df[col].notna(), "steps"]]
 
 
+def _central_steps(rounds_csv: Path, fed_steps: int, cap_rounds: int, patience: int) -> int:
+    """The centralized stage's step budget: the federated stage's summed steps (fixed budgets),
+    or, training till convergence, its cap: the federated stage's mean steps per round times
+    its round cap, so both stop by patience under the same ceiling."""
+    if not patience:
+        return fed_steps
+    ran = int(pd.read_csv(rounds_csv)["round"].max())
+    return int(np.ceil(fed_steps / max(ran, 1) * cap_rounds))
+
+
 def centralized(a, out: Path, seed: int) -> None:
     """Envdrop, speaker and Envdrop_aug on pooled data, step for step with the federated runs:
     as many optimizer steps as each federated stage made, evaluated every as many steps as one
@@ -204,13 +232,20 @@ def centralized(a, out: Path, seed: int) -> None:
     }
     cfg = json.loads((out / "agent" / "config.json").read_text())
     every = max(1, steps["agent"][-1] // max(1, len(steps["agent"])))
+    caps = {"agent": a.agent_rounds, "speaker": a.speaker_rounds, "augment": a.aug_rounds}
+    iters = {
+        s: _central_steps(out / s / "rounds.csv", v[-1], caps[s], a.patience)
+        for s, v in steps.items()
+    }
     args = [
         "--iters",
-        str(steps["agent"][-1]),
+        str(iters["agent"]),
         "--speaker-iters",
-        str(steps["speaker"][-1]),
+        str(iters["speaker"]),
         "--aug-iters",
-        str(steps["augment"][-1]),
+        str(iters["augment"]),
+        "--patience",
+        str(a.patience),
         "--eval-every",
         str(every),
         "--aug-routes",

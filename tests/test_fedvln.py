@@ -547,3 +547,14 @@ def test_a_stage_stops_once_val_unseen_has_not_improved_for_patience_evaluations
     assert conv["stopped_early"] and conv["best_round"] == 1 and conv["last_round"] == 2
     assert list(pd.read_csv(run / "rounds.csv")["round"]) == [1, 2]
     assert (run / "best.pt").is_file() and (run / "model.pt").is_file()
+
+
+def test_pipeline_caps_the_centralized_stage_at_the_federated_cap_when_training_to_convergence(
+    tmp_path,
+):
+    from experiments.fedvln_pipeline import _central_steps
+
+    rounds = tmp_path / "rounds.csv"
+    rounds.write_text("round,local_steps\n1,40\n2,40\n3,40\n4,40\n")  # stopped at 4 of cap 10
+    assert _central_steps(rounds, 160, 10, patience=0) == 160  # fixed budget: step-matched
+    assert _central_steps(rounds, 160, 10, patience=3) == 400  # 40 a round x the cap of 10
