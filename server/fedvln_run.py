@@ -265,22 +265,7 @@ def run(grid, c: Config, name: str) -> None:
 
     if not best.stop:  # a resumed stage may have converged already
         try:
-            strategy.start(
-                grid=grid,
-                initial_arrays=initial,
-                num_rounds=rounds - done,
-                timeout=c.run.round_timeout,
-                train_config=ConfigRecord(
-                    {
-                        "step": plan.model,
-                        "epochs": plan.epochs,
-                        "share": plan.share,
-                        "keep-local": plan.keep_local,
-                    }
-                ),
-                evaluate_config=ConfigRecord({"model": plan.model, "local": plan.keep_local}),
-                evaluate_fn=end_of_round,
-            )
+            _start(strategy, grid, c, plan, initial, rounds - done, end_of_round)
         except _Converged:
             log(
                 INFO,
@@ -308,6 +293,26 @@ def run(grid, c: Config, name: str) -> None:
         },
     )
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
+
+
+def _start(strategy, grid, c: Config, plan: Plan, initial, rounds: int, end_of_round) -> None:
+    """Flower's round loop for `rounds` rounds of the stage's step, `end_of_round` after each."""
+    strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=rounds,
+        timeout=c.run.round_timeout,
+        train_config=ConfigRecord(
+            {
+                "step": plan.model,
+                "epochs": plan.epochs,
+                "share": plan.share,
+                "keep-local": plan.keep_local,
+            }
+        ),
+        evaluate_config=ConfigRecord({"model": plan.model, "local": plan.keep_local}),
+        evaluate_fn=end_of_round,
+    )
 
 
 class _Converged(Exception):
