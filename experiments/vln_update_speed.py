@@ -11,8 +11,8 @@ thread unless said:
                                   the rollout as it was: every row of the batch decoded at every
                                   step until the longest episode ends, finished rows masked
   ... finished rows compacted out training/vln_agent.rollout now: each step decodes only the
-                                  episodes still running (same teacher loss and greedy routes,
-                                  checked here in eval mode)
+                                  episodes still running (same teacher loss, greedy routes
+                                  and A2C loss, checked here)
   ... 2 threads                   client-threads=2: only worth it where a core is free (a run
                                   with one ClientApp per core has none)
   ... compiled decoder            torch.compile of the per-step decoder (--compile; needs a C++
@@ -139,8 +139,11 @@ def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) ->
 
 
 def same_rollouts(vln, batch: int) -> bool:
-    """The compacted rollout gives the every-row rollout's teacher loss and greedy routes
-    (eval mode, so no dropout draws differ)."""
+    """The compacted rollout gives the every-row rollout's teacher loss, greedy routes and A2C
+    loss (eval mode, so no dropout draws differ; sampling made the argmax, so no action draws
+    differ)."""
+    from unittest import mock
+
     from models.envdrop import Follower, FollowerSize
     from training import vln_agent
 
@@ -149,17 +152,20 @@ def same_rollouts(vln, batch: int) -> bool:
     s = vln_agent.AgentSettings(batch_size=batch)
     tokens = vln_agent.Tokens(vln.vocab, s.max_words)
     eps = vln.split("train")[:batch]
-    with torch.no_grad():
-        out = [
-            (
-                f(model, vln.world, eps, tokens, "teacher", s),
-                f(model, vln.world, eps, tokens, "greedy", s),
-            )
-            for f in (every_row_rollout, vln_agent.rollout)
-        ]
-    (loss_a, _), (_, nb_a) = out[0]
-    (loss_b, _), (_, nb_b) = out[1]
-    return torch.allclose(loss_a, loss_b, rtol=1e-5) and nb_a.trajs == nb_b.trajs
+    argmax = mock.patch.object(
+        torch.distributions.Categorical, "sample", lambda d, shape=(): d.logits.argmax(-1)
+    )
+    out = []
+    with torch.no_grad(), argmax:
+        for f in (every_row_rollout, vln_agent.rollout):
+            runs = [f(model, vln.world, eps, tokens, m, s) for m in ("teacher", "sample", "greedy")]
+            out.append((runs[0][0], runs[1][0], runs[2][1].trajs))
+    (t_a, a2c_a, routes_a), (t_b, a2c_b, routes_b) = out
+    return (
+        torch.allclose(t_a, t_b, rtol=1e-5)
+        and torch.allclose(a2c_a, a2c_b, rtol=1e-5)
+        and routes_a == routes_b
+    )
 
 
 def same_values() -> bool:
