@@ -558,3 +558,22 @@ def test_pipeline_caps_the_centralized_stage_at_the_federated_cap_when_training_
     rounds.write_text("round,local_steps\n1,40\n2,40\n3,40\n4,40\n")  # stopped at 4 of cap 10
     assert _central_steps(rounds, 160, 10, patience=0) == 160  # fixed budget: step-matched
     assert _central_steps(rounds, 160, 10, patience=3) == 400  # 40 a round x the cap of 10
+
+
+def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
+    import pandas as pd
+
+    from experiments.fedvln_oracle import ARMS, summarize
+
+    rows = []
+    for seed, base in ((0, 10.0), (1, 20.0), (2, 30.0)):
+        for arm, gain in zip(ARMS, (0.0, 12.0, 1.0, -1.0)):
+            # house b has 3x the episodes of house a: pooled SR = (a + 3 b) / 4
+            rows += [
+                {"seed": seed, "house": "a", "arm": arm, "n": 10, "sr": base + gain},
+                {"seed": seed, "house": "b", "arm": arm, "n": 30, "sr": base + gain + 4.0},
+            ]
+    t = summarize(pd.DataFrame(rows)).set_index("arm")
+    assert t.loc["none", "val_unseen SR"] == "23.0 ± 10.0"  # 10 + 3, 20 + 3, 30 + 3
+    assert t.loc["oracle", "gain over none"].startswith("+12.0")
+    assert t.loc["speaker-sampled", "gain over none"].startswith("-1.0")
