@@ -31,6 +31,8 @@ from clients import faults, policy
 from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import (
+    FOLLOWER_TO,
+    SPEAKER_TO,
     follower_size,
     shared_part,
     speaker_size,
@@ -207,8 +209,27 @@ def train(msg: Message, context: Context) -> Message:
         return _train(msg, context, c, conf, h, step, share, rnd, fault, rng)
 
 
+def _check_setup(context: Context, conf, h: House) -> None:
+    """A house the stage's setup round equipped must still hold what it got (a resumed stage
+    restores it from the house's disk): else it refuses rather than train without it."""
+    missing = [
+        what
+        for key, what, held in (
+            (SPEAKER_TO, "the speaker and its sampled routes", SPEAKER in context.state),
+            (FOLLOWER_TO, "its own follower", LOCAL in context.state),
+        )
+        if h.role in str(conf.get(key, "")).split(",") and not held
+    ]
+    if missing:
+        raise ValueError(
+            f"house {h.name} ({h.role}) no longer holds {' and '.join(missing)} from this "
+            "stage's setup round (its saved state is gone); start the stage again"
+        )
+
+
 def _train(msg, context, c, conf, h, step, share, rnd, fault, rng) -> Message:
     keep_local = bool(conf.get("keep-local", False))
+    _check_setup(context, conf, h)
     model = _model(step, c, h)
     _load(model, context.state.get(LOCAL) if keep_local else None, msg.content["arrays"])
     # the follower trains on the house's labelled instructions and on whatever routes its

@@ -12,6 +12,11 @@ from models.envdrop import FollowerSize
 from models.speaker import SpeakerSize
 
 LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only this)
+# train config: the roles whose houses hold the stage's setup (comma-separated), so a house
+# whose setup is gone (a resumed stage, its saved state lost) refuses instead of training
+# without the speaker's routes or its own follower
+SPEAKER_TO = "speaker-to"
+FOLLOWER_TO = "follower-to"
 
 
 def spec_of(c: Config) -> HouseSpec:

@@ -25,7 +25,9 @@ rule (`vln_centralized --patience`) under a cap of the federated stage's mean st
 times that round cap, evaluated every as many steps. (Centralized pre-exploration keeps the
 env-based stage's steps.)
 
-Every stage resumes: a finished (or converged) one is skipped on rerun. Checkpoints reported (the paper's
+Every stage resumes: a finished (or converged) one is skipped on rerun, an interrupted one goes
+on from its last finished round (augment and pre-exploration too: each house keeps the speaker
+and routes of the stage's setup on its own disk). Checkpoints reported (the paper's
 convention, and the last): `best` is the evaluation with the highest val_unseen SR (BLEU for the
 speaker), all other metrics from that same evaluation; `last` is the final evaluation. Tables
 give mean, sd and n over seeds, and `se_eval`, the binomial standard error of one SR evaluation
@@ -43,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -128,16 +129,9 @@ def stage_config(a, stage: str, extra: str = "") -> str:
 
 
 def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
-    """One federated stage, resumed if finished (all its rounds, or converged before the
-    cap); an interrupted one is redone."""
-    done = run / "rounds.csv"
-    if done.is_file():
-        cfg = (
-            json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
-        )
-        converged = cfg.get("convergence", {}).get("stopped_early", False)
-        if "wall_s" not in cfg or (pd.read_csv(done)["round"].max() < rounds and not converged):
-            shutil.rmtree(run)
+    """One federated stage: skipped if finished (all its rounds, or converged before the cap),
+    resumed from its last finished round if interrupted (experiments/simulate.simulate; the
+    houses keep a stage's setup on their disks)."""
     # fed-full (Table 5's whole-model baseline) shares more than a house's default policy lets
     # out in pre-exploration: the researcher who operates every house allows it for this study
     policy = RESEARCH_POLICY if "fed-full" in run.name else None

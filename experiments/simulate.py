@@ -36,10 +36,13 @@ def simulate(
     policy: Path | None = None,
 ) -> Path:
     """Run one study into run_dir unless it already finished there with the same launch (so
-    scripts resume). `study.json` records the launch: the command's arguments, the run
-    config's defaults (a changed default changes the run) and the policy file's bytes; a
-    finished run of another launch is trained again. A data folder named in run_config is
-    keyed by its path, not its bytes."""
+    scripts resume); a run of the same launch that was interrupted goes on from its last
+    finished round (`simulation.py --resume`), any other unfinished run is refused. Finished:
+    all `rounds` done, or stopped by its convergence rule (FedVLN's `fedvln.patience`).
+    `study.json` records the launch: the command's arguments, the run config's defaults (a
+    changed default changes the run) and the policy file's bytes; a finished run of another
+    launch is trained again. A data folder named in run_config is keyed by its path, not its
+    bytes."""
     done_file = run_dir / "study.json"
     cmd = [
         sys.executable,
@@ -62,20 +65,36 @@ def simulate(
     if policy is not None:
         cmd += ["--policy", str(policy)]
     launch = {"args": cmd[2:], "defaults": defaults(), "policy": path_digest(policy or "")}
+    recorded = json.loads(done_file.read_text()) if done_file.is_file() else None
+    same = recorded is not None and {k: recorded.get(k) for k in launch} == launch
     if (run_dir / "rounds.csv").exists():
-        done = pd.read_csv(run_dir / "rounds.csv")
-        finished = len(done) and done["round"].max() >= rounds
-        if finished and done_file.is_file() and json.loads(done_file.read_text()) == launch:
-            return run_dir
-        if finished:  # another launch's result: never reported as this one's
+        if _finished(run_dir, rounds):
+            if same and recorded.get("finished", True):
+                return run_dir
             print(f"{run_dir}: made by another launch (or before study.json); training again")
             shutil.rmtree(run_dir)
+        elif same:  # this launch, interrupted: go on from its last finished round
+            cmd = [*cmd[:3], "--resume", str(run_dir), "--rounds", str(rounds), "--no-plots"]
         else:
             raise SystemExit(f"{run_dir} holds an unfinished run; remove it to rerun")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    done_file.write_text(json.dumps({**launch, "finished": False}, indent=1, default=str))
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
-    done_file.write_text(json.dumps(launch, indent=1, default=str))
+    done_file.write_text(json.dumps({**launch, "finished": True}, indent=1, default=str))
     return run_dir
+
+
+def _finished(run_dir: Path, rounds: int) -> bool:
+    """All `rounds` rounds in rounds.csv, or the run stopped itself by its convergence rule."""
+    done = pd.read_csv(run_dir / "rounds.csv")
+    if len(done) and done["round"].max() >= rounds:
+        return True
+    try:
+        conv = json.loads((run_dir / "config.json").read_text()).get("convergence") or {}
+    except (OSError, ValueError):
+        return False
+    return bool(conv.get("stopped_early"))
 
 
 def path_digest(path: str | Path) -> str:

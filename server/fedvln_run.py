@@ -49,8 +49,15 @@ from flwr.common import log
 from config import Config
 from config.fedvln_recipe import recipe_of
 from config.schema import ConfigError
-from contracts.fedvln import LANG, follower_size, shared_part, speaker_size
-from contracts.messages import NUM_AUGMENTED, NUM_EXAMPLES
+from contracts.fedvln import (
+    FOLLOWER_TO,
+    LANG,
+    SPEAKER_TO,
+    follower_size,
+    shared_part,
+    speaker_size,
+)
+from contracts.messages import NUM_AUGMENTED, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND
 from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.rng import owned
@@ -180,7 +187,8 @@ def _setup_round(grid, c, plan: Plan, parts, idents, recorder, follower, speaker
     msgs = []
     for node, p in sorted(parts.items(), key=lambda kv: kv[1]):
         role = idents[p]["role"]
-        content = RecordDict({"config": ConfigRecord({"step": "setup", "routes": plan.routes})})
+        conf = {"step": "setup", "routes": plan.routes, SERVER_ROUND: 0, SAVE_STATE: True}
+        content = RecordDict({"config": ConfigRecord(conf)})  # saved: a resumed stage keeps it
         if role in plan.follower_to:
             content["follower"] = ArrayRecord(follower.state_dict())
         if role in plan.speaker_to:
@@ -223,17 +231,14 @@ def run(grid, c: Config, name: str) -> None:
     tag = stage + (f"/{c.fedvln.variant}" if stage == "preexplore" else "")
     recorder = recorder_for(c, name, stage=tag.replace("/", "-"))
     done = recorder.last_round()
-    if done and (plan.speaker_to or plan.follower_to):
-        raise ConfigError(
-            f"cannot resume fedvln stage {tag}: its setup round's models and "
-            "sampled routes live in the houses' memory; start the stage again"
-        )
     parts, idents = _houses(grid, c)
     follower, speaker = _starting_models(c, plan, idents)
     model = speaker if plan.model == "speaker" else follower
     shared = _announce(c, plan, tag, recorder, model, follower, idents)
-    if plan.speaker_to or plan.follower_to:
+    if (plan.speaker_to or plan.follower_to) and not done:
         _setup_round(grid, c, plan, parts, idents, recorder, follower, speaker)
+    elif plan.speaker_to or plan.follower_to:  # each house restored its setup from its disk
+        log(INFO, "[fedembodied] resuming: the houses keep this stage's setup on their disks")
     strategy = _strategy(c, plan, {p: i["role"] for p, i in idents.items()}, parts, recorder)
     key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
     best = Patience(c.fedvln.patience)
@@ -308,6 +313,8 @@ def _start(strategy, grid, c: Config, plan: Plan, initial, rounds: int, end_of_r
                 "epochs": plan.epochs,
                 "share": plan.share,
                 "keep-local": plan.keep_local,
+                SPEAKER_TO: ",".join(plan.speaker_to),
+                FOLLOWER_TO: ",".join(plan.follower_to),
             }
         ),
         evaluate_config=ConfigRecord({"model": plan.model, "local": plan.keep_local}),

@@ -242,6 +242,9 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
         ("fedrl", {}),
         # houses keep their own optimizer; the server's lr decays with the round
         ("fedvln", {"fedvln.optimizer-state": "house", "fedvln.server-lr-decay": 0.5}),
+        # a stage with a setup round: the speaker and its sampled routes that each seen house
+        # got in round 0 come back from the house's own disk (none is sent again)
+        ("fedvln", {"fedvln.stage": "augment", "fedvln.aug-routes": 4}),
     ],
 )
 @pytest.mark.slow
@@ -257,6 +260,8 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
         method, {**DRIVING, "num-clients": 3, "driving.train-per-silo": 24}
     )
     base = {**base, **extra, "method": method}
+    if extra.get("fedvln.stage") == "augment":
+        base.update(_untrained_inits(tmp_path, base))
     n = {"fedrl": 2, "fedvln": 5}.get(method, 3)
 
     class Killed(Exception):
@@ -297,7 +302,8 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
         run(tmp_path / "cut", KilledInRound3)
     assert pd.read_csv(tmp_path / "cut" / "rounds.csv")["round"].max() == 2
     resumed = run(tmp_path / "cut", resume=True)
-    assert resumed["round"].tolist() == [1, 2, 3]
+    # round 0 is a setup round (FedVLN augment), recorded once, before the kill
+    assert resumed["round"].tolist() == whole["round"].tolist() and whole["round"].max() == 3
     cols = {
         "fedrl": [
             "valid-succ-rate-test_noise=off",
@@ -313,6 +319,24 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
     assert resumed[cols].equals(whole[cols]), (resumed[cols], whole[cols])
     clients = pd.read_csv(tmp_path / "cut" / "clients.csv")
     assert len(clients) == len(pd.read_csv(tmp_path / "whole" / "clients.csv"))
+
+
+def _untrained_inits(tmp_path, rc: dict) -> dict:
+    """agent-init and speaker-init checkpoints of freshly drawn models of the run's sizes."""
+    from config.schema import merged
+    from contracts.fedvln import follower_size, speaker_size, spec_of
+    from models import vln_checkpoint
+    from models.envdrop import Follower
+    from models.speaker import Speaker
+    from training.vln_house import open_setup
+
+    c = parse(merged(rc))
+    setup = open_setup("", "", spec_of(c))
+    v, f = len(setup.vocab), setup.world.feature_dim
+    paths = {"fedvln.agent-init": tmp_path / "agent.pt", "fedvln.speaker-init": tmp_path / "spk.pt"}
+    vln_checkpoint.save(paths["fedvln.agent-init"], Follower(follower_size(c, v, f)), None)
+    vln_checkpoint.save(paths["fedvln.speaker-init"], Speaker(speaker_size(c, v, f)), None)
+    return {k: str(p) for k, p in paths.items()}
 
 
 def test_a_run_without_out_dir_names_the_folder_it_wrote(tmp_path, monkeypatch):

@@ -591,6 +591,52 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     assert len(launched) == 4
 
 
+def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finished(
+    tmp_path, monkeypatch
+):
+    """experiments/simulate.simulate: the same launch killed after round 1 is resumed with
+    simulation.py --resume (not refused, not redone); a run that stopped itself by patience
+    before its round cap is finished; an unfinished run of another launch is refused."""
+    import json
+
+    import experiments.simulate as sim
+
+    launched = []
+
+    def killed_after_round_1(cmd, check, cwd):
+        launched.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        (out / "rounds.csv").write_text("round\n1\n")
+        raise sim.subprocess.CalledProcessError(1, cmd)
+
+    def finishes(cmd, check, cwd):
+        launched.append(cmd)
+        (Path(cmd[cmd.index("--resume") + 1]) / "rounds.csv").write_text("round\n1\n2\n3\n")
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
+    with pytest.raises(sim.subprocess.CalledProcessError):
+        sim.simulate("fedavg", run, rounds=3, seed=0)
+    with pytest.raises(SystemExit, match="unfinished"):  # another launch's leftovers
+        sim.simulate("fedavg", run, rounds=3, seed=1)
+    monkeypatch.setattr(sim.subprocess, "run", finishes)
+    sim.simulate("fedavg", run, rounds=3, seed=0)
+    assert launched[-1][launched[-1].index("--resume") + 1] == str(run)
+    sim.simulate("fedavg", run, rounds=3, seed=0)
+    assert len(launched) == 2  # finished: reused
+
+    conv = tmp_path / "conv"
+    monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
+    with pytest.raises(sim.subprocess.CalledProcessError):
+        sim.simulate("fedvln", conv, rounds=9, seed=0)
+    (conv / "rounds.csv").write_text("round\n1\n2\n")
+    (conv / "config.json").write_text(json.dumps({"convergence": {"stopped_early": True}}))
+    record = json.loads((conv / "study.json").read_text())
+    (conv / "study.json").write_text(json.dumps({**record, "finished": True}))
+    sim.simulate("fedvln", conv, rounds=9, seed=0)
+    assert len(launched) == 3  # stopped by patience at 2 of 9: finished, not resumed
+
+
 def test_the_td_target_and_the_q_loss_are_the_papers():
     """Eq. (6): Y = r + gamma (1 - done) max_a' Q_f(s', a'); Eq. (4)/(5): mean (Y - Q_f(s, a))^2."""
     import torch

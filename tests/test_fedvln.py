@@ -577,3 +577,22 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     assert t.loc["none", "val_unseen SR"] == "23.0 ± 10.0"  # 10 + 3, 20 + 3, 30 + 3
     assert t.loc["oracle", "gain over none"].startswith("+12.0")
     assert t.loc["speaker-sampled", "gain over none"].startswith("-1.0")
+
+
+def test_a_house_that_lost_its_setup_refuses_to_train_without_it():
+    """A resumed augment stage skips the setup round; a seen house whose saved state is gone
+    (no speaker, no routes) must not train on its labels alone as if nothing were missing."""
+    from types import SimpleNamespace
+
+    from clients.fedvln_client import SPEAKER, _check_setup
+    from contracts.fedvln import FOLLOWER_TO, SPEAKER_TO
+
+    conf = {SPEAKER_TO: "seen", FOLLOWER_TO: ""}
+    seen, unseen = (
+        SimpleNamespace(name="h1", role="seen"),
+        SimpleNamespace(name="u1", role="unseen"),
+    )
+    with pytest.raises(ValueError, match="h1 .seen. no longer holds the speaker"):
+        _check_setup(SimpleNamespace(state={}), conf, seen)
+    _check_setup(SimpleNamespace(state={SPEAKER: object()}), conf, seen)
+    _check_setup(SimpleNamespace(state={}), conf, unseen)  # not equipped in this stage
