@@ -12,6 +12,7 @@ from config import Config
 from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
 from server.recorder import load_round, recorder_for, trailing_empty_rounds
+from server.strategy_args import screened_args
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
 
 
@@ -85,18 +86,9 @@ def run(grid, c: Config, name: str) -> None:
 def _strategy(c: Config, name: str, recorder):
     """The screened FedAvg (or FedProx) the run config asks for, recording into `recorder`."""
     common = dict(
-        recorder=recorder,
+        screened_args(c, recorder),
         num_clients=c.run.num_clients,
-        seed=c.run.seed,
-        node_wait_s=c.run.node_wait_timeout,
         fraction_train=c.run.fraction_train,
-        fraction_evaluate=c.run.fraction_evaluate,
-        max_evaluate_nodes=c.run.max_evaluate_clients,
-        min_train_nodes=1,
-        min_evaluate_nodes=1,
-        eval_every=c.run.eval_period,
-        num_rounds=c.run.num_server_rounds,
-        max_empty_rounds=c.run.max_empty_rounds,
         aggregator=c.run.aggregator,
         trim=c.run.trim_fraction,
         max_update_norm=c.run.max_update_norm,

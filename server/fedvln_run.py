@@ -63,6 +63,7 @@ from models.envdrop import Follower, parameter_share
 from models.rng import owned
 from models.speaker import Speaker
 from server.recorder import load_round, recorder_for, trailing_empty_rounds
+from server.strategy_args import screened_args
 from strategies.fedvln_strategy import FedVLNStrategy
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
@@ -384,17 +385,8 @@ def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedV
         server_lr=recipe.server_lr,
         lr_decay=recipe.server_lr_decay,
         send_global_for_eval=not plan.keep_local,
-        recorder=recorder,
         num_clients=len(parts),
-        seed=c.run.seed,
-        node_wait_s=c.run.node_wait_timeout,
-        eval_every=c.run.eval_period,
-        num_rounds=c.run.num_server_rounds,
-        max_empty_rounds=c.run.max_empty_rounds,
-        min_train_nodes=1,
-        min_evaluate_nodes=1,
-        fraction_evaluate=c.run.fraction_evaluate,
-        max_evaluate_nodes=c.run.max_evaluate_clients,
+        **screened_args(c, recorder),
     )
     strategy.partitions = parts
     return strategy
