@@ -25,7 +25,7 @@ Each is scored on the house's val_unseen episodes (SR, SPL), pooled over the uns
 pre-exploration; if the oracle does not gain either, these houses cannot show the effect.
 Results: experiments/results/fedvln_oracle{,_runs}.csv (gain over `none`, mean ± sd over seeds,
 and the paired 95% interval); each seed's house rows are kept in OUT/seed<S>/oracle.csv and a
-rerun skips them.
+rerun with the same settings skips them.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -51,6 +52,17 @@ from training.vln_house import house_names, open_house, open_setup, speaker_rout
 from training.vln_loop import make_optimizer
 
 ARMS = ("none", "oracle", "speaker-same-routes", "speaker-sampled")
+# what decides a seed's rows: a kept oracle.csv is reused only if these match
+KEYED = (
+    "data_dir",
+    "steps",
+    "routes",
+    "batch_size",
+    "patience",
+    "agent_iters",
+    "speaker_iters",
+    "eval_every",
+)
 
 
 def central(a, out: Path, seed: int) -> Path:
@@ -109,9 +121,12 @@ def adapt(follower, house, arm: str, speaker, a, seed: int) -> dict:
 
 def run_seed(a, seed: int) -> pd.DataFrame:
     out = Path(a.out) / f"seed{seed}"
-    rows_csv = out / "oracle.csv"
+    rows_csv, made_by = out / "oracle.csv", out / "oracle.json"
+    launch = {k: getattr(a, k) for k in KEYED}
     if rows_csv.is_file() and not a.redo:
-        return pd.read_csv(rows_csv)
+        if made_by.is_file() and json.loads(made_by.read_text()) == launch:
+            return pd.read_csv(rows_csv)
+        print(f"  seed {seed}: {rows_csv} was made with other settings; adapting again")
     ck = central(a, out / "central", seed)
     follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
     speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
@@ -125,6 +140,7 @@ def run_seed(a, seed: int) -> pd.DataFrame:
             print(f"  seed {seed} {name} {arm:20s} SR {r['sr']:.1f}", flush=True)
     df = pd.DataFrame(rows)
     df.to_csv(rows_csv, index=False)
+    made_by.write_text(json.dumps(launch))
     return df
 
 
