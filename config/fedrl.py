@@ -127,7 +127,11 @@ class FedRLSettings(Section):
     lr: float = setting("Adam's learning rate, as the paper", lo=0, hi=1, lo_open=True)
     gamma: float = setting("discount (the reference code's 0.9)", lo=0, hi=1)
     target_update: int = setting(
-        "copy online -> target networks every this many updates (not swept)", lo=1, hi=10**7
+        "copy online -> target networks every this many updates; 0 = the domain's: 100 "
+        "Grid-World, 1000 Text2Action (every 5 or 100 let FedRL's Q diverge and collapse "
+        "there: experiments/fedrl_t2a_collapse.py)",
+        lo=0,
+        hi=10**7,
     )
     eps_start: float = setting("exploration epsilon at the start", lo=0, hi=1)
     eps_end: float = setting("exploration epsilon after eps-decay transitions", lo=0, hi=1)

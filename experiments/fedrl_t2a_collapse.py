@@ -20,7 +20,8 @@ Variants (the first four are the issue's hypotheses; the reference is FRL2019/FR
 - `no-clip`: C = 10^6 instead of 1000, so no release is clipped.
 - `mlp32`: theta_g with 32 hidden units.
 - `gamma0`: gamma = 0, no bootstrapping (a bandit): isolates the TD target.
-- `target1000`: target networks copied every 1000 updates instead of 5. (The reference's FRL
+- `target1000` / `target100`: target networks copied every 1000 (Table 2's schedule now) / 100
+  (the shipped `fedrl.target-update`) updates instead of 5. (The reference's FRL
   mode copies its target networks onto themselves, so its targets never move from their
   random initialisation; its DQN baselines copy every 5 steps.)
 
@@ -52,6 +53,7 @@ VARIANTS = {
     "mlp32": {"fedrl.mlp-hidden": 32},
     "gamma0": {"fedrl.gamma": 0.0},
     "target1000": {"fedrl.target-update": 1000},
+    "target100": {"fedrl.target-update": 100},
 }
 VERSION = 1  # of this script's measurement
 

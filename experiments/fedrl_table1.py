@@ -156,7 +156,7 @@ def one_run(job: dict) -> list[dict]:
                     "history": s.history_len,
                     "updates_per_round": s.updates,
                     "eps_decay": s.eps_decay,
-                    "target_update": s.target_update,
+                    "target_update": s.target_every,
                     "envs": s.envs,
                     "lr": s.lr,
                     "act_steps": s.act_steps,

@@ -108,7 +108,7 @@ VARIANTS = {"fedrl-mlp32": ("fedrl", {"fedrl.mlp-hidden": 32})}
 # baselines' targets every 5 steps, while its FRL mode copies its targets onto themselves (they
 # never leave their random initialisation); with real copies every 5, FedRL's Q_hat diverged to
 # thousands and it collapsed on 5 of 5 CT folds, with 1,000 it learned on 5 of 5
-# (experiments/fedrl_t2a_collapse.py).
+# (experiments/fedrl_t2a_collapse.py). 1,000 is also Text2Action's default (fedrl.target-update 0).
 CPU_CONFIG = {
     "fedrl.envs": 4,
     "fedrl.act-steps": 8,

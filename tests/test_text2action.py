@@ -180,3 +180,12 @@ def test_word_vectors_are_trained_reproducibly_offline(tmp_path, monkeypatch):
     v = lambda w: torch.as_tensor(first[w])  # noqa: E731
     cos = torch.nn.functional.cosine_similarity
     assert cos(v("click"), v("select"), 0) > cos(v("click"), v("water"), 0)
+
+
+def test_target_copies_default_to_the_domains_period_and_an_explicit_one_wins():
+    """fedrl.target-update = 0: every 1,000 updates on Text2Action (5 and 100 let FedRL's Q
+    diverge there: experiments/results/fedrl_t2a_collapse.csv), 100 on Grid-World."""
+    text = {k: v for k, v in TINY.items() if k != "fedrl.target-update"}
+    assert Settings.of(parse(merged(text))).target_every == 1000
+    assert Settings.of(parse(merged({**text, "fedrl.target-update": 7}))).target_every == 7
+    assert Settings.of(parse(merged({"method": "fedrl"}))).target_every == 100

@@ -146,7 +146,7 @@ class DQNLocal:
             loss.backward()
             self.opt.step()
             self.updates += 1
-            if self.updates % self.s.target_update == 0:
+            if self.updates % self.s.target_every == 0:
                 self.target.load_state_dict(self.net.state_dict())
             losses.append(loss.item())
         return float(np.mean(losses))

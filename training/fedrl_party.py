@@ -143,7 +143,7 @@ class Party:
 
     def _after_update(self) -> None:
         self.counters["updates"] += 1
-        if self.counters["updates"] % self.s.target_update == 0:
+        if self.counters["updates"] % self.s.target_every == 0:
             self.q_target.load_state_dict(self.q.state_dict())
             self.mlp_target.load_state_dict(self.mlp.state_dict())
 

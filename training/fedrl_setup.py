@@ -34,6 +34,10 @@ SPLITS = ("train", "valid", "test")
 # within ~10; Text2Action's reach ~r/(1-gamma) = 500 (reward base 50), so a bound of 10 would
 # wash out the ranking under sigma = 1, while 1000 leaves them as the reference releases them.
 DEFAULT_CLIP = {"gridworld": 10.0, "text2action": 1000.0}
+# fedrl.target-update = 0: the domain's target-copy period, in updates. Grid-World: 100 (Table 1
+# was measured with it). Text2Action: 1000; copies every 5 or 100 updates let FedRL's Q_hat
+# diverge and the run collapse to selecting nothing (experiments/fedrl_t2a_collapse.py).
+DEFAULT_TARGET_UPDATE = {"gridworld": 100, "text2action": 1000}
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,12 @@ class Settings:
             history_len=f.history or DEFAULT_HISTORY.get(f.size, 8),
             clip_bound=f.clip or DEFAULT_CLIP[f.domain],
         )
+
+    @property
+    def target_every(self) -> int:
+        """Updates between copies of the online networks into the targets: `fedrl.target-update`,
+        or the domain's for 0 (DEFAULT_TARGET_UPDATE)."""
+        return self.target_update or DEFAULT_TARGET_UPDATE[self.domain]
 
     @property
     def update_ratio(self) -> float:
