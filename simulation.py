@@ -581,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simulation.py: error: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)  # `kill` cleans up like Ctrl-C does
+    # a launcher started in the background inherits SIGINT ignored (POSIX `&`); an explicit
+    # `kill -INT` must still stop the run and clean up
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.no_plots:
         overrides["plots"] = False
     code = launch(args, overrides, out)
