@@ -22,8 +22,8 @@ With `--patience P`, every stage trains till convergence, as the paper trains al
 a federated stage stops once val_unseen SR (BLEU for the speaker) has not improved for P
 evaluations (`fedvln.patience`), its --*-rounds the cap; the centralized stage stops by the same
 rule (`vln_centralized --patience`) under a cap of the federated stage's mean steps per round
-times that round cap, evaluated every as many steps. (Centralized pre-exploration keeps the
-env-based stage's steps.)
+times that round cap, evaluated every as many steps; centralized pre-exploration makes as
+many steps per round as env-based, capped at --pre-rounds, and stops by the same rule.
 
 Every stage resumes: a finished (or converged) one is skipped on rerun, an interrupted one goes
 on from its last finished round (augment and pre-exploration too: each house keeps the speaker
@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -53,15 +54,16 @@ import pandas as pd
 import torch
 
 from config import parse
-from config.fedvln import VARIANTS  # noqa: E402
+from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import follower_size, speaker_size, spec_of
 from experiments import vln_centralized
-from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, simulate
+from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, simulate
 from models import vln_checkpoint
 from models.envdrop import Follower
 from models.speaker import Speaker
 from training import vln_agent, vln_speaker
+from training.convergence import Patience
 from training.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
 from training.vln_loop import make_optimizer
 
@@ -114,6 +116,15 @@ def parse_args(argv=None):
         "val_unseen SR (BLEU for the speaker) has not improved for this many evaluations; the "
         "--*-rounds are then caps (0: fixed budgets, centralized step-matched to federated)",
     )
+    p.add_argument(
+        "--stages",
+        nargs="+",
+        default=list(STAGES),
+        choices=list(STAGES),
+        help="the stages to run (with their centralized baselines); augment needs agent and "
+        "speaker, preexplore needs augment and speaker",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="seeds at a time (one process each)")
     p.add_argument("--run-config", default="", help="extra run config for every stage")
     p.add_argument("--tables-only", action="store_true", help="only rebuild tables from runs")
     p.add_argument("--results-dir", default=str(RESULTS))
@@ -139,18 +150,17 @@ def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
 
 
 def run_seed(a, out: Path, seed: int) -> None:
-    _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
-    _stage(a, out / "speaker", a.speaker_rounds, seed, stage_config(a, "speaker"))
+    """Every stage asked for (--stages), federated then centralized, and the floor."""
+    if "agent" in a.stages:
+        _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
+    if "speaker" in a.stages:
+        _stage(a, out / "speaker", a.speaker_rounds, seed, stage_config(a, "speaker"))
     spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
-    _stage(
-        a,
-        out / "augment",
-        a.aug_rounds,
-        seed,
-        stage_config(a, "augment", f'fedvln.agent-init="{out / "agent" / "best.pt"}" {spk}'),
-    )
+    agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
+    if "augment" in a.stages:
+        _stage(a, out / "augment", a.aug_rounds, seed, stage_config(a, "augment", f"{agent} {spk}"))
     pre = f'fedvln.agent-init="{out / "augment" / "best.pt"}" {spk}'
-    for v in VARIANTS:
+    for v in VARIANTS if "preexplore" in a.stages else ():
         _stage(
             a,
             out / f"preexplore-{v}",
@@ -159,8 +169,15 @@ def run_seed(a, out: Path, seed: int) -> None:
             stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'),
         )
     centralized(a, out, seed)
-    centralized_preexplore(a, out, seed)
+    if "preexplore" in a.stages:
+        centralized_preexplore(a, out, seed)
     floor(out, seed)
+
+
+def run_seed_then_tables(a, out: Path, seed: int) -> None:
+    """One seed's stages, then the tables of every seed finished so far (progress on disk)."""
+    run_seed(a, out / f"seed{seed}", seed)
+    tables(a, out, Path(a.results_dir))
 
 
 def floor(out: Path, seed: int) -> None:
@@ -168,9 +185,11 @@ def floor(out: Path, seed: int) -> None:
     initialisation, the run's sizes) scored on every house's validation split, written as a
     one-evaluation run `untrained/log.csv`."""
     dest = out / "untrained" / "log.csv"
-    if dest.is_file() or not (out / "agent" / "config.json").is_file():
+    configs = [out / s / "config.json" for s in ("agent", "speaker")]
+    configs = [f for f in configs if f.is_file()]
+    if dest.is_file() or not configs:
         return
-    cfg = json.loads((out / "agent" / "config.json").read_text())
+    cfg = json.loads(configs[0].read_text())
     c = parse(cfg)
     setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
     v, f = len(setup.vocab), setup.world.feature_dim
@@ -216,28 +235,28 @@ def centralized(a, out: Path, seed: int) -> None:
     """Envdrop, speaker and Envdrop_aug on pooled data, step for step with the federated runs:
     as many optimizer steps as each federated stage made, evaluated every as many steps as one
     federated evaluation interval (the federated runs' own evaluation points)."""
+    stages = [s for s in ("agent", "speaker", "augment") if s in a.stages]
+    if not stages:
+        return
     steps = {
-        s: _eval_steps(out / s / "rounds.csv", c)
-        for s, c in (
-            ("agent", "val_unseen_sr"),
-            ("speaker", "val_unseen_bleu"),
-            ("augment", "val_unseen_sr"),
+        s: _eval_steps(
+            out / s / "rounds.csv", "val_unseen_bleu" if s == "speaker" else "val_unseen_sr"
         )
+        for s in stages
     }
-    cfg = json.loads((out / "agent" / "config.json").read_text())
-    every = max(1, steps["agent"][-1] // max(1, len(steps["agent"])))
+    cfg = json.loads((out / stages[0] / "config.json").read_text())
+    # one evaluation interval for every stage (vln_centralized's): the first stage's
+    every = max(1, steps[stages[0]][-1] // max(1, len(steps[stages[0]])))
     caps = {"agent": a.agent_rounds, "speaker": a.speaker_rounds, "augment": a.aug_rounds}
     iters = {
         s: _central_steps(out / s / "rounds.csv", v[-1], caps[s], a.patience)
         for s, v in steps.items()
     }
+    flags = {"agent": "--iters", "speaker": "--speaker-iters", "augment": "--aug-iters"}
     args = [
-        "--iters",
-        str(iters["agent"]),
-        "--speaker-iters",
-        str(iters["speaker"]),
-        "--aug-iters",
-        str(iters["augment"]),
+        "--stages",
+        *stages,
+        *[x for s in stages for x in (flags[s], str(iters[s]))],
         "--patience",
         str(a.patience),
         "--eval-every",
@@ -275,8 +294,10 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
     many steps per round as env-based makes in all houses together."""
     dest = out / "preexplore-centralized"
     log_path = dest / "log.csv"
-    if log_path.is_file() and pd.read_csv(log_path)["round"].max() >= a.pre_rounds:
-        return log_path
+    if log_path.is_file():
+        done = pd.read_csv(log_path)
+        if done["round"].max() >= a.pre_rounds or done.get("converged", pd.Series()).any():
+            return log_path
     dest.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((out / "preexplore-env-based" / "config.json").read_text())
     c = parse(cfg)
@@ -304,7 +325,7 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
     )
     r = recipe_of(c.fedvln)
     rng = np.random.default_rng(seed)
-    rows, t0 = [], time.time()
+    rows, t0, best = [], time.time(), Patience(a.patience)  # the federated stages' rule
     for rnd in range(1, a.pre_rounds + 1):
         opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)  # as fresh as a house's
         loss = vln_agent.train_batches(
@@ -331,12 +352,16 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
                     "wall_s": time.time() - t0,
                 }
             )
+            best.update(m["sr"], rnd)
+            rows[-1]["converged"] = best.stop
             pd.DataFrame(rows).to_csv(log_path, index=False)
             print(
                 f"[centralized pre-exploration] round {rnd}/{a.pre_rounds} "
                 f"({per_round} steps each): unseen SR {m['sr']:.1f} SPL {m['spl']:.1f}",
                 flush=True,
             )
+            if best.stop:
+                break
     return log_path
 
 
@@ -564,11 +589,17 @@ def table9(dirs: dict[int, Path]) -> pd.DataFrame:
                     "target_sr": target,
                     "steps": steps_to(c, target),
                     "reached": float(steps_to(c, target) == steps_to(c, target)),
+                    # the convergence protocol's own numbers: the best checkpoint, the steps it
+                    # took, and the steps trained until patience (or the cap) stopped the run
+                    "best_sr": c["val_unseen_sr"].max(),
+                    "best_steps": float(c.loc[c["val_unseen_sr"].idxmax(), "steps"]),
+                    "stop_steps": float(c["steps"].iloc[-1]),
                 }
             )
     if not rows:
         return pd.DataFrame()
-    t = summary(rows, ["phase", "method"], ["target_sr", "steps", "reached"])
+    cols = ["target_sr", "steps", "reached", "best_sr", "best_steps", "stop_steps"]
+    t = summary(rows, ["phase", "method"], cols)
     t["reached"] = (t["reached"] * t["n_seeds"]).round().astype(int)
     paper = [
         {
@@ -647,22 +678,24 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     if len(t):
         lines += [
             "| Table 9 | method | target SR | steps to target | seeds reaching it | "
-            "paper steps (R2R) |",
-            "|---|---|---|---|---|---|",
+            "best SR | steps to best | steps trained | paper steps (R2R) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             paper = PAPER_T9.get((r["phase"], r["method"]))
+            conv = (
+                f"{_pm(r, 'best_sr')} | {_pm(r, 'best_steps', 0)} | {_pm(r, 'stop_steps', 0)} | "
+                f"{'–' if paper is None else paper * 100} |"
+            )
             if r["target_sr"] != r["target_sr"]:
                 lines.append(
                     f"| {r['phase']} | {r['method']} | none: no method's mean best "
-                    f"beats the start | – | – | "
-                    f"{'–' if paper is None else paper * 100} |"
+                    f"beats the start | – | – | {conv}"
                 )
                 continue
             lines.append(
                 f"| {r['phase']} | {r['method']} | {r['target_sr']:.1f} | "
-                f"{_pm(r, 'steps', 0)} | {int(r['reached'])} / {int(r['n_seeds'])} | "
-                f"{'–' if paper is None else paper * 100} |"
+                f"{_pm(r, 'steps', 0)} | {int(r['reached'])} / {int(r['n_seeds'])} | {conv}"
             )
     return "\n".join(lines)
 
@@ -775,15 +808,28 @@ def main(argv=None) -> int:
         "pre_rounds",
         "eval_every",
         "pre_eval_every",
+        "jobs",
     ):
         if getattr(a, flag) < 1:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
+    needs = {"augment": ("agent", "speaker"), "preexplore": ("augment", "speaker")}
+    for stage, wanted in needs.items():
+        missing = [w for w in wanted if stage in a.stages and w not in a.stages]
+        if missing:
+            raise SystemExit(
+                f"fedvln_pipeline: --stages {stage} needs {' and '.join(missing)} too "
+                "(its checkpoints come from them)"
+            )
     out = Path(a.out) if a.out else ROOT / "runs" / ("fedvln" + (f"-{a.tag}" if a.tag else ""))
     out = out.resolve()  # checkpoints are handed to the stages by absolute path
     if not a.tables_only:
-        for seed in a.seeds:
-            run_seed(a, out / f"seed{seed}", seed)
-            tables(a, out, Path(a.results_dir))
+        in_parallel(
+            partial(run_seed_then_tables, a, out),
+            a.seeds,
+            a.jobs,
+            "fedvln_pipeline seeds",
+            processes=True,
+        )
     tables(a, out, Path(a.results_dir))
     return 0
 

@@ -385,6 +385,13 @@ def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp
     row = t9[(t9["phase"] == "seen") & (t9["method"] == "federated")].iloc[0]
     assert row["target_sr"] == pytest.approx(0.9 * 28)  # 90% of the lowest mean best
     assert row["steps"] == 60 and row["reached"] == 2  # seed 0 at 48, seed 1 at 72
+    # the convergence protocol's columns: best SR 30 / 26 at 48 / 72 steps, each ran 72
+    assert row["best_sr"] == 28 and row["best_steps"] == 60 and row["stop_steps"] == 72
+    assert "| seen | federated | 25.2 | 60 ± 17 | 2 / 2 | 28.0 ± 2.8 | 60 ± 17 | 72 ± 0 |" in (
+        fp.markdown(
+            {"table2": t2, "table4": pd.DataFrame(), "table5": pd.DataFrame(), "table9": t9}
+        )
+    )
 
 
 def test_a_house_refuses_to_send_more_than_its_stage_shares_whatever_the_server_asks(tmp_path):
@@ -558,6 +565,31 @@ def test_pipeline_caps_the_centralized_stage_at_the_federated_cap_when_training_
     rounds.write_text("round,local_steps\n1,40\n2,40\n3,40\n4,40\n")  # stopped at 4 of cap 10
     assert _central_steps(rounds, 160, 10, patience=0) == 160  # fixed budget: step-matched
     assert _central_steps(rounds, 160, 10, patience=3) == 400  # 40 a round x the cap of 10
+
+
+def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
+    from experiments import fedvln_pipeline as fp
+
+    with pytest.raises(SystemExit, match="--stages preexplore needs augment"):
+        fp.main(["--stages", "speaker", "preexplore", "--tables-only"])
+    with pytest.raises(SystemExit, match="--jobs must be >= 1"):
+        fp.main(["--jobs", "0", "--tables-only"])
+
+
+def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_bad_flags():
+    from experiments import fedvln_gap as gap
+
+    df = pd.DataFrame({"steps": [72, 144, 216], "val_unseen_sr": [10.0, 19.0, 15.0]})
+    rows = {r["checkpoint"]: r for r in gap.rows_of("x", 3, df, stopped=True)}
+    assert (rows["best"]["steps"], rows["best"]["val_unseen_sr"]) == (144, 19.0)
+    assert (rows["last"]["steps"], rows["last"]["val_unseen_sr"]) == (216, 15.0)
+    assert rows["best"]["stopped_early"] and rows["best"]["seed"] == 3
+    # every variant names the settings it varies, so a changed default leaves it as it is
+    for _, rc in gap.VARIANTS.values():
+        for key in ("seen-rate", "local-epochs", "optimizer-state", "server-lr"):
+            assert f"fedvln.{key}=" in rc
+    with pytest.raises(SystemExit):
+        gap.parse_args(["--patience", "0"])
 
 
 def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
