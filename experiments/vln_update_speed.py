@@ -4,15 +4,19 @@ today's code against faster variants, in the same run.
     python -m experiments.vln_update_speed [--updates 20] [--batch 32] [--compile]
 
 Variants, each timed on the same batches from the embedded houses after 3 warm-up updates, one
-thread unless said:
+thread unless said, interleaved `--repeats` times (the median is kept):
   bmm attention, every row        the earliest code (SoftDotAttention with torch.bmm)
   multiply-sum attention, every row (before)
                                   models/envdrop.py's attention (same values, checked here) with
                                   the rollout as it was: every row of the batch decoded at every
                                   step until the longest episode ends, finished rows masked
-  ... finished rows compacted out training/vln_agent.rollout now: each step decodes only the
+  ... finished rows compacted out training/vln_agent.rollout: each step decodes only the
                                   episodes still running (same teacher loss, greedy routes
                                   and A2C loss, checked here)
+  ... both rollouts in one batch (now)
+                                  training/vln_agent.mixed_rollout: the imitation and the A2C
+                                  rollouts of one update decoded as one batch of 2B rows
+                                  (same losses as two rollouts, checked here)
   ... 2 threads                   client-threads=2: only worth it where a core is free (a run
                                   with one ClientApp per core has none)
   ... compiled decoder            torch.compile of the per-step decoder (--compile; needs a C++
@@ -65,7 +69,7 @@ def every_row_rollout(
 
     from envs.vln_env import NavBatch
     from models.envdrop import ANGLE_DIM
-    from training.vln_agent import _a2c_loss
+    from training.vln_agent import a2c_loss
 
     nb = NavBatch(world, episodes, s.max_actions)
     B = len(episodes)
@@ -111,8 +115,22 @@ def every_row_rollout(
     if mode == "teacher":  # summed over steps, divided by the batch (Envdrop l. 445)
         return torch.stack(ce).sum() / B, nb
     if mode == "sample":
-        return _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev), nb
+        stacked = [torch.stack(x) for x in (logps, ents, values)]
+        return a2c_loss(*stacked, rewards, masks, nb.stopped, s, dev), nb
     return None, nb
+
+
+def two_rollouts(roll):
+    """The mixed objective as two rollouts of `roll` (imitation, then A2C), as it was before
+    training/vln_agent.mixed_rollout decoded both in one batch."""
+
+    def mixed(model, world, episodes, tokens, s, *, token_ids=None, drop=None):
+        kw = {"token_ids": token_ids, "drop": drop}
+        teacher, _ = roll(model, world, episodes, tokens, "teacher", s, **kw)
+        rl, _ = roll(model, world, episodes, tokens, "sample", s, **kw)
+        return teacher, rl
+
+    return mixed
 
 
 def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) -> float:
@@ -140,8 +158,8 @@ def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) ->
 
 def same_rollouts(vln, batch: int) -> bool:
     """The compacted rollout gives the every-row rollout's teacher loss, greedy routes and A2C
-    loss (eval mode, so no dropout draws differ; sampling made the argmax, so no action draws
-    differ)."""
+    loss, and the one-batch mixed rollout the same teacher and A2C losses (eval mode, so no
+    dropout draws differ; sampling made the argmax, so no action draws differ)."""
     from unittest import mock
 
     from models.envdrop import Follower, FollowerSize
@@ -160,11 +178,14 @@ def same_rollouts(vln, batch: int) -> bool:
         for f in (every_row_rollout, vln_agent.rollout):
             runs = [f(model, vln.world, eps, tokens, m, s) for m in ("teacher", "sample", "greedy")]
             out.append((runs[0][0], runs[1][0], runs[2][1].trajs))
+        joint = vln_agent.mixed_rollout(model, vln.world, eps, tokens, s)
     (t_a, a2c_a, routes_a), (t_b, a2c_b, routes_b) = out
     return (
         torch.allclose(t_a, t_b, rtol=1e-5)
         and torch.allclose(a2c_a, a2c_b, rtol=1e-5)
         and routes_a == routes_b
+        and torch.allclose(joint[0], t_b, rtol=1e-5)
+        and torch.allclose(joint[1], a2c_b, rtol=1e-5)
     )
 
 
@@ -191,6 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--compile", action="store_true", help="also time a compiled decoder")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved timings (median kept)")
     args = ap.parse_args(argv)
     cmd = command_line(__file__, argv)
     if not same_values():
@@ -200,23 +222,34 @@ def main(argv=None) -> int:
     if not same_rollouts(vln, args.batch):
         print("vln_update_speed: the compacted rollout differs", file=sys.stderr)
         return 1
-    new_forward, compacted = SoftDotAttention.forward, vln_agent.rollout
-    variants = [  # (name, attention, rollout, threads, compiled)
-        ("bmm attention, every row", bmm_forward, every_row_rollout, 1, False),
-        ("multiply-sum attention, every row (before)", new_forward, every_row_rollout, 1, False),
+    new_forward, joint = SoftDotAttention.forward, vln_agent.mixed_rollout
+    every_row, compacted = two_rollouts(every_row_rollout), two_rollouts(vln_agent.rollout)
+    variants = [  # (name, attention, mixed objective's rollouts, threads, compiled)
+        ("bmm attention, every row", bmm_forward, every_row, 1, False),
+        ("multiply-sum attention, every row (before)", new_forward, every_row, 1, False),
         ("multiply-sum attention, finished rows compacted out", new_forward, compacted, 1, False),
-        ("... compacted, 2 threads", new_forward, compacted, 2, False),
+        ("... compacted, both rollouts in one batch (now)", new_forward, joint, 1, False),
+        ("... one batch, 2 threads", new_forward, joint, 2, False),
     ]
     if args.compile:
-        variants.append(("... compacted, compiled decoder", new_forward, compacted, 1, True))
+        variants.append(("... one batch, compiled decoder", new_forward, joint, 1, True))
     rows = []
-    for name, forward, roll, threads, compiled in variants:
-        SoftDotAttention.forward, vln_agent.rollout = forward, roll
-        rate = time_updates(vln, args.updates, args.batch, threads, compiled)
-        rows.append({"variant": name, "updates_per_s": round(rate, 3), "batch": args.batch})
-        print(rows[-1], flush=True)
-    SoftDotAttention.forward, vln_agent.rollout = new_forward, compacted
-    df = pd.DataFrame(rows)
+    for _ in range(args.repeats):  # interleaved, so a load change hits every variant alike
+        for name, forward, mixed, threads, compiled in variants:
+            SoftDotAttention.forward, vln_agent.mixed_rollout = forward, mixed
+            rate = time_updates(vln, args.updates, args.batch, threads, compiled)
+            rows.append({"variant": name, "updates_per_s": rate, "batch": args.batch})
+            print(rows[-1], flush=True)
+    SoftDotAttention.forward, vln_agent.mixed_rollout = new_forward, joint
+    rows = (
+        pd.DataFrame(rows)
+        .groupby("variant", sort=False)
+        .agg(updates_per_s=("updates_per_s", "median"), batch=("batch", "first"))
+        .reset_index()
+        .round(3)
+    )
+    rows["repeats"] = args.repeats
+    df = rows
     before = df.updates_per_s[df.variant.str.endswith("(before)")].iloc[0]
     df["ratio_to_before"] = (df.updates_per_s / before).round(3)
     df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"

@@ -167,14 +167,13 @@ def test_back_translation_rewrites_every_route_batch_through_the_followers_dropo
     speaker = Speaker(SpeakerSize(len(vln.vocab), vln.world.feature_dim))
     bt = _SpyBT(speaker, vln_speaker.PathInputs(vln.world), vln.vocab)
     seen = []  # (ml weight, token ids, drop)
-    real = vln_agent.rollout
+    real = vln_agent.mixed_rollout
 
-    def spy(model, world, episodes, tokens, mode, s, *, token_ids=None, drop=None):
-        if mode == "teacher":
-            seen.append((episodes[0].instr_id, token_ids, drop))
-        return real(model, world, episodes, tokens, mode, s, token_ids=token_ids, drop=drop)
+    def spy(model, world, episodes, tokens, s, *, token_ids=None, drop=None):
+        seen.append((episodes[0].instr_id, token_ids, drop))
+        return real(model, world, episodes, tokens, s, token_ids=token_ids, drop=drop)
 
-    monkeypatch.setattr(vln_agent, "rollout", spy)
+    monkeypatch.setattr(vln_agent, "mixed_rollout", spy)
     model = _follower(vln)
     s = vln_agent.AgentSettings(batch_size=4)
     labelled = vln.split("train")[8:16]
@@ -353,3 +352,34 @@ def test_centralized_stages_stop_by_the_same_patience_and_count_as_finished(tmp_
     stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
     assert vln_centralized.main(args) == 0
     assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
+
+
+def test_one_batch_mixed_rollout_gives_the_two_rollouts_losses_and_their_gradients(vln):
+    """mixed_rollout decodes the imitation and the A2C rollout as one batch with a compacted
+    state: with no random draws (eval mode, sampling made the argmax) its losses and their
+    gradients are those of two separate rollouts, and the every-row rollout's too."""
+    from unittest import mock
+
+    from experiments.vln_update_speed import same_rollouts
+
+    model = _follower(vln).eval()
+    s = vln_agent.AgentSettings(batch_size=6)
+    tokens = vln_agent.Tokens(vln.vocab, 80)
+    eps = vln.split("train")[:6]
+    argmax = mock.patch.object(
+        torch.distributions.Categorical, "sample", lambda d, shape=(): d.logits.argmax(-1)
+    )
+    grads = []
+    with argmax:
+        for joint in (True, False):
+            model.zero_grad()
+            if joint:
+                t, rl = vln_agent.mixed_rollout(model, vln.world, eps, tokens, s)
+            else:
+                t, _ = vln_agent.rollout(model, vln.world, eps, tokens, "teacher", s)
+                rl, _ = vln_agent.rollout(model, vln.world, eps, tokens, "sample", s)
+            (0.2 * t + rl).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            assert rl.abs() > 0 and t > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
+    assert same_rollouts(vln, 8)

@@ -149,16 +149,113 @@ def rollout(
     if mode == "teacher":  # summed over steps, divided by the batch (Envdrop l. 445)
         return torch.stack(ce).sum() / B, nb
     if mode == "sample":
-        return _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev), nb
+        stacked = [torch.stack(x) for x in (logps, ents, values)]
+        return a2c_loss(*stacked, rewards, masks, nb.stopped, s, dev), nb
     return None, nb
 
 
-def _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev):
+def mixed_rollout(
+    model: Follower,
+    world: World,
+    episodes: list[Episode],
+    tokens: Tokens,
+    s: AgentSettings,
+    *,
+    token_ids: torch.Tensor | None = None,
+    drop: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Envdrop's mixed objective's two rollouts, the imitation one (`teacher`) and the A2C one
+    (`sample`), decoded as one batch of 2B rows: rows 0..B-1 follow the teacher, rows B..2B-1
+    sample, both under the same environmental dropout `drop`, each half encoding the
+    instruction with its own dropout draw as two separate rollouts would. Returns (teacher
+    loss, A2C loss), the values `rollout` gives for each mode.
+
+    Why one batch: a CPU update at batch 32 is dominated by per-operation overhead, forward
+    and backward. One decoder call per step instead of two, a decoder state kept compacted
+    to the running rows (re-indexed only when some episode ends, not gathered from the full
+    batch at every step), and the critic and the per-step A2C terms gathered once at the end
+    cut the autograd graph to a fraction (experiments/vln_update_speed.py checks the losses
+    against two rollouts and times both). Only the order of the random draws differs from two
+    rollouts (the same distributions)."""
+    dev = next(model.parameters()).device
+    B = len(episodes)
+    nb = NavBatch(world, list(episodes) + list(episodes), s.max_actions)
+    ids = token_ids if token_ids is not None else tokens(episodes)
+    ctx, ctx_mask, h, c = model.lang_encoder(torch.cat([ids, ids]).to(dev))
+    if drop is None:
+        drop = model.env_drop_mask(B, dev)
+    drop = torch.cat([drop, drop])
+    prev = torch.zeros(2 * B, ANGLE_DIM, device=dev)
+    alive = np.arange(2 * B)  # the rows the compacted state holds: those still running
+    ce, steps, logps, ents, h_tildes, rewards, masks = [], [], [], [], [], [], []
+    last_dist = nb.distance_to_goal()[B:]
+    while len(alive):
+        n_t = int((alive < B).sum())  # rows ascend: the teacher's come first
+        pano = model.apply_mask(torch.from_numpy(nb.pano[alive]).to(dev), drop)
+        cand = model.apply_mask(torch.from_numpy(nb.cand_feat[alive]).to(dev), drop)
+        cmask = torch.from_numpy(nb.cand_mask[alive]).to(dev)
+        logit, h, c, h_tilde = model.decoder(prev, pano, cand, cmask, h, c, ctx, ctx_mask)
+        action = torch.from_numpy(nb.teacher()[alive[:n_t]]).to(dev).clamp(min=0)
+        if n_t:
+            ce.append(nn.functional.cross_entropy(logit[:n_t], action, reduction="sum"))
+        sampling = n_t < len(alive)
+        if sampling:
+            dist = torch.distributions.Categorical(logits=logit[n_t:])
+            sampled = dist.sample()
+            t = len(rewards)  # this step's (step, row) cells of the T x B A2C terms
+            steps.append(torch.from_numpy(t * B + alive[n_t:] - B).to(dev))
+            logps.append(dist.log_prob(sampled))
+            ents.append(dist.entropy())
+            h_tildes.append(h_tilde[n_t:])
+            action = torch.cat([action, sampled])
+        prev = cand[torch.arange(len(alive), device=dev), action, -ANGLE_DIM:]
+        a = np.zeros(2 * B, dtype=np.int64)
+        a[alive] = action.cpu().numpy()
+        was = ~nb.done
+        nb.step(a)
+        if sampling:
+            dist_now, a_s = nb.distance_to_goal()[B:], a[B:]
+            r = np.where(
+                a_s == 0, np.where(dist_now < 3.0, 2.0, -2.0), np.sign(last_dist - dist_now)
+            )
+            rewards.append(r * was[B:])
+            masks.append(was[B:].astype(np.float32))
+            last_dist = dist_now
+        still = ~nb.done[alive]
+        if not still.all():  # some episodes ended: compact the state to the running ones
+            keep = torch.from_numpy(np.flatnonzero(still)).to(dev)
+            alive = alive[still]
+            ctx, ctx_mask, h, c = ctx[keep], ctx_mask[keep], h[keep], c[keep]
+            prev, drop = prev[keep], drop[keep]
+    teacher = torch.stack(ce).sum() / B  # summed over steps, divided by the batch (l. 445)
+    cells, T = torch.cat(steps), len(rewards)
+
+    def grid(x):  # the per-step values of the sampling rows, as T x B (0 where not running)
+        return torch.zeros(T * B, device=dev).index_copy(0, cells, x).view(T, B)
+
+    values = grid(model.critic(torch.cat(h_tildes)).squeeze(1))
+    rl = a2c_loss(
+        grid(torch.cat(logps)),
+        grid(torch.cat(ents)),
+        values,
+        rewards,
+        masks,
+        nb.stopped[B:],
+        s,
+        dev,
+    )
+    return teacher, rl
+
+
+def a2c_loss(logps, ents, values, rewards, masks, stopped: np.ndarray, s, dev) -> torch.Tensor:
+    """Envdrop's A2C loss of one sampled rollout: log-probabilities, entropies and critic
+    values as T x B tensors (0 where a row had ended), per-step rewards and active masks
+    (arrays of B), and `stopped`, the rows ended by STOP."""
     T = len(rewards)
     rewards, masks = np.array(rewards), np.array(masks)
     # Episodes cut off at max_actions bootstrap from the critic; stopped ones from 0.
     with torch.no_grad():
-        tail = values[-1].detach().cpu().numpy() * (~nb.stopped) if T else 0
+        tail = values[-1].detach().cpu().numpy() * (~stopped) if T else 0
     ret = np.zeros_like(rewards)
     run = tail
     for t in reversed(range(T)):
@@ -166,12 +263,12 @@ def _a2c_loss(model, logps, ents, values, rewards, masks, nb, h, c, s, dev):
         ret[t] = run
     ret_t = torch.from_numpy(ret.astype(np.float32)).to(dev)
     mask_t = torch.from_numpy(masks).to(dev)
-    v = torch.stack(values)
+    v = values
     adv = (ret_t - v).detach()
     n = mask_t.sum().clamp(min=1)
-    policy = -(torch.stack(logps) * adv).sum() / n
+    policy = -(logps * adv).sum() / n
     value = 0.5 * (((ret_t - v) ** 2) * mask_t).sum() / n
-    entropy = -s.entropy * torch.stack(ents).sum() / n
+    entropy = -s.entropy * ents.sum() / n
     return policy + value + entropy
 
 
@@ -204,10 +301,10 @@ def _mixed_loss(model, world, batch, tokens, s, ml_weight, bt: BackTranslation |
     dev = next(model.parameters()).device
     drop = model.env_drop_mask(len(batch), dev)
     ids = bt.ids(batch, drop) if bt is not None else None
-    loss, _ = rollout(model, world, batch, tokens, "teacher", s, token_ids=ids, drop=drop)
     if s.feedback == "mixed":
-        rl, _ = rollout(model, world, batch, tokens, "sample", s, token_ids=ids, drop=drop)
-        loss = ml_weight * loss + rl
+        teacher, rl = mixed_rollout(model, world, batch, tokens, s, token_ids=ids, drop=drop)
+        return ml_weight * teacher + rl
+    loss, _ = rollout(model, world, batch, tokens, "teacher", s, token_ids=ids, drop=drop)
     return loss
 
 
