@@ -646,15 +646,15 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     t = result["table4"]
     if len(t):
         lines += [
-            "| Table 4 (BLEU-4) | checkpoint | seeds | val_seen | val_unseen | "
+            "| Table 4 (BLEU-4) | checkpoint | seeds | steps | val_seen | val_unseen | "
             "paper val_seen / val_unseen |",
-            "|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|",
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             p = PAPER_T4.get(r["speaker"], ("–", "–"))
             lines.append(
                 f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
-                f"{_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
+                f"{_pm(r, 'steps', 0)} | {_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
                 f"{p[0]} / {p[1]} |"
             )
         lines.append("")
@@ -722,15 +722,15 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
 
 
 def _band(ax, dirs, run, col, label, style="-"):
-    """Mean over seeds (solid) and min-max band of `col` against optimizer steps."""
+    """Mean over seeds (line) and min-max band of `col` against optimizer steps; runs stopped
+    by patience at different steps, so each point is over the seeds still running there."""
     cs = [c for c in (curve(o, run) for o in dirs.values()) if c is not None and len(c)]
     if not cs or col not in cs[0]:
         return
-    n = min(len(c) for c in cs)
-    x = cs[0]["steps"].iloc[:n].to_numpy()
-    y = np.stack([c[col].iloc[:n].to_numpy() for c in cs])
-    (line,) = ax.plot(x, y.mean(0), style, marker=".", label=f"{label} (n={len(cs)})")
-    ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
+    wide = pd.concat([c.set_index("steps")[col].rename(k) for k, c in enumerate(cs)], axis=1)
+    x = wide.index.to_numpy()
+    (line,) = ax.plot(x, wide.mean(1), style, marker=".", ms=3, label=f"{label} (n={len(cs)})")
+    ax.fill_between(x, wide.min(1), wide.max(1), color=line.get_color(), alpha=0.15)
 
 
 def plot(dirs: dict[int, Path], png: Path) -> None:
