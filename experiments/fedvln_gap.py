@@ -20,7 +20,10 @@ Every run trains until val_unseen SR has not improved for `--patience` evaluatio
 checkpoint) and its last, with the optimizer steps (all houses) each took. Patience 8 (24
 rounds, 576 steps): one evaluation's SR has a standard error of about 2 points and adjacent
 evaluations move by up to 5, so at 4 evaluations (12 rounds) every variant stopped on noise
-within 21-30 rounds, before the fixed-budget runs' best (round 23 on average). Why these rows: a
+within 21-30 rounds, before the fixed-budget runs' best (round 23 on average). The 12-house
+variants are capped at `--all-houses-rounds` (60: 1,440 steps, 120 sequential ones), since a
+round with 12 houses costs about 2.5x a 2-house round here; the table says how many of their
+runs stopped by patience and how many at the cap (not converged). Why these rows: a
 fresh RMSprop has no bias correction, so its first steps are up to 10x lr, and with a few local
 steps per round every step is one of them; the official code keeps one RMSprop whose state
 carries across houses and rounds and steps the server with eta = 2 (with a fresh optimizer every
@@ -69,6 +72,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=150, help="cap on rounds per run")
+    p.add_argument(
+        "--all-houses-rounds",
+        type=int,
+        default=60,
+        help="cap on rounds of the 12-house variants (a round costs ~2.5x a 2-house one)",
+    )
     p.add_argument("--eval-every", type=int, default=3, help="rounds between evaluations")
     p.add_argument(
         "--patience",
@@ -87,7 +96,7 @@ def parse_args(argv=None):
     p.add_argument("--pipeline-out", default=str(ROOT / "runs" / "fedvln"))
     p.add_argument("--results-dir", default=str(RESULTS))
     a = p.parse_args(argv)
-    for flag in ("rounds", "eval_every", "patience", "jobs"):
+    for flag in ("rounds", "all_houses_rounds", "eval_every", "patience", "jobs"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1")
     return a
@@ -97,7 +106,8 @@ def _run(a, name: str, seed: int) -> Path:
     run = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
     rc = VARIANTS[name][1]
     config = f'fedvln.stage="agent" eval-every={a.eval_every} fedvln.patience={a.patience} {rc}'
-    return simulate("fedvln", run, rounds=a.rounds, seed=seed, run_config=config)
+    rounds = a.all_houses_rounds if name.startswith("all-houses") else a.rounds
+    return simulate("fedvln", run, rounds=rounds, seed=seed, run_config=config)
 
 
 def rows_of(label: str, seed: int, df: pd.DataFrame, stopped: bool | None) -> list[dict]:

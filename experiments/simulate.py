@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from config.schema import defaults
+from config.schema import defaults, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -66,7 +66,7 @@ def simulate(
         cmd += ["--policy", str(policy)]
     launch = {"args": cmd[2:], "defaults": defaults(), "policy": path_digest(policy or "")}
     recorded = json.loads(done_file.read_text()) if done_file.is_file() else None
-    same = recorded is not None and {k: recorded.get(k) for k in launch} == launch
+    same = recorded is not None and _used(recorded, run_config) == _used(launch, run_config)
     if (run_dir / "rounds.csv").exists():
         if _finished(run_dir, rounds):
             if same and recorded.get("finished", True):
@@ -83,6 +83,14 @@ def simulate(
     subprocess.run(cmd, check=True, cwd=ROOT)
     done_file.write_text(json.dumps({**launch, "finished": True}, indent=1, default=str))
     return run_dir
+
+
+def _used(launch: dict, run_config: str) -> dict:
+    """What of a launch decides the run: its arguments, its policy, and the defaults its run
+    config does not override (a changed default that the run sets itself changes nothing)."""
+    mine = set(parse_overrides(run_config))
+    used = {k: v for k, v in (launch.get("defaults") or {}).items() if k not in mine}
+    return {"args": launch.get("args"), "defaults": used, "policy": launch.get("policy")}
 
 
 def _finished(run_dir: Path, rounds: int) -> bool:

@@ -589,6 +589,16 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     policy.write_text("[fedrl]\nmin-sigma = 0.5\n")  # same path, other policy
     sim.simulate("fedavg", run, rounds=2, seed=0, policy=policy)
     assert len(launched) == 4
+    # a changed default retrains a run that uses it, not one whose run config sets it
+    real = sim.defaults()
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 5
+    monkeypatch.setattr(sim, "defaults", lambda: {**real, "driving.lr": 0.5})
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 5
+    monkeypatch.setattr(sim, "defaults", lambda: {**real, "driving.lr": 0.5, "driving.mu": 9.0})
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 6
 
 
 def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finished(
