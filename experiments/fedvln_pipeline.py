@@ -290,7 +290,8 @@ def centralized(a, out: Path, seed: int) -> None:
 
 def centralized_preexplore(a, out: Path, seed: int) -> Path:
     """One follower on every unseen house's routes pooled (non-private), from the same
-    augmented agent, back-translated by the same speaker, with the recipe's optimizer and as
+    augmented agent, back-translated by the same speaker, with the recipe's optimizer (kept
+    across rounds or fresh each round, as `fedvln.optimizer-state` has the houses do) and as
     many steps per round as env-based makes in all houses together."""
     dest = out / "preexplore-centralized"
     log_path = dest / "log.csv"
@@ -326,8 +327,10 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
     r = recipe_of(c.fedvln)
     rng = np.random.default_rng(seed)
     rows, t0, best = [], time.time(), Patience(a.patience)  # the federated stages' rule
+    opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)
     for rnd in range(1, a.pre_rounds + 1):
-        opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)  # as fresh as a house's
+        if c.fedvln.optimizer_state == "round":  # as the houses do: fresh, or kept
+            opt = make_optimizer(r.optimizer, follower.parameters(), r.lr)
         loss = vln_agent.train_batches(
             follower,
             opt,
