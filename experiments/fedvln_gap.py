@@ -143,6 +143,7 @@ def main(argv=None) -> int:
             rows += rows_of(CENTRAL, seed, df, None)
             curves.append(df.assign(run=CENTRAL, seed=seed))
     df = pd.DataFrame(rows)
+    df["stopped_early"] = df["stopped_early"].astype(float)  # centralized: NaN
     table = (
         df.groupby(["run", "checkpoint"], sort=False)
         .agg(
@@ -164,6 +165,28 @@ def main(argv=None) -> int:
     plot(pd.concat(curves), dest / "fedvln_gap.png", a)
     print(table.round(1).to_string(index=False))
     return 0
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The README's table: best and last checkpoint of each run, mean ± sd over seeds, with
+    how many seeds stopped by patience (the rest reached the round cap: not converged)."""
+
+    def pm(r, col, digits=1):
+        sd = r[f"{col}_sd"]
+        return f"{r[col]:.{digits}f}" + ("" if sd != sd else f" ± {sd:.{digits}f}")
+
+    lines = [
+        "| agent stage | checkpoint | seeds | stopped by patience | steps | val_unseen SR | "
+        "val_seen SR |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in table.iterrows():
+        stopped = "–" if r["run"] == CENTRAL else f"{int(r['stopped_early'])} / {int(r['n_seeds'])}"
+        lines.append(
+            f"| {r['run']} | {r['checkpoint']} | {int(r['n_seeds'])} | {stopped} | "
+            f"{pm(r, 'steps', 0)} | {pm(r, 'val_unseen_sr')} | {pm(r, 'val_seen_sr')} |"
+        )
+    return "\n".join(lines)
 
 
 def plot(curves: pd.DataFrame, png: Path, a) -> None:

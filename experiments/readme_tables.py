@@ -29,8 +29,19 @@ def _fedvln(tag: str = "") -> str:
     from experiments.fedvln_pipeline import markdown
 
     suffix = f"_{tag}" if tag else ""
-    tables = {f"table{k}": _csv(f"fedvln_table{k}{suffix}.csv") for k in (2, 4, 5, 9)}
+    tables = {  # a study of some stages only (--stages) has only their tables
+        f"table{k}": _csv(f"fedvln_table{k}{suffix}.csv")
+        if (RESULTS / f"fedvln_table{k}{suffix}.csv").is_file()
+        else pd.DataFrame()
+        for k in (2, 4, 5, 9)
+    }
     return markdown(tables)
+
+
+def _fedvln_gap() -> str:
+    from experiments.fedvln_gap import markdown
+
+    return markdown(_csv("fedvln_gap.csv"))
 
 
 def _fedrl_table1() -> str:
@@ -95,6 +106,8 @@ def _run_config() -> str:
 BLOCKS = {
     "fedvln-embedded": _fedvln,
     "fedvln-r2r": lambda: _fedvln("r2r"),
+    "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
+    "fedvln-gap": _fedvln_gap,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
     "cdl": _cdl,

@@ -590,6 +590,14 @@ def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_
             assert f"fedvln.{key}=" in rc
     with pytest.raises(SystemExit):
         gap.parse_args(["--patience", "0"])
+    table = pd.DataFrame(
+        [
+            {"run": "x", "checkpoint": "best", "n_seeds": 3, "stopped_early": 2.0, "steps": 1200.0,
+             "steps_sd": 100.0, "val_unseen_sr": 30.04, "val_unseen_sr_sd": 1.0,
+             "val_seen_sr": 31.0, "val_seen_sr_sd": float("nan")},
+        ]
+    )  # fmt: skip
+    assert "| x | best | 3 | 2 / 3 | 1200 ± 100 | 30.0 ± 1.0 | 31.0 |" in gap.markdown(table)
 
 
 def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
