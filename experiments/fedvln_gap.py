@@ -93,6 +93,11 @@ def parse_args(argv=None):
         help="federated variants to run",
     )
     p.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    p.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="tabulate the finished runs of the asked variants and seeds; train nothing",
+    )
     p.add_argument("--pipeline-out", default=str(ROOT / "runs" / "fedvln"))
     p.add_argument("--results-dir", default=str(RESULTS))
     a = p.parse_args(argv)
@@ -129,11 +134,15 @@ def rows_of(label: str, seed: int, df: pd.DataFrame, stopped: bool | None) -> li
 def main(argv=None) -> int:
     a = parse_args(argv)
     jobs = [(v, s) for s in a.seeds for v in a.variants]
-    in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_gap")
+    if not a.tables_only:
+        in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_gap")
     rows, curves = [], []
     for name, seed in jobs:
         run = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
         df = curve(run.parent, run.name)
+        if df is None:  # --tables-only: not run, or not finished
+            print(f"fedvln_gap: {run} is missing or unfinished; left out")
+            continue
         conv = json.loads((run / "config.json").read_text()).get("convergence") or {}
         rows += rows_of(VARIANTS[name][0], seed, df, bool(conv.get("stopped_early")))
         curves.append(df.assign(run=VARIANTS[name][0], seed=seed))
