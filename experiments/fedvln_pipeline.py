@@ -433,16 +433,14 @@ def seed_dirs(out: Path, seeds: list[int]) -> dict[int, Path]:
     return {s: out / f"seed{s}" for s in seeds if (out / f"seed{s}").is_dir()}
 
 
-def table2(dirs: dict[int, Path]) -> pd.DataFrame:
+def table2(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
     rows = []
+    models = [("untrained (floor)", "untrained"), ("Envdrop", "central/agent")]
+    models += [("FedEnvdrop", "agent")]
+    if "augment" in stages:
+        models += [("Envdrop_aug", "central/augment"), ("FedEnvdrop_aug", "augment")]
     for seed, out in dirs.items():
-        for model, run in (
-            ("untrained (floor)", "untrained"),
-            ("Envdrop", "central/agent"),
-            ("FedEnvdrop", "agent"),
-            ("Envdrop_aug", "central/augment"),
-            ("FedEnvdrop_aug", "augment"),
-        ):
+        for model, run in models:
             df = curve(out, run)
             if df is None or not len(df):
                 continue
@@ -557,11 +555,12 @@ def steps_to(df: pd.DataFrame, target: float) -> float:
     return float(hit["steps"].iloc[0]) if len(hit) else float("nan")
 
 
-def table9(dirs: dict[int, Path]) -> pd.DataFrame:
+def table9(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
     groups = {
         "seen": {"centralized": "central/agent", "federated": "agent"},
         "preexplore": {v: _pre_run(v) for v in ("centralized",) + VARIANTS},
     }
+    groups = {k: v for k, v in groups.items() if {"seen": "agent"}.get(k, k) in stages}
     rows = []
     for phase, runs in groups.items():
         curves = {(s, m): curve(out, r) for s, out in dirs.items() for m, r in runs.items()}
@@ -712,11 +711,12 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
     dirs = seed_dirs(out, a.seeds)
     for seed, d in dirs.items():
         floor(d, seed)
+    empty = pd.DataFrame()  # a study of some stages only (--stages) has only their tables
     result = {
-        "table2": table2(dirs),
-        "table4": table4(dirs),
-        "table5": table5(dirs),
-        "table9": table9(dirs),
+        "table2": table2(dirs, a.stages) if "agent" in a.stages else empty,
+        "table4": table4(dirs) if "speaker" in a.stages else empty,
+        "table5": table5(dirs) if "preexplore" in a.stages else empty,
+        "table9": table9(dirs, a.stages),
     }
     dest.mkdir(parents=True, exist_ok=True)
     for name, t in result.items():

@@ -385,6 +385,11 @@ def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp
     row = t9[(t9["phase"] == "seen") & (t9["method"] == "federated")].iloc[0]
     assert row["target_sr"] == pytest.approx(0.9 * 28)  # 90% of the lowest mean best
     assert row["steps"] == 60 and row["reached"] == 2  # seed 0 at 48, seed 1 at 72
+    # a study of the agent stage only (--stages agent) tabulates its rows only
+    assert set(fp.table2(dirs, ("agent",))["model"]) >= {"FedEnvdrop"}
+    assert "FedEnvdrop_aug" not in set(fp.table2(dirs, ("agent",))["model"])
+    assert "FedEnvdrop_aug" in set(t2["model"])
+    assert set(fp.table9(dirs, ("agent",)).dropna(subset=["n_seeds"])["phase"]) == {"seen"}
     # the convergence protocol's columns: best SR 30 / 26 at 48 / 72 steps, each ran 72
     assert row["best_sr"] == 28 and row["best_steps"] == 60 and row["stop_steps"] == 72
     assert "| seen | federated | 25.2 | 60 ± 17 | 2 / 2 | 28.0 ± 2.8 | 60 ± 17 | 72 ± 0 |" in (
