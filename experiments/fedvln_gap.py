@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from config.schema import merged, parse_overrides
 from experiments.fedvln_pipeline import curve, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 
@@ -66,6 +67,8 @@ VARIANTS = {  # run folder name: (row label, run config)
     "all-houses": ("12 houses x 2 steps, fresh optimizer, eta = 1", f"{ALL} {FRESH} {ETA1}"),
 }
 CENTRAL = "centralized Envdrop (pooled data; the pipeline's)"
+# what the launcher fills in or a resume sets, none of which changes the training
+LAUNCHER_KEYS = ("out-dir", "plots", "resume", "resume-round", "num-clients")
 
 
 def parse_args(argv=None):
@@ -107,12 +110,37 @@ def parse_args(argv=None):
     return a
 
 
+def _config(a, name: str) -> str:
+    rc = VARIANTS[name][1]
+    return f'fedvln.stage="agent" eval-every={a.eval_every} fedvln.patience={a.patience} {rc}'
+
+
+def _rounds(a, name: str) -> int:
+    return a.all_houses_rounds if name.startswith("all-houses") else a.rounds
+
+
+def pipeline_twin(a, name: str, seed: int) -> Path | None:
+    """The pipeline's agent stage of this seed if it is this very run, finished: the same
+    settings (its config.json against this variant's run config over the defaults, the
+    recipe's resolved eta in place of `fedvln.server-lr`), rounds cap and seed. The pipeline
+    trains the default, so one variant is usually its twin and need not be trained twice."""
+    run = Path(a.pipeline_out) / f"seed{seed}" / "agent"
+    if curve(run.parent, run.name) is None:
+        return None
+    done = json.loads((run / "config.json").read_text())
+    want = {**merged(parse_overrides(_config(a, name))), "num-server-rounds": _rounds(a, name)}
+    want.update({"seed": seed, "method": "fedvln"})
+    eta = want.pop("fedvln.server-lr")
+    same = all(done.get(k) == v for k, v in want.items() if k not in LAUNCHER_KEYS)
+    return run if same and done.get("recipe", {}).get("server_lr") == eta else None
+
+
 def _run(a, name: str, seed: int) -> Path:
     run = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
-    rc = VARIANTS[name][1]
-    config = f'fedvln.stage="agent" eval-every={a.eval_every} fedvln.patience={a.patience} {rc}'
-    rounds = a.all_houses_rounds if name.startswith("all-houses") else a.rounds
-    return simulate("fedvln", run, rounds=rounds, seed=seed, run_config=config)
+    if not run.exists() and (twin := pipeline_twin(a, name, seed)) is not None:
+        print(f"fedvln_gap: {name} seed {seed} is the pipeline's {twin}; not trained twice")
+        return twin
+    return simulate("fedvln", run, rounds=_rounds(a, name), seed=seed, run_config=_config(a, name))
 
 
 def rows_of(label: str, seed: int, df: pd.DataFrame, stopped: bool | None) -> list[dict]:
@@ -139,6 +167,8 @@ def main(argv=None) -> int:
     rows, curves = [], []
     for name, seed in jobs:
         run = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
+        if not run.exists():
+            run = pipeline_twin(a, name, seed) or run
         df = curve(run.parent, run.name)
         if df is None:  # --tables-only: not run, or not finished
             print(f"fedvln_gap: {run} is missing or unfinished; left out")

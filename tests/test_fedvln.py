@@ -641,3 +641,27 @@ def test_a_house_that_lost_its_setup_refuses_to_train_without_it():
         _check_setup(SimpleNamespace(state={}), conf, seen)
     _check_setup(SimpleNamespace(state={SPEAKER: object()}), conf, seen)
     _check_setup(SimpleNamespace(state={}), conf, unseen)  # not equipped in this stage
+
+
+def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(tmp_path):
+    import json
+
+    from config.schema import merged, parse_overrides
+    from experiments import fedvln_gap as gap
+
+    a = gap.parse_args(["--pipeline-out", str(tmp_path)])
+    run = tmp_path / "seed2" / "agent"
+    run.mkdir(parents=True)
+    pd.DataFrame(
+        [{"round": 1, "local_steps": 24, "val_unseen_sr": 20.0, "val_unseen_n": 360}]
+    ).to_csv(run / "rounds.csv", index=False)
+    # the pipeline's agent stage: the defaults (server-lr 0 = the recipe's eta of 1)
+    cfg = merged(parse_overrides(f'fedvln.stage="agent" eval-every=3 fedvln.patience={a.patience}'))
+    cfg.update({"num-server-rounds": a.rounds, "seed": 2, "method": "fedvln", "wall_s": 1.0})
+    cfg.update({"out-dir": str(run), "num-clients": 16, "recipe": {"server_lr": 1.0}})
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert gap.pipeline_twin(a, "kept-optimizer", 2) == run
+    assert gap.pipeline_twin(a, "kept-optimizer", 1) is None  # another seed: no run
+    assert gap.pipeline_twin(a, "kept-optimizer-eta2", 2) is None  # eta 2
+    assert gap.pipeline_twin(a, "default", 2) is None  # a fresh optimizer each round
+    assert gap.pipeline_twin(gap.parse_args(["--pipeline-out", str(tmp_path), "--rounds", "90"]), "kept-optimizer", 2) is None  # fmt: skip
