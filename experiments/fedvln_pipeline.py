@@ -199,7 +199,7 @@ def floor(out: Path, seed: int) -> None:
     v, f = len(setup.vocab), setup.world.feature_dim
     torch.manual_seed(seed)
     follower, speaker = Follower(follower_size(c, v, f)), Speaker(speaker_size(c, v, f))
-    s = vln_agent.AgentSettings.of(parse(c))
+    s = vln_agent.AgentSettings.of(c)
     tokens, row = vln_agent.Tokens(setup.vocab, s.max_words), {"round": 0, "steps": 0}
     for split in ("val_seen", "val_unseen"):
         eps = setup.split(split)
@@ -323,7 +323,7 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
             c.fedvln.batch_size,
             c.fedvln.max_local_steps,
         )
-    s = vln_agent.AgentSettings.of(parse(c))
+    s = vln_agent.AgentSettings.of(c)
     tokens = vln_agent.Tokens(setup.vocab, s.max_words)
     bt = vln_agent.BackTranslation(
         speaker, vln_speaker.PathInputs(setup.world), setup.vocab, s.max_words
@@ -736,8 +736,8 @@ def _band(ax, dirs, run, col, label, style="-"):
         return
     wide = pd.concat([c.set_index("steps")[col].rename(k) for k, c in enumerate(cs)], axis=1)
     x = wide.index.to_numpy()
-    (line,) = ax.plot(x, wide.mean(1), style, marker=".", ms=3, label=f"{label} (n={len(cs)})")
-    ax.fill_between(x, wide.min(1), wide.max(1), color=line.get_color(), alpha=0.15)
+    (line,) = ax.plot(x, wide.mean(axis=1), style, marker=".", ms=3, label=f"{label} (n={len(cs)})")
+    ax.fill_between(x, wide.min(axis=1), wide.max(axis=1), color=line.get_color(), alpha=0.15)
 
 
 def plot(dirs: dict[int, Path], png: Path) -> None:

@@ -665,3 +665,20 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     assert gap.pipeline_twin(a, "kept-optimizer-eta2", 2) is None  # eta 2
     assert gap.pipeline_twin(a, "default", 2) is None  # a fresh optimizer each round
     assert gap.pipeline_twin(gap.parse_args(["--pipeline-out", str(tmp_path), "--rounds", "90"]), "kept-optimizer", 2) is None  # fmt: skip
+
+
+def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_config(tmp_path):
+    """The floor rows come from whichever stage ran (agent, or speaker alone)."""
+    import json
+
+    from config.schema import merged
+    from experiments import fedvln_pipeline as fp
+
+    out = tmp_path / "seed0"
+    (out / "speaker").mkdir(parents=True)
+    cfg = merged({**TINY, "fedvln.stage": "speaker"})
+    (out / "speaker" / "config.json").write_text(json.dumps(cfg))
+    fp.floor(out, 0)
+    row = pd.read_csv(out / "untrained" / "log.csv").iloc[0]
+    assert row["val_unseen_n"] > 0 and 0 <= row["val_unseen_sr"] <= 100
+    assert row["val_unseen_bleu"] == row["val_unseen_bleu"]  # scored, not NaN
