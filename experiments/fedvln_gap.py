@@ -67,6 +67,7 @@ VARIANTS = {  # run folder name: (row label, run config)
     "all-houses": ("12 houses x 2 steps, fresh optimizer, eta = 1", f"{ALL} {FRESH} {ETA1}"),
 }
 CENTRAL = "centralized Envdrop (pooled data; the pipeline's)"
+CENTRAL_CUT = "centralized, cut at the federated best's sequential steps"
 # what the launcher fills in or a resume sets, none of which changes the training
 LAUNCHER_KEYS = ("out-dir", "plots", "resume", "resume-round", "num-clients")
 
@@ -143,6 +144,15 @@ def _run(a, name: str, seed: int) -> Path:
     return simulate("fedvln", run, rounds=_rounds(a, name), seed=seed, run_config=_config(a, name))
 
 
+def sequential_steps(fed: pd.DataFrame) -> int:
+    """How far one house's optimizer walked by the federated run's best evaluation: rounds to
+    it times one house's local steps per round (averaging houses that each took s steps from
+    the same model moves it about as far as s steps, not s times the houses)."""
+    best = fed.loc[fed["val_unseen_sr"].idxmax()]
+    per_round = (fed["local_steps"] / fed["n_clients"]).median()
+    return int(best["round"] * per_round)
+
+
 def rows_of(label: str, seed: int, df: pd.DataFrame, stopped: bool | None) -> list[dict]:
     """The best and last evaluation of one run, with the steps each took."""
     return [
@@ -181,6 +191,10 @@ def main(argv=None) -> int:
         if df is not None and len(df):
             rows += rows_of(CENTRAL, seed, df, None)
             curves.append(df.assign(run=CENTRAL, seed=seed))
+            fed = curve(Path(a.pipeline_out) / f"seed{seed}", "agent")
+            if fed is not None and len(fed):
+                cut = df[df["steps"] <= sequential_steps(fed)].reset_index(drop=True)
+                rows += rows_of(CENTRAL_CUT, seed, cut, None) if len(cut) else []
     df = pd.DataFrame(rows)
     df["stopped_early"] = df["stopped_early"].astype(float)  # centralized: NaN
     table = (
@@ -220,7 +234,8 @@ def markdown(table: pd.DataFrame) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for _, r in table.iterrows():
-        stopped = "–" if r["run"] == CENTRAL else f"{int(r['stopped_early'])} / {int(r['n_seeds'])}"
+        central = r["run"] in (CENTRAL, CENTRAL_CUT)
+        stopped = "–" if central else f"{int(r['stopped_early'])} / {int(r['n_seeds'])}"
         lines.append(
             f"| {r['run']} | {r['checkpoint']} | {int(r['n_seeds'])} | {stopped} | "
             f"{pm(r, 'steps', 0)} | {pm(r, 'val_unseen_sr')} | {pm(r, 'val_seen_sr')} |"

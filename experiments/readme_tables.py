@@ -107,6 +107,7 @@ BLOCKS = {
     "fedvln-embedded": _fedvln,
     "fedvln-r2r": lambda: _fedvln("r2r"),
     "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
+    "fedvln-converged": lambda: _fedvln("converged"),
     "fedvln-gap": _fedvln_gap,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,

@@ -589,6 +589,8 @@ def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_
     assert (rows["best"]["steps"], rows["best"]["val_unseen_sr"]) == (144, 19.0)
     assert (rows["last"]["steps"], rows["last"]["val_unseen_sr"]) == (216, 15.0)
     assert rows["best"]["stopped_early"] and rows["best"]["seed"] == 3
+    fed = df.assign(round=[3, 6, 9], local_steps=24, n_clients=2)
+    assert gap.sequential_steps(fed) == 6 * 12  # best at round 6, 12 steps per house a round
     # every variant names the settings it varies, so a changed default leaves it as it is
     for _, rc in gap.VARIANTS.values():
         for key in ("seen-rate", "local-epochs", "optimizer-state", "server-lr"):
