@@ -616,6 +616,7 @@ def table9(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
             "steps": 100 * v,
         }
         for (p, m), v in PAPER_T9.items()
+        if p in groups
     ]
     return pd.concat([t.assign(source="ours"), pd.DataFrame(paper)], ignore_index=True)
 
