@@ -481,8 +481,8 @@ def test_forged_or_broken_evaluation_replies_are_left_out_of_the_pool(tmp_path):
 
 @pytest.mark.slow
 def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
-    """optimizer-state=house: the house's RMSprop square averages carry over (in its context,
-    never in a reply); round: a fresh optimizer each round keeps nothing."""
+    """optimizer-state=house (the default): the house's RMSprop square averages carry over (in
+    its context, never in a reply); round: a fresh optimizer each round keeps nothing."""
     import torch
 
     from training.optimizer_state import load_optimizer_arrays, optimizer_arrays
@@ -513,7 +513,9 @@ def test_a_house_keeps_its_optimizer_state_between_rounds_when_asked(tmp_path):
     assert all(
         "fedvln-optimizer" not in k for r in grid.replies for k in r.content.array_records
     )  # never sent
-    grid, _ = _run(tmp_path, "agent-round", **{"num-server-rounds": 2})
+    grid, _ = _run(
+        tmp_path, "agent-round", **{"fedvln.optimizer-state": "round", "num-server-rounds": 2}
+    )
     assert not any("fedvln-optimizer-follower" in c.state for c in grid.contexts.values())
 
 
