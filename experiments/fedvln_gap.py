@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from config.schema import merged, parse_overrides
-from experiments.fedvln_pipeline import curve, pick
+from experiments.fedvln_pipeline import _pm, curve, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 
 # every run names all four settings it varies, so a later change of the defaults leaves its
@@ -136,11 +136,18 @@ def pipeline_twin(a, name: str, seed: int) -> Path | None:
     return run if same and done.get("recipe", {}).get("server_lr") == eta else None
 
 
+def run_dir(a, name: str, seed: int) -> Path:
+    """Where a variant's run is: its own folder once started, else the pipeline's twin run
+    if there is one, else its own folder (to train)."""
+    own = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
+    return own if own.exists() else pipeline_twin(a, name, seed) or own
+
+
 def _run(a, name: str, seed: int) -> Path:
-    run = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
-    if not run.exists() and (twin := pipeline_twin(a, name, seed)) is not None:
-        print(f"fedvln_gap: {name} seed {seed} is the pipeline's {twin}; not trained twice")
-        return twin
+    run = run_dir(a, name, seed)
+    if run.parent != ROOT / "runs" / "fedvln-gap":
+        print(f"fedvln_gap: {name} seed {seed} is the pipeline's {run}; not trained twice")
+        return run
     return simulate("fedvln", run, rounds=_rounds(a, name), seed=seed, run_config=_config(a, name))
 
 
@@ -176,9 +183,7 @@ def main(argv=None) -> int:
         in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_gap")
     rows, curves = [], []
     for name, seed in jobs:
-        run = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
-        if not run.exists():
-            run = pipeline_twin(a, name, seed) or run
+        run = run_dir(a, name, seed)
         df = curve(run.parent, run.name)
         if df is None:  # --tables-only: not run, or not finished
             print(f"fedvln_gap: {run} is missing or unfinished; left out")
@@ -224,10 +229,6 @@ def markdown(table: pd.DataFrame) -> str:
     """The README's table: best and last checkpoint of each run, mean ± sd over seeds, with
     how many seeds stopped by patience (the rest reached the round cap: not converged)."""
 
-    def pm(r, col, digits=1):
-        sd = r[f"{col}_sd"]
-        return f"{r[col]:.{digits}f}" + ("" if sd != sd else f" ± {sd:.{digits}f}")
-
     lines = [
         "| agent stage | checkpoint | seeds | stopped by patience | steps | val_unseen SR | "
         "val_seen SR |",
@@ -238,7 +239,7 @@ def markdown(table: pd.DataFrame) -> str:
         stopped = "–" if central else f"{int(r['stopped_early'])} / {int(r['n_seeds'])}"
         lines.append(
             f"| {r['run']} | {r['checkpoint']} | {int(r['n_seeds'])} | {stopped} | "
-            f"{pm(r, 'steps', 0)} | {pm(r, 'val_unseen_sr')} | {pm(r, 'val_seen_sr')} |"
+            f"{_pm(r, 'steps', 0)} | {_pm(r, 'val_unseen_sr')} | {_pm(r, 'val_seen_sr')} |"
         )
     return "\n".join(lines)
 
