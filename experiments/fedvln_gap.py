@@ -43,8 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from config.schema import merged, parse_overrides
-from experiments.fedvln_pipeline import _pm, curve, pick
+from experiments.fedvln_pipeline import _pm, curve, finished_twin, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 
 # every run names all four settings it varies, so a later change of the defaults leaves its
@@ -68,8 +67,6 @@ VARIANTS = {  # run folder name: (row label, run config)
 }
 CENTRAL = "centralized Envdrop (pooled data; the pipeline's)"
 CENTRAL_CUT = "centralized, cut at the federated best's sequential steps"
-# what the launcher fills in or a resume sets, none of which changes the training
-LAUNCHER_KEYS = ("out-dir", "plots", "resume", "resume-round", "num-clients")
 
 
 def parse_args(argv=None):
@@ -121,19 +118,11 @@ def _rounds(a, name: str) -> int:
 
 
 def pipeline_twin(a, name: str, seed: int) -> Path | None:
-    """The pipeline's agent stage of this seed if it is this very run, finished: the same
-    settings (its config.json against this variant's run config over the defaults, the
-    recipe's resolved eta in place of `fedvln.server-lr`), rounds cap and seed. The pipeline
-    trains the default, so one variant is usually its twin and need not be trained twice."""
+    """The pipeline's agent stage of this seed if it is this very run, finished (same settings,
+    resolved recipe, rounds cap and seed: `fedvln_pipeline.finished_twin`). The pipeline trains
+    the default, so one variant is usually its twin and need not be trained twice."""
     run = Path(a.pipeline_out) / f"seed{seed}" / "agent"
-    if curve(run.parent, run.name) is None:
-        return None
-    done = json.loads((run / "config.json").read_text())
-    want = {**merged(parse_overrides(_config(a, name))), "num-server-rounds": _rounds(a, name)}
-    want.update({"seed": seed, "method": "fedvln"})
-    eta = want.pop("fedvln.server-lr")
-    same = all(done.get(k) == v for k, v in want.items() if k not in LAUNCHER_KEYS)
-    return run if same and done.get("recipe", {}).get("server_lr") == eta else None
+    return finished_twin([run], _config(a, name), _rounds(a, name), seed)
 
 
 def run_dir(a, name: str, seed: int) -> Path:

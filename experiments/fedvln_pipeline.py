@@ -48,6 +48,7 @@ never get there show as not reaching it); if none beats the start there is no ta
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from functools import partial
@@ -60,6 +61,7 @@ import torch
 from config import parse
 from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import recipe_of
+from config.schema import merged, parse_overrides
 from contracts.fedvln import follower_size, speaker_size, spec_of
 from experiments import vln_centralized
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, simulate
@@ -402,6 +404,33 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
     df["steps"] = df["local_steps"].fillna(0).cumsum()
     key = "val_unseen_sr" if "val_unseen_sr" in df else "val_unseen_bleu"
     return df[df[key].notna()].reset_index(drop=True)
+
+
+# what the launcher fills in or a resume sets, none of which changes the training
+LAUNCHER_KEYS = ("out-dir", "plots", "resume", "resume-round", "num-clients")
+# the recipe's overrides: compared as the recipe they resolve to (config.json's "recipe")
+RECIPE_KEYS = ("fedvln.optimizer", "fedvln.lr", "fedvln.server-lr", "fedvln.server-lr-decay")
+
+
+def finished_twin(candidates: list[Path], run_config: str, rounds: int, seed: int) -> Path | None:
+    """The first finished federated run among `candidates` that is this very launch: its
+    config.json holds `run_config` over the defaults, the same rounds cap and seed, and the
+    recipe those settings resolve to today (so a run of an older recipe is no twin, and
+    `fedvln.lr=1e-3` is the twin of a run that left the recipe its 1e-3). Lets a study read
+    another study's run instead of training it twice."""
+    want = {**merged(parse_overrides(run_config)), "num-server-rounds": rounds, "seed": seed}
+    want["method"] = "fedvln"
+    recipe = dataclasses.asdict(recipe_of(parse(want).fedvln))
+    for run in candidates:
+        if curve(run.parent, run.name) is None:
+            continue
+        done = json.loads((run / "config.json").read_text())
+        skip = LAUNCHER_KEYS + RECIPE_KEYS
+        if done.get("recipe") == recipe and all(
+            done.get(k) == v for k, v in want.items() if k not in skip
+        ):
+            return run
+    return None
 
 
 def pick(df: pd.DataFrame, key: str) -> dict[str, pd.Series]:

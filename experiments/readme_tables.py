@@ -44,6 +44,12 @@ def _fedvln_gap() -> str:
     return markdown(_csv("fedvln_gap.csv"))
 
 
+def _fedvln_finetune_lr() -> str:
+    from experiments.fedvln_finetune_lr import markdown
+
+    return markdown(pd.read_csv(RESULTS / "fedvln_finetune_lr.csv", dtype=str).fillna(""))
+
+
 def _fedrl_table1() -> str:
     from experiments.fedrl_table1 import markdown
 
@@ -109,6 +115,7 @@ BLOCKS = {
     "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
     "fedvln-converged": lambda: _fedvln("converged"),
     "fedvln-gap": _fedvln_gap,
+    "fedvln-finetune-lr": _fedvln_finetune_lr,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
     "cdl": _cdl,

@@ -97,6 +97,12 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=_positive, default=32)
     p.add_argument("--lr", type=float, default=CPU["agent"].lr, help="follower learning rate")
     p.add_argument(
+        "--aug-lr",
+        type=float,
+        default=CPU["augment"].lr,
+        help="learning rate of the augment stage, which fine-tunes the trained follower",
+    )
+    p.add_argument(
         "--optimizer",
         default=CPU["agent"].optimizer,
         choices=sorted(OPTIMIZERS),
@@ -143,9 +149,9 @@ def _subset(eps, n, seed):
 def train_follower(
     a, vln, model, train, evals, stage, out, tokens, settings, routes=(), back_translate=None
 ):
-    opt = make_optimizer(a.optimizer, model.parameters(), a.lr)
+    lr, iters = (a.lr, a.iters) if stage == "agent" else (a.aug_lr, a.aug_iters)
+    opt = make_optimizer(a.optimizer, model.parameters(), lr)
     rng = np.random.default_rng(a.seed)
-    iters = a.iters if stage == "agent" else a.aug_iters
     rows, best, t0 = [], Patience(a.patience), time.time()
     for start in range(0, iters, a.eval_every):
         n = min(a.eval_every, iters - start)
@@ -247,6 +253,9 @@ def main(argv=None) -> int:
 
 
 def run(a) -> int:
+    if a.lr <= 0 or a.aug_lr <= 0 or a.speaker_lr <= 0:
+        print("vln_centralized: --lr, --aug-lr and --speaker-lr must be > 0", file=sys.stderr)
+        return 2
     if a.threads < 1 or a.patience < 0:
         print("vln_centralized: --threads must be >= 1 and --patience >= 0", file=sys.stderr)
         return 2

@@ -305,6 +305,9 @@ def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
     assert (agent.optimizer, agent.lr, agent.server_lr) == ("rms", 1e-4, 2.0)
     cpu = of({"fedvln.stage": "preexplore"})
     assert (cpu.optimizer, cpu.server_lr) == ("rms", 1.0)
+    # the stages that fine-tune a trained agent keep the official lr; training from scratch 10x
+    assert of({"fedvln.stage": "augment"}).lr == cpu.lr == agent.lr
+    assert of({"fedvln.stage": "agent"}).lr == 10 * cpu.lr
     mine = of({"fedvln.server-lr": 2.0, "fedvln.lr": 3e-4, "fedvln.optimizer": "adam"})
     assert (mine.optimizer, mine.lr, mine.server_lr) == ("adam", 3e-4, 2.0)
 
@@ -662,13 +665,17 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     # the pipeline's agent stage: the defaults (server-lr 0 = the recipe's eta of 1)
     cfg = merged(parse_overrides(f'fedvln.stage="agent" eval-every=3 fedvln.patience={a.patience}'))
     cfg.update({"num-server-rounds": a.rounds, "seed": 2, "method": "fedvln", "wall_s": 1.0})
-    cfg.update({"out-dir": str(run), "num-clients": 16, "recipe": {"server_lr": 1.0}})
+    recipe = {"optimizer": "rms", "lr": 1e-3, "server_lr": 1.0, "server_lr_decay": 1.0}
+    cfg.update({"out-dir": str(run), "num-clients": 16, "recipe": recipe})
     (run / "config.json").write_text(json.dumps(cfg))
     assert gap.pipeline_twin(a, "kept-optimizer", 2) == run
     assert gap.pipeline_twin(a, "kept-optimizer", 1) is None  # another seed: no run
     assert gap.pipeline_twin(a, "kept-optimizer-eta2", 2) is None  # eta 2
     assert gap.pipeline_twin(a, "default", 2) is None  # a fresh optimizer each round
     assert gap.pipeline_twin(gap.parse_args(["--pipeline-out", str(tmp_path), "--rounds", "90"]), "kept-optimizer", 2) is None  # fmt: skip
+    # trained under another recipe (its lr is not what these settings resolve to today)
+    (run / "config.json").write_text(json.dumps({**cfg, "recipe": {**recipe, "lr": 1e-4}}))
+    assert gap.pipeline_twin(a, "kept-optimizer", 2) is None
 
 
 def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_config(tmp_path):
@@ -686,3 +693,47 @@ def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_c
     row = pd.read_csv(out / "untrained" / "log.csv").iloc[0]
     assert row["val_unseen_n"] > 0 and 0 <= row["val_unseen_sr"] <= 100
     assert row["val_unseen_bleu"] == row["val_unseen_bleu"]  # scored, not NaN
+
+
+def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_path):
+    """A finished augment run of the same launch under --reuse is read, not trained again (and
+    only for the lr its recipe resolved to); the table pairs each lr's best with the first lr's
+    over the seeds both have, beside the agent each started from."""
+    import json
+
+    import experiments.fedvln_finetune_lr as ft
+    from config.schema import merged, parse_overrides
+    from experiments.fedvln_pipeline import curve
+
+    old = tmp_path / "old"
+    a = ft.parse_args(["--pipeline-out", str(tmp_path / "pipe"), "--reuse", str(old)])
+
+    def run(folder, seed, srs, cfg=None):
+        folder.mkdir(parents=True)
+        rows = [{"round": 3 * (i + 1), "local_steps": 12, "val_unseen_sr": v, "val_unseen_n": 360}
+                for i, v in enumerate(srs)]  # fmt: skip
+        pd.DataFrame(rows).to_csv(folder / "rounds.csv", index=False)
+        (folder / "config.json").write_text(json.dumps({"wall_s": 1.0, **(cfg or {})}))
+
+    for seed, start in ((0, 30.0), (1, 34.0)):
+        run(tmp_path / "pipe" / f"seed{seed}" / "agent", seed, [10.0, start])
+        cfg = merged(parse_overrides(ft._config(a, seed, 1e-3)))
+        cfg.update({"num-server-rounds": a.rounds, "seed": seed, "method": "fedvln"})
+        recipe = {"optimizer": "rms", "lr": 1e-3, "server_lr": 1.0, "server_lr_decay": 1.0}
+        cfg.update({"fedvln.lr": 0.0, "out-dir": "x", "recipe": recipe})  # the recipe's own lr
+        run(old / f"seed{seed}" / "augment", seed, [20.0, 28.0 + seed, 25.0], cfg)
+    assert ft.run_dir(a, 0, 1e-3) == old / "seed0" / "augment"
+    assert ft.run_dir(a, 0, 1e-4) == ft.OWN / "lr0.0001-s0"  # 1e-3 run: no twin of 1e-4
+    rows = [ft.rows_of(a, s, 1e-3) for s in (0, 1)]
+    assert rows[0]["start_sr"] == 30.0 and rows[0]["first_sr"] == 20.0
+    assert (rows[1]["best_sr"], rows[1]["best_steps"], rows[1]["last_sr"]) == (29.0, 24, 25.0)
+    runs = pd.DataFrame(rows + [{**r, "lr": 1e-4, "best_sr": r["best_sr"] + d}
+                                for r, d in zip(rows, (4.0, 6.0))])  # fmt: skip
+    table = ft.summary(runs).set_index("lr")
+    assert table.loc["0.001", "best_gain_over_start"] == "-3.5 ± 2.1"
+    assert table.loc["0.0001", "best_vs_first_lr"].startswith("+5.0 [")
+    assert "| 0.0001 | 2 |" in ft.markdown(table.reset_index())
+    assert curve(old / "seed0", "augment") is not None
+    for bad in (["--lrs", "0"], ["--patience", "0"]):
+        with pytest.raises(SystemExit):
+            ft.parse_args(bad)

@@ -304,6 +304,26 @@ def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkey
     with pytest.raises(SystemExit) as e:
         vln_centralized.main(["--iters", "0"])
     assert e.value.code == 2 and "--iters: must be a positive integer" in capsys.readouterr().err
+    assert vln_centralized.main(["--aug-lr", "0", "--out", str(tmp_path / "r")]) == 2
+    assert "--aug-lr" in capsys.readouterr().err
+
+
+def test_centralized_augment_fine_tunes_at_its_own_learning_rate(monkeypatch, tmp_path):
+    """The augment stage starts a fresh optimizer on the trained follower at --aug-lr (the
+    recipe's fine-tuning lr, as the houses' augment stage), the agent stage at --lr."""
+    from config.fedvln_recipe import CPU
+    from experiments import vln_centralized
+
+    made = []
+    monkeypatch.setattr(vln_centralized, "make_optimizer", lambda o, p, lr: made.append(lr))
+    monkeypatch.setattr(vln_centralized.vln_checkpoint, "save", lambda *a, **k: None)
+    a = vln_centralized.parse_args(["--iters", "1", "--aug-iters", "1"])
+    a.iters = a.aug_iters = 0  # no training step: only the optimizer each stage makes
+    for stage in ("agent", "augment"):
+        model = torch.nn.Linear(1, 1)
+        vln = __import__("types").SimpleNamespace(vocab=None)
+        vln_centralized.train_follower(a, vln, model, [], {}, stage, tmp_path, None, None)
+    assert made == [CPU["agent"].lr, CPU["augment"].lr] and made[0] != made[1]
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(vln, tmp_path):
