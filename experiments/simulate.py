@@ -67,6 +67,7 @@ def simulate(
     launch = {"args": cmd[2:], "defaults": defaults(), "policy": path_digest(policy or "")}
     recorded = json.loads(done_file.read_text()) if done_file.is_file() else None
     same = recorded is not None and _used(recorded, run_config) == _used(launch, run_config)
+    same = same and not _recipe_changed(run_dir, method, run_config)
     if (run_dir / "rounds.csv").exists():
         if _finished(run_dir, rounds):
             if same and recorded.get("finished", True):
@@ -91,6 +92,26 @@ def _used(launch: dict, run_config: str) -> dict:
     mine = set(parse_overrides(run_config))
     used = {k: v for k, v in (launch.get("defaults") or {}).items() if k not in mine}
     return {"args": launch.get("args"), "defaults": used, "policy": launch.get("policy")}
+
+
+def _recipe_changed(run_dir: Path, method: str, run_config: str) -> bool:
+    """FedVLN's recipe (config/fedvln_recipe.py) is code, not a run-config default, so study.json
+    cannot see it change: a run whose config.json records another resolved recipe (optimizer,
+    lr, eta) than these settings give today is another launch."""
+    if method != "fedvln":
+        return False
+    try:
+        done = json.loads((run_dir / "config.json").read_text()).get("recipe")
+    except (OSError, ValueError):
+        return False
+    if done is None:
+        return False
+    from config import parse
+    from config.fedvln_recipe import recipe_of
+    from config.schema import merged
+
+    want = recipe_of(parse(merged(parse_overrides(run_config))).fedvln)
+    return done != dataclasses.asdict(want)
 
 
 def _finished(run_dir: Path, rounds: int) -> bool:

@@ -601,6 +601,41 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     assert len(launched) == 6
 
 
+def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
+    """The recipe is code, not a run-config default: a finished FedVLN run whose config.json
+    records another resolved recipe than today's is trained again; the same one is reused."""
+    import dataclasses
+    import json
+
+    import experiments.simulate as sim
+    from config import parse
+    from config.fedvln_recipe import recipe_of
+    from config.schema import merged, parse_overrides
+
+    launched = []
+
+    def fake_run(cmd, check, cwd):
+        launched.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rounds.csv").write_text("round\n1\n2\n")
+        rc = 'fedvln.stage="augment"'
+        now = dataclasses.asdict(recipe_of(parse(merged(parse_overrides(rc))).fedvln))
+        (out / "config.json").write_text(json.dumps({"recipe": now}))
+
+    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    run = tmp_path / "run"
+    rc = 'fedvln.stage="augment"'
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    assert len(launched) == 1
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["recipe"]["lr"] *= 10  # trained under an older recipe
+    (run / "config.json").write_text(json.dumps(cfg))
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    assert len(launched) == 2
+
+
 def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finished(
     tmp_path, monkeypatch
 ):
