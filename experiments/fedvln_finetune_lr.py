@@ -107,7 +107,8 @@ def rows_of(a, seed: int, lr: float) -> dict | None:
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per lr: mean ± sd of each column, and the best's paired difference to the first lr."""
+    """Per lr: mean ± sd of each column, and the first and best evaluations' paired
+    differences to the first lr's."""
     base = runs[runs["lr"] == runs["lr"].iloc[0]].set_index("seed")
     out = []
     for lr, g in runs.groupby("lr", sort=False):
@@ -117,11 +118,12 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
             row[col] = mean_sd(g[col], 0 if col.endswith("steps") else 1)
         row["best_gain_over_start"] = mean_sd(g["best_sr"] - g["start_sr"])
         both = g.index.intersection(base.index)
-        if lr != runs["lr"].iloc[0] and len(both) > 1:
-            m, lo, hi = paired_interval(g.loc[both, "best_sr"], base.loc[both, "best_sr"])
-            row["best_vs_first_lr"] = f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] ({len(both)} seeds)"
-        else:
-            row["best_vs_first_lr"] = ""
+        for col in ("first_sr", "best_sr"):
+            key = f"{col.removesuffix('_sr')}_vs_first_lr"
+            row[key] = ""
+            if lr != runs["lr"].iloc[0] and len(both) > 1:
+                m, lo, hi = paired_interval(g.loc[both, col], base.loc[both, col])
+                row[key] = f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}] ({len(both)} seeds)"
         out.append(row)
     return pd.DataFrame(out)
 
@@ -137,10 +139,11 @@ def markdown(table: pd.DataFrame) -> str:
         "last",
         "steps trained",
         "best − start",
+        "first vs first lr (paired, 95%)",
         "best vs first lr (paired, 95%)",
     ]
     cols = ["lr", "seeds", "start_sr", "first_sr", "best_sr", "best_steps", "last_sr"]
-    cols += ["last_steps", "best_gain_over_start", "best_vs_first_lr"]
+    cols += ["last_steps", "best_gain_over_start", "first_vs_first_lr", "best_vs_first_lr"]
     return pipe_table(head, table[cols].values.tolist())
 
 
@@ -163,7 +166,8 @@ def main(argv=None) -> int:
     table = summary(runs)
     dest = Path(a.results_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    runs.round(2).to_csv(dest / "fedvln_finetune_lr_runs.csv", index=False)
+    sr = [c for c in runs if c.endswith("_sr")]  # lr stays as it is (1e-4 rounds to 0)
+    runs.round({c: 2 for c in sr}).to_csv(dest / "fedvln_finetune_lr_runs.csv", index=False)
     table.to_csv(dest / "fedvln_finetune_lr.csv", index=False)
     print(markdown(table))
     return 0

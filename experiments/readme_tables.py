@@ -113,7 +113,6 @@ BLOCKS = {
     "fedvln-embedded": _fedvln,
     "fedvln-r2r": lambda: _fedvln("r2r"),
     "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
-    "fedvln-converged": lambda: _fedvln("converged"),
     "fedvln-gap": _fedvln_gap,
     "fedvln-finetune-lr": _fedvln_finetune_lr,
     "fedrl-table1": _fedrl_table1,
