@@ -51,6 +51,34 @@ def bmm_forward(self, h, ctx, mask=None):
     return torch.tanh(self.linear_out(torch.cat([weighted, h], 1))), attn, logit
 
 
+def aten_encoder_forward(self, tokens: torch.Tensor):
+    """LangEncoder.forward as it was: nn.LSTM on a PackedSequence."""
+    from torch import nn
+
+    mask = tokens != 0
+    lengths = mask.sum(1).clamp(min=1).cpu()
+    packed = nn.utils.rnn.pack_padded_sequence(
+        self.drop(self.embedding(tokens)), lengths, batch_first=True, enforce_sorted=False
+    )
+    out, (h, c) = self.lstm(packed)
+    ctx, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=tokens.shape[1])
+    h0 = torch.tanh(self.to_state(torch.cat([h[-2], h[-1]], 1)))
+    return self.drop(ctx), mask, h0, torch.cat([c[-2], c[-1]], 1)
+
+
+def with_torch_dropout(model):
+    """The follower as it was: nn.Dropout (bernoulli_) wherever models/envdrop.Dropout is."""
+    from torch import nn
+
+    from models.envdrop import Dropout
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, Dropout):
+                setattr(module, name, nn.Dropout(child.p))
+    return model
+
+
 def every_row_rollout(
     model,
     world,
@@ -133,13 +161,17 @@ def two_rollouts(roll):
     return mixed
 
 
-def time_updates(vln, updates: int, batch: int, threads: int, compiled: bool) -> float:
+def time_updates(
+    vln, updates: int, batch: int, threads: int, compiled: bool, torch_dropout: bool
+) -> float:
     from models.envdrop import Follower, FollowerSize
     from training import vln_agent
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = Follower(FollowerSize(len(vln.vocab), vln.world.feature_dim))
+    if torch_dropout:
+        model = with_torch_dropout(model)
     if compiled:
         model.decoder = torch.compile(model.decoder)
     s = vln_agent.AgentSettings(batch_size=batch)
@@ -189,6 +221,27 @@ def same_rollouts(vln, batch: int) -> bool:
     )
 
 
+def same_encoder(vln, batch: int) -> bool:
+    """The step-by-step encoder gives nn.LSTM-on-a-PackedSequence's context, initial state and
+    gradients (eval mode: no dropout draws)."""
+    from models.envdrop import Follower, FollowerSize, LangEncoder
+    from training import vln_agent
+
+    torch.manual_seed(0)
+    enc = Follower(FollowerSize(len(vln.vocab), vln.world.feature_dim)).lang_encoder.eval()
+    ids = vln_agent.Tokens(vln.vocab, 80)(vln.split("train")[: 2 * batch])
+    got = []
+    for forward in (aten_encoder_forward, LangEncoder.forward):
+        enc.zero_grad()
+        ctx, _, h, c = forward(enc, ids)
+        (ctx.square().sum() + h.sum() + 2 * c.sum()).backward()
+        got.append([ctx, h, c, *(p.grad.clone() for p in enc.parameters())])
+    # float sums in another order: equal to 1e-5 of each tensor's largest entry
+    return all(
+        (a - b).abs().max() <= 1e-5 * a.abs().max() + 1e-7 for a, b in zip(*got, strict=True)
+    )
+
+
 def same_values() -> bool:
     from models.envdrop import SoftDotAttention
 
@@ -205,7 +258,7 @@ def same_values() -> bool:
 
 def main(argv=None) -> int:
     from envs.vln_setup import open_vln
-    from models.envdrop import SoftDotAttention
+    from models.envdrop import LangEncoder, SoftDotAttention
     from training import vln_agent
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -222,25 +275,41 @@ def main(argv=None) -> int:
     if not same_rollouts(vln, args.batch):
         print("vln_update_speed: the compacted rollout differs", file=sys.stderr)
         return 1
+    if not same_encoder(vln, args.batch):
+        print("vln_update_speed: the step-by-step encoder differs", file=sys.stderr)
+        return 1
     new_forward, joint = SoftDotAttention.forward, vln_agent.mixed_rollout
+    cell_encoder = LangEncoder.forward
     every_row, compacted = two_rollouts(every_row_rollout), two_rollouts(vln_agent.rollout)
-    variants = [  # (name, attention, mixed objective's rollouts, threads, compiled)
-        ("bmm attention, every row", bmm_forward, every_row, 1, False),
-        ("multiply-sum attention, every row (before)", new_forward, every_row, 1, False),
-        ("multiply-sum attention, finished rows compacted out", new_forward, compacted, 1, False),
-        ("... compacted, both rollouts in one batch (now)", new_forward, joint, 1, False),
-        ("... one batch, 2 threads", new_forward, joint, 2, False),
+    old, new = (aten_encoder_forward, True), (cell_encoder, False)  # (encoder, nn.Dropout)
+    variants = [  # (name, attention, mixed objective's rollouts, (encoder, nn.Dropout), threads)
+        ("bmm attention, every row", bmm_forward, every_row, old, 1),
+        ("multiply-sum attention, every row (before)", new_forward, every_row, old, 1),
+        ("multiply-sum attention, finished rows compacted out", new_forward, compacted, old, 1),
+        ("... compacted, both rollouts in one batch", new_forward, joint, old, 1),
+        (
+            "... one batch, dropout drawn uniform",
+            new_forward,
+            joint,
+            (aten_encoder_forward, False),
+            1,
+        ),  # fmt: skip
+        ("... one batch, uniform dropout, encoder step by step (now)", new_forward, joint, new, 1),
+        ("... now, 2 threads", new_forward, joint, new, 2),
     ]
     if args.compile:
-        variants.append(("... one batch, compiled decoder", new_forward, joint, 1, True))
+        variants.append(("... now, compiled decoder", new_forward, joint, new, 1))
     rows = []
     for _ in range(args.repeats):  # interleaved, so a load change hits every variant alike
-        for name, forward, mixed, threads, compiled in variants:
+        for name, forward, mixed, (encoder, torch_dropout), threads in variants:
             SoftDotAttention.forward, vln_agent.mixed_rollout = forward, mixed
-            rate = time_updates(vln, args.updates, args.batch, threads, compiled)
+            LangEncoder.forward = encoder
+            compiled = name.endswith("compiled decoder")
+            rate = time_updates(vln, args.updates, args.batch, threads, compiled, torch_dropout)
             rows.append({"variant": name, "updates_per_s": rate, "batch": args.batch})
             print(rows[-1], flush=True)
     SoftDotAttention.forward, vln_agent.mixed_rollout = new_forward, joint
+    LangEncoder.forward = cell_encoder
     rows = (
         pd.DataFrame(rows)
         .groupby("variant", sort=False)

@@ -35,6 +35,32 @@ class FollowerSize:
     feature_dropout: float = 0.3
 
 
+class Dropout(nn.Module):
+    """nn.Dropout's inverted dropout (each element zeroed with probability p, the rest scaled by
+    1/(1-p)), its keep mask drawn as `uniform >= p`. nn.Dropout draws with `bernoulli_`, which
+    on CPU costs ~5x more per element; a follower update draws ~0.7M (the instruction's
+    embedding and context, both halves of the mixed rollout) plus three small masks per
+    decoding step (experiments/vln_update_speed.py times it). Same distribution, another
+    random stream than nn.Dropout's."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p == 1.0:
+            return x * 0.0
+        keep = (torch.rand_like(x) >= self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class SoftDotAttention(nn.Module):
     """Luong attention: weights = softmax(ctx . W h); returns (mixed, weights, raw logits).
 
@@ -59,6 +85,60 @@ class SoftDotAttention(nn.Module):
         return torch.tanh(self.linear_out(torch.cat([weighted, h], 1))), attn, logit
 
 
+def packed_bilstm(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor):
+    """`lstm` (one bidirectional layer, batch_first) over the padded batch `x` (N, T, E) with
+    each row's `lengths`, as `lstm(pack_padded_sequence(x, lengths))` followed by
+    `pad_packed_sequence` computes it: returns (outputs (N, T, 2H), zero past each row's end;
+    h_n (2, N, H); c_n (2, N, H)), each direction's state at the row's own last token.
+
+    Why not nn.LSTM on a PackedSequence: on CPU it projects every token's input in one matrix
+    product and then slices that (tokens, 4H) tensor once per step, and autograd answers each
+    slice with a zero-filled tensor of the full size, so its backward grows with steps x tokens
+    (a quarter of a follower update at batch 2 x 32, `aten::fill_` in a profile). Here each
+    step is one `lstm_cell` on the rows still running (rows sorted by length, so they are a
+    prefix), the same parameters and values (tests/test_vln_models.py checks outputs, states
+    and gradients against nn.LSTM)."""
+    n_rows, steps, _ = x.shape
+    hidden = lstm.hidden_size
+    order = torch.argsort(lengths, descending=True, stable=True)
+    lengths_sorted = lengths[order]
+    xs = x[order].unbind(1)
+    longest = int(lengths_sorted[0])
+    running = [int((lengths_sorted > t).sum()) for t in range(longest)]
+    p = dict(lstm.named_parameters())
+
+    def direction(suffix: str, reverse: bool):
+        weights = [p[f"{k}_l0{suffix}"] for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        outs = [None] * longest
+        if reverse:  # from each row's last token back to its first: rows join as t falls
+            h = c = x.new_zeros(0, hidden)
+            for t in range(longest - 1, -1, -1):
+                if running[t] > len(h):
+                    z = x.new_zeros(running[t] - len(h), hidden)
+                    h, c = torch.cat([h, z]), torch.cat([c, z])
+                h, c = torch._VF.lstm_cell(xs[t][: running[t]], (h, c), *weights)
+                outs[t] = h
+            return outs, h, c
+        h = c = x.new_zeros(n_rows, hidden)
+        ended_h, ended_c = [], []  # the state of rows whose last token has passed, longest last
+        for t in range(longest):
+            if running[t] < len(h):
+                ended_h.append(h[running[t] :])
+                ended_c.append(c[running[t] :])
+                h, c = h[: running[t]], c[: running[t]]
+            h, c = torch._VF.lstm_cell(xs[t][: running[t]], (h, c), *weights)
+            outs[t] = h
+        return outs, torch.cat([h, *ended_h[::-1]]), torch.cat([c, *ended_c[::-1]])
+
+    fwd, h_f, c_f = direction("", False)
+    bwd, h_b, c_b = direction("_reverse", True)
+    data = torch.cat([torch.cat([a, b], 1) for a, b in zip(fwd, bwd)])
+    unsort = torch.argsort(order)
+    packed = nn.utils.rnn.PackedSequence(data, torch.tensor(running), order, unsort)
+    out, _ = nn.utils.rnn.pad_packed_sequence(packed, batch_first=True, total_length=steps)
+    return out, torch.stack([h_f[unsort], h_b[unsort]]), torch.stack([c_f[unsort], c_b[unsort]])
+
+
 class LangEncoder(nn.Module):
     """Word embedding -> Bi-LSTM -> context per token, plus the decoder's initial (h, c)."""
 
@@ -67,19 +147,13 @@ class LangEncoder(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(s.vocab, s.embedding, padding_idx=0)
         self.lstm = nn.LSTM(s.embedding, s.hidden // 2, batch_first=True, bidirectional=True)
-        self.drop = nn.Dropout(s.dropout)
+        self.drop = Dropout(s.dropout)
         self.to_state = nn.Linear(s.hidden, s.hidden)
 
     def forward(self, tokens: torch.Tensor):
         mask = tokens != 0
         lengths = mask.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(
-            self.drop(self.embedding(tokens)), lengths, batch_first=True, enforce_sorted=False
-        )
-        out, (h, c) = self.lstm(packed)
-        ctx, _ = nn.utils.rnn.pad_packed_sequence(
-            out, batch_first=True, total_length=tokens.shape[1]
-        )
+        ctx, h, c = packed_bilstm(self.lstm, self.drop(self.embedding(tokens)), lengths)
         h0 = torch.tanh(self.to_state(torch.cat([h[-2], h[-1]], 1)))
         c0 = torch.cat([c[-2], c[-1]], 1)
         return self.drop(ctx), mask, h0, c0
@@ -97,7 +171,7 @@ class ActionDecoder(nn.Module):
         self.cell = nn.LSTMCell(s.action_embedding + s.feature, s.hidden)
         self.lang_attn = SoftDotAttention(s.hidden, s.hidden)
         self.cand_attn = SoftDotAttention(s.hidden, s.feature, output=False)
-        self.drop = nn.Dropout(s.dropout)
+        self.drop = Dropout(s.dropout)
 
     def forward(self, prev_angle, pano, cand, cand_mask, h, c, ctx, ctx_mask):
         pano_mixed, _, _ = self.feat_attn(self.drop(h), pano)
@@ -117,10 +191,10 @@ class Follower(nn.Module):
         self.critic = nn.Sequential(
             nn.Linear(size.hidden, size.hidden),
             nn.ReLU(),
-            nn.Dropout(size.dropout),
+            Dropout(size.dropout),
             nn.Linear(size.hidden, 1),
         )
-        self.feat_drop = nn.Dropout(size.feature_dropout)
+        self.feat_drop = Dropout(size.feature_dropout)
 
     def env_drop_mask(self, batch: int, device) -> torch.Tensor:
         """(B, 1, visual dims) mask, 1/(1-p)-scaled; all ones in eval mode."""

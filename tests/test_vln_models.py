@@ -403,3 +403,47 @@ def test_one_batch_mixed_rollout_gives_the_two_rollouts_losses_and_their_gradien
             assert rl.abs() > 0 and t > 0
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
     assert same_rollouts(vln, 8)
+
+
+def test_step_by_step_encoder_is_nn_lstm_on_a_packed_sequence():
+    """models/envdrop.packed_bilstm gives what nn.LSTM on a PackedSequence gives: the padded
+    outputs (zero past each row's end), each direction's final h and c at the row's own last
+    token, and the same gradients, for rows of any length in any order."""
+    from torch import nn
+
+    from models.envdrop import packed_bilstm
+
+    torch.manual_seed(0)
+    lstm = nn.LSTM(8, 6, batch_first=True, bidirectional=True)
+    lengths = torch.tensor([3, 7, 1, 7, 5, 2])
+    x = torch.randn(6, 9, 8) * (torch.arange(9)[None, :, None] < lengths[:, None, None])
+    got = []
+    for encode in ("nn.LSTM", "step by step"):
+        xx, _ = x.clone().requires_grad_(), lstm.zero_grad()
+        if encode == "nn.LSTM":
+            packed = nn.utils.rnn.pack_padded_sequence(xx, lengths, True, enforce_sorted=False)
+            out, (h, c) = lstm(packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=9)
+        else:
+            out, h, c = packed_bilstm(lstm, xx, lengths)
+        (out.square().sum() + (h * torch.arange(6.0)[:, None]).sum() + 3 * c.sum()).backward()
+        got.append([out, h, c, xx.grad, *(p.grad.clone() for p in lstm.parameters())])
+    for a, b in zip(*got, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-6)
+    assert got[1][0][0, 3:].abs().sum() == 0  # past row 0's 3 tokens
+
+
+def test_follower_dropout_is_inverted_dropout_with_rate_p():
+    """models/envdrop.Dropout zeroes each element with probability p and scales the rest by
+    1/(1-p) in training, and is the identity in eval mode."""
+    from models.envdrop import Dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(200_000)
+    d = Dropout(0.3)
+    y = d(x)
+    assert abs((y == 0).float().mean().item() - 0.3) < 0.005
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.7))
+    assert torch.equal(d.eval()(x), x) and torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(1.5)
