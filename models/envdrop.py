@@ -100,8 +100,10 @@ def packed_bilstm(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor):
     and gradients against nn.LSTM)."""
     n_rows, steps, _ = x.shape
     hidden = lstm.hidden_size
+    lengths = lengths.cpu()  # as pack_padded_sequence: lengths on the CPU, indices with x
     order = torch.argsort(lengths, descending=True, stable=True)
     lengths_sorted = lengths[order]
+    order = order.to(x.device)
     xs = x[order].unbind(1)
     longest = int(lengths_sorted[0])
     running = [int((lengths_sorted > t).sum()) for t in range(longest)]
