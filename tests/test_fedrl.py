@@ -561,11 +561,9 @@ def test_a_cached_table_run_is_retrained_when_anything_that_decides_it_changes(
         assert len(trained) == k  # and then it is reused
 
 
-def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypatch):
-    """experiments/simulate.simulate, the cache of the scripts that launch simulation.py: a
-    finished run is reused only for the same arguments, defaults and policy."""
-    import experiments.simulate as sim
-
+def _fake_simulations(monkeypatch, sim, also=None) -> list:
+    """simulation.py replaced by a run that writes 2 finished rounds (and `also(out)`);
+    returns the list of commands launched."""
     launched = []
 
     def fake_run(cmd, check, cwd):
@@ -573,8 +571,19 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
         out = Path(cmd[cmd.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
         (out / "rounds.csv").write_text("round\n1\n2\n")
+        if also:
+            also(out)
 
     monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    return launched
+
+
+def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypatch):
+    """experiments/simulate.simulate, the cache of the scripts that launch simulation.py: a
+    finished run is reused only for the same arguments, defaults and policy."""
+    import experiments.simulate as sim
+
+    launched = _fake_simulations(monkeypatch, sim)
     run = tmp_path / "run"
     sim.simulate("fedavg", run, rounds=2, seed=0)
     sim.simulate("fedavg", run, rounds=2, seed=0)
@@ -612,20 +621,12 @@ def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
     from config.fedvln_recipe import recipe_of
     from config.schema import merged, parse_overrides
 
-    launched = []
-
-    def fake_run(cmd, check, cwd):
-        launched.append(cmd)
-        out = Path(cmd[cmd.index("--out") + 1])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "rounds.csv").write_text("round\n1\n2\n")
-        rc = 'fedvln.stage="augment"'
-        now = dataclasses.asdict(recipe_of(parse(merged(parse_overrides(rc))).fedvln))
-        (out / "config.json").write_text(json.dumps({"recipe": now}))
-
-    monkeypatch.setattr(sim.subprocess, "run", fake_run)
-    run = tmp_path / "run"
     rc = 'fedvln.stage="augment"'
+    now = dataclasses.asdict(recipe_of(parse(merged(parse_overrides(rc))).fedvln))
+    launched = _fake_simulations(
+        monkeypatch, sim, lambda out: (out / "config.json").write_text(json.dumps({"recipe": now}))
+    )
+    run = tmp_path / "run"
     sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
     sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
     assert len(launched) == 1
