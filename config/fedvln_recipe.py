@@ -18,16 +18,17 @@ optimizers and changes two things, each measured (README, FedVLN, "Recipe"):
   with eta = 1, seeds 0 / 1). The speaker's 0.95 decay every 20k updates never fires in a CPU
   schedule (a few thousand updates), so it is left out.
 * the local learning rate of the stages that train from scratch: RMSprop 1e-3 for the follower
-  (10x) and Adam 1e-3 for the speaker (20x). A CPU schedule has a few hundred updates per stage against Envdrop's 80k. Measured on
-  the embedded houses, centralized, seed 0 (`python -m experiments.vln_centralized --stages
+  (10x) and Adam 1e-3 for the speaker (20x). A CPU schedule has a few hundred updates per
+  stage against Envdrop's 80k. Measured on the embedded houses, centralized, seed 0 (`python -m experiments.vln_centralized --stages
   agent --iters 600 --eval-every 200 --optimizer rms --lr L`, and `--stages speaker
   --speaker-iters 400 --speaker-lr L`): follower val_unseen SR after 600 updates 15.6 (1e-4)
   vs 22.5 (1e-3); speaker val_unseen BLEU after 400 updates 0.2 (5e-5), 10.4 (5e-4), 42.3 (1e-3).
   Augmentation and pre-exploration fine-tune an agent already trained to convergence, so they
   keep the official 1e-4: each is a new run, so each house starts a fresh RMSprop whose first
   steps are up to 10x lr. At 1e-3 the augmented agent of seed 0 fell from its start's 34.2
-  val_unseen SR to 18.1 after 3 rounds and never came back above 26.1; at 1e-4 it was at 32.5
-  after 3 rounds (`runs/fedvln` pipeline, README, FedVLN, "Recipe of the fine-tuning stages").
+  val_unseen SR to 18.1 after 3 rounds; at 1e-4 it was at 32.5. To convergence over 3 seeds
+  (`python -m experiments.fedvln_finetune_lr`, docs/fedvln.md, "Learning rate of the
+  fine-tuning stages") 1e-4 stays nearer the start early on; the best is within noise.
 
 Each house keeps its own local optimizer state between rounds, on its own disk, never sent
 (`fedvln.optimizer-state = "house"`, the default). The official simulation reuses one optimizer
@@ -45,7 +46,7 @@ recipe's value when set (non-empty / > 0).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from config.fedvln import FedVLNSettings
 
@@ -82,3 +83,9 @@ def recipe_of(v: FedVLNSettings) -> Recipe:
         if getattr(v, field) > 0:
             r = replace(r, **{field: getattr(v, field)})
     return r
+
+
+def recipe_record(v: FedVLNSettings) -> dict:
+    """The resolved recipe as a run's config.json records it (its `recipe`), so a finished run
+    can be checked against what the same settings resolve to today."""
+    return asdict(recipe_of(v))

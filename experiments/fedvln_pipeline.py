@@ -48,7 +48,6 @@ never get there show as not reaching it); if none beats the start there is no ta
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from functools import partial
@@ -60,7 +59,7 @@ import torch
 
 from config import parse
 from config.fedvln import STAGES, VARIANTS
-from config.fedvln_recipe import recipe_of
+from config.fedvln_recipe import recipe_of, recipe_record
 from config.schema import merged, parse_overrides
 from contracts.fedvln import follower_size, speaker_size, spec_of
 from experiments import vln_centralized
@@ -420,7 +419,7 @@ def finished_twin(candidates: list[Path], run_config: str, rounds: int, seed: in
     another study's run instead of training it twice."""
     want = {**merged(parse_overrides(run_config)), "num-server-rounds": rounds, "seed": seed}
     want["method"] = "fedvln"
-    recipe = dataclasses.asdict(recipe_of(parse(want).fedvln))
+    recipe = recipe_record(parse(want).fedvln)
     for run in candidates:
         if curve(run.parent, run.name) is None:
             continue

@@ -107,11 +107,10 @@ def _recipe_changed(run_dir: Path, method: str, run_config: str) -> bool:
     if done is None:
         return False
     from config import parse
-    from config.fedvln_recipe import recipe_of
+    from config.fedvln_recipe import recipe_record
     from config.schema import merged
 
-    want = recipe_of(parse(merged(parse_overrides(run_config))).fedvln)
-    return done != dataclasses.asdict(want)
+    return done != recipe_record(parse(merged(parse_overrides(run_config))).fedvln)
 
 
 def _finished(run_dir: Path, rounds: int) -> bool:

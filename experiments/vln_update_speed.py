@@ -13,13 +13,16 @@ thread unless said, interleaved `--repeats` times (the median is kept):
   ... finished rows compacted out training/vln_agent.rollout: each step decodes only the
                                   episodes still running (same teacher loss, greedy routes
                                   and A2C loss, checked here)
-  ... both rollouts in one batch (now)
-                                  training/vln_agent.mixed_rollout: the imitation and the A2C
+  ... both rollouts in one batch  training/vln_agent.mixed_rollout: the imitation and the A2C
                                   rollouts of one update decoded as one batch of 2B rows
                                   (same losses as two rollouts, checked here)
-  ... 2 threads                   client-threads=2: only worth it where a core is free (a run
+  ... dropout drawn uniform       models/envdrop.Dropout in place of nn.Dropout's bernoulli_
+                                  (same distribution, another random stream)
+  ... encoder step by step (now)  models/envdrop.packed_bilstm in place of nn.LSTM on a
+                                  PackedSequence (same values and gradients, checked here)
+  ... now, 2 threads              client-threads=2: only worth it where a core is free (a run
                                   with one ClientApp per core has none)
-  ... compiled decoder            torch.compile of the per-step decoder (--compile; needs a C++
+  ... now, compiled decoder       torch.compile of the per-step decoder (--compile; needs a C++
                                   compiler, and pays its compile time once per process)
 Writes experiments/results/vln_update_speed.csv: updates/s and the ratio to the (before) row.
 """
@@ -51,19 +54,14 @@ def bmm_forward(self, h, ctx, mask=None):
     return torch.tanh(self.linear_out(torch.cat([weighted, h], 1))), attn, logit
 
 
-def aten_encoder_forward(self, tokens: torch.Tensor):
-    """LangEncoder.forward as it was: nn.LSTM on a PackedSequence."""
+def nn_lstm_bilstm(lstm, x: torch.Tensor, lengths: torch.Tensor):
+    """models/envdrop.packed_bilstm as it was: nn.LSTM on a PackedSequence."""
     from torch import nn
 
-    mask = tokens != 0
-    lengths = mask.sum(1).clamp(min=1).cpu()
-    packed = nn.utils.rnn.pack_padded_sequence(
-        self.drop(self.embedding(tokens)), lengths, batch_first=True, enforce_sorted=False
-    )
-    out, (h, c) = self.lstm(packed)
-    ctx, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=tokens.shape[1])
-    h0 = torch.tanh(self.to_state(torch.cat([h[-2], h[-1]], 1)))
-    return self.drop(ctx), mask, h0, torch.cat([c[-2], c[-1]], 1)
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, (h, c) = lstm(packed)
+    out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    return out, h, c
 
 
 def with_torch_dropout(model):
@@ -224,18 +222,21 @@ def same_rollouts(vln, batch: int) -> bool:
 def same_encoder(vln, batch: int) -> bool:
     """The step-by-step encoder gives nn.LSTM-on-a-PackedSequence's context, initial state and
     gradients (eval mode: no dropout draws)."""
-    from models.envdrop import Follower, FollowerSize, LangEncoder
+    from models import envdrop
     from training import vln_agent
 
     torch.manual_seed(0)
-    enc = Follower(FollowerSize(len(vln.vocab), vln.world.feature_dim)).lang_encoder.eval()
+    size = envdrop.FollowerSize(len(vln.vocab), vln.world.feature_dim)
+    enc = envdrop.Follower(size).lang_encoder.eval()
     ids = vln_agent.Tokens(vln.vocab, 80)(vln.split("train")[: 2 * batch])
-    got = []
-    for forward in (aten_encoder_forward, LangEncoder.forward):
+    got, step_by_step = [], envdrop.packed_bilstm
+    for bilstm in (nn_lstm_bilstm, step_by_step):
+        envdrop.packed_bilstm = bilstm
         enc.zero_grad()
-        ctx, _, h, c = forward(enc, ids)
+        ctx, _, h, c = enc(ids)
         (ctx.square().sum() + h.sum() + 2 * c.sum()).backward()
         got.append([ctx, h, c, *(p.grad.clone() for p in enc.parameters())])
+    envdrop.packed_bilstm = step_by_step
     # float sums in another order: equal to 1e-5 of each tensor's largest entry
     return all(
         (a - b).abs().max() <= 1e-5 * a.abs().max() + 1e-7 for a, b in zip(*got, strict=True)
@@ -258,7 +259,8 @@ def same_values() -> bool:
 
 def main(argv=None) -> int:
     from envs.vln_setup import open_vln
-    from models.envdrop import LangEncoder, SoftDotAttention
+    from models import envdrop
+    from models.envdrop import SoftDotAttention
     from training import vln_agent
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -279,21 +281,15 @@ def main(argv=None) -> int:
         print("vln_update_speed: the step-by-step encoder differs", file=sys.stderr)
         return 1
     new_forward, joint = SoftDotAttention.forward, vln_agent.mixed_rollout
-    cell_encoder = LangEncoder.forward
+    step_by_step = envdrop.packed_bilstm
     every_row, compacted = two_rollouts(every_row_rollout), two_rollouts(vln_agent.rollout)
-    old, new = (aten_encoder_forward, True), (cell_encoder, False)  # (encoder, nn.Dropout)
-    variants = [  # (name, attention, mixed objective's rollouts, (encoder, nn.Dropout), threads)
+    old, new = (nn_lstm_bilstm, True), (step_by_step, False)  # (bi-LSTM, nn.Dropout)
+    variants = [  # (name, attention, mixed objective's rollouts, (bi-LSTM, nn.Dropout), threads)
         ("bmm attention, every row", bmm_forward, every_row, old, 1),
         ("multiply-sum attention, every row (before)", new_forward, every_row, old, 1),
         ("multiply-sum attention, finished rows compacted out", new_forward, compacted, old, 1),
         ("... compacted, both rollouts in one batch", new_forward, joint, old, 1),
-        (
-            "... one batch, dropout drawn uniform",
-            new_forward,
-            joint,
-            (aten_encoder_forward, False),
-            1,
-        ),  # fmt: skip
+        ("... one batch, dropout drawn uniform", new_forward, joint, (nn_lstm_bilstm, False), 1),
         ("... one batch, uniform dropout, encoder step by step (now)", new_forward, joint, new, 1),
         ("... now, 2 threads", new_forward, joint, new, 2),
     ]
@@ -301,15 +297,15 @@ def main(argv=None) -> int:
         variants.append(("... now, compiled decoder", new_forward, joint, new, 1))
     rows = []
     for _ in range(args.repeats):  # interleaved, so a load change hits every variant alike
-        for name, forward, mixed, (encoder, torch_dropout), threads in variants:
+        for name, forward, mixed, (bilstm, torch_dropout), threads in variants:
             SoftDotAttention.forward, vln_agent.mixed_rollout = forward, mixed
-            LangEncoder.forward = encoder
-            compiled = name.endswith("compiled decoder")
+            envdrop.packed_bilstm = bilstm
+            compiled = name == "... now, compiled decoder"
             rate = time_updates(vln, args.updates, args.batch, threads, compiled, torch_dropout)
             rows.append({"variant": name, "updates_per_s": rate, "batch": args.batch})
             print(rows[-1], flush=True)
     SoftDotAttention.forward, vln_agent.mixed_rollout = new_forward, joint
-    LangEncoder.forward = cell_encoder
+    envdrop.packed_bilstm = step_by_step
     rows = (
         pd.DataFrame(rows)
         .groupby("variant", sort=False)

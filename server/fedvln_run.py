@@ -47,7 +47,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
 
 from config import Config
-from config.fedvln_recipe import recipe_of
+from config.fedvln_recipe import recipe_of, recipe_record
 from config.schema import ConfigError
 from contracts.fedvln import (
     FOLLOWER_TO,
@@ -377,7 +377,7 @@ def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedV
     """The stage's FedVLNStrategy: per-role sampling rates, the recipe's server learning rate
     and its decay (Eq. 7), evaluation by role."""
     recipe = recipe_of(c.fedvln)
-    recorder.write_config(recipe=recipe.__dict__)
+    recorder.write_config(recipe=recipe_record(c.fedvln))
     strategy = FedVLNStrategy(
         roles=roles,
         rates=plan.rates,

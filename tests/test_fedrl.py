@@ -613,16 +613,15 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
 def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
     """The recipe is code, not a run-config default: a finished FedVLN run whose config.json
     records another resolved recipe than today's is trained again; the same one is reused."""
-    import dataclasses
     import json
 
     import experiments.simulate as sim
     from config import parse
-    from config.fedvln_recipe import recipe_of
+    from config.fedvln_recipe import recipe_record
     from config.schema import merged, parse_overrides
 
     rc = 'fedvln.stage="augment"'
-    now = dataclasses.asdict(recipe_of(parse(merged(parse_overrides(rc))).fedvln))
+    now = recipe_record(parse(merged(parse_overrides(rc))).fedvln)
     launched = _fake_simulations(
         monkeypatch, sim, lambda out: (out / "config.json").write_text(json.dumps({"recipe": now}))
     )
