@@ -239,12 +239,32 @@ class HouseSpec:
         return hashlib.md5(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def _generate_houses(spec: HouseSpec, rng: np.random.Generator) -> list[House]:
+    return [
+        generate_house(f"house{k:03d}", rng) for k in range(spec.train_houses + spec.unseen_houses)
+    ]
+
+
+def houses_of(spec: HouseSpec) -> dict[str, House]:
+    """{scan name: House} exactly as `write_dataset(spec)` generated them (the houses are drawn
+    first from the spec's seed), with what the data folder does not keep (object positions): the
+    house grammar needs them to describe a new route as the dataset's instructions do."""
+    houses = _generate_houses(spec, np.random.default_rng(spec.seed))
+    return {h.scan.name: h for h in houses}
+
+
+def grammar_instruction(house: House, path: list[int], heading: float, rng) -> str:
+    """One instruction of the houses' own grammar for a route (node indices): what a perfect
+    speaker writes."""
+    return instructions_for(
+        house.scan.pos, path, heading, lambda v: house.room_of[v], house.objects_near, rng, n=1
+    )[0]
+
+
 def write_dataset(spec: HouseSpec, root: Path) -> Path:
     """Generate every house and episode of `spec` and write them in the R2R/Matterport layout."""
     rng = np.random.default_rng(spec.seed)
-    houses = [
-        generate_house(f"house{k:03d}", rng) for k in range(spec.train_houses + spec.unseen_houses)
-    ]
+    houses = _generate_houses(spec, rng)
     splits = {"train": [], "val_seen": [], "val_unseen": []}
     path_id = 0
     for k, house in enumerate(houses):

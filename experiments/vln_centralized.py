@@ -13,8 +13,8 @@ The summary, with the paper's R2R numbers beside ours, goes to
 
 Choices: the augmented stage starts from the follower's best val_unseen checkpoint, as the
 official back-translation scripts do (`--load .../best_val_unseen`); each of its steps adds one
-labelled batch (mlWeight 0.2) and one batch of sampled routes whose instructions the best
-speaker (by val_unseen BLEU) re-writes through the batch's environmental dropout (mlWeight
+labelled batch (mlWeight 0.2) and one batch of sampled routes whose instructions the kept
+speaker (`speaker.pt`, best val_seen route fidelity) re-writes through the batch's environmental dropout (mlWeight
 0.6), as `training.vln_agent.train_batches` documents. Augmented routes are sampled in the
 training houses only. Optimizers and learning rates are the CPU recipe's
 (`config/fedvln_recipe.py`). The summary reports the last evaluation; the logs hold every one
@@ -41,6 +41,7 @@ from models import vln_checkpoint
 from models.envdrop import Follower, FollowerSize, parameter_share
 from models.speaker import Speaker, SpeakerSize
 from training import vln_agent, vln_speaker
+from training import vln_speaker_quality as quality
 from training.convergence import Patience
 from training.vln_house import open_house, speaker_routes
 from training.vln_loop import OPTIMIZERS, make_optimizer
@@ -55,6 +56,7 @@ PAPER = {
     ("Speaker", "val_unseen"): dict(bleu=30.7),
 }
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw", "sdtw", "tl"]
+SPEAKER_KEY = "val_seen_fidelity"  # what picks the speaker checkpoint (train_speaker)
 
 
 def _positive(text: str) -> int:
@@ -113,6 +115,21 @@ def parse_args(argv=None):
         type=float,
         default=CPU["speaker"].lr,
         help="speaker learning rate (Adam, config/fedvln_recipe.py)",
+    )
+    p.add_argument(
+        "--speaker-word-dropout",
+        type=float,
+        default=SpeakerSize.word_dropout,
+        help="teacher-forced input words replaced by <UNK> (models/speaker.py; 0 = the "
+        "official speaker)",
+    )
+    p.add_argument(
+        "--speaker-step-skip",
+        type=int,
+        choices=[0, 1],
+        default=int(SpeakerSize.step_skip),
+        help="1: each step's panorama linearly into its context (models/speaker.py); 0: the "
+        "official speaker",
     )
     p.add_argument("--feedback", default="mixed", choices=["mixed", "teacher"])
     p.add_argument("--ml-weight", type=float, default=0.2)
@@ -195,36 +212,59 @@ def train_follower(
 
 
 def train_speaker(a, vln, speaker, train, evals, out, inputs):
+    """The speaker stage: BLEU and route fidelity (`envs.vln_fidelity`) on both val splits at
+    each evaluation; the checkpoint kept (`speaker.pt`) is the one with the best val_seen
+    fidelity, not the paper's best val_unseen BLEU (a constant sentence reaches a trained
+    speaker's BLEU here, issue 41; val_seen because val_unseen is what is reported). What it
+    said for every val path at the kept and the last checkpoint goes to `speaker_said.csv`."""
     opt = make_optimizer(CPU["speaker"].optimizer, speaker.parameters(), a.speaker_lr)
     rng = np.random.default_rng(a.seed)
     s = vln_speaker.SpeakerSettings(batch_size=a.batch_size, lr=a.speaker_lr)
-    rows, best, t0 = [], Patience(a.patience), time.time()
+    paths = {split: quality.one_per_path(eps)[0] for split, eps in evals.items()}
+    rows, best, t0, said = [], Patience(a.patience), time.time(), {}
     for start in range(0, a.speaker_iters, a.eval_every):
         n = min(a.eval_every, a.speaker_iters - start)
         loss = vln_speaker.train_batches(
             speaker, opt, inputs, train, vln.vocab, s, iterations=n, rng=rng
         )
         row = {"iteration": start + n, "loss": loss, "wall_s": time.time() - t0}
+        now = {}
         for split, eps in evals.items():
             row[f"{split}_bleu"] = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
+            now[split] = vln_speaker.write_instructions(speaker, inputs, paths[split], vln.vocab)
+            fid = quality.fidelity(vln.data, paths[split], now[split])
+            row.update({f"{split}_{k}": v for k, v in fid.items()})
         rows.append(row)
         pd.DataFrame(rows).to_csv(out / "speaker_log.csv", index=False)
         print(
             f"[speaker] it {row['iteration']}/{a.speaker_iters} loss {loss:.3f} BLEU seen "
-            f"{row['val_seen_bleu']:.1f} unseen {row['val_unseen_bleu']:.1f} "
+            f"{row['val_seen_bleu']:.1f} unseen {row['val_unseen_bleu']:.1f} | fidelity seen "
+            f"{row['val_seen_fidelity']:.1f} unseen {row['val_unseen_fidelity']:.1f} "
             f"({row['wall_s']:.0f} s)",
             flush=True,
         )
-        if best.update(row["val_unseen_bleu"], row["iteration"]):  # best_val_unseen_bleu
+        if best.update(row[SPEAKER_KEY], row["iteration"]):
+            said["best"] = now
             vln_checkpoint.save(
                 out / "checkpoints" / "speaker.pt",
                 speaker,
                 vln.vocab,
                 log=rows,
                 best_iteration=row["iteration"],
+                selected_by=SPEAKER_KEY,
             )
+        said["last"] = now
         if converged(best, rows, out / "speaker_log.csv", "speaker"):
             break
+    vln_checkpoint.save(out / "checkpoints" / "speaker_last.pt", speaker, vln.vocab, log=rows)
+    pd.DataFrame(
+        [
+            r
+            for ck, texts in said.items()
+            for split in evals
+            for r in quality.said_rows(split, paths[split], texts[split], ck)
+        ]
+    ).to_csv(out / "speaker_said.csv", index=False)
     return rows
 
 
@@ -255,6 +295,9 @@ def main(argv=None) -> int:
 def run(a) -> int:
     if a.lr <= 0 or a.aug_lr <= 0 or a.speaker_lr <= 0:
         print("vln_centralized: --lr, --aug-lr and --speaker-lr must be > 0", file=sys.stderr)
+        return 2
+    if not 0 <= a.speaker_word_dropout < 1:
+        print("vln_centralized: --speaker-word-dropout must be in [0, 1)", file=sys.stderr)
         return 2
     if a.threads < 1 or a.patience < 0:
         print("vln_centralized: --threads must be >= 1 and --patience >= 0", file=sys.stderr)
@@ -287,7 +330,14 @@ def run(a) -> int:
     tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
     inputs = vln_speaker.PathInputs(vln.world)
     fsize = FollowerSize(len(vln.vocab), vln.world.feature_dim, a.embedding, a.hidden)
-    ssize = SpeakerSize(len(vln.vocab), vln.world.feature_dim, a.embedding, a.hidden)
+    ssize = SpeakerSize(
+        len(vln.vocab),
+        vln.world.feature_dim,
+        a.embedding,
+        a.hidden,
+        word_dropout=a.speaker_word_dropout,
+        step_skip=bool(a.speaker_step_skip),
+    )
     ck = out / "checkpoints"
 
     def done(stage):
@@ -372,7 +422,7 @@ def summarize(out: Path, dest: Path) -> None:
                 )
     if (out / "speaker_log.csv").is_file():
         log = pd.read_csv(out / "speaker_log.csv")
-        best = log.loc[log["val_seen_bleu"].idxmax()]
+        best = log.loc[log[SPEAKER_KEY if SPEAKER_KEY in log else "val_seen_bleu"].idxmax()]
         for split in ("val_seen", "val_unseen"):
             rows.append(
                 {

@@ -66,6 +66,8 @@ def load(path: str | Path) -> tuple[Follower | Speaker, Vocab | None, dict]:
             f"{path}: not a follower/speaker checkpoint (needs 'kind', 'size', 'state')"
         )
     cls, size = kinds[ck["kind"]]
+    if ck["kind"] == "Speaker" and "step_skip" not in ck["size"]:  # saved before issue 41
+        ck["size"].update(step_skip=False, word_dropout=0.0)
     try:
         model = cls(size(**ck["size"]))
         model.load_state_dict(ck["state"])

@@ -8,18 +8,17 @@ which leaves clipped counts and the closest reference length unchanged.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-import sacrebleu
 import torch
 
 from envs.vln_data import Episode
 from envs.vln_env import World, path_steps
-from envs.vln_vocab import Vocab, split_sentence
+from envs.vln_vocab import Vocab
 from models.speaker import Speaker
 from training.vln_loop import train_steps
+from training.vln_speaker_quality import corpus_bleu, one_per_path
 
 
 @dataclass(frozen=True)
@@ -111,22 +110,10 @@ def write_instructions(
     return out
 
 
-def _hyps_and_refs(speaker, inputs, episodes, vocab):
-    refs: dict[int, list[str]] = defaultdict(list)
-    first: dict[int, Episode] = {}
-    for e in episodes:
-        refs[e.path_id].append(" ".join(split_sentence(e.instruction)))
-        first.setdefault(e.path_id, e)
-    ids = list(first)
-    hyps = write_instructions(speaker, inputs, [first[i] for i in ids], vocab)
-    n = max(len(refs[i]) for i in ids)
-    streams = [[refs[i][k] if k < len(refs[i]) else refs[i][0] for i in ids] for k in range(n)]
-    return hyps, streams
-
-
 def _score(speaker, inputs, episodes, vocab):
-    hyps, streams = _hyps_and_refs(speaker, inputs, episodes, vocab)
-    return sacrebleu.corpus_bleu(hyps, streams, tokenize="none", force=True), len(hyps)
+    paths, refs = one_per_path(episodes)
+    hyps = write_instructions(speaker, inputs, paths, vocab)
+    return corpus_bleu(hyps, paths, refs), len(hyps)
 
 
 def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: Vocab) -> float:

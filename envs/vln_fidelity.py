@@ -1,0 +1,191 @@
+"""Route fidelity: does an instruction say what its route is? (no flwr)
+
+BLEU cannot tell a grounded speaker from a constant sentence on the embedded houses (issue
+41: one sentence written for every path scores BLEU-4 41.9 on val_unseen, the level of a
+trained speaker). This score reads an instruction against the facts of its own route, the
+facts the houses' instruction grammar (`envs.vln_instructions.describe`) renders, taken from
+the data folder's own annotations (`regions/vp2room_label.json`, `objects/viewpoint_objects.json`,
+the connectivity poses), so it works for any folder in the R2R layout that has them:
+
+- `rooms_on_route`: of the room mentions, the share naming a room the route passes through
+  (pooled over paths: a precision);
+- `entered_named`: of the rooms the route enters (room changes), the share the instruction
+  names (mean over paths that enter one: a recall);
+- `goal_room`: the share of paths whose instruction names the goal's room;
+- `stop_object`: of paths whose goal has objects within reach, the share whose *last*
+  named object is one of them (the grammar ends "stop next to the <object>");
+- `first_turn`: the share whose first turn phrase (left / right / around / straight) matches
+  the route's first heading change (|delta| < 35 deg straight, > 145 around, as the grammar).
+
+`fidelity` is their mean. A constant sentence scores the share of routes it happens to fit;
+the true references near 100%; another path's instruction in the same house what the house's
+layout alone gives (`experiments.fedvln.speaker_quality` prints all three beside a speaker).
+Room synonyms are the grammar's (`ROOM_WORDS`); an ambiguous word ("lounge") counts as any
+of its rooms.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from envs.vln_data import Episode, VLNData
+from envs.vln_instructions import ROOM_WORDS
+from envs.vln_vocab import split_sentence
+
+METRICS = ("rooms_on_route", "entered_named", "goal_room", "stop_object", "first_turn")
+
+_ROOM_PHRASES: dict[str, set[str]] = {}
+for _code, _words in ROOM_WORDS.items():
+    for _w in _words:
+        _ROOM_PHRASES.setdefault(" ".join(split_sentence(_w)), set()).add(_code)
+_TURN = {"left": "left", "right": "right", "around": "around", "u": "around"}
+_STRAIGHT = {"straight", "forward", "ahead"}
+
+
+@dataclass(frozen=True)
+class RouteFacts:
+    rooms: frozenset[str]  # room codes of every viewpoint on the route
+    entered: frozenset[str]  # room codes the route moves into
+    goal_room: str
+    goal_objects: frozenset[str]  # object names within reach of the goal
+    first_turn: str  # left | right | around | straight
+    house_objects: tuple[str, ...]  # every object name of the house, longest first
+
+
+def turn_class(delta: float) -> str:
+    """The grammar's reading of a heading change (radians, positive = right)."""
+    deg = math.degrees((delta + math.pi) % (2 * math.pi) - math.pi)
+    if abs(deg) < 35:
+        return "straight"
+    if abs(deg) > 145:
+        return "around"
+    return "right" if deg > 0 else "left"
+
+
+@lru_cache(maxsize=64)
+def _house_objects(data: VLNData, scan: str) -> tuple[str, ...]:
+    names = {
+        " ".join(split_sentence(o[0]))
+        for vps in [data.objects.get(scan, {})]
+        for objs in vps.values()
+        for o in objs
+    }
+    return tuple(sorted(names, key=lambda n: (-len(n), n)))
+
+
+def route_facts(data: VLNData, e: Episode) -> RouteFacts:
+    """The facts of an episode's route read off the data folder's annotations."""
+    scan = data.scan(e.scan)
+    rooms = data.rooms.get(e.scan, {})
+    code = [str(rooms.get(v, {}).get("region_label", "-")) for v in e.path]
+    entered = {b for a, b in zip(code, code[1:]) if a != b}
+    objs = data.objects.get(e.scan, {}).get(e.path[-1], [])
+    if len(e.path) > 1:
+        a, b = scan.pos[scan.index[e.path[0]]], scan.pos[scan.index[e.path[1]]]
+        turn = turn_class(math.atan2(b[0] - a[0], b[1] - a[1]) - e.heading)
+    else:
+        turn = "straight"
+    return RouteFacts(
+        frozenset(code),
+        frozenset(entered),
+        code[-1],
+        frozenset(" ".join(split_sentence(o[0])) for o in objs),
+        turn,
+        _house_objects(data, e.scan),
+    )
+
+
+def _find(text: str, phrases) -> list[tuple[int, str]]:
+    """(position, phrase) of every whole-word occurrence, longest phrase first at a spot."""
+    found, taken = [], np.zeros(len(text) + 1, dtype=bool)
+    for p in sorted(phrases, key=len, reverse=True):
+        for m in re.finditer(rf"(?<!\S){re.escape(p)}(?!\S)", text):
+            if not taken[m.start() : m.end()].any():
+                taken[m.start() : m.end()] = True
+                found.append((m.start(), p))
+    return sorted(found)
+
+
+def read_instruction(text: str, facts: RouteFacts) -> dict:
+    """What one instruction says: room mentions (sets of codes), named objects in order and
+    its first turn phrase."""
+    toks = split_sentence(text)
+    norm = " ".join(toks)
+    rooms = [_ROOM_PHRASES[p] for _, p in _find(norm, _ROOM_PHRASES)]
+    objects = [p for _, p in _find(norm, facts.house_objects)]
+    turn = None
+    for k, t in enumerate(toks):
+        if toks[max(0, k - 2) : k] == ["on", "your"]:  # "keep the sofa on your left"
+            continue
+        if t in _TURN and (t != "u" or toks[k + 1 : k + 3] == ["-", "turn"]):
+            turn = _TURN[t]
+            break
+        if t in _STRAIGHT:
+            turn = "straight"
+            break
+    return {"rooms": rooms, "objects": objects, "turn": turn}
+
+
+STATS = (
+    "on_route",
+    "mentions",
+    "entered_sum",
+    "entered_n",
+    "goal_hits",
+    "goal_n",
+    "stop_hits",
+    "stop_n",
+    "turn_hits",
+    "turn_n",
+)
+
+
+def stats(items: list[tuple[str, RouteFacts]]) -> dict[str, float]:
+    """Sufficient statistics of the five shares over (instruction, facts) pairs: summed over
+    houses they give the shares of the union (`from_stats`), so a federated speaker is scored
+    without any instruction leaving its house."""
+    out = dict.fromkeys(STATS, 0.0)
+    for text, f in items:
+        said = read_instruction(text, f)
+        named = set().union(*said["rooms"]) if said["rooms"] else set()
+        out["mentions"] += len(said["rooms"])
+        out["on_route"] += sum(bool(m & f.rooms) for m in said["rooms"])
+        if f.entered:
+            out["entered_sum"] += len(named & f.entered) / len(f.entered)
+            out["entered_n"] += 1
+        out["goal_hits"] += f.goal_room in named
+        out["goal_n"] += 1
+        if f.goal_objects:
+            out["stop_hits"] += bool(said["objects"]) and said["objects"][-1] in f.goal_objects
+            out["stop_n"] += 1
+        out["turn_hits"] += said["turn"] == f.first_turn
+        out["turn_n"] += 1
+    return out
+
+
+def from_stats(t: dict[str, float]) -> dict[str, float]:
+    """The five shares (0-100) and their mean `fidelity` from (summed) `stats`; a share with
+    no eligible path is NaN, and naming no room at all scores rooms_on_route 0."""
+
+    def pct(hits, n):
+        return 100.0 * t[hits] / t[n] if t[n] else float("nan")
+
+    out = {
+        "rooms_on_route": pct("on_route", "mentions") if t["mentions"] else 0.0,
+        "entered_named": pct("entered_sum", "entered_n"),
+        "goal_room": pct("goal_hits", "goal_n"),
+        "stop_object": pct("stop_hits", "stop_n"),
+        "first_turn": pct("turn_hits", "turn_n"),
+    }
+    out["fidelity"] = float(np.nanmean([out[k] for k in METRICS]))
+    return out
+
+
+def score(items: list[tuple[str, RouteFacts]]) -> dict[str, float]:
+    """The five shares (0-100) and their mean over (instruction, facts) pairs."""
+    return from_stats(stats(items))

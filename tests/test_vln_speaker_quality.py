@@ -1,0 +1,169 @@
+"""The speaker's instruments (issue 41): route fidelity that a constant cannot pass, its
+floors, pooling across houses, and the two grounding changes of the speaker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from envs.vln_fidelity import RouteFacts, from_stats, read_instruction, route_facts, score, stats
+from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
+from envs.vln_vocab import PAD, UNK
+from models import vln_checkpoint
+from models.speaker import Speaker, SpeakerSize
+from training import vln_speaker_quality as quality
+from training.vln_house import open_setup
+
+FACTS = RouteFacts(
+    rooms=frozenset("dkl"),
+    entered=frozenset("k"),
+    goal_room="k",
+    goal_objects=frozenset({"sink", "fridge"}),
+    first_turn="left",
+    house_objects=("dining table", "fridge", "table", "sink"),
+)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return open_setup("", "", HouseSpec())
+
+
+def test_an_instruction_is_read_for_rooms_objects_and_its_first_turn():
+    said = read_instruction(
+        "Keep the table on your right, turn left into the Kitchen. Walk past the dining table "
+        "and stop next to the sink.",
+        FACTS,
+    )
+    assert said["rooms"] == [{"k"}]
+    assert said["objects"] == ["table", "dining table", "sink"]  # longest match at a spot
+    assert said["turn"] == "left"  # "on your right" describes a landmark, not a turn
+    assert read_instruction("Make a u-turn and stop.", FACTS)["turn"] == "around"
+    assert read_instruction("Walk forward, then turn right.", FACTS)["turn"] == "straight"
+
+
+def test_each_share_counts_what_the_route_holds():
+    good = "Turn left and go into the kitchen, stop next to the fridge."
+    wrong = "Turn right and go into the bedroom and the kitchen, stop next to the table."
+    assert score([(good, FACTS)]) == {
+        "rooms_on_route": 100.0,
+        "entered_named": 100.0,
+        "goal_room": 100.0,
+        "stop_object": 100.0,
+        "first_turn": 100.0,
+        "fidelity": 100.0,
+    }
+    s = score([(wrong, FACTS)])
+    assert s["rooms_on_route"] == 50.0 and s["entered_named"] == 100.0
+    assert s["stop_object"] == 0.0 and s["first_turn"] == 0.0
+    assert score([("Walk forward and stop.", FACTS)])["rooms_on_route"] == 0.0
+
+
+def test_true_instructions_score_high_and_a_constant_or_another_paths_low(setup):
+    """The instrument separates what BLEU could not: on val_unseen the references are near
+    100, the best constant sentence and another path's instruction far below."""
+    paths, _ = quality.one_per_path(setup.split("val_unseen"))
+    true = quality.fidelity(setup.data, paths, [p.instruction for p in paths])
+    constant = quality.best_constant(setup.split("train"))
+    floor = quality.fidelity(setup.data, paths, [constant] * len(paths))
+    other = quality.fidelity(setup.data, paths, quality.other_path(paths))
+    assert true["fidelity"] > 85 and true["goal_room"] > 95
+    assert floor["fidelity"] < 40 and other["fidelity"] < 40
+    assert floor["goal_room"] < 50 and other["stop_object"] < 20
+
+
+def test_stats_summed_over_houses_give_the_score_of_the_union(setup):
+    paths, _ = quality.one_per_path(setup.split("val_seen"))
+    items = [
+        (quality.other_path(paths)[k], route_facts(setup.data, p)) for k, p in enumerate(paths)
+    ]
+    half = len(items) // 3
+    parts = [stats(items[:half]), stats(items[half:])]
+    summed = {k: parts[0][k] + parts[1][k] for k in parts[0]}
+    assert from_stats(summed) == pytest.approx(score(items))
+
+
+def test_other_path_floor_is_another_path_of_the_same_house(setup):
+    paths, _ = quality.one_per_path(setup.split("val_unseen"))
+    others = quality.other_path(paths)
+    by_text = {p.instruction: p for p in paths}
+    for p, o in zip(paths, others):
+        assert o != p.instruction and by_text[o].scan == p.scan
+
+
+def test_best_constant_is_the_train_instruction_with_the_highest_train_bleu(setup):
+    train = setup.split("train")[:30]
+    paths, refs = quality.one_per_path(train)
+    best = quality.best_constant(train)
+    scores = {e.instruction: quality.corpus_bleu([e.instruction] * len(paths), paths, refs).score
+              for e in train}  # fmt: skip
+    assert scores[best] == max(scores.values())
+
+
+def test_the_house_grammar_is_rebuilt_exactly_and_describes_new_routes(setup):
+    """houses_of regenerates the dataset's houses (same viewpoints), so the perfect speaker
+    describes a new route with the facts the fidelity score reads."""
+    houses = houses_of(HouseSpec())
+    e = setup.split("val_unseen")[0]
+    scan = setup.world.scan(e.scan)
+    assert houses[e.scan].scan.ids == scan.ids
+    text = grammar_instruction(
+        houses[e.scan], [scan.index[v] for v in e.path], e.heading, np.random.default_rng(0)
+    )
+    assert score([(text, route_facts(setup.data, e))])["rooms_on_route"] == 100.0
+
+
+def test_word_dropout_replaces_input_words_in_training_only(setup, monkeypatch):
+    size = SpeakerSize(len(setup.vocab), setup.world.feature_dim, word_dropout=0.5)
+    speaker = Speaker(size)
+    seen = []
+    real = speaker.decode
+    monkeypatch.setattr(speaker, "decode", lambda w, *a: (seen.append(w), real(w, *a))[1])
+    tokens = torch.from_numpy(
+        np.stack([setup.vocab.encode(e.instruction, 80) for e in setup.split("train")[:32]])
+    )
+    B = 4
+    acts, panos = torch.zeros(32, B, size.feature), torch.zeros(32, B, 36, size.feature)
+    mask = torch.ones(32, B, dtype=torch.bool)
+    torch.manual_seed(0)
+    speaker.train().loss(acts, panos, mask, tokens)
+    speaker.eval().loss(acts, panos, mask, tokens)
+    trained, evaluated = seen
+    inputs = tokens[:, :-1]
+    assert torch.equal(evaluated, inputs)
+    words = (inputs != PAD) & (inputs != setup.vocab.bos)
+    assert torch.equal(trained[~words], inputs[~words])  # <BOS> and <PAD> kept
+    dropped = (trained[words] == UNK).float().mean().item()
+    assert 0.4 < dropped < 0.6
+
+
+def test_step_skip_puts_each_steps_panorama_into_its_own_context(setup):
+    """With the skip, changing one step's panorama changes that step's context even where the
+    recurrent path is cut (LSTM weights zeroed): attention can find what is at step t."""
+    size = SpeakerSize(len(setup.vocab), setup.world.feature_dim, dropout=0.0, feature_dropout=0.0)
+    for skip in (True, False):
+        speaker = Speaker(SpeakerSize(**{**size.__dict__, "step_skip": skip})).eval()
+        with torch.no_grad():
+            for p in speaker.post_lstm.parameters():
+                p.zero_()
+        acts, panos = torch.zeros(1, 3, size.feature), torch.zeros(1, 3, 36, size.feature)
+        mask = torch.ones(1, 3, dtype=torch.bool)
+        with torch.no_grad():
+            base, _ = speaker.encode(acts, panos, mask)
+            panos[0, 1, :, 0] = 1.0  # step 1 is now in room 'a'
+            moved, _ = speaker.encode(acts, panos, mask)
+        changed = (moved - base).abs().sum(-1)[0]
+        assert bool(changed[1] > 0) is skip and float(changed[0]) == 0.0
+
+
+def test_a_speaker_saved_before_the_grounding_changes_loads_as_it_was(setup, tmp_path):
+    old = Speaker(
+        SpeakerSize(len(setup.vocab), setup.world.feature_dim, word_dropout=0.0, step_skip=False)
+    )
+    vln_checkpoint.save(tmp_path / "s.pt", old, setup.vocab)
+    ck = torch.load(tmp_path / "s.pt", weights_only=True)
+    del ck["size"]["word_dropout"], ck["size"]["step_skip"]
+    torch.save(ck, tmp_path / "s.pt")
+    model, _, _ = vln_checkpoint.load(tmp_path / "s.pt")
+    assert model.size.step_skip is False and model.size.word_dropout == 0.0
