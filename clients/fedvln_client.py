@@ -13,7 +13,8 @@ unseen follows from its data. Messages (config `step`):
   one), train `epochs` passes over this house's instructions, and send back only the arrays
   whose names start with a prefix in `share` (`*` = all, "" = none) and the instruction count.
 * evaluate: score the global model (or, with `local`, this house's own model) on the house's
-  validation split; the reply carries metric means (navigation) or n-gram counts (BLEU).
+  validation split; the reply carries metric means (navigation) or counts (BLEU's n-grams, route fidelity's
+  hits, `envs.vln_fidelity.stats`).
 
 No instruction, route or feature is ever put in a reply; `tests/test_fedvln.py` checks that on
 everything sent.
@@ -324,7 +325,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     else:
         with timed(f"house {h.name}: BLEU of the speaker on {len(h.val)} {h.val_split} paths"):
             stats = vln_speaker.bleu_stats(
-                model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab
+                model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab, h.setup.data
             )
         metrics = {f"{h.val_split}_{k}": v for k, v in stats.items()}
     metrics[NUM_EXAMPLES] = len(h.val)

@@ -135,13 +135,13 @@ STATS = (
     "on_route",
     "mentions",
     "entered_sum",
-    "entered_n",
+    "entered_paths",
     "goal_hits",
-    "goal_n",
+    "goal_paths",
     "stop_hits",
-    "stop_n",
+    "stop_paths",
     "turn_hits",
-    "turn_n",
+    "turn_paths",
 )
 
 
@@ -157,14 +157,14 @@ def stats(items: list[tuple[str, RouteFacts]]) -> dict[str, float]:
         out["on_route"] += sum(bool(m & f.rooms) for m in said["rooms"])
         if f.entered:
             out["entered_sum"] += len(named & f.entered) / len(f.entered)
-            out["entered_n"] += 1
+            out["entered_paths"] += 1
         out["goal_hits"] += f.goal_room in named
-        out["goal_n"] += 1
+        out["goal_paths"] += 1
         if f.goal_objects:
             out["stop_hits"] += bool(said["objects"]) and said["objects"][-1] in f.goal_objects
-            out["stop_n"] += 1
+            out["stop_paths"] += 1
         out["turn_hits"] += said["turn"] == f.first_turn
-        out["turn_n"] += 1
+        out["turn_paths"] += 1
     return out
 
 
@@ -177,10 +177,10 @@ def from_stats(t: dict[str, float]) -> dict[str, float]:
 
     out = {
         "rooms_on_route": pct("on_route", "mentions") if t["mentions"] else 0.0,
-        "entered_named": pct("entered_sum", "entered_n"),
-        "goal_room": pct("goal_hits", "goal_n"),
-        "stop_object": pct("stop_hits", "stop_n"),
-        "first_turn": pct("turn_hits", "turn_n"),
+        "entered_named": pct("entered_sum", "entered_paths"),
+        "goal_room": pct("goal_hits", "goal_paths"),
+        "stop_object": pct("stop_hits", "stop_paths"),
+        "first_turn": pct("turn_hits", "turn_paths"),
     }
     out["fidelity"] = float(np.nanmean([out[k] for k in METRICS]))
     return out

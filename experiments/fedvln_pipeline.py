@@ -61,13 +61,14 @@ from config import parse
 from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import recipe_of, recipe_record
 from config.schema import merged, parse_overrides
-from contracts.fedvln import follower_size, speaker_size, spec_of
+from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size, spec_of
 from experiments import vln_centralized
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, simulate
 from models import vln_checkpoint
 from models.envdrop import Follower
 from models.speaker import Speaker
 from training import vln_agent, vln_speaker
+from training import vln_speaker_quality as quality
 from training.convergence import Patience
 from training.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
 from training.vln_loop import make_optimizer
@@ -84,6 +85,7 @@ PAPER_T2 = {  # FedVLN Table 2, R2R, Envdrop rows
     ("FedEnvdrop_aug", "val_unseen"): [5.22, 58.5, 47.5, 51.3, 60.8, 47.0],
 }
 PAPER_T4 = {"Cent": (33.6, 30.7), "Fed": (31.7, 31.9)}  # ResNet speaker BLEU seen, unseen
+T4_METRICS = ["val_seen_bleu", "val_unseen_bleu", "val_seen_fidelity", "val_unseen_fidelity"]
 PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "centralized": ([3.89, 73.7, 61.7, 64.8, 71.5, 64.6], "data"),
     "env-based": ([3.49, 78.5, 64.0, 67.4, 73.2, 67.5], "nothing"),
@@ -192,11 +194,14 @@ def floor(out: Path, seed: int) -> None:
     dest = out / "untrained" / "log.csv"
     configs = [out / s / "config.json" for s in ("agent", "speaker")]
     configs = [f for f in configs if f.is_file()]
-    if dest.is_file() or not configs:
+    if not configs or (dest.is_file() and (out / "other-path" / "log.csv").is_file()):
         return
     cfg = json.loads(configs[0].read_text())
     c = parse(cfg)
     setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    if dest.is_file():  # made before the speaker floors existed
+        speaker_floors(out, setup, seed)
+        return
     v, f = len(setup.vocab), setup.world.feature_dim
     torch.manual_seed(seed)
     follower, speaker = Follower(follower_size(c, v, f)), Speaker(speaker_size(c, v, f))
@@ -216,6 +221,28 @@ def floor(out: Path, seed: int) -> None:
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([row]).to_csv(dest, index=False)
+    speaker_floors(out, setup, seed)
+
+
+def speaker_floors(out: Path, setup, seed: int) -> None:
+    """Table 4's floor rows a trained speaker must beat (issue 41), as one-evaluation runs
+    `constant/log.csv` and `other-path/log.csv`: the train instruction with the best train
+    BLEU written for every path, and the next path's true instruction in the same house, with
+    BLEU and route fidelity on both val splits."""
+    constant = quality.best_constant(setup.split("train"), seed)
+    for run, write in (
+        ("constant", lambda paths: [constant] * len(paths)),
+        ("other-path", quality.other_path),
+    ):
+        row = {"round": 0, "steps": 0}
+        for split in ("val_seen", "val_unseen"):
+            paths, refs = quality.one_per_path(setup.split(split))
+            hyps = write(paths)
+            row[f"{split}_bleu"] = quality.corpus_bleu(hyps, paths, refs).score
+            fid = quality.fidelity(setup.data, paths, hyps)
+            row.update({f"{split}_{k}": v for k, v in fid.items()})
+        (out / run).mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([row]).to_csv(out / run / "log.csv", index=False)
 
 
 def _eval_steps(rounds_csv: Path, col: str) -> list[int]:
@@ -223,6 +250,7 @@ def _eval_steps(rounds_csv: Path, col: str) -> list[int]:
     df = pd.read_csv(rounds_csv)
     df = df[df["round"] > 0]
     df["steps"] = df["local_steps"].fillna(0).cumsum()
+    col = col if col in df else "val_unseen_bleu"  # a speaker run from before issue 41
     return [int(x) for x in df.loc[df[col].notna(), "steps"]]
 
 
@@ -245,7 +273,7 @@ def centralized(a, out: Path, seed: int) -> None:
         return
     steps = {
         s: _eval_steps(
-            out / s / "rounds.csv", "val_unseen_bleu" if s == "speaker" else "val_unseen_sr"
+            out / s / "rounds.csv", SPEAKER_SELECTION if s == "speaker" else "val_unseen_sr"
         )
         for s in stages
     }
@@ -389,7 +417,7 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
             if f"{split}_n" not in df:
                 df[f"{split}_n"] = np.nan
         return df
-    if run == "untrained":
+    if run in ("untrained", "constant", "other-path"):
         f = out / run / "log.csv"
         return pd.read_csv(f) if f.is_file() else None
     if run == "preexplore-centralized":
@@ -515,26 +543,28 @@ def table4(dirs: dict[int, Path]) -> pd.DataFrame:
     for seed, out in dirs.items():
         for name, run in (
             ("untrained (floor)", "untrained"),
+            ("constant sentence (floor)", "constant"),
+            ("other path's instruction (floor)", "other-path"),
             ("Cent", "central/speaker"),
             ("Fed", "speaker"),
         ):
             df = curve(out, run)
             if df is None or not len(df):
                 continue
-            for ck, r in pick(df, "val_unseen_bleu").items():
+            key = SPEAKER_SELECTION if SPEAKER_SELECTION in df else "val_unseen_bleu"
+            for ck, r in pick(df, key).items():
                 rows.append(
                     {
                         "speaker": name,
                         "checkpoint": ck,
                         "seed": seed,
                         "steps": int(r["steps"]),
-                        "val_seen_bleu": r["val_seen_bleu"],
-                        "val_unseen_bleu": r["val_unseen_bleu"],
+                        **{m: r.get(m, np.nan) for m in T4_METRICS},
                     }
                 )
     if not rows:
         return pd.DataFrame()
-    t = summary(rows, ["speaker", "checkpoint"], ["val_seen_bleu", "val_unseen_bleu", "steps"])
+    t = summary(rows, ["speaker", "checkpoint"], [*T4_METRICS, "steps"])
     return _with_paper(
         t,
         lambda r: PAPER_T4.get(r["speaker"], [np.nan] * 2),
@@ -682,15 +712,20 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     if len(t):
         lines += [
             "| Table 4 (BLEU-4) | checkpoint | seeds | steps | val_seen | val_unseen | "
-            "paper val_seen / val_unseen |",
-            "|---|---|---|---|---|---|---|",
+            "route fidelity val_seen / val_unseen | paper val_seen / val_unseen |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             p = PAPER_T4.get(r["speaker"], ("–", "–"))
+            fid = (
+                f"{_pm(r, 'val_seen_fidelity')} / {_pm(r, 'val_unseen_fidelity')}"
+                if "val_seen_fidelity" in r and r["val_seen_fidelity"] == r["val_seen_fidelity"]
+                else "–"
+            )
             lines.append(
                 f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                 f"{_pm(r, 'steps', 0)} | {_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
-                f"{p[0]} / {p[1]} |"
+                f"{fid} | {p[0]} / {p[1]} |"
             )
         lines.append("")
     t = result["table5"]

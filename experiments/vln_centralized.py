@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from config.fedvln_recipe import CPU
+from contracts.fedvln import SPEAKER_SELECTION
 from envs.errors import DataError
 from envs.vln_houses import HouseSpec
 from envs.vln_setup import open_vln
@@ -56,7 +57,6 @@ PAPER = {
     ("Speaker", "val_unseen"): dict(bleu=30.7),
 }
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw", "sdtw", "tl"]
-SPEAKER_KEY = "val_seen_fidelity"  # what picks the speaker checkpoint (train_speaker)
 
 
 def _positive(text: str) -> int:
@@ -243,7 +243,7 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
             f"({row['wall_s']:.0f} s)",
             flush=True,
         )
-        if best.update(row[SPEAKER_KEY], row["iteration"]):
+        if best.update(row[SPEAKER_SELECTION], row["iteration"]):
             said["best"] = now
             vln_checkpoint.save(
                 out / "checkpoints" / "speaker.pt",
@@ -251,7 +251,7 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
                 vln.vocab,
                 log=rows,
                 best_iteration=row["iteration"],
-                selected_by=SPEAKER_KEY,
+                selected_by=SPEAKER_SELECTION,
             )
         said["last"] = now
         if converged(best, rows, out / "speaker_log.csv", "speaker"):
@@ -422,7 +422,9 @@ def summarize(out: Path, dest: Path) -> None:
                 )
     if (out / "speaker_log.csv").is_file():
         log = pd.read_csv(out / "speaker_log.csv")
-        best = log.loc[log[SPEAKER_KEY if SPEAKER_KEY in log else "val_seen_bleu"].idxmax()]
+        best = log.loc[
+            log[SPEAKER_SELECTION if SPEAKER_SELECTION in log else "val_seen_bleu"].idxmax()
+        ]
         for split in ("val_seen", "val_unseen"):
             rows.append(
                 {

@@ -5,16 +5,17 @@
   its own instructions; the server steps `w <- w + eta * sum n_i/n (w_i - w)` (eta from the
   recipe, `config/fedvln_recipe.py`). Every house scores the global model on its own validation
   split (seen houses val_seen, unseen houses val_unseen) and the server pools the metrics.
-* `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU on each
-  house's paths.
+* `speaker`: the same for the speaker (tau = `speaker-epochs`, 5), scored by BLEU and route
+  fidelity (`envs.vln_fidelity`) on each house's paths.
 * `augment`: in a setup round every seen house receives the speaker and samples routes in
   itself (`aug-routes`); then the follower (from `agent-init`) trains federated on labelled
   batches plus route batches the speaker back-translates inside the house. No route or
   instruction leaves its house.
 
-Whenever the whole model is global, the one with the best pooled val_unseen score (SR, or BLEU
-for the speaker) is kept as `best.pt`, as the paper and the official code select checkpoints
-(`best_val_unseen`, `best_val_unseen_bleu`); `model.pt` is the last round's. The local
+Whenever the whole model is global, the one with the best pooled val_unseen SR is kept as
+`best.pt`, as the paper and the official code select checkpoints (`best_val_unseen`); for the
+speaker the best pooled val_seen route fidelity (`contracts.fedvln.SPEAKER_SELECTION`, where
+the paper keeps the best BLEU: why, there); `model.pt` is the last round's. The local
 optimizer, its learning rate and the server learning rate come from `config/fedvln_recipe.py`.
 * `preexplore` (Algorithm 1), starting from `agent-init`, on routes each unseen house samples
   and the speaker (`speaker-init`) describes; variant:
@@ -52,6 +53,7 @@ from config.schema import ConfigError
 from contracts.fedvln import (
     FOLLOWER_TO,
     LANG,
+    SPEAKER_SELECTION,
     SPEAKER_TO,
     follower_size,
     shared_part,
@@ -241,7 +243,7 @@ def run(grid, c: Config, name: str) -> None:
     elif plan.speaker_to or plan.follower_to:  # each house restored its setup from its disk
         log(INFO, "[fedembodied] resuming: the houses keep this stage's setup on their disks")
     strategy = _strategy(c, plan, {p: i["role"] for p, i in idents.items()}, parts, recorder)
-    key = "val_unseen_bleu" if plan.model == "speaker" else "val_unseen_sr"
+    key = SPEAKER_SELECTION if plan.model == "speaker" else "val_unseen_sr"
     best = Patience(c.fedvln.patience)
     last = {"arrays": None, "round": done}
     t0 = time.perf_counter()
@@ -396,7 +398,7 @@ def _round_line(server_round: int, rounds: int, row: dict) -> None:
     scores = "  ".join(
         f"{s} {m} {row[f'{s}_{m}']:.1f}"
         for s in ("val_seen", "val_unseen")
-        for m in ("sr", "spl", "bleu")
+        for m in ("sr", "spl", "bleu", "fidelity")
         if f"{s}_{m}" in row
     )
     log(

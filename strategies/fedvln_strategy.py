@@ -30,6 +30,8 @@ from flwr.serverapp import Grid
 from sacrebleu.metrics import BLEU
 
 from contracts.messages import LOCAL_STEPS
+from envs.vln_fidelity import STATS as FIDELITY_STATS
+from envs.vln_fidelity import from_stats as fidelity_from_stats
 from strategies.screened_fedavg import ScreenedFedAvg, sample_size
 from strategies.screening import MAX_EXAMPLES
 
@@ -42,6 +44,13 @@ BLEU_STATS = (
 
 
 PERCENT = ("sr", "osr", "spl", "ndtw", "sdtw", "cls")
+FIDELITY_PAIRS = (  # route fidelity's hits and what they count (envs.vln_fidelity.stats)
+    ("on_route", "mentions"),
+    ("entered_sum", "entered_paths"),
+    ("goal_hits", "goal_paths"),
+    ("stop_hits", "stop_paths"),
+    ("turn_hits", "turn_paths"),
+)
 
 
 def eval_problem(record: dict) -> str | None:
@@ -62,6 +71,12 @@ def eval_problem(record: dict) -> str | None:
     for k in record:
         if "_correct_" in k and record[k] > record.get(k.replace("_correct_", "_total_"), -1):
             return f"{k!r} exceeds its total"
+        if "_fid_" in k and record[k] < 0:
+            return f"{k!r} = {record[k]} is negative"
+    for hits, n in FIDELITY_PAIRS:
+        for k in [k for k in record if k.endswith(f"_fid_{hits}")]:
+            if record[k] > record.get(k.replace(f"_fid_{hits}", f"_fid_{n}"), -1):
+                return f"{k!r} exceeds its count"
     return None
 
 
@@ -69,7 +84,8 @@ def pool(records: list[dict]) -> dict[str, float]:
     """Union-of-houses metrics from per-house ones (each prefixed by its split, e.g.
     `val_unseen_n`, `val_unseen_sr`): navigation metrics are episode-weighted means, which
     equal the metric over the union; BLEU is recomputed from summed n-gram statistics, which
-    equals sacrebleu's corpus BLEU over the union (no instruction leaves a house)."""
+    equals sacrebleu's corpus BLEU over the union, and route fidelity from summed hit counts
+    (no instruction leaves a house)."""
     out: dict[str, float] = {}
     splits = sorted({k[:-2] for r in records for k in r if k.endswith("_n")})
     for split in splits:
@@ -87,6 +103,9 @@ def pool(records: list[dict]) -> dict[str, float]:
                 tot["ref_len"],
                 smooth_method="exp",
             ).score
+        if f"{split}_fid_mentions" in rows[0]:
+            fid = {k: sum(r[f"{split}_fid_{k}"] for r in rows) for k in FIDELITY_STATS}
+            out.update({f"{split}_{k}": v for k, v in fidelity_from_stats(fid).items()})
         for m in NAV_METRICS:
             if f"{split}_{m}" in rows[0]:
                 out[f"{split}_{m}"] = sum(r[f"{split}_n"] * r[f"{split}_{m}"] for r in rows) / n

@@ -112,8 +112,10 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     from contracts.fedvln import speaker_size
     from envs.vln_houses import HouseSpec
     from models.speaker import Speaker
+    from strategies.fedvln_strategy import eval_problem
     from training import vln_speaker
     from training.vln_house import open_house, open_setup
+    from training.vln_speaker_quality import fidelity, one_per_path
 
     torch.manual_seed(0)  # the speaker's start must not depend on which tests ran before
     setup = open_setup("", "", HouseSpec(train_houses=3, unseen_houses=2))
@@ -135,7 +137,9 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     records = [
         {
             f"val_seen_{k}": v
-            for k, v in vln_speaker.bleu_stats(speaker, inputs, h.val, setup.vocab).items()
+            for k, v in vln_speaker.bleu_stats(
+                speaker, inputs, h.val, setup.vocab, setup.data
+            ).items()
         }
         for h in houses
     ]
@@ -143,6 +147,14 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     expected = vln_speaker.bleu(speaker, inputs, union, setup.vocab)
     assert expected > 1.0
     assert math.isclose(pool(records)["val_seen_bleu"], expected, rel_tol=1e-9)
+    # route fidelity pools the same way: from summed counts, equal to the union's score
+    paths, _ = one_per_path(union)
+    hyps = vln_speaker.write_instructions(speaker, inputs, paths, setup.vocab)
+    union_fid = fidelity(setup.data, paths, hyps)
+    for k, v in union_fid.items():
+        assert pool(records)[f"val_seen_{k}"] == pytest.approx(v, nan_ok=True), k
+    forged = dict(records[0], val_seen_fid_goal_hits=records[0]["val_seen_fid_goal_paths"] + 1)
+    assert "exceeds its count" in eval_problem(forged)
     assert pool(records)["val_seen_bleu"] != pytest.approx(
         np.mean(
             [
@@ -627,8 +639,24 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
             ]
     t = summarize(pd.DataFrame(rows)).set_index("arm")
     assert t.loc["none", "val_unseen SR"] == "23.0 ± 10.0"  # 10 + 3, 20 + 3, 30 + 3
-    assert t.loc["oracle", "gain over none"].startswith("+12.0")
-    assert t.loc["speaker-sampled", "gain over none"].startswith("-1.0")
+    assert t.loc["grammar", "gain over none"].startswith("+12.0")
+    assert t.loc["constant", "gain over none"].startswith("-1.0")
+
+
+def test_oracle_routes_never_hold_a_scored_route_of_the_house():
+    """Adaptation routes share neither the path nor the (start, goal) of a scored episode: the
+    old oracle arm trained on the routes it was scored on (issue 41)."""
+    from envs.vln_houses import HouseSpec
+    from experiments.fedvln_oracle import disjoint_routes
+    from training.vln_house import house_names, open_house, open_setup
+
+    setup = open_setup("", "", HouseSpec())
+    house = open_house(setup, house_names(setup)[1][0])
+    routes = disjoint_routes(house, 60, seed=0)
+    assert len(routes) == 60
+    ends = {(e.path[0], e.path[-1]) for e in house.val}
+    assert not {r.path for r in routes} & {e.path for e in house.val}
+    assert not {(r.path[0], r.path[-1]) for r in routes} & ends
 
 
 def test_a_house_that_lost_its_setup_refuses_to_train_without_it():

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from envs.vln_data import Episode
+from envs.vln_data import Episode, VLNData
 from envs.vln_env import World, path_steps
+from envs.vln_fidelity import route_facts
+from envs.vln_fidelity import stats as fidelity_stats
 from envs.vln_vocab import Vocab
 from models.speaker import Speaker
 from training.vln_loop import train_steps
@@ -122,14 +124,25 @@ def bleu(speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: V
 
 
 def bleu_stats(
-    speaker: Speaker, inputs: PathInputs, episodes: list[Episode], vocab: Vocab
-) -> dict[str, int]:
+    speaker: Speaker,
+    inputs: PathInputs,
+    episodes: list[Episode],
+    vocab: Vocab,
+    data: VLNData | None = None,
+) -> dict[str, float]:
     """The sufficient statistics of corpus BLEU (lengths and n-gram matches/totals, n = 1..4)
     over these paths: summed over houses they give the BLEU of the union
-    (`strategies.fedvln_strategy.pool`) without any instruction leaving its house."""
-    score, n = _score(speaker, inputs, episodes, vocab)
-    out = {"n": n, "sys_len": int(score.sys_len), "ref_len": int(score.ref_len)}
+    (`strategies.fedvln_strategy.pool`) without any instruction leaving its house. With the
+    data folder, also route fidelity's counts (`envs.vln_fidelity.stats`, keys `fid_*`) of
+    the same instructions, pooled the same way."""
+    paths, refs = one_per_path(episodes)
+    hyps = write_instructions(speaker, inputs, paths, vocab)
+    score = corpus_bleu(hyps, paths, refs)
+    out = {"n": len(hyps), "sys_len": int(score.sys_len), "ref_len": int(score.ref_len)}
     for i in range(4):
         out[f"correct_{i + 1}"] = int(score.counts[i])
         out[f"total_{i + 1}"] = int(score.totals[i])
+    if data is not None:
+        facts = [route_facts(data, p) for p in paths]
+        out.update({f"fid_{k}": v for k, v in fidelity_stats(list(zip(hyps, facts))).items()})
     return out

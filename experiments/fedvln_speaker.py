@@ -1,0 +1,208 @@
+"""Does the speaker say what the route is, and does that teach? The grounded speaker against the
+official one, beside the floors a constant cannot pass (issue 41), centralized, several seeds.
+
+    python -m experiments.fedvln_speaker [--seeds 0 1 2] [--jobs 2] [--force]
+
+Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.vln_centralized`):
+
+- `grounded/`: the follower (agent stage, till convergence), the speaker of models/speaker.py
+  (word dropout + step skip; checkpoint `speaker.pt` = best val_seen route fidelity) and the
+  augmented follower (Envdrop_aug, from the follower's best, back-translated by that speaker);
+- `official/`: the speaker as the official code builds it (no word dropout, no step skip),
+  same data, budget, seed and selection rule.
+
+Every speaker row is scored on val_seen and val_unseen, one instruction per path, at its kept
+checkpoint (`best`: val_seen fidelity) and its `last`, with
+
+- BLEU-4 against the path's references (sacrebleu, R2R tokenization);
+- route fidelity (`envs.vln_fidelity`: rooms on route, entered rooms named, goal room, stop
+  object, first turn, and their mean);
+- `taught_sr`: the seed's follower (agent stage, best val_unseen SR) scored on the routes with
+  these instructions, and `taught_ratio` = taught_sr / its SR on the true first references.
+
+Floor rows on the same paths: `constant` (the train instruction with the best train BLEU,
+written for every path), `other path` (the next path's true instruction in the same house), and
+`true` (the first true reference: fidelity and SR; no BLEU, a reference is scored against the
+others). The augmentation rows give the follower's best and last val_unseen SR before and after
+the augment stage, with the paired interval over seeds.
+
+Results: experiments/results/fedvln_speaker{,_runs}.csv (mean ± sd over seeds; per seed) and
+fedvln_speaker_augment.csv; each speaker's words per val path stay in
+OUT/seed<S>/<variant>/speaker_said.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from envs.vln_setup import open_vln
+from experiments import vln_centralized
+from experiments.simulate import RESULTS, ROOT, command_line
+from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
+from models import vln_checkpoint
+from training import vln_agent, vln_speaker
+from training import vln_speaker_quality as quality
+
+VARIANTS = {  # out folder: vln_centralized speaker flags
+    "grounded": [],
+    "official": ["--speaker-word-dropout", "0", "--speaker-step-skip", "0"],
+}
+FIDELITY = ["rooms_on_route", "entered_named", "goal_room", "stop_object", "first_turn", "fidelity"]
+COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio"]
+
+
+def train(a, seed: int) -> Path:
+    """The seed's centralized runs (resumed): follower, both speakers, augmentation."""
+    base = Path(a.out) / f"seed{seed}"
+    common = [
+        *("--seed", str(seed), "--patience", str(a.patience), "--eval-every", str(a.eval_every)),
+        *("--iters", str(a.agent_iters), "--speaker-iters", str(a.speaker_iters)),
+        *("--aug-iters", str(a.aug_iters)),
+    ]
+    for variant, flags in VARIANTS.items():
+        stages = ["agent", "speaker", "augment"] if variant == "grounded" else ["speaker"]
+        out = base / variant
+        args = [*common, *flags, "--stages", *stages, "--out", str(out), "--results-dir", str(out)]
+        if vln_centralized.main(args) != 0:
+            raise SystemExit(f"fedvln_speaker: the centralized stages failed in {out}")
+    return base
+
+
+def score_seed(a, seed: int) -> pd.DataFrame:
+    base = train(a, seed)
+    torch.set_num_threads(1)
+    vln = open_vln()
+    settings = vln_agent.AgentSettings(batch_size=32)
+    tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
+    inputs = vln_speaker.PathInputs(vln.world)
+    follower, _, _ = vln_checkpoint.load(base / "grounded" / "checkpoints" / "agent_best.pt")
+    constant = quality.best_constant(vln.split("train"), seed)
+    rows = []
+    for split in ("val_seen", "val_unseen"):
+        paths, refs = quality.one_per_path(vln.split(split))
+        true_sr = quality.teaching(
+            follower, vln.world, paths, [p.instruction for p in paths], tokens, settings
+        )
+
+        def row(name, checkpoint, hyps, with_bleu=True):
+            sr = quality.teaching(follower, vln.world, paths, hyps, tokens, settings)
+            return {
+                "seed": seed,
+                "speaker": name,
+                "checkpoint": checkpoint,
+                "split": split,
+                "bleu": quality.corpus_bleu(hyps, paths, refs).score if with_bleu else np.nan,
+                **quality.fidelity(vln.data, paths, hyps),
+                "taught_sr": sr,
+                "taught_ratio": sr / true_sr if true_sr else np.nan,
+            }
+
+        rows.append(row("true", "", [p.instruction for p in paths], with_bleu=False))
+        rows.append(row("constant", "", [constant] * len(paths)))
+        rows.append(row("other path", "", quality.other_path(paths)))
+        for variant in VARIANTS:
+            for ck, file in (("best", "speaker.pt"), ("last", "speaker_last.pt")):
+                speaker, _, _ = vln_checkpoint.load(base / variant / "checkpoints" / file)
+                hyps = vln_speaker.write_instructions(speaker, inputs, paths, vln.vocab)
+                rows.append(row(variant, ck, hyps))
+        print(f"  seed {seed} {split}: scored (follower SR on true {true_sr:.1f})", flush=True)
+    aug = pd.read_csv(base / "grounded" / "augment_log.csv")
+    agent = pd.read_csv(base / "grounded" / "agent_log.csv")
+    for stage, log in (("agent", agent), ("augment", aug)):
+        for ck, r in (("best", log.loc[log.val_unseen_sr.idxmax()]), ("last", log.iloc[-1])):
+            rows.append(
+                {
+                    "seed": seed,
+                    "speaker": f"follower:{stage}",
+                    "checkpoint": ck,
+                    "split": "val_unseen",
+                    "taught_sr": float(r["val_unseen_sr"]),
+                    "iteration": int(r["iteration"]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    spk = runs[~runs.speaker.str.startswith("follower:")]
+    table = []
+    for (name, ck, split), g in spk.groupby(["speaker", "checkpoint", "split"], sort=False):
+        table.append(
+            {
+                "speaker": name,
+                "checkpoint": ck,
+                "split": split,
+                "seeds": g.seed.nunique(),
+                **{c: mean_sd(g[c]) if g[c].notna().any() else "" for c in COLUMNS},
+            }
+        )
+    fol = runs[runs.speaker.str.startswith("follower:")].pivot_table(
+        index="seed", columns=["speaker", "checkpoint"], values="taught_sr"
+    )
+    aug = []
+    for ck in ("best", "last"):
+        before, after = fol[("follower:agent", "best")], fol[("follower:augment", ck)]
+        gain, lo, hi = paired_interval(after, before)
+        aug.append(
+            {
+                "augmented checkpoint": ck,
+                "seeds": len(fol),
+                "start (agent best) val_unseen SR": mean_sd(before),
+                "Envdrop_aug val_unseen SR": mean_sd(after),
+                "gain": f"{gain:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+                "within noise": bool(lo <= 0 <= hi),
+            }
+        )
+    return pd.DataFrame(table), pd.DataFrame(aug)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (one core each)")
+    ap.add_argument("--patience", type=int, default=6, help="evaluations without a better score")
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--agent-iters", type=int, default=3000, help="follower cap")
+    ap.add_argument("--speaker-iters", type=int, default=3000, help="speaker cap")
+    ap.add_argument("--aug-iters", type=int, default=1500, help="augment stage cap")
+    ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-speaker"))
+    ap.add_argument("--name", default="fedvln_speaker")
+    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    files = [RESULTS / f"{a.name}{s}.csv" for s in ("", "_runs", "_augment")]
+    try:
+        if min(a.jobs, a.eval_every, a.agent_iters, a.speaker_iters, a.aug_iters) <= 0:
+            raise ValueError("--jobs, --eval-every and the iteration caps must be > 0")
+        if a.patience < 0:
+            raise ValueError("--patience must be >= 0")
+        refuse_overwrite(files, a.force)
+    except ValueError as e:
+        print(f"fedvln_speaker: {e}", file=sys.stderr)
+        return 2
+    with ProcessPoolExecutor(min(a.jobs, len(a.seeds))) as pool:
+        runs = pd.concat(list(pool.map(score_seed, [a] * len(a.seeds), a.seeds)))
+    table, aug = summarize(runs)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(files[0], index=False)
+    runs.round(3).to_csv(files[1], index=False)
+    aug.to_csv(files[2], index=False)
+    print(f"\n{command_line(__file__, argv)}\n")
+    print(pipe_table(list(table.columns), table.values.tolist()))
+    print()
+    print(pipe_table(list(aug.columns), aug.values.tolist()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
