@@ -81,7 +81,14 @@ def append(path: Path, record: dict) -> dict:
     with open(path, "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            last = json.loads(_last_line(f) or "null")
+            _cut_torn_tail(path, f)
+            try:
+                last = json.loads(_last_line(f) or "null")
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                raise BrokenLog(
+                    f"{path}: its last record is not a JSON line; the node appends nothing "
+                    f"to a broken chain (`fedembodied-audit verify {path}` says where)"
+                ) from None
             stamped = {
                 "seq": last["seq"] + 1 if last else 0,
                 "prev": last["hash"] if last else GENESIS,
@@ -95,6 +102,45 @@ def append(path: Path, record: dict) -> dict:
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
     return stamped
+
+
+def _cut_torn_tail(path: Path, f) -> None:
+    """A crash mid-append leaves a last line with no newline: never a whole record (a record is
+    written and fsynced as one line), so it is moved aside to `<log>.torn-<time>` (nothing is
+    lost) and the chain goes on from the last whole record, with one line on stderr saying
+    so. Without this every later append of the node failed on a JSONDecodeError."""
+    f.seek(0, os.SEEK_END)
+    end = f.tell()
+    if end == 0:
+        return
+    f.seek(end - 1)
+    if f.read(1) == b"\n":
+        return
+    pos = end
+    while pos > 0:  # back to the last newline
+        step = min(4096, pos)
+        f.seek(pos - step)
+        chunk = f.read(step)
+        k = chunk.rfind(b"\n")
+        if k >= 0:
+            pos = pos - step + k + 1
+            break
+        pos -= step
+    f.seek(pos)
+    torn = f.read()
+    aside = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}")
+    aside.write_bytes(torn)
+    f.truncate(pos)
+    print(
+        f"fedembodied audit: {path}: its last line was torn ({len(torn)} bytes, no newline: "
+        f"a crash mid-append); moved to {aside}, the chain goes on from record {_count(f)}",
+        file=sys.stderr,
+    )
+
+
+def _count(f) -> int:
+    f.seek(0)
+    return sum(1 for _ in f)
 
 
 def _last_line(f) -> str:

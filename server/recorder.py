@@ -52,6 +52,10 @@ def recorder_for(c, name: str, stage: str = "train") -> Recorder:
     return Recorder(out_dir(c.run.out_dir, name), c.run_config(), stage=stage)
 
 
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+
+
 class Recorder:
     def __init__(self, out_dir: str | Path, config: dict, stage: str = "train"):
         self.out = Path(out_dir)
@@ -79,7 +83,7 @@ class Recorder:
         done = self.last_round()
         for name, rows in (("clients.csv", self.clients), ("silos.csv", self.silos)):
             if (self.out / name).exists():
-                table = pd.read_csv(self.out / name)
+                table = pd.read_csv(self.out / name, dtype={"node": "UInt64"})
                 rows.extend(table[table["round"] <= done].to_dict("records"))
 
     def last_round(self) -> int:
@@ -121,9 +125,14 @@ class Recorder:
     def write_clients(self) -> None:
         """clients.csv as recorded so far (also when a run stops mid-round: FedRL's refused
         or failed party is named there, not only in the log)."""
-        pd.DataFrame(self.clients, columns=CLIENT_COLUMNS).to_csv(
-            self.out / "clients.csv", index=False
+        table = pd.DataFrame(self.clients, columns=CLIENT_COLUMNS)
+        # 64-bit node ids stay integers when some row has no node (pandas would make the
+        # column float and write 1.2575718379501738e+19, a different id)
+        table["node"] = pd.array(
+            [None if _missing(r.get("node")) else int(r["node"]) for r in self.clients],
+            dtype="UInt64",
         )
+        table.to_csv(self.out / "clients.csv", index=False)
 
     # ---- called by the server at the end of a round -----------------------------------
     def end_round(self, arrays: ArrayRecord | None = None) -> dict:

@@ -100,3 +100,27 @@ def test_the_console_script_is_installed_and_exits_by_the_chain(tmp_path):
     assert bad.returncode == 1 and "record" in bad.stderr
     missing = subprocess.run([*cmd, "verify", str(tmp_path / "none.jsonl")], capture_output=True)
     assert missing.returncode == 2
+
+
+def test_a_torn_last_line_is_moved_aside_and_the_chain_goes_on(tmp_path, capsys):
+    """A crash mid-append leaves half a line; the node's next append used to fail on it with
+    a JSONDecodeError, every message after. Now the torn bytes go to a named file, the chain
+    continues from the last whole record and verifies; a corrupt *whole* last line is refused
+    with one line naming the log."""
+    from clients.audit import append
+
+    log = tmp_path / "audit" / "partition-0.jsonl"
+    append(log, {"round": 1, "status": "sent"})
+    append(log, {"round": 2, "status": "sent"})
+    with open(log, "ab") as f:
+        f.write(b'{"round": 3, "stat')  # the crash
+    append(log, {"round": 3, "status": "sent"})
+    records = read(log)
+    assert [r["round"] for r in records] == [1, 2, 3] and records[-1]["seq"] == 2
+    (aside,) = tmp_path.glob("audit/partition-0.jsonl.torn-*")
+    assert aside.read_bytes() == b'{"round": 3, "stat'
+    assert "torn" in capsys.readouterr().err
+    with open(log, "ab") as f:
+        f.write(b"not json\n")
+    with pytest.raises(BrokenLog, match="partition-0.jsonl: its last record is not a JSON"):
+        append(log, {"round": 4})

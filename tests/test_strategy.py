@@ -486,3 +486,21 @@ def test_every_round_is_in_tensorboard_beside_rounds_csv(tmp_path):
         loss = {e.step: e.value for e in events.Scalars(f"client {p}/train_loss")}
         assert loss == pytest.approx(dict(zip(mine["round"], mine["train_loss"])))
     assert "train/wall_s" in tags and "train/round" not in tags
+
+
+def test_clients_csv_keeps_64_bit_node_ids_when_a_row_has_no_node(tmp_path):
+    """A row without a node made pandas write every id as a float (1.2575718379501738e+19,
+    another id); a resumed run reads them back unchanged."""
+    from server.recorder import Recorder
+
+    big = 12575718379501738123  # > 2**63
+    rec = Recorder(tmp_path, {})
+    rec.start_round(1)
+    rec.add_client(node=big, partition=0)
+    rec.add_client(node=None, partition=1)
+    rec.write_clients()
+    text = (tmp_path / "clients.csv").read_text()
+    assert f",{big}," in text and "e+" not in text
+    rec.end_round()
+    again = Recorder(tmp_path, {"resume": True})
+    assert again.clients[0]["node"] == big
