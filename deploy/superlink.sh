@@ -56,6 +56,18 @@ fi
 command -v haproxy >/dev/null || {
   echo "superlink.sh: haproxy not found: the edge needs it (apt-get install haproxy)" >&2; exit 2; }
 edge=$(mktemp -d /tmp/fedembodied-edge.XXXXXX)  # short path: unix sockets allow 107 bytes
+pids=()
+# Teardown on every exit path, before the edge's key is written: the children may be gone
+# already (a SIGTERM to the process group reaches them first), so nothing here may fail
+# under `set -e` before the folder holding the key is removed.
+stop() {
+  trap - EXIT
+  [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true
+  [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}" 2>/dev/null || true
+  rm -rf "$edge"
+}
+trap stop EXIT
+trap 'exit 143' TERM INT HUP
 export EDGE_BIND="$host:$port" EDGE_GATEWAY="unix@$edge/gateway.sock"
 export EDGE_MAXCONN=${EDGE_MAXCONN:-2000} EDGE_TLS_PER_S=${EDGE_TLS_PER_S:-200} \
   EDGE_CONN_PER_ADDR=${EDGE_CONN_PER_ADDR:-64} EDGE_NEW_CONN_PER_ADDR=${EDGE_NEW_CONN_PER_ADDR:-200} \
@@ -68,10 +80,6 @@ if [ -n "$tls" ]; then  # HAProxy takes the certificate and its key in one file
 fi
 haproxy -c -q -f "$here/deploy/edge.haproxy.cfg" \
   || { echo "superlink.sh: the edge's configuration does not load (EDGE_* values?)" >&2; exit 2; }
-pids=()
-stop() { kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; rm -rf "$edge"; }
-trap stop EXIT
-trap 'exit 143' TERM INT
 flower-superlink "${security[@]}" --disable-runtime-dependency-installation \
   --database "$db" --host 127.0.0.1 --port "$control" &
 pids+=($!)

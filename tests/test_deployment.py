@@ -135,3 +135,37 @@ def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nod
         0.5,
         what=f"processes to exit: {leftover}",
     )
+
+
+def test_the_edges_key_is_removed_when_superlink_sh_is_stopped_by_its_process_group(tmp_path):
+    """A SIGTERM to superlink.sh's process group reaches its children first; the teardown then
+    failed under `set -e` and left /tmp/fedembodied-edge.*, the edge's certificate and
+    private key, behind. Every exit path must remove it."""
+    import glob
+    import signal
+    import time
+    from pathlib import Path
+
+    certs = tmp_path / "certs"
+    subprocess.run(
+        [str(ROOT / "deploy/make_certs.sh"), str(certs), "1"], check=True, capture_output=True
+    )
+    before = set(glob.glob("/tmp/fedembodied-edge.*"))
+    port, control = free_port(), free_port()
+    fed = Federation(tmp_path)
+    fed.start(
+        "link",
+        [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--host", "127.0.0.1",
+         "--port", str(port), "--control-port", str(control)],
+    )  # fmt: skip
+    try:
+        wait_listening("127.0.0.1", port)
+        (edge,) = set(glob.glob("/tmp/fedembodied-edge.*")) - before
+        assert (Path(edge) / "edge.pem").is_file()
+        fed.kill("link", signal.SIGTERM)
+        deadline = time.time() + 20
+        while Path(edge).exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert not Path(edge).exists(), "the edge's key outlived superlink.sh"
+    finally:
+        fed.close()
