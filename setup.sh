@@ -20,6 +20,8 @@ step 4 "the project and its dependencies: Flower 1.41 with Ray, pandas, ... (a f
 .venv/bin/python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 # plain `flwr run .` from this venv: no per-run `uv sync` (offline-safe), venv commands on PATH
 cp deploy/sitecustomize.py "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
+# the shipped node policies: writable by their owner only, or every node refuses them
+chmod go-w deploy/policies/*.toml
 step 5 "the deployed federation's edge: HAProxy from Debian's packages (deploy/superlink.sh)"
 if ! command -v haproxy >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -428,10 +428,13 @@ def node_policy(args, out: Path) -> Path:
         text = Path(args.policy).read_text()
         if mine.state_dir:
             return Path(args.policy).resolve()
-    path.write_text(
-        f"# written by simulation.py from {args.policy or 'the default policy'}\n"
-        f"state-dir = {json.dumps(str(out.resolve() / 'client-state'))}\n{text}"
-    )
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # only its operator's
+    with os.fdopen(fd, "w") as f:
+        f.write(
+            f"# written by simulation.py from {args.policy or 'the default policy'}\n"
+            f"state-dir = {json.dumps(str(out.resolve() / 'client-state'))}\n{text}"
+        )
     return path
 
 

@@ -44,6 +44,7 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
             None,
             **what,
             policy_source=p.source,
+            policy_digest=p.digest,
             reason=f"{type(e).__name__}: {e}",
             status="refused" if isinstance(e, policy.Refused) else "failed",
         )
@@ -52,7 +53,13 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
         state_store.save(context, c, round_of(msg))
     privacy = getattr(handler, "privacy", None)
     audit.record_reply(
-        log, msg, reply, **what, policy_source=p.source, privacy=privacy and privacy(context)
+        log,
+        msg,
+        reply,
+        **what,
+        policy_source=p.source,
+        policy_digest=p.digest,
+        privacy=privacy and privacy(context),
     )
     return reply
 

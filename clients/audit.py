@@ -18,7 +18,8 @@ One JSON line per reply the ClientApp sends (clients/app.py), in
     arrays [{record, name, shape, dtype, bytes}], bytes (the message's, as the server's
     clients.csv counts them), payload_sha256 (over every array's name, dtype, shape and bytes),
     metrics, sigma and clip (FedRL: the noise and bound its releases carry), epsilon (FedRL:
-    privacy spent so far), policy (the file that bound this reply), reason (refused, failed).
+    privacy spent so far), policy (the file that bound this reply) and policy_sha256 (the
+    SHA-256 of its bytes as read for this reply), reason (refused, failed).
 
 `fedembodied-audit verify PATH` and `fedembodied-audit summary PATH` (`main` below).
 """
@@ -168,6 +169,7 @@ def record_reply(
     partition: int,
     method: str,
     policy_source: str,
+    policy_digest: str = "",
     privacy: dict | None = None,
     reason: str = "",
     status: str = "sent",
@@ -194,6 +196,7 @@ def record_reply(
         "payload_sha256": digest,
         "metrics": metrics,
         "policy": policy_source,
+        "policy_sha256": policy_digest,  # the bytes of the policy in force, not only its path
         **({"epsilon": float(eps[0])} if eps else {}),
         **(privacy or {}),  # the party's own account of its privacy (FedRL), when it has one
         **({"reason": reason} if reason else {}),

@@ -29,8 +29,10 @@ Default `state-dir`: `$XDG_STATE_HOME/fedembodied`, else `~/.local/state/fedembo
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -69,6 +71,7 @@ class CDLPolicy:
 @dataclass(frozen=True)
 class Policy:
     source: str = "built-in secure default"
+    digest: str = ""  # SHA-256 of the file's bytes ("" for the built-in default)
     methods: tuple[str, ...] = METHODS
     state_dir: str = ""
     fedrl: FedRLPolicy = field(default_factory=FedRLPolicy)
@@ -118,20 +121,60 @@ def _value(path: str, key: str, raw, default):
     return raw
 
 
-def load(path: str | Path) -> Policy:
-    """The policy in a TOML file, every key checked; PolicyError names the file and the key."""
-    path = str(path)
+def _read_owned(path: str) -> bytes:
+    """The policy file's bytes, if only its operator can change it (as ssh treats its keys):
+    not a symlink (whoever can re-point the link chooses the policy), a regular file, owned
+    by this node's user or root, not writable by group or others. Checked on the open file,
+    so what is checked is what is read. PolicyError names the file and the reason."""
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise PolicyError(f"{path}: policy file not found") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+    except OSError as e:
+        if os.path.islink(path):
+            raise PolicyError(
+                f"{path}: policy file is a symlink; name the file itself (a link can be "
+                "re-pointed by whoever owns its folder)"
+            ) from None
+        raise PolicyError(f"{path}: policy file cannot be opened ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise PolicyError(f"{path}: policy file is not a regular file")
+        if st.st_uid not in (os.getuid(), 0):
+            raise PolicyError(
+                f"{path}: policy file is owned by uid {st.st_uid}, not by this node's user "
+                f"(uid {os.getuid()}) or root: someone else could loosen it"
+            )
+        if st.st_mode & 0o022:
+            raise PolicyError(
+                f"{path}: policy file is writable by {'group' if st.st_mode & 0o020 else ''}"
+                f"{' and ' if st.st_mode & 0o020 and st.st_mode & 0o002 else ''}"
+                f"{'others' if st.st_mode & 0o002 else ''} (mode {stat.S_IMODE(st.st_mode):04o}); "
+                f"chmod go-w {path}"
+            )
+        return f.read(MAX_POLICY_BYTES + 1)
+
+
+MAX_POLICY_BYTES = 1 << 20
+
+
+def load(path: str | Path) -> Policy:
+    """The policy in a TOML file, every key checked; PolicyError names the file and the key.
+    `digest` is the SHA-256 of the bytes read, which the audit log records with each reply."""
+    path = str(path)
+    data = _read_owned(path)
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError(f"{path}: policy file is larger than {MAX_POLICY_BYTES} bytes")
+    try:
+        raw = tomllib.loads(data.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise PolicyError(f"{path}: not a readable TOML policy ({e})") from None
     top = {"methods", "state-dir", *_SECTIONS}
     for key in raw:
         if key not in top:
             raise PolicyError(f"{path}: unknown policy key {key!r} (known: {', '.join(top)})")
-    out: dict = {"source": path}
+    out: dict = {"source": path, "digest": hashlib.sha256(data).hexdigest()}
     if "methods" in raw:
         methods = raw["methods"]
         if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
@@ -159,22 +202,13 @@ def load(path: str | Path) -> Policy:
     return Policy(**out)
 
 
-_CACHE: dict[tuple[str, float], Policy] = {}
-
-
 def of_node(node_config) -> Policy:
     """This node's policy: node config `policy`, else $FEDEMBODIED_POLICY, else the default.
-    Read again when the file changes (an operator tightening it between runs)."""
+    Read and checked again at every message (a few hundred bytes): a change is seen by its
+    content, not its mtime (a copy that keeps the old mtime was missed), and a file that has
+    become writable by others is refused at once."""
     path = str(node_config.get("policy", "") or os.environ.get(ENV, ""))
-    if not path:
-        return Policy()
-    try:
-        stamp = Path(path).stat().st_mtime
-    except OSError:
-        raise PolicyError(f"{path}: policy file not found") from None
-    if (path, stamp) not in _CACHE:
-        _CACHE[(path, stamp)] = load(path)
-    return _CACHE[(path, stamp)]
+    return load(path) if path else Policy()
 
 
 def main(argv=None) -> int:

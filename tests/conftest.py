@@ -27,6 +27,9 @@ if str(ROOT) not in sys.path:
 # fixture below), never in $HOME.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="fedembodied-tests-state-")
 os.environ.pop("FEDEMBODIED_POLICY", None)  # no policy of the machine's leaks into a test
+# policy files the tests write must be writable by their owner only (clients/policy.py
+# refuses others, as ssh does), whatever umask the machine running the suite has
+os.umask(0o022)
 
 
 @pytest.fixture(autouse=True)

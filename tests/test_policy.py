@@ -1,6 +1,8 @@
 """A node's policy file (clients/policy.py): checked like every run-config key, secure when
 absent, and read from the node's own machine only."""
 
+import os
+import re
 import subprocess
 
 import pytest
@@ -70,3 +72,49 @@ def test_the_launcher_checks_a_policy_and_gives_the_nodes_their_state_dir(tmp_pa
     bad = tmp_path / "bad.toml"
     bad.write_text("[cdl]\nshare-sub-network = 2\n")
     assert main(["fedavg", "--policy", str(bad), "--out", str(tmp_path / "o")]) == 2
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda f: f.chmod(0o666), "writable by group and others (mode 0666)"),
+        (lambda f: f.chmod(0o620), "writable by group (mode 0620)"),
+        (lambda f: os.chown(f, 12345, 0), "owned by uid 12345"),
+    ],
+)
+def test_a_policy_someone_else_can_change_is_refused_at_start_and_at_reread(tmp_path, make, says):
+    """As ssh treats its keys: a group/world-writable policy, or one another user owns, is
+    refused by the check deploy/supernode.sh runs and by every message's re-read."""
+    f = tmp_path / "p.toml"
+    f.write_text("[fedrl]\nmin-sigma = 2.0\n")
+    f.chmod(0o644)
+    assert policy.of_node({"policy": str(f)}).fedrl.min_sigma == 2.0
+    if os.getuid() != 0 and "owned" in says:
+        pytest.skip("chown to another user needs root")
+    make(f)
+    with pytest.raises(policy.PolicyError, match=re.escape(f"{f}: policy file is {says}")):
+        policy.of_node({"policy": str(f)})
+    assert policy.main([str(f)]) == 2
+
+
+def test_a_policy_behind_a_symlink_is_refused(tmp_path):
+    real = tmp_path / "real.toml"
+    real.write_text("[fedrl]\nmin-sigma = 2.0\n")
+    link = tmp_path / "p.toml"
+    link.symlink_to(real)
+    with pytest.raises(policy.PolicyError, match="p.toml: policy file is a symlink"):
+        policy.of_node({"policy": str(link)})
+
+
+def test_a_changed_policy_is_seen_by_its_content_even_with_its_old_mtime(tmp_path):
+    """A copy that kept the old mtime was not re-read (the cache keyed on mtime); the node
+    re-reads the bytes, and the digest the audit log records changes with them."""
+    f = tmp_path / "p.toml"
+    f.write_text("[fedrl]\nmin-sigma = 2.0\n")
+    before = policy.of_node({"policy": str(f)})
+    st = f.stat()
+    f.write_text("[fedrl]\nmin-sigma = 3.0\n")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = policy.of_node({"policy": str(f)})
+    assert (before.fedrl.min_sigma, after.fedrl.min_sigma) == (2.0, 3.0)
+    assert before.digest != after.digest and len(after.digest) == 64
