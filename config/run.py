@@ -54,6 +54,12 @@ class RunSettings(Section):
     node_wait_timeout: float = setting(
         "seconds to wait for num-clients nodes before failing", lo=0, hi=7 * DAY_S, lo_open=True
     )
+    node_return_timeout: float = setting(
+        "seconds a round waits for its silos when no node holding one is online, before "
+        "it counts as empty (strategies/nodes.py wait_for_return)",
+        lo=0,
+        hi=7 * DAY_S,
+    )
     round_timeout: float = setting(
         "seconds to wait for the replies of one round: the ceiling, and round 1's limit",
         lo=0,

@@ -29,6 +29,7 @@ from strategies.nodes import (
     query_partitions,
     refresh_partitions,
     wait_for_nodes,
+    wait_for_return,
 )
 from strategies.screened_fedavg import ClientsFailed, sample_size
 from strategies.screening import mean_signals, message_bytes, one_line, screen_update
@@ -47,6 +48,7 @@ class TopologyRelay:
         *,
         node_wait_s: float,
         timeout_s: float,
+        node_return_s: float = 300.0,
         cross_eval: bool,
         max_empty_rounds: int = 3,
         eval_fraction: float = 1.0,
@@ -57,6 +59,7 @@ class TopologyRelay:
         self.eval_fraction, self.eval_cap, self.seed = eval_fraction, eval_cap, seed
         self.recorder = recorder
         self.node_wait_s = node_wait_s
+        self.node_return_s = node_return_s  # strategies.nodes.wait_for_return
         self.timeout_s = timeout_s
         self.cross_eval = cross_eval
         self.max_empty_rounds = max_empty_rounds
@@ -83,6 +86,8 @@ class TopologyRelay:
         """One accumulation + local training; returns the silos' new models. Who holds which
         silo is checked every round (a restarted node is used again)."""
         refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
+        silos = set(range(self.topology.num_silos))
+        wait_for_return(grid, self.partitions, silos, self.node_return_s, self.retired)
         a = self.topology.mixing
         mixes = [mix(models, a[i]) for i in range(len(models))]
         sent, replies = self._send_mixes(grid, rnd, mixes)

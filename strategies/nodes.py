@@ -8,7 +8,7 @@ clear message instead of waiting forever (FedAvg's own sampler would loop endles
 from __future__ import annotations
 
 import time
-from logging import WARNING
+from logging import INFO, WARNING
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
@@ -147,4 +147,43 @@ def refresh_partitions(
                 del partitions[old]
                 retired.add(old)
             partitions[node] = part
+    return partitions
+
+
+def wait_for_return(
+    grid: Grid,
+    partitions: dict[int, int],
+    wanted: set[int],
+    wait_s: float,
+    retired: set[int],
+    poll_s: float = 2.0,
+) -> dict[int, int]:
+    """When no online node holds any of the `wanted` partitions (every node of a round is
+    offline: a missed heartbeat, a restart, a network cut), wait up to `wait_s` for them to come
+    back, refreshing who holds what, with a log line naming whom it waits for. Without this a
+    run whose nodes vanished spent its `max-empty-rounds` in milliseconds and failed, while the
+    nodes were back a minute later (issue 42). Returns `partitions` (updated in place)."""
+    if not wanted or set(partitions.values()) & wanted:
+        return partitions
+    deadline = time.monotonic() + wait_s
+    log(
+        WARNING,
+        "[fedembodied] no online node holds partition(s) %s: waiting up to %.0f s for them "
+        "(run config 'node-return-timeout')",
+        sorted(wanted),
+        wait_s,
+    )
+    while time.monotonic() < deadline:
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+        refresh_partitions(grid, partitions, min(wait_s, 30.0), retired)
+        back = sorted(set(partitions.values()) & wanted)
+        if back:
+            log(INFO, "[fedembodied] partition(s) %s back online; the round goes on", back)
+            return partitions
+    log(
+        WARNING,
+        "[fedembodied] partition(s) %s still offline after %.0f s; the round goes on without them",
+        sorted(wanted),
+        wait_s,
+    )
     return partitions

@@ -30,7 +30,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
 from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
-from strategies.nodes import answered, query_partitions, refresh_partitions, wait_for_nodes
+from strategies.nodes import (
+    answered,
+    query_partitions,
+    refresh_partitions,
+    wait_for_nodes,
+    wait_for_return,
+)
 from strategies.robust import aggregate, update_norm
 from strategies.screening import MAX_EXAMPLES, mean_signals, message_bytes, one_line, screen_update
 
@@ -59,6 +65,7 @@ class ScreenedFedAvg(FedAvg):
         num_clients: int,
         seed: int,
         node_wait_s: float = 120.0,
+        node_return_s: float = 300.0,
         eval_every: int = 1,
         num_rounds: int = 0,
         max_empty_rounds: int = 3,
@@ -74,6 +81,7 @@ class ScreenedFedAvg(FedAvg):
         self.num_clients = num_clients
         self.seed = seed
         self.node_wait_s = node_wait_s
+        self.node_return_s = node_return_s  # strategies.nodes.wait_for_return
         self.eval_every = eval_every
         self.num_rounds = num_rounds
         self.partitions: dict[int, int] | None = None  # node id -> partition id
@@ -114,6 +122,9 @@ class ScreenedFedAvg(FedAvg):
         key = self.seed * 100_003 + server_round
         rng = random.Random(key * 7 + stream if stream else key)  # stream 0: training's draw
         chosen = sorted(rng.sample(everyone, k))
+        if grid is not None and chosen and not set(chosen) & set(by_part):
+            wait_for_return(grid, parts, set(chosen), self.node_return_s, self.retired)
+            by_part = {p: n for n, p in parts.items()}
         self.unheld = [p for p in chosen if p not in by_part]
         return [by_part[p] for p in chosen if p in by_part]
 

@@ -504,3 +504,46 @@ def test_clients_csv_keeps_64_bit_node_ids_when_a_row_has_no_node(tmp_path):
     rec.end_round()
     again = Recorder(tmp_path, {"resume": True})
     assert again.clients[0]["node"] == big
+
+
+def test_a_round_whose_nodes_are_all_offline_waits_for_them_and_goes_on_when_they_return(
+    tmp_path,
+):
+    """Issue 42: with every node offline (missed heartbeats) the server used to run its
+    `max-empty-rounds` in milliseconds and fail, while the nodes came back a minute later. Now
+    the round waits, bounded by node-return-timeout, and sends to the nodes that came back; a
+    bound that runs out lets the round go on (and be counted empty) as before."""
+    import threading
+    import time
+
+    from clients.app import app
+    from tests.conftest import InProcessGrid
+
+    rc = {
+        "method": "fedavg",
+        "num-clients": 2,
+        "driving.train-per-silo": 8,
+        "driving.test-per-silo": 4,
+        "driving.image-size": 16,
+        "driving.local-epochs": 1,
+    }
+    grid = InProcessGrid(app, rc, 2)
+    s, _ = _strategy(tmp_path, n=2, node_return_s=20.0)
+    s.partitions = None
+    first = [m.metadata.dst_node_id for m in s.configure_train(1, _global(), ConfigRecord(), grid)]
+    away = dict(grid.contexts)
+    grid.contexts.clear()  # every node drops out ...
+
+    def come_back():
+        time.sleep(1.5)
+        grid.contexts.update(away)  # ... and is back 1.5 s later
+
+    threading.Thread(target=come_back).start()
+    t0 = time.monotonic()
+    again = [m.metadata.dst_node_id for m in s.configure_train(2, _global(), ConfigRecord(), grid)]
+    waited = time.monotonic() - t0
+    assert again == first and 1.0 < waited < 15.0
+    grid.contexts.clear()  # gone for good: the bound runs out and the round is empty
+    s.node_return_s = 0.5
+    assert list(s.configure_train(3, _global(), ConfigRecord(), grid)) == []
+    assert [r["status"] for r in s.recorder.clients[-2:]] == ["failed: no node holds this silo"] * 2
