@@ -14,6 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from config import methods, parse
 from config.schema import ConfigError
+from server import run_lock
 from server.plots import plot_runs
 from server.recorder import out_dir
 from strategies.nodes import fit_to_federation
@@ -40,7 +41,7 @@ def main(grid: Grid, context: Context) -> None:
         c = dataclasses.replace(c, run=dataclasses.replace(c.run, num_clients=n))
     c.faults.check_partitions(2 if methods.get(name).domain == "gridworld" else c.run.num_clients)
     grid = AdaptiveTimeout(grid, c.run.timeout_factor, c.run.timeout_floor)
-    with server_log(out):
+    with run_lock.holding(out, int(context.run_id)), server_log(out):
         methods.server_module(name).run(grid, c, name)
         if c.run.plots:
             written = plot_runs([out], out / "plots")

@@ -547,3 +547,17 @@ def test_a_round_whose_nodes_are_all_offline_waits_for_them_and_goes_on_when_the
     s.node_return_s = 0.5
     assert list(s.configure_train(3, _global(), ConfigRecord(), grid)) == []
     assert [r["status"] for r in s.recorder.clients[-2:]] == ["failed: no node holds this silo"] * 2
+
+
+def test_a_second_run_with_the_same_out_dir_is_refused_naming_the_first(tmp_path):
+    """Two runs given one out-dir both completed and the last writer replaced the other's
+    rounds.csv (issue 42); the lock goes with the run, so a later run (a resume) may go on."""
+    from config.schema import ConfigError
+    from server import run_lock
+
+    with run_lock.holding(tmp_path, run_id=111):
+        with pytest.raises(ConfigError, match=r"'out-dir' .* is in use by run 111 \(pid \d+"):
+            with run_lock.holding(tmp_path, run_id=222):
+                pass
+    with run_lock.holding(tmp_path, run_id=333):  # the first ended: free again
+        assert "run 333" in (tmp_path / run_lock.LOCK).read_text()
