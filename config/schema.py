@@ -152,20 +152,39 @@ def parse_overrides(text: str) -> dict:
     makes of them)."""
     if not text.strip():
         return {}
+    if len(text) > MAX_RUN_CONFIG:  # every check below is linear, but Flower's parser is not
+        raise ConfigError(
+            f"--run-config: {len(text):,} characters; at most {MAX_RUN_CONFIG:,} (a run config "
+            "is a few hundred: put long values in a file the config names)"
+        )
     try:  # Flower's parser silently drops a token without '=' ("driving.lr 0.1")
         tokens = shlex.split(text)
     except ValueError as e:
-        raise ConfigError(f"--run-config: cannot parse {text!r} ({e})") from None
+        raise ConfigError(f"--run-config: cannot parse {_short(text)} ({e})") from None
     loose = [t for t in tokens if "=" not in t or not t.split("=", 1)[0].strip()]
     if loose:
-        raise ConfigError(f"--run-config: {loose[0]!r} is not key=value (in {text!r})")
+        raise ConfigError(f"--run-config: {loose[0]!r} is not key=value (in {_short(text)})")
+    seen: set[str] = set()
+    for t in tokens:
+        key = t.split("=", 1)[0].strip()
+        if key in seen:
+            raise ConfigError(f"--run-config: key {key!r} is given more than once; give it once")
+        seen.add(key)
     try:
         return parse_config_args([text])
     except Exception as e:  # click.ClickException or TOML errors
         unquoted(text, tokens)
         raise ConfigError(
-            f"--run-config: cannot parse {text!r} ({getattr(e, 'message', e)})"
+            f"--run-config: cannot parse {_short(text)} ({getattr(e, 'message', e)})"
         ) from None
+
+
+MAX_RUN_CONFIG = 64 * 1024
+
+
+def _short(text: str, n: int = 200) -> str:
+    """The text as an error message quotes it: at most n characters."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text):,} characters)"
 
 
 def unquoted(text: str, tokens: list[str]) -> None:

@@ -153,6 +153,18 @@ def _run_config_cases() -> None:
             text.split(".")[0], "fedavg"
         )
         case(f"run-config text {text!r}", [method, "--run-config", text], culprit)
+    # repeated keys and megabytes of text: refused in linear time (140,000 repeats once took
+    # ~15 min in a quadratic parse), naming the key or the size
+    case(
+        "run-config text with a key given twice",
+        ["fedavg", "--run-config", "driving.lr=0.1 driving.lr=0.2"],
+        "driving.lr",
+    )
+    case(
+        "run-config text of 2 MB (one key repeated 140,000 times)",
+        ["fedavg", "--run-config", " ".join(["driving.lr=0.1"] * 140_000)],
+        "--run-config",
+    )
 
 
 _run_config_cases()
