@@ -255,7 +255,10 @@ def resume_overrides(args) -> tuple[dict, Path]:
     from config import check_overrides
     from config.schema import ConfigError, defaults
 
-    out = Path(args.resume).resolve()
+    try:
+        out = Path(args.resume).resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop, an unreadable component
+        raise BadInput(f"--resume {args.resume}: not a folder that can be opened ({e})") from None
     shaping = [
         f
         for f, v in (
@@ -301,22 +304,14 @@ def resume_overrides(args) -> tuple[dict, Path]:
 
 
 def finished_rounds(path: Path) -> int:
-    """The last round of a results folder's rounds.csv, read defensively: its rounds must be
-    the integers 1..k in order (a hand-edited 2.5, -3 or 1e18 is refused, naming the file)."""
-    import pandas as pd
+    """The last round of a results folder's rounds.csv (server.recorder.finished_rounds)."""
+    from config.schema import ConfigError
+    from server.recorder import finished_rounds as read_rounds
 
     try:
-        rounds = pd.read_csv(path, usecols=["round"])["round"]
-    except (ValueError, KeyError, OSError, pd.errors.ParserError) as e:
-        raise BadInput(f"--resume: {path} is not readable ({e})") from None
-    values = rounds.tolist()
-    train = values[1:] if values[:1] == [0] else values  # round 0: the untrained model's row
-    if not pd.api.types.is_integer_dtype(rounds) or train != list(range(1, len(train) + 1)):
-        shown = ", ".join(str(r) for r in values[:6])
-        raise BadInput(
-            f"--resume: {path}: column 'round' must be 1, 2, ..., k in order, got {shown}"
-        )
-    return len(train)
+        return read_rounds(path)
+    except ConfigError as e:
+        raise BadInput(f"--resume: {e}") from None
 
 
 def absolute_paths(cfg: dict, overrides: dict) -> None:

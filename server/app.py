@@ -16,7 +16,7 @@ from config import methods, parse
 from config.schema import ConfigError
 from server import run_lock
 from server.plots import plot_runs
-from server.recorder import out_dir
+from server.recorder import finished_rounds, out_dir
 from strategies.nodes import fit_to_federation
 from strategies.timeouts import AdaptiveTimeout
 
@@ -75,10 +75,8 @@ def server_log(out: Path):
 def check_resume_round(folder: str, resume_round: int) -> None:
     """Clients reload their state as of run config `resume-round`; it must be the round the
     results folder ends at, or server and clients would continue from different rounds."""
-    import pandas as pd
-
     path = Path(folder) / "rounds.csv"
-    done = int(pd.read_csv(path)["round"].max()) if path.is_file() else 0
+    done = finished_rounds(path) if path.is_file() else 0
     if resume_round != done:
         raise ConfigError(
             f"run config 'resume-round' is {resume_round}, but {path} ends "

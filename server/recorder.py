@@ -52,6 +52,23 @@ def recorder_for(c, name: str, stage: str = "train") -> Recorder:
     return Recorder(out_dir(c.run.out_dir, name), c.run_config(), stage=stage)
 
 
+def finished_rounds(path: Path) -> int:
+    """The last round of a results folder's rounds.csv, read defensively: its rounds must be
+    the integers 1..k in order (a hand-edited 2.5, -3, "x" or 1e18, or no 'round' column, is
+    refused naming the file). Used by `simulation.py --resume` and by the ServerApp's check of
+    `resume-round`, so both read a folder the same way."""
+    try:
+        rounds = pd.read_csv(path, usecols=["round"])["round"]
+    except (ValueError, KeyError, OSError, pd.errors.ParserError) as e:
+        raise ConfigError(f"{path} is not readable ({e})") from None
+    values = rounds.tolist()
+    train = values[1:] if values[:1] == [0] else values  # round 0: the untrained model's row
+    if not pd.api.types.is_integer_dtype(rounds) or train != list(range(1, len(train) + 1)):
+        shown = ", ".join(str(r) for r in values[:6])
+        raise ConfigError(f"{path}: column 'round' must be 1, 2, ..., k in order, got {shown}")
+    return len(train)
+
+
 def _missing(v) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and v != v)
 

@@ -78,6 +78,27 @@ def _touch(p: Path) -> Path:
     return p
 
 
+def _loop(p: Path) -> Path:
+    p.symlink_to(p)
+    return p
+
+
+def _finished_run(tmp: Path, rounds: str) -> Path:
+    d = tmp / "done"
+    d.mkdir()
+    (d / "config.json").write_text('{"method": "fedavg", "num-server-rounds": 5}')
+    (d / "rounds.csv").write_text(rounds)
+    return d
+
+
+case("--resume symlink loop", make=lambda tmp: (["--resume", str(_loop(tmp / "l"))], "--resume"))
+for text, name in (("round,x\nx,1\n", "round x"), ("a,b\n1,2\n", "no round column")):
+    case(
+        f"--resume rounds.csv {name}",
+        make=lambda tmp, t=text: (["--resume", str(_finished_run(tmp, t))], "rounds.csv"),
+    )
+
+
 def _readonly(p: Path) -> Path:
     p.mkdir()
     p.chmod(0o555)
