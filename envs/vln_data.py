@@ -136,6 +136,9 @@ def _check_viewpoint(where: str, k: int, it, n: int) -> None:
         )
     ):
         raise DataError(f"{where}: viewpoint {vp}: field 'pose' must be 16 finite numbers")
+    h = it.get("height", 0.0)  # the camera's height; absent in some releases
+    if isinstance(h, bool) or not isinstance(h, (int, float)) or not np.isfinite(h):
+        raise DataError(f"{where}: viewpoint {vp}: field 'height' must be a finite number")
     for key in ("unobstructed", "visible"):
         if key == "visible" and key not in it:
             continue
@@ -150,7 +153,7 @@ def parse_r2r(items, source: str) -> list[Episode]:
     """Episodes (one per instruction) from an R2R task file's list of paths."""
     if not isinstance(items, list):
         raise DataError(f"{source}: expected a list of R2R paths")
-    out = []
+    out, ids = [], {}
     for n, it in enumerate(items):
         where = f"{source}: path #{n}"
         if not isinstance(it, dict):
@@ -174,6 +177,12 @@ def parse_r2r(items, source: str) -> list[Episode]:
             raise DataError(f"{where}: missing or malformed field {e}") from None
         if not np.isfinite(heading):
             raise DataError(f"{where}: field 'heading' is not finite")
+        if path_id in ids:  # its instructions would be scored against the other path's
+            raise DataError(
+                f"{where}: field 'path_id' {path_id} is also path #{ids[path_id]}'s; "
+                "path ids must be unique"
+            )
+        ids[path_id] = n
         for k, text in enumerate(texts):
             out.append(Episode(f"{path_id}_{k}", it["scan"], tuple(path), heading, text, path_id))
     return out

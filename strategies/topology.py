@@ -96,6 +96,19 @@ def load_gml(name: str, topology_dir: Path | str | None) -> nx.Graph:
             f"{path}: {graph.number_of_nodes()} nodes, over the {MAX_GML_NODES} silos a "
             "topology may have"
         )
+    loops = list(nx.selfloop_edges(graph))
+    if loops:
+        raise TopologyError(
+            f"{path}: edge {loops[0][0]}-{loops[0][1]} joins a silo to itself (a self-loop); "
+            "a topology's edges join two silos"
+        )
+    if graph.is_multigraph():
+        twice = [(u, v) for u, v, k in graph.edges(keys=True) if k]
+        if twice:
+            raise TopologyError(
+                f"{path}: edge {twice[0][0]}-{twice[0][1]} is given more than once; "
+                "give each edge once (its distance would be ambiguous)"
+            )
     graph = nx.Graph(graph)  # undirected, simple
     if graph.number_of_nodes() < 2 or not nx.is_connected(graph):
         raise TopologyError(f"{path}: needs a connected graph of at least 2 nodes")

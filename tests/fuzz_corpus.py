@@ -522,6 +522,19 @@ for name, text in [
     ("disconnected", _graph("edge [ source 0 target 1 distance 1.0 ]\n")),
     ("unknown node", _graph("edge [ source 0 target 9 distance 1.0 ]\n")),
     ("duplicate node ids", 'graph [ node [ id 0 label "a" ] node [ id 0 label "b" ] ]'),
+    (
+        "self-loop",
+        _graph(
+            "edge [ source 0 target 0 ]\nedge [ source 0 target 1 ]\nedge [ source 1 target 2 ]\n"
+        ),
+    ),
+    (
+        "duplicate edge",
+        "graph [\nmultigraph 1\n"
+        + "".join(f'node [ id {i} label "n{i}" ]\n' for i in range(3))
+        + "edge [ source 0 target 1 distance 1.0 ]\nedge [ source 0 target 1 distance 9.0 ]\n"
+        + "edge [ source 1 target 2 distance 1.0 ]\n]\n",
+    ),
     ("unclosed", "graph [ node [ id 0 "),
     # a graph too big for dense mixing weights and the ring's tour (50,000 nodes hung a run)
     (
@@ -695,6 +708,7 @@ for split in ("train", "val_seen", "val_unseen"):
         ("scan unknown", lambda d: _first(d, scan="nohouse")),
         ("no scan", lambda d: _drop(d, "scan")),
         ("path_id text", lambda d: _first(d, path_id="seven")),
+        ("path_id duplicated", lambda d: _first(d, path_id=d[1]["path_id"]) if len(d) > 1 else 0),
     ]:
         case(f"R2R {split}: {name}", make=_vln(_edit_json(rel, edit)))
 
@@ -715,6 +729,8 @@ for name, edit in [
     ("unobstructed text", lambda d: _conn_first(d, unobstructed="all")),
     ("no image_id", lambda d: [{k: v for k, v in d[0].items() if k != "image_id"}] + d[1:]),
     ("included text", lambda d: _conn_first(d, included="yes")),
+    ("height nan", lambda d: _conn_first(d, height=float("nan"))),
+    ("height text", lambda d: _conn_first(d, height="tall")),
 ]:
     case(f"connectivity: {name}", make=_vln(_edit_json("connectivity/*_connectivity.json", edit)))
 
