@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from config.schema import DAY_S, Section, setting
 
+MIN_TIMEOUT_S = 0.01  # a shorter timeout cannot be met (1e-300 was accepted, issue 42)
+
 AGGREGATORS = ("mean", "median", "trimmed-mean")  # strategies/robust.py
 # FedRL scores 800 valid maps at an evaluation: most of a round (docs/fedrl.md, measured)
 FEDRL_EVAL_EVERY = 10
@@ -52,7 +54,7 @@ class RunSettings(Section):
         hi=10**5,
     )
     node_wait_timeout: float = setting(
-        "seconds to wait for num-clients nodes before failing", lo=0, hi=7 * DAY_S, lo_open=True
+        "seconds to wait for num-clients nodes before failing", lo=MIN_TIMEOUT_S, hi=7 * DAY_S
     )
     node_return_timeout: float = setting(
         "seconds a round waits for its silos when no node holding one is online, before "
@@ -62,9 +64,8 @@ class RunSettings(Section):
     )
     round_timeout: float = setting(
         "seconds to wait for the replies of one round: the ceiling, and round 1's limit",
-        lo=0,
+        lo=MIN_TIMEOUT_S,
         hi=7 * DAY_S,
-        lo_open=True,
     )
     timeout_factor: float = setting(
         "later exchanges wait at most this x the slowest complete one of their kind "
@@ -74,9 +75,8 @@ class RunSettings(Section):
     )
     timeout_floor: float = setting(
         "the least any later exchange waits (s), whatever timeout-factor gives",
-        lo=0,
+        lo=MIN_TIMEOUT_S,
         hi=DAY_S,
-        lo_open=True,
     )
     aggregator: str = setting(
         "fedavg/fedprox/cdl-sfl: example-weighted mean (FedAvg) or a coordinate-wise robust "

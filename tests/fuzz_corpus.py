@@ -176,6 +176,8 @@ def _run_config_cases() -> None:
         case(f"run-config text {text!r}", [method, "--run-config", text], culprit)
     # repeated keys and megabytes of text: refused in linear time (140,000 repeats once took
     # ~15 min in a quadratic parse), naming the key or the size
+    for key in ("round-timeout", "node-wait-timeout", "timeout-floor"):
+        case(f"run-config {key} 1e-300", ["fedavg", "--run-config", f"{key}=1e-300"], key)
     case(
         "run-config text with a key given twice",
         ["fedavg", "--run-config", "driving.lr=0.1 driving.lr=0.2"],
