@@ -179,6 +179,10 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def markdown(table: pd.DataFrame) -> str:
+    return pipe_table(list(table.columns), table.fillna("").values.tolist())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -212,7 +216,7 @@ def main(argv=None) -> int:
     table.to_csv(out_csv, index=False)
     print(
         f"\n{command_line(__file__, argv)}\n\n"
-        + pipe_table(list(table.columns), table.values.tolist())
+        + markdown(table)
     )
     return 0
 

@@ -163,6 +163,33 @@ def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(table), pd.DataFrame(aug)
 
 
+SHOWN = {
+    "bleu": "BLEU-4",
+    "rooms_on_route": "rooms on route",
+    "entered_named": "entered rooms named",
+    "goal_room": "goal room",
+    "stop_object": "stop object",
+    "first_turn": "first turn",
+    "fidelity": "route fidelity",
+    "taught_sr": "follower SR on its words",
+    "taught_ratio": "/ SR on true words",
+}
+
+
+def markdown(table: pd.DataFrame, split: str = "") -> str:
+    """The speaker table as the README and docs show it (`split` "": both splits)."""
+    t = table.fillna("")
+    if split:
+        t = t[t.split == split]
+    head = ["speaker", "checkpoint", "split", "seeds", *SHOWN.values()]
+    rows = t[["speaker", "checkpoint", "split", "seeds", *SHOWN]].values.tolist()
+    return pipe_table(head, rows)
+
+
+def markdown_augment(aug: pd.DataFrame) -> str:
+    return pipe_table(list(aug.columns), aug.values.tolist())
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -198,9 +225,9 @@ def main(argv=None) -> int:
     runs.round(3).to_csv(files[1], index=False)
     aug.to_csv(files[2], index=False)
     print(f"\n{command_line(__file__, argv)}\n")
-    print(pipe_table(list(table.columns), table.values.tolist()))
+    print(markdown(table))
     print()
-    print(pipe_table(list(aug.columns), aug.values.tolist()))
+    print(markdown_augment(aug))
     return 0
 
 

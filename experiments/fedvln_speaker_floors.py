@@ -81,7 +81,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def markdown(table: pd.DataFrame) -> str:
     head = ["data", "floor", "split", "seeds", "BLEU-4", "rooms on route", "goal room"]
     head += ["stop object", "first turn", "route fidelity"]
-    return pipe_table(head, table[["data", "floor", "split", "seeds", *METRICS]].values.tolist())
+    t = table.fillna("")
+    return pipe_table(head, t[["data", "floor", "split", "seeds", *METRICS]].values.tolist())
 
 
 def main(argv=None) -> int:

@@ -50,6 +50,30 @@ def _fedvln_finetune_lr() -> str:
     return markdown(pd.read_csv(RESULTS / "fedvln_finetune_lr.csv", dtype=str).fillna(""))
 
 
+def _fedvln_speaker(split: str = "") -> str:
+    from experiments.fedvln_speaker import markdown
+
+    return markdown(_csv("fedvln_speaker.csv"), split)
+
+
+def _fedvln_speaker_augment() -> str:
+    from experiments.fedvln_speaker import markdown_augment
+
+    return markdown_augment(pd.read_csv(RESULTS / "fedvln_speaker_augment.csv", dtype=str))
+
+
+def _fedvln_speaker_floors() -> str:
+    from experiments.fedvln_speaker_floors import markdown
+
+    return markdown(_csv("fedvln_speaker_floors.csv"))
+
+
+def _fedvln_oracle() -> str:
+    from experiments.fedvln_oracle import markdown
+
+    return markdown(pd.read_csv(RESULTS / "fedvln_oracle.csv", dtype=str))
+
+
 def _fedrl_table1() -> str:
     from experiments.fedrl_table1 import markdown
 
@@ -115,6 +139,11 @@ BLOCKS = {
     "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
     "fedvln-gap": _fedvln_gap,
     "fedvln-finetune-lr": _fedvln_finetune_lr,
+    "fedvln-speaker": _fedvln_speaker,
+    "fedvln-speaker-unseen": lambda: _fedvln_speaker("val_unseen"),
+    "fedvln-speaker-augment": _fedvln_speaker_augment,
+    "fedvln-speaker-floors": _fedvln_speaker_floors,
+    "fedvln-oracle": _fedvln_oracle,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
     "cdl": _cdl,
