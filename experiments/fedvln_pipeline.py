@@ -162,6 +162,7 @@ def run_seed(a, out: Path, seed: int) -> None:
         _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
     if "speaker" in a.stages:
         _stage(a, out / "speaker", a.speaker_rounds, seed, stage_config(a, "speaker"))
+        speaker_said(out / "speaker")
     spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
     agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
     if "augment" in a.stages:
@@ -185,6 +186,28 @@ def run_seed_then_tables(a, out: Path, seed: int) -> None:
     """One seed's stages, then the tables of every seed finished so far (progress on disk)."""
     run_seed(a, out / f"seed{seed}", seed)
     tables(a, out, Path(a.results_dir))
+
+
+def speaker_said(run: Path) -> None:
+    """What the federated speaker said for every val path, at its kept (`best.pt`, best pooled
+    val_seen fidelity) and last (`model.pt`) checkpoint: `said.csv` beside rounds.csv (split,
+    path id, house, instruction, checkpoint). The server never sees a house's paths; the
+    study, which holds every house's data, writes it from the checkpoints."""
+    dest = run / "said.csv"
+    if dest.is_file() or not (run / "config.json").is_file():
+        return
+    c = parse(json.loads((run / "config.json").read_text()))
+    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    inputs, rows = vln_speaker.PathInputs(setup.world), []
+    for ck, file in (("best", "best.pt"), ("last", "model.pt")):
+        if not (run / file).is_file():
+            continue
+        speaker, _, _ = vln_checkpoint.load(run / file)
+        for split in ("val_seen", "val_unseen"):
+            paths, _ = quality.one_per_path(setup.split(split))
+            hyps = vln_speaker.write_instructions(speaker, inputs, paths, setup.vocab)
+            rows += quality.said_rows(split, paths, hyps, ck)
+    pd.DataFrame(rows).to_csv(dest, index=False)
 
 
 def floor(out: Path, seed: int) -> None:

@@ -721,6 +721,42 @@ def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_c
     row = pd.read_csv(out / "untrained" / "log.csv").iloc[0]
     assert row["val_unseen_n"] > 0 and 0 <= row["val_unseen_sr"] <= 100
     assert row["val_unseen_bleu"] == row["val_unseen_bleu"]  # scored, not NaN
+    # Table 4's floors beside it: a constant sentence and another path's instruction
+    for run in ("constant", "other-path"):
+        floor = pd.read_csv(out / run / "log.csv").iloc[0]
+        assert floor["val_unseen_bleu"] > 10 and floor["val_unseen_fidelity"] < 50
+
+
+def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_path):
+    import json
+
+    import torch
+
+    from config import parse
+    from config.schema import merged
+    from contracts.fedvln import speaker_size, spec_of
+    from experiments import fedvln_pipeline as fp
+    from models import vln_checkpoint
+    from models.speaker import Speaker
+    from training.vln_house import open_setup
+
+    run = tmp_path / "speaker"
+    run.mkdir()
+    cfg = merged({**TINY, "fedvln.stage": "speaker"})
+    (run / "config.json").write_text(json.dumps(cfg))
+    c = parse(cfg)
+    setup = open_setup("", "", spec_of(c))
+    torch.manual_seed(0)
+    speaker = Speaker(speaker_size(c, len(setup.vocab), setup.world.feature_dim))
+    for f in ("best.pt", "model.pt"):
+        vln_checkpoint.save(run / f, speaker, None)  # a server's model: no vocabulary
+    fp.speaker_said(run)
+    said = pd.read_csv(run / "said.csv", keep_default_na=False)
+    paths = {s: len({e.path_id for e in setup.split(s)}) for s in ("val_seen", "val_unseen")}
+    for ck in ("best", "last"):
+        for split, n in paths.items():
+            rows = said[(said.checkpoint == ck) & (said.split == split)]
+            assert len(rows) == n and rows.path_id.is_unique
 
 
 def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_path):
