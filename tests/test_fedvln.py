@@ -68,6 +68,47 @@ def test_server_step_is_eq7_with_learning_rate_and_decay(tmp_path):
     assert np.allclose(arrays["w"].numpy(), 8.5)  # eta_2 = 2 * 0.5 = 1: plain FedAvg
 
 
+@pytest.mark.parametrize("eta", [1.0, 2.0, 0.5])
+def test_eq7_is_flowers_fedavgm_with_zero_momentum_and_fedavg_at_eta_1(tmp_path, eta):
+    """Eq. 7, w <- w + eta sum n_i/n (w_i - w), is Flower's own FedAvgM (server_learning_rate
+    eta, server_momentum 0) on the same replies, and Flower's FedAvg when eta = 1."""
+    from flwr.serverapp.strategy import FedAvg, FedAvgM
+
+    rng = np.random.default_rng(0)
+    w0 = ArrayRecord({"a": Array(rng.normal(size=(4, 3)).astype(np.float32)),
+                      "b": Array(rng.normal(size=5).astype(np.float32))})  # fmt: skip
+    updates = [
+        ({k: v.numpy() + rng.normal(size=v.numpy().shape).astype(np.float32)
+          for k, v in w0.items()}, n)
+        for n in (3, 1, 6)
+    ]  # fmt: skip
+
+    def replies(msgs):
+        return [
+            Message(
+                RecordDict(
+                    {
+                        "arrays": ArrayRecord({k: Array(v) for k, v in u.items()}),
+                        "metrics": MetricRecord({"num-examples": n, "train-loss": 0.1}),
+                    }
+                ),
+                reply_to=m,
+            )
+            for m, (u, n) in zip(msgs, updates)
+        ]
+
+    ours = _strategy(tmp_path, {0: "seen", 1: "seen", 2: "seen"}, {"seen": 1.0}, server_lr=eta)
+    msgs = list(ours.configure_train(1, w0, ConfigRecord(), grid=None))
+    mine, _ = ours.aggregate_train(1, replies(msgs))
+    flowers = [FedAvgM(server_learning_rate=eta, server_momentum=0.0)]
+    flowers += [FedAvg()] if eta == 1.0 else []
+    for strategy in flowers:
+        strategy.current_arrays = w0  # what FedAvgM.configure_train keeps
+        theirs, _ = strategy.aggregate_train(1, replies(msgs))
+        for k in w0:
+            assert np.allclose(mine[k].numpy(), theirs[k].numpy(), atol=1e-5), (strategy, k)
+
+
 def test_a_nan_update_is_rejected_before_the_server_step(tmp_path):
     s = _strategy(tmp_path, {0: "seen", 1: "seen"}, {"seen": 1.0}, server_lr=2.0)
     w0 = ArrayRecord({"w": Array(np.ones(3, np.float32))})
