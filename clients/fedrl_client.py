@@ -94,10 +94,24 @@ def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics
     return Message(content, reply_to=msg)
 
 
+_SETTINGS: dict[tuple, tuple] = {}
+
+
+def _settings(context: Context):
+    """(the parsed run config, the party's Settings) of this run, computed once per process:
+    `Settings.of` reads the map file and builds the splits (about a second), and each message
+    needs it twice (the handler, then `privacy` for the audit log)."""
+    key = (context.run_id, tuple(sorted(context.run_config.items())))
+    if key not in _SETTINGS:
+        _SETTINGS.clear()  # one run at a time per process
+        c = parse(context.run_config)
+        _SETTINGS[key] = (c, Settings.of(c))
+    return _SETTINGS[key]
+
+
 def handle(msg: Message, context: Context) -> Message:
-    c = parse(context.run_config)
+    c, s = _settings(context)
     torch.set_num_threads(c.run.client_threads)
-    s = Settings.of(parse(context.run_config))
     conf = msg.content["config"]
     step = str(conf["step"])
     role = role_of(context.node_config)
@@ -129,7 +143,7 @@ def handle(msg: Message, context: Context) -> Message:
 def privacy(context: Context) -> dict:
     """For its audit log: the noise and bound every Q output this party releases carries, and
     the privacy it has spent so far (its own release ledger, as the party just left it)."""
-    s = Settings.of(parse(context.run_config))
+    _, s = _settings(context)
     out = {"sigma": s.sigma, "clip": s.clip_bound}
     live = _LIVE.get((context.run_id, context.node_id))
     if live is not None and live[0] == _token(context):

@@ -693,3 +693,24 @@ def test_the_td_target_and_the_q_loss_are_the_papers():
     assert y.tolist() == [2.5, -1.0]  # 1 + 0.5 * 3; a terminal step keeps its reward
     q_f = torch.tensor([[0.0, 2.5], [4.0, 0.0]])
     assert q_loss(q_f, torch.tensor([1, 0]), y).item() == 12.5  # (0^2 + 5^2) / 2
+
+
+@pytest.mark.slow
+def test_a_party_parses_its_run_config_and_builds_its_settings_once(monkeypatch, tmp_path):
+    """Settings.of reads the map file and builds the splits (~1 s in a cold process); each
+    message built it twice (the handler, then the audit log's privacy line). Per process it
+    is built once now: once per message in deployment, once per run in one process."""
+    from clients import fedrl_client
+
+    calls = []
+    real = Settings.of.__func__
+    monkeypatch.setattr(
+        Settings, "of", classmethod(lambda cls, c: (calls.append(1), real(cls, c))[1])
+    )
+    fedrl_client._SETTINGS.clear()
+    cfg = merged({**SMALL, "out-dir": str(tmp_path)})
+    grid = InProcessGrid(app, cfg, 2)
+    fedrl_server.run(grid, parse(cfg), "fedrl")
+    # one for the server (server/fedrl_run.py), one for both parties of this process (was 2 per
+    # message: 260 here)
+    assert len(grid.replies) > 4 and len(calls) == 2
