@@ -214,10 +214,7 @@ def main(argv=None) -> int:
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(
-        f"\n{command_line(__file__, argv)}\n\n"
-        + markdown(table)
-    )
+    print(f"\n{command_line(__file__, argv)}\n\n" + markdown(table))
     return 0
 
 

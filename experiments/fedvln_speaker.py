@@ -54,7 +54,15 @@ VARIANTS = {  # out folder: vln_centralized speaker flags
     "grounded": [],
     "official": ["--speaker-word-dropout", "0", "--speaker-step-skip", "0"],
 }
-FIDELITY = ["rooms_on_route", "entered_named", "goal_room", "stop_object", "first_turn", "fidelity"]
+FIDELITY = [
+    "rooms_on_route",
+    "entered_named",
+    "room_f1",
+    "goal_room",
+    "stop_object",
+    "first_turn",
+    "fidelity",
+]
 COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio"]
 
 
@@ -167,6 +175,7 @@ SHOWN = {
     "bleu": "BLEU-4",
     "rooms_on_route": "rooms on route",
     "entered_named": "entered rooms named",
+    "room_f1": "room F1",
     "goal_room": "goal room",
     "stop_object": "stop object",
     "first_turn": "first turn",

@@ -31,7 +31,15 @@ from experiments.simulate import RESULTS, ROOT, command_line
 from experiments.tables import mean_sd, pipe_table, refuse_overwrite
 from training import vln_speaker_quality as quality
 
-METRICS = ["bleu", "rooms_on_route", "goal_room", "stop_object", "first_turn", "fidelity"]
+METRICS = [
+    "bleu",
+    "rooms_on_route",
+    "room_f1",
+    "goal_room",
+    "stop_object",
+    "first_turn",
+    "fidelity",
+]
 
 
 def floors(source: str, data_dir: str, seeds: list[int]) -> list[dict]:
@@ -79,7 +87,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    head = ["data", "floor", "split", "seeds", "BLEU-4", "rooms on route", "goal room"]
+    head = ["data", "floor", "split", "seeds", "BLEU-4", "rooms on route", "room F1", "goal room"]
     head += ["stop object", "first turn", "route fidelity"]
     t = table.fillna("")
     return pipe_table(head, t[["data", "floor", "split", "seeds", *METRICS]].values.tolist())

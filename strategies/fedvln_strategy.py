@@ -44,12 +44,13 @@ BLEU_STATS = (
 
 
 PERCENT = ("sr", "osr", "spl", "ndtw", "sdtw", "cls")
-FIDELITY_PAIRS = (  # route fidelity's hits and what they count (envs.vln_fidelity.stats)
-    ("on_route", "mentions"),
+FIDELITY_PAIRS = (  # route fidelity's sums and what they count (envs.vln_fidelity.stats)
+    ("on_route_sum", "paths"),
+    ("f1_sum", "paths"),
+    ("goal_hits", "paths"),
+    ("turn_hits", "paths"),
     ("entered_sum", "entered_paths"),
-    ("goal_hits", "goal_paths"),
     ("stop_hits", "stop_paths"),
-    ("turn_hits", "turn_paths"),
 )
 
 
@@ -103,7 +104,7 @@ def pool(records: list[dict]) -> dict[str, float]:
                 tot["ref_len"],
                 smooth_method="exp",
             ).score
-        if f"{split}_fid_mentions" in rows[0]:
+        if f"{split}_fid_paths" in rows[0]:
             fid = {k: sum(r[f"{split}_fid_{k}"] for r in rows) for k in FIDELITY_STATS}
             out.update({f"{split}_{k}": v for k, v in fidelity_from_stats(fid).items()})
         for m in NAV_METRICS:

@@ -194,7 +194,7 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     union_fid = fidelity(setup.data, paths, hyps)
     for k, v in union_fid.items():
         assert pool(records)[f"val_seen_{k}"] == pytest.approx(v, nan_ok=True), k
-    forged = dict(records[0], val_seen_fid_goal_hits=records[0]["val_seen_fid_goal_paths"] + 1)
+    forged = dict(records[0], val_seen_fid_goal_hits=records[0]["val_seen_fid_paths"] + 1)
     assert "exceeds its count" in eval_problem(forged)
     assert pool(records)["val_seen_bleu"] != pytest.approx(
         np.mean(

@@ -9,6 +9,7 @@ import torch
 
 from envs.vln_fidelity import RouteFacts, from_stats, read_instruction, route_facts, score, stats
 from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
+from envs.vln_instructions import ROOM_WORDS
 from envs.vln_vocab import PAD, UNK
 from models import vln_checkpoint
 from models.speaker import Speaker, SpeakerSize
@@ -41,22 +42,24 @@ def test_an_instruction_is_read_for_rooms_objects_and_its_first_turn():
     assert said["turn"] == "left"  # "on your right" describes a landmark, not a turn
     assert read_instruction("Make a u-turn and stop.", FACTS)["turn"] == "around"
     assert read_instruction("Walk forward, then turn right.", FACTS)["turn"] == "straight"
+    # an object's name is an object, not a room: "kitchen island", "toilet" (a room word too)
+    facts = RouteFacts(**{**FACTS.__dict__, "house_objects": ("kitchen island", "toilet")})
+    said = read_instruction("Walk past the kitchen island to the toilet in the bed room.", facts)
+    assert said["rooms"] == [{"b"}] and said["objects"] == ["kitchen island", "toilet"]
 
 
 def test_each_share_counts_what_the_route_holds():
     good = "Turn left and go into the kitchen, stop next to the fridge."
     wrong = "Turn right and go into the bedroom and the kitchen, stop next to the table."
-    assert score([(good, FACTS)]) == {
-        "rooms_on_route": 100.0,
-        "entered_named": 100.0,
-        "goal_room": 100.0,
-        "stop_object": 100.0,
-        "first_turn": 100.0,
-        "fidelity": 100.0,
-    }
+    assert set(score([(good, FACTS)]).values()) == {100.0}
     s = score([(wrong, FACTS)])
     assert s["rooms_on_route"] == 50.0 and s["entered_named"] == 100.0
+    assert s["room_f1"] == pytest.approx(200 / 3) and s["goal_room"] == 100.0  # last: kitchen
     assert s["stop_object"] == 0.0 and s["first_turn"] == 0.0
+    # naming a room twice earns nothing twice; the last room named is what goal_room reads
+    twice = score([("Go into the bedroom, the bedroom, the bedroom and the kitchen.", FACTS)])
+    assert twice["rooms_on_route"] == 50.0
+    assert score([("Go into the kitchen, then the bedroom.", FACTS)])["goal_room"] == 0.0
     assert score([("Walk forward and stop.", FACTS)])["rooms_on_route"] == 0.0
 
 
@@ -71,6 +74,15 @@ def test_true_instructions_score_high_and_a_constant_or_another_paths_low(setup)
     assert true["fidelity"] > 85 and true["goal_room"] > 95
     assert floor["fidelity"] < 40 and other["fidelity"] < 40
     assert floor["goal_room"] < 50 and other["stop_object"] < 20
+    # route-blind strategies a review tried stay at the floors: every room type listed, the
+    # start room repeated first, the house's commonest object last
+    every_room = " , ".join(words[0] for words in ROOM_WORDS.values())
+    for blind in (
+        f"turn left . go through the {every_room} .",
+        f"turn left . {'kitchen , ' * 30} {every_room} . stop next to the mirror .",
+    ):
+        s = quality.fidelity(setup.data, paths, [blind] * len(paths))
+        assert s["fidelity"] < 25 and s["room_f1"] < 40 and s["goal_room"] < 5, blind
 
 
 def test_stats_summed_over_houses_give_the_score_of_the_union(setup):
