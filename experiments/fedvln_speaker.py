@@ -9,7 +9,8 @@ Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.vln_centralize
   (word dropout + step skip; checkpoint `speaker.pt` = best val_seen route fidelity) and the
   augmented follower (Envdrop_aug, from the follower's best, back-translated by that speaker);
 - `official/`: the speaker as the official code builds it (no word dropout, no step skip),
-  same data, budget, seed and selection rule.
+  same data, budget, seed and selection rule; with `--variants`, also `word-dropout-only/` and
+  `step-skip-only/`, one grounding change each (the ablation).
 
 Every speaker row is scored on val_seen and val_unseen, one instruction per path, at its kept
 checkpoint (`best`: val_seen fidelity) and its `last`, with
@@ -53,7 +54,10 @@ from training import vln_speaker_quality as quality
 VARIANTS = {  # out folder: vln_centralized speaker flags
     "grounded": [],
     "official": ["--speaker-word-dropout", "0", "--speaker-step-skip", "0"],
+    "word-dropout-only": ["--speaker-step-skip", "0"],  # the ablation (--variants)
+    "step-skip-only": ["--speaker-word-dropout", "0"],
 }
+DEFAULT_VARIANTS = ["grounded", "official"]
 FIDELITY = [
     "rooms_on_route",
     "entered_named",
@@ -74,7 +78,8 @@ def train(a, seed: int) -> Path:
         *("--iters", str(a.agent_iters), "--speaker-iters", str(a.speaker_iters)),
         *("--aug-iters", str(a.aug_iters)),
     ]
-    for variant, flags in VARIANTS.items():
+    for variant in ["grounded", *[v for v in a.variants if v != "grounded"]]:
+        flags = VARIANTS[variant]
         stages = ["agent", "speaker", "augment"] if variant == "grounded" else ["speaker"]
         out = base / variant
         args = [*common, *flags, "--stages", *stages, "--out", str(out), "--results-dir", str(out)]
@@ -115,7 +120,7 @@ def score_seed(a, seed: int) -> pd.DataFrame:
         rows.append(row("true", "", [p.instruction for p in paths], with_bleu=False))
         rows.append(row("constant", "", [constant] * len(paths)))
         rows.append(row("other path", "", quality.other_path(paths)))
-        for variant in VARIANTS:
+        for variant in a.variants:
             for ck, file in (("best", "speaker.pt"), ("last", "speaker_last.pt")):
                 speaker, _, _ = vln_checkpoint.load(base / variant / "checkpoints" / file)
                 hyps = vln_speaker.write_instructions(speaker, inputs, paths, vln.vocab)
@@ -202,6 +207,14 @@ def markdown_augment(aug: pd.DataFrame) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        default=DEFAULT_VARIANTS,
+        choices=list(VARIANTS),
+        help="speakers to compare (the grounded one's follower is always trained: it scores "
+        "what each speaker teaches); word-dropout-only and step-skip-only are the ablation",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (one core each)")
     ap.add_argument("--patience", type=int, default=6, help="evaluations without a better score")
     ap.add_argument("--eval-every", type=int, default=250)

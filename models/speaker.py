@@ -26,12 +26,13 @@ speaker (eric-ai-lab/FedVLN r2r_src/model.py l. 207-301), fix it at that cause:
   36-fold), so what is at step t is linearly in context t and attention can find it, rather
   than only through two LSTMs whose input the 128-d angle encoding dominates.
 
-Measured one at a time (centralized, embedded houses, seed 0, val_unseen route fidelity of
-`envs.vln_fidelity`, constant-sentence floor 23.7): official 33.3 after 1,000 updates; word
-dropout alone 29.5; step skip alone 40.6 (44.7 at 1,500); both 70.5 at 1,000 and 78.6 at
-2,500 (mean-only skip; mean and max 73.7 at 1,000). Neither alone grounds the speaker: the
-decoder needs both a reason to read the route and a route it can read. The 3-seed comparison
-with the official speaker is `python -m experiments.fedvln_speaker` (docs/fedvln.md).
+Measured one at a time (centralized, embedded houses, seed 0, val_unseen, with the first
+version of the route-fidelity score, a mean of five shares that a review later hardened;
+constant-sentence floor 23.7 on it): official 33.3 after 1,000 updates; word dropout alone
+29.5; step skip alone 40.6 (44.7 at 1,500); both 70.5 at 1,000 and 78.6 at 2,500 (mean-only
+skip; mean and max 73.7 at 1,000). Neither alone grounds the speaker: the decoder needs both a
+reason to read the route and a route it can read. The 3-seed comparison with the official
+speaker on the current score is `python -m experiments.fedvln_speaker` (docs/fedvln.md).
 """
 
 from __future__ import annotations
