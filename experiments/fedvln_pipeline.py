@@ -20,10 +20,13 @@ in Flower's simulation engine):
 Budgets: by default every stage trains till convergence, as the paper trains all its models
 (`--patience 8`; `--patience 0` gives fixed budgets, the --*-rounds, with the centralized
 stages step-matched to each federated stage). With `--patience P`:
-a federated stage stops once val_unseen SR (BLEU for the speaker) has not improved for P
-evaluations (`fedvln.patience`), its --*-rounds the cap; the centralized stage stops by the same
-rule (`vln_centralized --patience`) under a cap of the federated stage's mean steps per round
-times that round cap, evaluated every as many steps; centralized pre-exploration makes as
+a federated stage stops once val_unseen SR (val_seen route fidelity for the speaker,
+`contracts.fedvln.SPEAKER_SELECTION`) has not improved for P evaluations (`fedvln.patience`),
+its --*-rounds the cap; the centralized stage stops by the same rule (`vln_centralized
+--patience`) with its patience counted in the same number of *sequential* optimizer steps
+(`central_patience`: P / houses per round of its evaluations, which come at the federated
+stage's summed step counts), under a cap of the federated stage's mean steps per round times
+that round cap; centralized pre-exploration makes as
 many steps per round as env-based, capped at --pre-rounds, and stops by the same rule.
 Why 8 evaluations (24 rounds at the default --eval-every 3): one evaluation's SR has a
 standard error of about 2 points on the embedded houses, and with 4 every agent run stopped on
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from functools import partial
 from pathlib import Path
@@ -67,6 +71,7 @@ from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, si
 from models import vln_checkpoint
 from models.envdrop import Follower
 from models.speaker import Speaker
+from strategies.screened_fedavg import sample_size
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
 from training.convergence import Patience
@@ -287,6 +292,21 @@ def _central_steps(rounds_csv: Path, fed_steps: int, cap_rounds: int, patience: 
     return int(np.ceil(fed_steps / max(ran, 1) * cap_rounds))
 
 
+def central_patience(patience: int, cfg: dict) -> int:
+    """The centralized stages' patience in evaluations, so that it spans as many *sequential*
+    optimizer steps as the federated stages' (issue 41). A federated evaluation comes every
+    E rounds of S local steps in each of H houses at once: its patience P spans P * E * S
+    sequential steps. The centralized run is evaluated at the same summed step counts, every
+    E * S * H steps, so P / H of its evaluations span the same (with P = 8 and 2 houses per
+    round: 4, where counting evaluations gave centralized twice the federated patience)."""
+    if patience <= 0:
+        return patience
+    c = parse(cfg)
+    n_seen = len(house_names(open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c)))[0])
+    houses = sample_size(n_seen, c.fedvln.seen_rate)
+    return max(1, math.ceil(patience / houses))
+
+
 def centralized(a, out: Path, seed: int) -> None:
     """Envdrop, speaker and Envdrop_aug on pooled data, step for step with the federated runs:
     as many optimizer steps as each federated stage made, evaluated every as many steps as one
@@ -314,7 +334,7 @@ def centralized(a, out: Path, seed: int) -> None:
         *stages,
         *[x for s in stages for x in (flags[s], str(iters[s]))],
         "--patience",
-        str(a.patience),
+        str(central_patience(a.patience, cfg)),
         "--eval-every",
         str(every),
         "--aug-routes",

@@ -842,3 +842,16 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
     for bad in (["--lrs", "0"], ["--patience", "0"]):
         with pytest.raises(SystemExit):
             ft.parse_args(bad)
+
+
+def test_centralized_patience_spans_the_federated_stages_sequential_steps():
+    """Issue 41: patience counted in evaluations gave the centralized baseline twice the
+    federated patience in sequential steps (2 houses per round); now P / H evaluations."""
+    from config.schema import merged
+    from experiments.fedvln_pipeline import central_patience
+
+    cfg = merged({**TINY, "fedvln.seen-rate": 0.2})  # 3 seen houses: 1 per round
+    assert central_patience(8, cfg) == 8
+    cfg = merged({**TINY, "fedvln.train-houses": 12, "fedvln.seen-rate": 0.2})  # 2 per round
+    assert central_patience(8, cfg) == 4 and central_patience(3, cfg) == 2
+    assert central_patience(0, cfg) == 0  # fixed budgets stay fixed
