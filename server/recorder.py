@@ -191,7 +191,9 @@ def load_by_parity(recorder: "Recorder", name: str, rnd: int) -> dict:
     path = recorder.out / "checkpoints" / f"{name}_{rnd % 2}.pt"
     if not path.is_file():
         raise ConfigError(f"cannot resume: {path} is missing")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = _checkpoint(path)
+    if not isinstance(saved, dict) or not isinstance(saved.get("round"), int):
+        raise ConfigError(f"cannot resume: {path} is not a checkpoint of this run (no 'round')")
     if int(saved["round"]) != rnd:
         raise ConfigError(
             f"cannot resume: {path} holds round {saved['round']}, rounds.csv ends at {rnd}"
@@ -204,7 +206,28 @@ def load_round(recorder: "Recorder", rnd: int) -> dict:
     path = recorder.out / "checkpoints" / f"round_{rnd:04d}.pt"
     if not path.is_file():
         raise ConfigError(f"cannot resume: {path} is missing")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    saved = _checkpoint(path)
+    if not isinstance(saved, dict) or not saved:
+        raise ConfigError(f"cannot resume: {path} is not a model checkpoint (no arrays)")
+    for name, t in saved.items():
+        if not isinstance(t, torch.Tensor):
+            raise ConfigError(f"cannot resume: {path}: {name!r} is not an array")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ConfigError(f"cannot resume: {path}: {name!r} holds NaN or infinite values")
+    return saved
+
+
+def _checkpoint(path: Path):
+    """torch.load that cannot run code (weights_only) and names the file when it fails: a
+    pickle that would run code, a truncated or foreign file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # UnpicklingError, RuntimeError (bad zip), EOFError, ...
+        first = (str(e).splitlines() or [""])[0][:160]
+        raise ConfigError(
+            f"cannot resume: {path} is not a checkpoint that loads without running code "
+            f"({type(e).__name__}: {first})"
+        ) from None
 
 
 def trailing_empty_rounds(recorder: "Recorder") -> int:

@@ -1,6 +1,7 @@
 """Screened FedAvg/FedProx without Ray: messages are built and answered by hand."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -561,3 +562,43 @@ def test_a_second_run_with_the_same_out_dir_is_refused_naming_the_first(tmp_path
                 pass
     with run_lock.holding(tmp_path, run_id=333):  # the first ended: free again
         assert "run 333" in (tmp_path / run_lock.LOCK).read_text()
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"junk", "not a checkpoint that loads without running code"),
+        ("pickle", "not a checkpoint that loads without running code"),
+        ({"w": "strings"}, "'w' is not an array"),
+        ({"w": float("nan")}, "'w' holds NaN"),
+        ({}, "no arrays"),
+    ],
+)
+def test_a_resumed_run_refuses_a_checkpoint_that_is_not_this_runs_naming_it(
+    tmp_path, content, says
+):
+    """A junk zip, a code-running pickle, a checkpoint of strings or of NaN were a traceback
+    or accepted nonsense when a run resumed (issue 42); each is refused naming the file."""
+    import pickle
+
+    import torch
+
+    from config.schema import ConfigError
+    from server.recorder import Recorder, load_round
+
+    rec = Recorder(tmp_path, {})
+    path = tmp_path / "checkpoints" / "round_0001.pt"
+    if content == "pickle":
+
+        class Evil:
+            def __reduce__(self):
+                return (print, ("code ran",))
+
+        torch.save({"w": Evil()}, path, pickle_module=pickle)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        value = {k: torch.tensor([v]) if isinstance(v, float) else v for k, v in content.items()}
+        torch.save(value, path)
+    with pytest.raises(ConfigError, match=re.escape(str(path)) + ".*" + re.escape(says)):
+        load_round(rec, 1)
