@@ -22,6 +22,7 @@ import hashlib
 import os
 from pathlib import Path
 
+import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # pylint: disable=E0611
@@ -47,18 +48,32 @@ class StateUnreadable(ValueError):
 def _read(path: Path) -> tuple[int, RecordDict] | None:
     """A snapshot, or None if there is none; one that does not parse (truncated, junk, not
     ours) is refused naming the file, never half-loaded."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
+    if path.is_symlink() or not path.is_file():  # /dev/zero, a fifo, a link elsewhere
+        raise StateUnreadable(
+            f"this node's saved state {path} is not a regular file; remove it to start this "
+            "node afresh"
+        )
     try:
         proto = ProtoRecordDict()
         proto.ParseFromString(path.read_bytes())
         state = recorddict_from_proto(proto)
-        return int(state[TAG]["round"]), state
+        snap = int(state[TAG]["round"]), state
     except Exception as e:  # protobuf's DecodeError, a missing tag, a wrong type
         raise StateUnreadable(
             f"this node's saved state {path} does not parse ({type(e).__name__}: {e}); "
             "restore it, or remove it to start this node afresh"
         ) from None
+    for rname, record in state.array_records.items():
+        for name, arr in record.items():
+            a = arr.numpy()
+            if a.dtype.kind in "fc" and not np.isfinite(a).all():
+                raise StateUnreadable(
+                    f"this node's saved state {path}: array {rname}/{name} holds NaN or "
+                    "infinite values; remove it to start this node afresh"
+                )
+    return snap
 
 
 def save(context: Context, c: Config, server_round: int) -> None:

@@ -427,3 +427,37 @@ def test_a_saved_state_that_does_not_parse_is_refused_naming_the_file(tmp_path):
     with pytest.raises(state_store.StateUnreadable, match=r"newest\.pb does not parse"):
         state_store.restore(ctx, parse(cfg))
     assert state_store.TAG not in ctx.state  # nothing half-loaded
+
+
+@pytest.mark.parametrize("how", ["/dev/zero", "nan"])
+def test_a_saved_state_that_is_not_a_file_or_holds_nan_is_refused(tmp_path, how):
+    """A snapshot that is a link to /dev/zero made the node start afresh silently, and NaN
+    arrays were restored into the model (issue 42): both are refused naming the file."""
+    import numpy as np
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
+    from flwr.common.serde import recorddict_to_proto
+
+    from clients import state_store
+
+    cfg = merged({**DRIVING, "method": "fedavg", "resume": True, "resume-round": 1,
+                  "out-dir": str(tmp_path / "out")})  # fmt: skip
+    ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 3},
+                  state=RecordDict(), run_config=cfg)  # fmt: skip
+    where = state_store.folder(ctx, parse(cfg))
+    where.mkdir(parents=True)
+    snap = where / "newest.pb"
+    if how == "/dev/zero":
+        snap.symlink_to("/dev/zero")
+        says = r"newest\.pb is not a regular file"
+    else:
+        state = RecordDict(
+            {
+                "model": ArrayRecord({"w": Array(np.array([1.0, np.nan], np.float32))}),
+                state_store.TAG: ConfigRecord({"round": 1}),
+            }
+        )
+        snap.write_bytes(recorddict_to_proto(state).SerializeToString())
+        says = r"newest\.pb: array model/w holds NaN"
+    with pytest.raises(state_store.StateUnreadable, match=says):
+        state_store.restore(ctx, parse(cfg))
+    assert state_store.TAG not in ctx.state
