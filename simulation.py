@@ -300,6 +300,10 @@ def resume_overrides(args) -> tuple[dict, Path]:
             f"--resume {out}: all {done} rounds are done; --rounds N (> {done}) runs more"
         )
     overrides.update({"resume": True, "resume-round": done, "out-dir": str(out)})
+    from config import methods
+
+    # the data the saved config names must still be there (a moved folder failed inside the run)
+    check_data(methods.get(args.method).domain, {**defaults(), **overrides})
     return overrides, out
 
 

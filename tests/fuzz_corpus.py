@@ -83,15 +83,31 @@ def _loop(p: Path) -> Path:
     return p
 
 
-def _finished_run(tmp: Path, rounds: str) -> Path:
+def _finished_run(tmp: Path, rounds: str, config: str = "") -> Path:
     d = tmp / "done"
     d.mkdir()
-    (d / "config.json").write_text('{"method": "fedavg", "num-server-rounds": 5}')
+    (d / "config.json").write_text(config or '{"method": "fedavg", "num-server-rounds": 5}')
     (d / "rounds.csv").write_text(rounds)
     return d
 
 
 case("--resume symlink loop", make=lambda tmp: (["--resume", str(_loop(tmp / "l"))], "--resume"))
+case(
+    "--resume config names a data folder that is gone",
+    make=lambda tmp: (
+        [
+            "--resume",
+            str(
+                _finished_run(
+                    tmp,
+                    "round\n1\n",
+                    '{"method": "fedavg", "num-server-rounds": 5, "driving.data-dir": "/no/data"}',
+                )
+            ),
+        ],
+        "driving.data-dir",
+    ),
+)
 for text, name in (("round,x\nx,1\n", "round x"), ("a,b\n1,2\n", "no round column")):
     case(
         f"--resume rounds.csv {name}",
