@@ -19,8 +19,13 @@ node's signature) after three checks Flower 1.41 does not make:
    objects of the trees it announced in its own push.
 3. *Bulk from nobody.* With node authentication, a call must carry a fresh timestamp signed by
    the key it names (checked before the body is read), and a key the SuperLink has not yet
-   accepted may send at most `--unknown-key-body` bytes; so a host with no registered key
-   cannot make anyone buffer a large body. The edge bounds every body by `--max-body` too.
+   accepted may send at most `--unknown-key-body` bytes; with `--database` (the SuperLink's
+   state, deploy/superlink.sh passes it) a key the SuperLink has not registered is refused
+   before a byte of its body is read. Every body must arrive within a deadline from its first
+   byte. The edge bounds every body by `--max-body` too and buffers it before this process
+   sees it (`option http-buffer-request`).
+4. *A signature acts once.* A (key, timestamp, signature) the SuperLink already answered is
+   refused, and a timestamp is accepted for 30 s, not Flower's 305 s.
 
     python deploy/fleet_gateway.py --listen /run/fedembodied/gateway.sock --upstream 127.0.0.1:9093 \
         [--tls CERT_DIR]   (ca.crt: the SuperLink speaks TLS and nodes must sign every call)
@@ -29,13 +34,16 @@ node's signature) after three checks Flower 1.41 does not make:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import binascii
 import contextlib
 import datetime
 import logging
 import re
+import sqlite3
 import sys
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -74,9 +82,12 @@ HOP_BY_HOP = {
     "proxy-authorization",
     "proxy-authenticate",
 }
-# Flower's window for a signed timestamp (flwr/common/constant.py: TIMESTAMP_TOLERANCE = 300,
-# SYSTEM_TIME_TOLERANCE = 5)
-SIGNED_AGE_S = (-5.0, 305.0)
+# Accepted age of a signed timestamp. Flower's SuperLink allows 305 s (flwr/common/constant.py:
+# TIMESTAMP_TOLERANCE = 300 + SYSTEM_TIME_TOLERANCE = 5), which let a captured request act for
+# its node for five minutes. A SuperNode signs each call just before sending it
+# (flwr/supernode/node_auth_http_interceptor.py), so a head arrives within the clock skew
+# between the hosts plus a network delay: 30 s either way is ample with NTP.
+SIGNED_AGE_S = (-30.0, 30.0)
 MIB = 1 << 20
 log = logging.getLogger("fleet-gateway")
 
@@ -101,6 +112,59 @@ class Bounded(OrderedDict):
         self.move_to_end(key)
         while len(self) > self.cap:
             self.popitem(last=False)
+
+
+class SeenSignatures:
+    """Signatures already acted on, remembered for as long as their timestamp is accepted: a
+    captured request replayed within the window is refused (issue 42: 46 replays from another
+    host were all answered, one pulled its node's `evaluate` message). A signature counts as
+    used once the SuperLink answered it 200, so a call refused on the way (a 503 at the edge,
+    an unreachable SuperLink) can still be retried. Past `cap` entries the oldest go first."""
+
+    def __init__(self, window_s: float = SIGNED_AGE_S[1] - SIGNED_AGE_S[0], cap: int = 1_000_000):
+        self.window_s, self.cap, self.until = window_s, cap, OrderedDict()
+
+    def _expire(self, now: float) -> None:
+        while self.until and (next(iter(self.until.values())) < now or len(self.until) > self.cap):
+            self.until.popitem(last=False)
+
+    def used(self, sig: str, now: float) -> bool:
+        self._expire(now)
+        return sig in self.until
+
+    def use(self, sig: str, now: float) -> None:
+        self.until[sig] = now + self.window_s
+        self._expire(now)
+
+
+class Registry:
+    """Is a public key registered with the SuperLink (`flwr supernode register`)? Read from the
+    SuperLink's own database (its `node` table, read-only), so a call from a key nobody
+    registered is refused before any of its body is read, however slowly it would send it.
+    Answers are kept 10 s (a newly registered node waits at most that long)."""
+
+    def __init__(self, database: str, ttl_s: float = 10.0):
+        self.database, self.ttl_s, self.cache = database, ttl_s, {}
+
+    def __call__(self, public_key: bytes, now: float) -> bool:
+        hit = self.cache.get(public_key)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"file:{self.database}?mode=ro", uri=True, timeout=2.0)
+            ) as db:
+                row = db.execute(
+                    "SELECT 1 FROM node WHERE public_key = ? AND status != 'unregistered'",
+                    (public_key,),
+                ).fetchone()
+        except sqlite3.Error as e:
+            log.error("cannot read the SuperLink's node registry %s: %s", self.database, e)
+            return False
+        if len(self.cache) > 100_000:
+            self.cache.clear()
+        self.cache[public_key] = (row is not None, now + self.ttl_s)
+        return row is not None
 
 
 def tree_ids(tree: ObjectTree) -> list[str]:
@@ -197,8 +261,10 @@ def check_signature(headers, now: datetime.datetime) -> str:
     return key
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) as soon as it announces or sends more than `limit` bytes."""
+async def read_body(request: Request, limit: int, min_rate: float = 256 * 1024) -> bytes:
+    """The body, refused (413) as soon as it announces or sends more than `limit` bytes, and
+    (408) if it is not all there within 10 s + its size at `min_rate` bytes/s from its first
+    byte: a body trickled one byte every 5 s held a gateway slot forever (issue 42)."""
     try:
         announced = int(request.headers.get("content-length", "0"))
     except ValueError as e:
@@ -206,11 +272,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     if announced > limit:
         raise Refused(413, f"body of {announced} bytes, over this caller's {limit}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Refused(413, f"body over this caller's {limit} bytes")
-        chunks.append(chunk)
+
+    async def receive():
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise Refused(413, f"body over this caller's {limit} bytes")
+            chunks.append(chunk)
+
+    deadline = 10.0 + announced / min_rate
+    try:
+        await asyncio.wait_for(receive(), deadline)
+    except TimeoutError:
+        raise Refused(408, f"body not received within {deadline:.0f} s") from None
     return b"".join(chunks)
 
 
@@ -222,9 +297,13 @@ def build_app(
     max_body: int = 64 * MIB,
     unknown_key_body: int = 64 * 1024,
     transport: httpx.AsyncBaseTransport | None = None,
+    registered=None,
+    min_rate: float = 256 * 1024,
 ) -> Starlette:
     """The gateway as an ASGI app forwarding Fleet calls to `upstream` (http[s]://host:port).
-    `signed`: the SuperLink authenticates nodes, so every call must be signed (check 3)."""
+    `signed`: the SuperLink authenticates nodes, so every call must be signed (check 3), once
+    (a replayed signature is refused), and with `registered` (a `Registry`) by a key the
+    SuperLink has registered, checked before the body is read."""
     client = httpx.AsyncClient(
         base_url=upstream,
         verify=verify,
@@ -232,7 +311,7 @@ def build_app(
         limits=httpx.Limits(max_connections=64),
         transport=transport,
     )
-    ledger, accepted_keys = Ledger(), Bounded(100_000)
+    ledger, accepted_keys, seen = Ledger(), Bounded(100_000), SeenSignatures()
 
     async def forward(request: Request) -> Response:
         path = request.url.path
@@ -245,11 +324,16 @@ def build_app(
                     403,
                     "only the Fleet API is served here; submit runs on the SuperLink's host",
                 )
-            key = ""
+            key, sig, now = "", "", time.monotonic()
             if signed:
                 key = check_signature(request.headers, datetime.datetime.now(datetime.UTC))
+                sig = request.headers["flwr-signature"]
+                if seen.used(sig, now):
+                    raise Refused(401, "this signature was already used (a replayed request)")
+                if registered is not None and not registered(base64.b64decode(key), now):
+                    raise Refused(401, "the SuperLink has no node registered with this key")
             limit = max_body if (not signed or key in accepted_keys) else unknown_key_body
-            body = await read_body(request, limit)
+            body = await read_body(request, limit, min_rate)
             check_request(path, body, ledger)
         except Refused as e:
             log.warning("refused %s %s from %s: %s", request.method, path[:80], who, e)
@@ -265,6 +349,7 @@ def build_app(
         if r.status_code == 200:
             if key:
                 accepted_keys.add(key)
+                seen.use(sig, time.monotonic())
             if path == "/v1/fleet/pull-messages":
                 with contextlib.suppress(DecodeError):
                     node = PullMessagesRequest.FromString(body).node.node_id
@@ -294,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls", default="", help="folder with ca.crt: the SuperLink's TLS + node auth")
     p.add_argument("--max-body", type=int, default=64 * MIB, help="bytes (default 64 MiB)")
     p.add_argument(
+        "--database",
+        default="",
+        help="the SuperLink's state database: calls from keys it has not registered are "
+        "refused before their body is read",
+    )
+    p.add_argument(
         "--unknown-key-body",
         type=int,
         default=64 * 1024,
@@ -312,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         signed=bool(tls),
         max_body=args.max_body,
         unknown_key_body=args.unknown_key_body,
+        registered=Registry(args.database) if args.database and tls else None,
     )
     uvicorn.run(app, uds=args.listen, log_level="warning")
     return 0

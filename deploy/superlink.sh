@@ -51,7 +51,7 @@ if [ -n "$tls" ]; then
   done
   security=(--ssl-ca-certfile "$tls/ca.crt" --ssl-certfile "$tls/server.pem"
             --ssl-keyfile "$tls/server.key" --enable-supernode-auth)
-  gateway_tls=(--tls "$tls")
+  gateway_tls=(--tls "$tls" --database "$db")  # unregistered keys: refused before the body
 fi
 command -v haproxy >/dev/null || {
   echo "superlink.sh: haproxy not found: the edge needs it (apt-get install haproxy)" >&2; exit 2; }

@@ -155,3 +155,87 @@ def test_a_body_that_is_not_the_calls_protobuf_is_refused_naming_the_call(gw):
     r = client.post("/v1/fleet/push-messages", content=b"\xff\xff\xff", headers=signed())
     assert r.status_code == 400 and "/v1/fleet/push-messages" in r.text and up.calls == []
     assert client.get("/v1/control/list-runs").status_code == 403
+
+
+def test_a_signature_acts_once_and_only_within_30_seconds(gw):
+    """A captured request replayed (here with another body) is refused once the SuperLink
+    answered it; a timestamp older than 30 s is refused (Flower itself allows 305 s)."""
+    client, up = gw
+    key = ec.generate_private_key(ec.SECP384R1())
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+    headers = signed(key)
+    assert client.post("/v1/fleet/pull-messages", content=ask, headers=headers).status_code == 200
+    again = client.post("/v1/fleet/push-messages", content=push(7, 7), headers=headers)
+    assert again.status_code == 401 and "already used" in again.text
+    stale = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=45)
+    assert (
+        client.post("/v1/fleet/pull-messages", content=ask, headers=signed(key, stale)).status_code
+        == 401
+    )
+    assert up.calls == ["/v1/fleet/pull-messages"]
+
+
+def test_a_key_the_superlink_never_registered_is_refused_before_its_body(tmp_path):
+    """With the SuperLink's database, an unregistered key's call is answered 401 without a
+    byte of its body read; a registered key goes through."""
+    import sqlite3
+
+    mine = ec.generate_private_key(ec.SECP384R1())
+    db = tmp_path / "state.db"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE node (node_id INTEGER, public_key BLOB, status TEXT)")
+        c.execute(
+            "INSERT INTO node VALUES (7, ?, 'online')", (public_key_to_bytes(mine.public_key()),)
+        )
+    up = Upstream()
+    app = gateway.build_app(
+        "http://superlink",
+        False,
+        signed=True,
+        transport=httpx.MockTransport(up),
+        registered=gateway.Registry(str(db)),
+    )
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+    with TestClient(app) as client:
+        r = client.post("/v1/fleet/pull-messages", content=ask, headers=signed())
+        assert r.status_code == 401 and "no node registered" in r.text
+        assert client.post("/v1/fleet/pull-messages", content=ask, headers=signed(mine)).is_success
+    assert up.calls == ["/v1/fleet/pull-messages"]
+
+
+def test_a_trickled_body_is_cut_at_its_deadline():
+    """One byte every 5 s held a gateway slot forever; a body must arrive at min_rate from
+    its first byte (here 10 s + 60,000 bytes at 60 kB/s = 11 s; the test shortens time)."""
+    import asyncio
+
+    async def run():
+        sent = {"n": 0}
+
+        async def receive():
+            await asyncio.sleep(0.05)
+            sent["n"] += 1
+            return {"type": "http.request", "body": b"\0", "more_body": True}
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/fleet/get-run",
+            "headers": [(b"content-length", b"60000")],
+        }
+        from starlette.requests import Request
+
+        request = Request(scope, receive)
+        real = asyncio.wait_for
+
+        async def quick(aw, timeout):  # the deadline as computed, in a hundredth of the time
+            return await real(aw, timeout / 100)
+
+        gateway.asyncio.wait_for = quick
+        try:
+            with pytest.raises(gateway.Refused, match="not received within 11 s"):
+                await gateway.read_body(request, 64 * 1024, min_rate=60_000)
+        finally:
+            gateway.asyncio.wait_for = real
+        return sent["n"]
+
+    assert asyncio.run(run()) < 10  # cut after ~0.11 s of trickling, not at the end
