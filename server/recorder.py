@@ -70,7 +70,8 @@ def finished_rounds(path: Path) -> int:
 
 
 def _missing(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+    """No node on this row (a silo no node holds, a run stopped before any node answered)."""
+    return v is None or v is pd.NA or v == "" or (isinstance(v, float) and v != v)
 
 
 class Recorder:

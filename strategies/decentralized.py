@@ -136,7 +136,7 @@ class TopologyRelay:
             held = i in self.node_of
             why = "no reply within the round timeout" if held else "no node holds this silo"
             self.recorder.add_client(
-                node=self.node_of.get(i, -1),
+                node=self.node_of.get(i),
                 partition=i,
                 num_examples=0,
                 train_loss=None,

@@ -499,6 +499,7 @@ def test_clients_csv_keeps_64_bit_node_ids_when_a_row_has_no_node(tmp_path):
     rec.start_round(1)
     rec.add_client(node=big, partition=0)
     rec.add_client(node=None, partition=1)
+    rec.add_client(node="", partition="", status="run stopped: ...")  # FedRL's stop row
     rec.write_clients()
     text = (tmp_path / "clients.csv").read_text()
     assert f",{big}," in text and "e+" not in text
