@@ -89,7 +89,22 @@ def train(a, seed: int) -> Path:
 
 
 def score_seed(a, seed: int) -> pd.DataFrame:
+    """The seed's rows, scored once: kept in OUT/seed<S>/scores.csv and reused while it is
+    newer than every checkpoint and log it was scored from (and has every asked variant)."""
     base = train(a, seed)
+    cache = base / "scores.csv"
+    used = [p for v in a.variants for p in (base / v).glob("checkpoints/*.pt")]
+    used += list((base / "grounded").glob("*_log.csv"))
+    if cache.is_file() and all(p.stat().st_mtime < cache.stat().st_mtime for p in used):
+        kept = pd.read_csv(cache, keep_default_na=False, na_values=[""])
+        if set(a.variants) <= set(kept.speaker):
+            return kept[~kept.speaker.isin(set(VARIANTS) - set(a.variants))]
+    rows = _score(a, seed, base)
+    rows.to_csv(cache, index=False)
+    return rows
+
+
+def _score(a, seed: int, base: Path) -> pd.DataFrame:
     torch.set_num_threads(1)
     vln = open_vln()
     settings = vln_agent.AgentSettings(batch_size=32)
@@ -153,7 +168,10 @@ def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "checkpoint": ck,
                 "split": split,
                 "seeds": g.seed.nunique(),
-                **{c: mean_sd(g[c]) if g[c].notna().any() else "" for c in COLUMNS},
+                **{
+                    c: mean_sd(g[c], 2 if c == "taught_ratio" else 1) if g[c].notna().any() else ""
+                    for c in COLUMNS
+                },
             }
         )
     fol = runs[runs.speaker.str.startswith("follower:")].pivot_table(

@@ -35,7 +35,7 @@ def test_help_lists_every_method_with_one_line():
     [
         (["fedsgd"], "unknown method 'fedsgd'"),
         (["fedavg", "--run-config", "driving.lr 0.1"], "'driving.lr' is not key=value"),
-        (["fedavg", "--run-config", "round-timeout=0"], "'round-timeout' must be in (0,"),
+        (["fedavg", "--run-config", "round-timeout=0"], "'round-timeout' must be in [0.01,"),
         (["fedvln", "--stage", "preexplore"], "'fedvln.agent-init'"),
         (["fedavg", "--run-config", 'faults.raise-partitions="12"'], "partition 12 does not exist"),
         (["fedrl", "--run-config", "fedrl.sigma=0.0"], "fedrl.insecure-no-noise"),
