@@ -97,6 +97,7 @@ def score_seed(a, seed: int) -> pd.DataFrame:
     used += list((base / "grounded").glob("*_log.csv"))
     if cache.is_file() and all(p.stat().st_mtime < cache.stat().st_mtime for p in used):
         kept = pd.read_csv(cache, keep_default_na=False, na_values=[""])
+        kept["checkpoint"] = kept["checkpoint"].fillna("")  # the floors have none
         if set(a.variants) <= set(kept.speaker):
             return kept[~kept.speaker.isin(set(VARIANTS) - set(a.variants))]
     rows = _score(a, seed, base)
@@ -161,7 +162,8 @@ def _score(a, seed: int, base: Path) -> pd.DataFrame:
 def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     spk = runs[~runs.speaker.str.startswith("follower:")]
     table = []
-    for (name, ck, split), g in spk.groupby(["speaker", "checkpoint", "split"], sort=False):
+    groups = spk.fillna({"checkpoint": ""}).groupby(["speaker", "checkpoint", "split"], sort=False)
+    for (name, ck, split), g in groups:
         table.append(
             {
                 "speaker": name,
