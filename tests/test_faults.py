@@ -410,9 +410,8 @@ def test_a_run_keeps_its_numbers_while_another_trains_in_the_same_process(tmp_pa
     assert all(r.equals(runs_beside[0]) for r in runs_beside)
 
 
-def test_a_saved_state_that_does_not_parse_is_refused_naming_the_file(tmp_path):
-    """Ten junk bytes where a node's snapshot was: the node refuses to go on, naming the file
-    (it neither crashes in protobuf nor starts half-loaded)."""
+def _resumed_node(tmp_path):
+    """(run config, context, state folder) of partition 0 in a FedAvg run resumed at round 1."""
     from flwr.app import Context, RecordDict
 
     from clients import state_store
@@ -423,6 +422,15 @@ def test_a_saved_state_that_does_not_parse_is_refused_naming_the_file(tmp_path):
                   state=RecordDict(), run_config=cfg)  # fmt: skip
     where = state_store.folder(ctx, parse(cfg))
     where.mkdir(parents=True)
+    return cfg, ctx, where
+
+
+def test_a_saved_state_that_does_not_parse_is_refused_naming_the_file(tmp_path):
+    """Ten junk bytes where a node's snapshot was: the node refuses to go on, naming the file
+    (it neither crashes in protobuf nor starts half-loaded)."""
+    from clients import state_store
+
+    cfg, ctx, where = _resumed_node(tmp_path)
     (where / "newest.pb").write_bytes(b"\x0f" * 10)
     with pytest.raises(state_store.StateUnreadable, match=r"newest\.pb does not parse"):
         state_store.restore(ctx, parse(cfg))
@@ -434,17 +442,12 @@ def test_a_saved_state_that_is_not_a_file_or_holds_nan_is_refused(tmp_path, how)
     """A snapshot that is a link to /dev/zero made the node start afresh silently, and NaN
     arrays were restored into the model (issue 42): both are refused naming the file."""
     import numpy as np
-    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
     from flwr.common.serde import recorddict_to_proto
 
     from clients import state_store
 
-    cfg = merged({**DRIVING, "method": "fedavg", "resume": True, "resume-round": 1,
-                  "out-dir": str(tmp_path / "out")})  # fmt: skip
-    ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 3},
-                  state=RecordDict(), run_config=cfg)  # fmt: skip
-    where = state_store.folder(ctx, parse(cfg))
-    where.mkdir(parents=True)
+    cfg, ctx, where = _resumed_node(tmp_path)
     snap = where / "newest.pb"
     if how == "/dev/zero":
         snap.symlink_to("/dev/zero")
