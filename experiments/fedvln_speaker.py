@@ -2,6 +2,8 @@
 official one, beside the floors a constant cannot pass (issue 41), centralized, several seeds.
 
     python -m experiments.fedvln_speaker [--seeds 0 1 2] [--jobs 2] [--force]
+    python -m experiments.fedvln_speaker --data-dir ../shared/data --name fedvln_speaker_r2r \
+        --out runs/fedvln-speaker-r2r --eval-size 500        # real R2R graphs and instructions
 
 Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.vln_centralized`):
 
@@ -35,8 +37,9 @@ OUT/seed<S>/<variant>/speaker_said.csv.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +47,6 @@ import pandas as pd
 import torch
 
 from envs.vln_setup import open_vln
-from experiments import vln_centralized
 from experiments.simulate import RESULTS, ROOT, command_line
 from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
 from models import vln_checkpoint
@@ -71,21 +73,40 @@ COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio"]
 
 
 def train(a, seed: int) -> Path:
-    """The seed's centralized runs (resumed): follower, both speakers, augmentation."""
+    """The seed's centralized runs (resumed): follower, every speaker, augmentation.
+
+    The follower and the speakers do not depend on each other, so with `--stage-jobs` > 1 they
+    train at once, each in its own `experiments.vln_centralized` process; the augment stage
+    needs the follower and the grounded speaker and runs after them."""
     base = Path(a.out) / f"seed{seed}"
     common = [
         *("--seed", str(seed), "--patience", str(a.patience), "--eval-every", str(a.eval_every)),
         *("--iters", str(a.agent_iters), "--speaker-iters", str(a.speaker_iters)),
-        *("--aug-iters", str(a.aug_iters)),
+        *("--aug-iters", str(a.aug_iters), "--eval-size", str(a.eval_size)),
+        *("--data-dir", a.data_dir),
     ]
-    for variant in ["grounded", *[v for v in a.variants if v != "grounded"]]:
-        flags = VARIANTS[variant]
-        stages = ["agent", "speaker", "augment"] if variant == "grounded" else ["speaker"]
+
+    def stage(variant: str, *stages: str) -> list[str]:
         out = base / variant
-        args = [*common, *flags, "--stages", *stages, "--out", str(out), "--results-dir", str(out)]
-        if vln_centralized.main(args) != 0:
-            raise SystemExit(f"fedvln_speaker: the centralized stages failed in {out}")
+        return [*common, *VARIANTS[variant], "--stages", *stages, "--out", str(out),
+                "--results-dir", str(out)]  # fmt: skip
+
+    first = [stage("grounded", "agent"), *(stage(v, "speaker") for v in a.variants)]
+    if "grounded" not in a.variants:
+        first.append(stage("grounded", "speaker"))  # the augment stage back-translates with it
+    with ThreadPoolExecutor(a.stage_jobs) as pool:
+        failed = [c for c, rc in zip(first, pool.map(_centralized, first)) if rc != 0]
+    if not failed and _centralized(stage("grounded", "augment")) != 0:
+        failed = [stage("grounded", "augment")]
+    if failed:
+        raise SystemExit(f"fedvln_speaker: the centralized stages failed: {failed[0]}")
     return base
+
+
+def _centralized(args: list[str]) -> int:
+    """One `experiments.vln_centralized` run in its own process (so stages can overlap)."""
+    cmd = [sys.executable, "-m", "experiments.vln_centralized", *args]
+    return subprocess.run(cmd, cwd=ROOT, check=False).returncode
 
 
 def score_seed(a, seed: int) -> pd.DataFrame:
@@ -107,7 +128,7 @@ def score_seed(a, seed: int) -> pd.DataFrame:
 
 def _score(a, seed: int, base: Path) -> pd.DataFrame:
     torch.set_num_threads(1)
-    vln = open_vln()
+    vln = open_vln(a.data_dir)
     settings = vln_agent.AgentSettings(batch_size=32)
     tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
     inputs = vln_speaker.PathInputs(vln.world)
@@ -236,11 +257,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         "what each speaker teaches); word-dropout-only and step-skip-only are the ablation",
     )
     ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (one core each)")
+    ap.add_argument(
+        "--stage-jobs",
+        type=int,
+        default=1,
+        help="per seed, how many of the follower and speaker trainings run at once",
+    )
     ap.add_argument("--patience", type=int, default=6, help="evaluations without a better score")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--agent-iters", type=int, default=3000, help="follower cap")
     ap.add_argument("--speaker-iters", type=int, default=3000, help="speaker cap")
     ap.add_argument("--aug-iters", type=int, default=1500, help="augment stage cap")
+    ap.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
+    ap.add_argument(
+        "--eval-size",
+        type=int,
+        default=0,
+        help="episodes per split in the training-time evaluations (0 = all); the scores "
+        "below always use every val path",
+    )
     ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-speaker"))
     ap.add_argument("--name", default="fedvln_speaker")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
@@ -251,10 +286,17 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     files = [RESULTS / f"{a.name}{s}.csv" for s in ("", "_runs", "_augment")]
     try:
-        if min(a.jobs, a.eval_every, a.agent_iters, a.speaker_iters, a.aug_iters) <= 0:
-            raise ValueError("--jobs, --eval-every and the iteration caps must be > 0")
-        if a.patience < 0:
-            raise ValueError("--patience must be >= 0")
+        if (
+            min(a.jobs, a.stage_jobs, a.eval_every, a.agent_iters, a.speaker_iters, a.aug_iters)
+            <= 0
+        ):
+            raise ValueError(
+                "--jobs, --stage-jobs, --eval-every and the iteration caps must be > 0"
+            )
+        if a.patience < 0 or a.eval_size < 0:
+            raise ValueError("--patience and --eval-size must be >= 0")
+        if a.data_dir and not Path(a.data_dir).is_dir():
+            raise ValueError(f"--data-dir {a.data_dir}: no such folder")
         refuse_overwrite(files, a.force)
     except ValueError as e:
         print(f"fedvln_speaker: {e}", file=sys.stderr)

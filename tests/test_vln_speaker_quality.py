@@ -179,3 +179,14 @@ def test_a_speaker_saved_before_the_grounding_changes_loads_as_it_was(setup, tmp
     torch.save(ck, tmp_path / "s.pt")
     model, _, _ = vln_checkpoint.load(tmp_path / "s.pt")
     assert model.size.step_skip is False and model.size.word_dropout == 0.0
+
+
+def test_speaker_experiment_names_a_missing_data_folder(tmp_path, capsys):
+    """The experiment refuses a data folder that is not there before training anything."""
+    from experiments import fedvln_speaker
+
+    missing = tmp_path / "nowhere"
+    rc = fedvln_speaker.main(["--data-dir", str(missing), "--out", str(tmp_path / "runs")])
+    assert rc == 2
+    assert f"--data-dir {missing}" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
