@@ -45,6 +45,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
+from envs import prepared
 from envs.errors import DataError
 
 # east, south, west, north in (row, col) steps (the paper's action order)
@@ -111,6 +112,7 @@ class Maps:
     _grid: callable
     _paths: callable
     source: str
+    identity: tuple = ()  # what the maps are a pure function of; () = not kept on disk
 
     def __post_init__(self):
         self._usable: dict = {}
@@ -126,11 +128,22 @@ class Maps:
         return [p for p in self.paths(i) if starts_ok(p, rules)]
 
     def usable(self, r: range, rules: str) -> list[int]:
-        """Maps of range r with at least one start under `rules` (memoised: replicas rebuild
-        their world at every message)."""
+        """Maps of range r with at least one start under `rules`. Finding them builds every
+        map of the range, so the answer is memoised, and kept on the node's disk
+        (envs/prepared.py) when the maps say what they are a function of: replicas rebuild their
+        world at every message, and in deployment every message is a fresh process."""
         key = (r.start, r.stop, rules)
         if key not in self._usable:
-            self._usable[key] = [i for i in r if self.starts(i, rules)]
+
+            def find():
+                return {"maps": np.array([i for i in r if self.starts(i, rules)], np.int64)}
+
+            found = (
+                prepared.kept("gridworld-usable", (self.identity, *key), find)
+                if self.identity
+                else find()
+            )
+            self._usable[key] = [int(i) for i in found["maps"]]
         return self._usable[key]
 
     def report(self, r: range, rules: str) -> dict:
@@ -157,12 +170,30 @@ def load_mat(path: str | Path) -> Maps:
     `all_states_xy_by_domain` (N x 1 cells of up to 8 shortest paths, each k x 2 (row, col),
     1-based and uint8: cast to int64, then subtract 1). Empty stored paths are dropped; a stored
     path that is not free and 4-adjacent on its map is a DataError naming the map (none is, in
-    the paper's files)."""
-    import scipy.io as sio
-
+    the paper's files). Parsed once per node: the parsed maps are kept on the node's disk under
+    the file's SHA-256 (envs/prepared.py), since a deployed party is a fresh process per message."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such map file")
+    digest = prepared.file_digest(path)
+    a = prepared.kept("gridworld-mat", (digest,), lambda: _parse_mat(path))
+    grids, points = a["grids"], a["points"]
+    ends = np.cumsum(a["path_len"])
+    first = np.concatenate([[0], np.cumsum(a["paths_per_map"])])
+
+    def grid(i):
+        return grids[i]
+
+    def path_list(i):
+        return [points[ends[k] - a["path_len"][k] : ends[k]] for k in range(first[i], first[i + 1])]
+
+    return Maps(grids.shape[1], len(grids), grid, path_list, str(path), ("mat", digest))
+
+
+def _parse_mat(path: Path) -> dict[str, np.ndarray]:
+    """The checked content of a map file as flat arrays (see load_mat)."""
+    import scipy.io as sio
+
     try:
         data = sio.loadmat(str(path))
     except Exception as e:  # scipy raises several types for a corrupt file
@@ -188,14 +219,13 @@ def load_mat(path: str | Path) -> Maps:
         if g.shape != (size, size):
             raise DataError(f"{path}: map {i} is {g.shape[0]}x{g.shape[1]}, map 0 is {size}x{size}")
     stored = [_read_paths(path, i, paths[i, 0], grids[i]) for i in range(len(paths))]
-
-    def grid(i):
-        return grids[i]
-
-    def path_list(i):
-        return stored[i]
-
-    return Maps(size, len(images), grid, path_list, str(path))
+    flat = [q for per_map in stored for q in per_map]
+    return {
+        "grids": np.stack(grids).astype(np.uint8),
+        "points": np.concatenate(flat).astype(np.int64) if flat else np.zeros((0, 2), np.int64),
+        "path_len": np.array([len(q) for q in flat], np.int64),
+        "paths_per_map": np.array([len(per_map) for per_map in stored], np.int64),
+    }
 
 
 def _read_grid(path: Path, i: int, cell) -> np.ndarray:
@@ -314,6 +344,7 @@ def generate_maps(
         lambda i: build(i)[0],
         lambda i: build(i)[1],
         f"generated maps (size {size}, seed {seed})",
+        ("generated", size, count, seed, obstacle_density, n_paths),
     )
 
 

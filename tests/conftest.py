@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
 # (clients/policy.py): the tests' nodes write in a folder of this session (of each test, by the
 # fixture below), never in $HOME.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="fedembodied-tests-state-")
+os.environ["FEDEMBODIED_CACHE"] = tempfile.mkdtemp(prefix="fedembodied-tests-cache-")
 os.environ.pop("FEDEMBODIED_POLICY", None)  # no policy of the machine's leaks into a test
 # policy files the tests write must be writable by their owner only (clients/policy.py
 # refuses others, as ssh does), whatever umask the machine running the suite has

@@ -102,13 +102,35 @@ class Party:
         self.q_target.load_state_dict(self.q.state_dict())
         self.mlp_target.load_state_dict(self.mlp.state_dict())
         self.q_best = self.mlp_best = None
-        self.opt = torch.optim.Adam([*self.q.parameters(), *self.mlp.parameters()], lr=s.lr)
+        self._opt: torch.optim.Adam | None = None
+        self._opt_arrays: dict[str, np.ndarray] = {}  # its saved state, until it is built
         self.replay = Replay(s.replay, replay_fields)
         self.ledger = Ledger(s.replay)
         self.world = s.world("train", reset=not restoring)
         self.counters = {"transitions": 0, "updates": 0, "messages": 0, "opened": -1}
         self.eval_world: GridWorld | None = None
         self.eval_weights = "last"
+
+    @property
+    def opt(self) -> torch.optim.Adam:
+        """Adam over Q and theta_g, built at its first use with the state the party saved.
+        Lazily, because constructing a torch optimizer imports torch._dynamo (about 1 s in a
+        fresh process), and a deployed party is a fresh process per message, most of which
+        only compute and release Q outputs (issue 43)."""
+        if self._opt is None:
+            self._opt = torch.optim.Adam(
+                [*self.q.parameters(), *self.mlp.parameters()], lr=self.s.lr
+            )
+            if self._opt_arrays:
+                opt = self._opt.state_dict()
+                state: dict[int, dict] = {}
+                for k, v in self._opt_arrays.items():
+                    _, idx, field = k.split(".", 2)
+                    state.setdefault(int(idx), {})[field] = _t(v).clone()
+                opt["state"] = state
+                self._opt.load_state_dict(opt)
+            self._opt_arrays = {}
+        return self._opt
 
     # -- noise ------------------------------------------------------------------------------
     def _generator(self) -> torch.Generator:
@@ -179,8 +201,13 @@ class Party:
                     for k, v in getattr(self, name).state_dict().items()
                 }
             )
-        for idx, st in self.opt.state_dict()["state"].items():
-            out.update({f"opt.{idx}.{k}": torch.as_tensor(v).numpy().copy() for k, v in st.items()})
+        if self._opt is None:  # never needed since it was loaded: its state as it came
+            out.update(self._opt_arrays)
+        else:
+            for idx, st in self._opt.state_dict()["state"].items():
+                out.update(
+                    {f"opt.{idx}.{k}": torch.as_tensor(v).numpy().copy() for k, v in st.items()}
+                )
         filled = min(self.counters["transitions"], self.replay.capacity)
         out.update({f"replay.{k}": v[:filled] for k, v in self.replay.data.items()})
         out["ledger.counts"] = self.ledger.counts[: filled + self.s.envs]
@@ -204,14 +231,7 @@ class Party:
             getattr(self, name).load_state_dict(
                 {k[len(name) + 1 :]: _t(v) for k, v in a.items() if k.startswith(name + ".")}
             )
-        opt = self.opt.state_dict()
-        state: dict[int, dict] = {}
-        for k, v in a.items():
-            if k.startswith("opt."):
-                _, idx, field = k.split(".", 2)
-                state.setdefault(int(idx), {})[field] = _t(v).clone()
-        opt["state"] = state
-        self.opt.load_state_dict(opt)
+        self._opt, self._opt_arrays = None, {k: v for k, v in a.items() if k.startswith("opt.")}
         for k, v in self.replay.data.items():
             v[: len(a[f"replay.{k}"])] = a[f"replay.{k}"]
         self.ledger.counts[: len(a["ledger.counts"])] = a["ledger.counts"]

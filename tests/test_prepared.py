@@ -1,0 +1,82 @@
+"""envs/prepared.py: what a node prepares once is read back from its disk by the next process
+(a deployed ClientApp is a fresh process per message), never served stale, and rebuilt when
+its copy is torn."""
+
+import numpy as np
+import pytest
+
+from envs import gridworld, prepared
+from tests.conftest import ROOT
+
+MAPS = ROOT.parent / "shared/data/gridworld/gridworld_o_8.mat"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_kept_arrays_are_computed_once_and_a_torn_copy_is_rebuilt(cache):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"x": np.arange(5)}
+
+    first = prepared.kept("demo", ("a", 1), compute)
+    again = prepared.kept("demo", ("a", 1), compute)
+    other = prepared.kept("demo", ("a", 2), compute)  # another key, another file
+    assert len(calls) == 2 and (again["x"] == first["x"]).all() and (other["x"] == first["x"]).all()
+    for p in (cache / "demo").iterdir():  # torn copies (a crash mid-write of an old version)
+        p.write_bytes(p.read_bytes()[:20])
+    assert (prepared.kept("demo", ("a", 1), compute)["x"] == np.arange(5)).all()
+    assert len(calls) == 3
+
+
+def test_off_computes_every_time(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDEMBODIED_CACHE", "off")
+    calls = []
+    for _ in range(2):
+        prepared.kept("demo", (), lambda: calls.append(1) or {"x": np.zeros(1)})
+    assert len(calls) == 2
+
+
+@pytest.mark.skipif(not MAPS.is_file(), reason="needs ../shared/data/gridworld")
+def test_a_map_file_is_parsed_once_per_node_and_a_changed_file_is_parsed_again(
+    cache, tmp_path, monkeypatch
+):
+    parsed = []
+    real = gridworld._parse_mat
+    monkeypatch.setattr(gridworld, "_parse_mat", lambda p: parsed.append(p) or real(p))
+    copy = tmp_path / "maps.mat"
+    copy.write_bytes(MAPS.read_bytes())
+    a, b = gridworld.load_mat(copy), gridworld.load_mat(copy)
+    assert len(parsed) == 1 and a.count == b.count == 7200 and a.identity == b.identity
+    for i in (0, 17, 7199):
+        assert (a.grid(i) == b.grid(i)).all()
+        assert [p.tolist() for p in a.paths(i)] == [p.tolist() for p in b.paths(i)]
+    assert b.usable(range(0, 200), "paper") == a.usable(range(0, 200), "paper")
+    # the same bytes under another name are the same maps; other bytes are other maps
+    moved = tmp_path / "moved.mat"
+    moved.write_bytes(copy.read_bytes())
+    assert gridworld.load_mat(moved).identity == a.identity and len(parsed) == 1
+    import scipy.io as sio
+
+    data = sio.loadmat(str(copy))
+    data["all_images"][0, 0] = np.ones_like(data["all_images"][0, 0])
+    sio.savemat(str(moved), {k: v for k, v in data.items() if not k.startswith("__")})
+    changed = gridworld.load_mat(moved)
+    assert len(parsed) == 2 and changed.identity != a.identity
+    assert changed.grid(0).all() and not a.grid(0).all()
+
+
+def test_usable_maps_are_found_once_per_node(cache, monkeypatch):
+    first = gridworld.generate_maps(8, count=300, seed=3)
+    used = first.usable(range(0, 300), "paper")
+    fresh = gridworld.generate_maps(8, count=300, seed=3)  # a new process's maps
+    monkeypatch.setattr(fresh, "starts", lambda *a: pytest.fail("rebuilt the maps"))
+    assert fresh.usable(range(0, 300), "paper") == used
+    other = gridworld.generate_maps(8, count=300, seed=4)  # another seed is not served
+    monkeypatch.setattr(other, "starts", lambda *a: [])
+    assert other.usable(range(0, 300), "paper") == []
