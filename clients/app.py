@@ -11,7 +11,7 @@ from pathlib import Path
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients import audit, policy, state_store
+from clients import audit, costs, policy, state_store
 from config import methods, parse
 from contracts.messages import round_of, saves_state
 
@@ -33,24 +33,29 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
     handler = _handler(context)
     log = audit_log(p, context)
     what = {"partition": int(context.node_config.get("partition-id", 0)), "method": c.run.method}
-    try:
-        p.serves(c.run.method)
-        state_store.restore(context, c)
-        reply = getattr(handler, kind)(msg, context) if kind != "query" else _identity(msg, context)
-    except Exception as e:  # refused (policy) or failed: what leaves is Flower's error reply
-        audit.record_reply(
-            log,
-            msg,
-            None,
-            **what,
-            policy_source=p.source,
-            policy_digest=p.digest,
-            reason=f"{type(e).__name__}: {e}",
-            status="refused" if isinstance(e, policy.Refused) else "failed",
-        )
-        raise
-    if not reply.has_error() and saves_state(msg):  # the server says when
-        state_store.save(context, c, round_of(msg))
+    with costs.message() as cost:  # where this message's time went (clients/costs.py)
+        try:
+            p.serves(c.run.method)
+            with costs.phase("state"):
+                state_store.restore(context, c)
+            reply = (
+                getattr(handler, kind)(msg, context) if kind != "query" else _identity(msg, context)
+            )
+        except Exception as e:  # refused (policy) or failed: what leaves is Flower's error reply
+            audit.record_reply(
+                log,
+                msg,
+                None,
+                **what,
+                policy_source=p.source,
+                policy_digest=p.digest,
+                reason=f"{type(e).__name__}: {e}",
+                status="refused" if isinstance(e, policy.Refused) else "failed",
+            )
+            raise
+        if not reply.has_error() and saves_state(msg):  # the server says when
+            with costs.phase("state"):
+                state_store.save(context, c, round_of(msg))
     privacy = getattr(handler, "privacy", None)
     audit.record_reply(
         log,
@@ -60,6 +65,7 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
         policy_source=p.source,
         policy_digest=p.digest,
         privacy=privacy and privacy(context),
+        cost=cost,
     )
     return reply
 

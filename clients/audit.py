@@ -173,8 +173,10 @@ def record_reply(
     privacy: dict | None = None,
     reason: str = "",
     status: str = "sent",
+    cost: dict | None = None,
 ) -> dict:
-    """Log one reply (or, with `reply` None, a refusal or a failure and its `reason`)."""
+    """Log one reply (or, with `reply` None, a refusal or a failure and its `reason`), with
+    what handling it cost on this node (clients/costs.py) when measured."""
     conf = msg.content.config_records.get("config", {})
     arrays, digest, metrics = describe(reply.content) if reply is not None else ([], "", {})
     total = (
@@ -200,6 +202,7 @@ def record_reply(
         **({"epsilon": float(eps[0])} if eps else {}),
         **(privacy or {}),  # the party's own account of its privacy (FedRL), when it has one
         **({"reason": reason} if reason else {}),
+        **({"cost": cost} if cost else {}),
     }
     return append(path, record)
 

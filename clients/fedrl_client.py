@@ -14,7 +14,7 @@ import uuid
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults, policy
+from clients import costs, faults, policy
 from config import parse
 from contracts.fedrl import SENDS, role_of
 from contracts.messages import SERVER_ROUND
@@ -110,13 +110,14 @@ def _settings(context: Context):
 
 
 def handle(msg: Message, context: Context) -> Message:
-    c, s = _settings(context)
-    torch.set_num_threads(c.run.client_threads)
-    conf = msg.content["config"]
-    step = str(conf["step"])
-    role = role_of(context.node_config)
-    enforce_policy(role, s, context.node_config)
-    party = _load(context, s)
+    with costs.phase("rebuild"):
+        c, s = _settings(context)
+        torch.set_num_threads(c.run.client_threads)
+        conf = msg.content["config"]
+        step = str(conf["step"])
+        role = role_of(context.node_config)
+        enforce_policy(role, s, context.node_config)
+        party = _load(context, s)
     fault = None
     if msg.metadata.message_type == "train":  # round and attempt: stamped by the server
         fault = faults.before_training(
@@ -126,17 +127,19 @@ def handle(msg: Message, context: Context) -> Message:
             f"{step!r}",
             int(conf.get("attempt", 0)),
         )
-    out, theta, metrics = dispatch(
-        party,
-        role,
-        step,
-        arrays_of(msg.content.get("data")),
-        arrays_of(msg.content.get("theta-g")) or None,
-        conf,
-    )
+    with costs.phase("work"):
+        out, theta, metrics = dispatch(
+            party,
+            role,
+            step,
+            arrays_of(msg.content.get("data")),
+            arrays_of(msg.content.get("theta-g")) or None,
+            conf,
+        )
     out = faults.nan_state(dict(out), fault)  # NaN in what it releases (clients/faults.py)
     reply = _reply(msg, role, step, out, theta, metrics)
-    _save(context, party)
+    with costs.phase("save"):
+        _save(context, party)
     return reply
 
 

@@ -113,6 +113,11 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
     assert released and all(r["sigma"] == 1.0 and r["clip"] == 10.0 for r in released)
     spent = [r["epsilon"] for r in released]  # the privacy spent by each release, as it grew
     assert spent[-1] > 0 and spent == sorted(spent)
+    # what each message cost the node (clients/costs.py), for experiments/message_cost.py
+    cost = [r["cost"] for r in logged]
+    assert all(c["process_age_s"] > 0 and c["handler_s"] >= c["work_s"] for c in cost)
+    assert max(c["work_s"] for c in cost) > 0
+    assert all({"rebuild_s", "save_s", "state_s"} <= set(c) for c in cost)
     mlp_keys = set(SharedMLP(8, 2, 4).state_dict())
     role = {5000: "alpha", 5001: "beta"}
     seen, sent_names = set(), {}
