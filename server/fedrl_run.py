@@ -252,8 +252,22 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
         update_ratio=s.update_ratio,
         wall_s=round(time.perf_counter() - t_start, 2),
     )
-    spent = ", ".join(f"{k} {v:.3g}" for k, v in sorted(privacy.items()))
-    log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, spent or "nothing released")
+    log(INFO, "[fedembodied] privacy at delta=%g: %s", s.delta, ledger_line(privacy))
+
+
+def ledger_line(privacy: dict) -> str:
+    """The parties' own ledgers as they reported them (each release is accounted by the party
+    that made it, training/fedrl_protocol.py); a party whose figure never arrived is named as
+    such, never counted as having released nothing."""
+    parts = []
+    for role in ("alpha", "beta"):
+        eps = privacy.get(f"{role}-privacy-epsilon")
+        if eps is None:
+            parts.append(f"{role}: not reported by party {role}")
+        else:
+            k = privacy.get(f"{role}-max-releases", float("nan"))
+            parts.append(f"{role} epsilon {eps:.4g} ({k:.0f} releases of a transition at most)")
+    return ", ".join(parts)
 
 
 def _announce(s: Settings) -> dict:
@@ -300,7 +314,7 @@ def _round_line(rnd: int, rounds: int, row: dict, eps: dict) -> None:
         rnd,
         rounds,
         scores or "(not evaluated this round)",
-        *(f"{v:.3g}" if isinstance(v, float) else "none released yet" for v in eps.values()),
+        *(f"{v:.3g}" if isinstance(v, float) else "not reported yet" for v in eps.values()),
         row["wall_s"],
     )
 

@@ -113,6 +113,13 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
     assert released and all(r["sigma"] == 1.0 and r["clip"] == 10.0 for r in released)
     spent = [r["epsilon"] for r in released]  # the privacy spent by each release, as it grew
     assert spent[-1] > 0 and spent == sorted(spent)
+    # one ledger: the server's figures are the party's own, every round from the first
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert (
+        rounds["alpha-privacy-epsilon"].notna().all()
+        and (rounds["alpha-privacy-epsilon"] > 0).all()
+    )
+    assert rounds["alpha-privacy-epsilon"].iloc[-1] == pytest.approx(spent[-1])
     # what each message cost the node (clients/costs.py), for experiments/message_cost.py
     cost = [r["cost"] for r in logged]
     assert all(c["process_age_s"] > 0 and c["handler_s"] >= c["work_s"] for c in cost)

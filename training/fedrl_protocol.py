@@ -83,6 +83,8 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
             if not active:
                 metrics.update(party.eval_result())
                 party.end_evaluation()
+    if step in ("observe", "act"):  # each release is accounted by the party that made it
+        metrics = {**(metrics or {}), **party.privacy()}
     return out, theta, metrics
 
 
