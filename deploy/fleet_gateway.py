@@ -44,7 +44,7 @@ import re
 import sqlite3
 import sys
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import httpx
@@ -299,11 +299,15 @@ def build_app(
     transport: httpx.AsyncBaseTransport | None = None,
     registered=None,
     min_rate: float = 256 * 1024,
+    calls_per_source: int = 8,
 ) -> Starlette:
     """The gateway as an ASGI app forwarding Fleet calls to `upstream` (http[s]://host:port).
     `signed`: the SuperLink authenticates nodes, so every call must be signed (check 3), once
     (a replayed signature is refused), and with `registered` (a `Registry`) by a key the
-    SuperLink has registered, checked before the body is read."""
+    SuperLink has registered, checked before the body is read. At most `calls_per_source`
+    calls from one source address (the edge's X-Forwarded-For) are inside at once, a quarter of
+    the edge's 32 slots: one address cannot hold what the registered nodes need (a node that
+    meets the cap gets 503, which the SuperNode retries)."""
     client = httpx.AsyncClient(
         base_url=upstream,
         verify=verify,
@@ -312,12 +316,28 @@ def build_app(
         transport=transport,
     )
     ledger, accepted_keys, seen = Ledger(), Bounded(100_000), SeenSignatures()
+    inside: Counter[str] = Counter()  # calls in progress per source address
 
     async def forward(request: Request) -> Response:
-        path = request.url.path
+        # the edge sets X-Forwarded-For to the connection's address (a client's own is dropped)
         who = request.headers.get("x-forwarded-for") or (
             request.client.host if request.client else "?"
         )
+        if inside[who] >= calls_per_source:
+            log.warning("refused a call from %s: %d calls from it inside already", who, inside[who])
+            return PlainTextResponse(
+                f"fedembodied fleet gateway: {inside[who]} calls from {who} in progress\n", 503
+            )
+        inside[who] += 1
+        try:
+            return await _forward(request, who)
+        finally:
+            inside[who] -= 1
+            if not inside[who]:
+                del inside[who]
+
+    async def _forward(request: Request, who: str) -> Response:
+        path = request.url.path
         try:
             if request.method != "POST" or not FLEET_PATH.fullmatch(path) or request.url.query:
                 raise Refused(
@@ -390,7 +410,16 @@ def main(argv: list[str] | None = None) -> int:
         default=64 * 1024,
         help="bytes a key the SuperLink has not accepted yet may send (default 64 KiB)",
     )
+    p.add_argument(
+        "--calls-per-source",
+        type=int,
+        default=8,
+        help="calls from one source address inside the gateway at once (default 8); more get 503",
+    )
     args = p.parse_args(argv)
+    if args.calls_per_source < 1:
+        print("fleet_gateway.py: --calls-per-source must be >= 1", file=sys.stderr)
+        return 2
     tls = Path(args.tls) if args.tls else None
     if tls and not (tls / "ca.crt").is_file():
         print(f"fleet_gateway.py: --tls {tls}: ca.crt not found", file=sys.stderr)
@@ -404,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         max_body=args.max_body,
         unknown_key_body=args.unknown_key_body,
         registered=Registry(args.database) if args.database and tls else None,
+        calls_per_source=args.calls_per_source,
     )
     uvicorn.run(app, uds=args.listen, log_level="warning")
     return 0

@@ -15,7 +15,8 @@
 # address, EDGE_NEW_CONN_PER_ADDR=200 and EDGE_REQ_PER_ADDR=3000 new connections and requests
 # per address per 10 s, EDGE_CLIENT_TIMEOUT=30s idle (TLS handshake included),
 # EDGE_HEADER_TIMEOUT=10s for a request head, EDGE_MAX_BODY=67108864 bytes, EDGE_GATEWAY_CONN=32
-# calls inside the gateway at once. Raise the per-address ones when many SuperNodes share one
+# calls inside the gateway at once, EDGE_CALLS_PER_ADDR=8 of them from one source address. Raise
+# the per-address ones when many SuperNodes share one
 # address (NAT).
 # State (runs, registered node keys, messages) is kept in FILE (default
 # $FLWR_HOME/superlink/state.db), so a restarted SuperLink keeps its runs and registrations.
@@ -73,7 +74,7 @@ export EDGE_MAXCONN=${EDGE_MAXCONN:-2000} EDGE_TLS_PER_S=${EDGE_TLS_PER_S:-200} 
   EDGE_CONN_PER_ADDR=${EDGE_CONN_PER_ADDR:-64} EDGE_NEW_CONN_PER_ADDR=${EDGE_NEW_CONN_PER_ADDR:-200} \
   EDGE_REQ_PER_ADDR=${EDGE_REQ_PER_ADDR:-3000} EDGE_CLIENT_TIMEOUT=${EDGE_CLIENT_TIMEOUT:-30s} \
   EDGE_HEADER_TIMEOUT=${EDGE_HEADER_TIMEOUT:-10s} EDGE_MAX_BODY=${EDGE_MAX_BODY:-67108864} \
-  EDGE_GATEWAY_CONN=${EDGE_GATEWAY_CONN:-32}
+  EDGE_GATEWAY_CONN=${EDGE_GATEWAY_CONN:-32} EDGE_CALLS_PER_ADDR=${EDGE_CALLS_PER_ADDR:-8}
 if [ -n "$tls" ]; then  # HAProxy takes the certificate and its key in one file
   (umask 077; cat "$tls/server.pem" "$tls/server.key" > "$edge/edge.pem")
   export EDGE_PEM="$edge/edge.pem"
@@ -84,7 +85,8 @@ flower-superlink "${security[@]}" --disable-runtime-dependency-installation \
   --database "$db" --host 127.0.0.1 --port "$control" &
 pids+=($!)
 python "$here/deploy/fleet_gateway.py" --listen "$edge/gateway.sock" \
-  --upstream "127.0.0.1:$control" --max-body "$EDGE_MAX_BODY" "${gateway_tls[@]}" &
+  --upstream "127.0.0.1:$control" --max-body "$EDGE_MAX_BODY" \
+  --calls-per-source "$EDGE_CALLS_PER_ADDR" "${gateway_tls[@]}" &
 pids+=($!)
 haproxy -db -f "$here/deploy/edge.haproxy.cfg" &
 pids+=($!)

@@ -239,3 +239,46 @@ def test_a_trickled_body_is_cut_at_its_deadline():
         return sent["n"]
 
     assert asyncio.run(run()) < 10  # cut after ~0.11 s of trickling, not at the end
+
+
+def test_one_source_address_holds_at_most_its_share_of_the_gateway():
+    """Calls from one address (the edge's X-Forwarded-For) beyond `calls_per_source` in
+    progress are answered 503 at once; another address still gets in; the count is released
+    when the calls end."""
+    import asyncio
+
+    class Held(httpx.AsyncBaseTransport):
+        def __init__(self):
+            self.release, self.calls = asyncio.Event(), 0
+
+        async def handle_async_request(self, request):
+            self.calls += 1
+            await self.release.wait()
+            return httpx.Response(200, content=b"")
+
+    async def run():
+        up = Held()
+        app = gateway.build_app("http://superlink", False, signed=False, transport=up,
+                                calls_per_source=2)  # fmt: skip
+        ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as client:
+
+            def call(source):
+                return client.post("/v1/fleet/pull-messages", content=ask,
+                                   headers={"x-forwarded-for": source})  # fmt: skip
+
+            held = [asyncio.ensure_future(call("10.0.0.1")) for _ in range(2)]
+            other = asyncio.ensure_future(call("10.0.0.2"))
+            while up.calls < 3:
+                await asyncio.sleep(0.01)
+            third = await call("10.0.0.1")
+            up.release.set()
+            done = [r.status_code for r in await asyncio.gather(*held, other)]
+            after = await call("10.0.0.1")
+        return third, done, after, up.calls
+
+    third, done, after, calls = asyncio.run(run())
+    assert third.status_code == 503 and "2 calls from 10.0.0.1 in progress" in third.text
+    assert done == [200, 200, 200] and after.status_code == 200 and calls == 4

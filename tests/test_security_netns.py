@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, NEEDS_EDGE]  # engine runs, subprocesses, the ed
 NS = f"fe{os.getpid() % 100000}"
 LINK, NODE, EVIL = f"{NS}l", f"{NS}n", f"{NS}e"
 LINK_IP, LINK_IP2, NODE_IP, EVIL_IP = "10.231.1.1", "10.231.2.1", "10.231.1.2", "10.231.2.2"
+ROUNDS = 6  # the attacks take about a minute; the run must outlast them
 
 
 def _ip(*args):
@@ -191,13 +192,16 @@ def _node_id(log: str) -> int:
 def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_back(
     tmp_path, namespaces
 ):
-    """Only registered keys join and only the SuperLink's host submits. During a legitimate FedAvg run (2 SuperNodes on another host, TLS + node auth, the edge
-    of deploy/superlink.sh), a host with no key opens 3,000 TLS connections in a burst and
-    sends a 1 GiB body, and a registered node pushes a reply as the other node. The run
-    completes with every silo in every round, the edge refuses the burst before handshakes,
-    the body after its head, the forgery before the SuperLink sees it; the edge's, gateway's and
-    SuperLink's peak memory stays bounded. Then the nodes' host is cut off for 20 s: the
-    supervised nodes come back online by themselves and a second run completes."""
+    """Only registered keys join and only the SuperLink's host submits. During a legitimate
+    FedAvg run (2 SuperNodes on another host, TLS + node auth, the edge of deploy/superlink.sh),
+    a host with no registered key trickles 40 signed bodies from one address and 40 from each
+    of 50 addresses, replays a node's captured signed call with another body, opens 3,000 TLS
+    connections in a burst and sends a 1 GiB body; a registered node pushes a reply as the
+    other node. A registered node's calls are answered all along (latency measured before,
+    during and after); every trickled body is answered at its deadline; the replay is refused;
+    the run completes with every silo in every round; the edge's, gateway's and SuperLink's
+    peak memory stays bounded. Then the nodes' host is cut off for 20 s in the middle of a
+    second run: the server waits, the nodes come back by themselves, and the run completes."""
     fed = Federation(tmp_path, prefix=namespaces)
     try:
         certs, port, control = _tls_link(tmp_path, namespaces, 3, fed)
@@ -261,34 +265,91 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
             return fed.status("op", run_id, where="link")
 
         out = tmp_path / "out"
-        run_id = start_run(3, out)
+        run_id = start_run(ROUNDS, out)
         wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
-        # the attacks, from the keyless host, while round 2 runs
+        # the attacks, from the keyless host, while the run goes on
         attack = [str(PYTHON), "-c", "import json,sys; from tests import attacks as a; "
                   "print(json.dumps(getattr(a, sys.argv[1])(sys.argv[2], int(sys.argv[3]), "
-                  "sys.argv[4])))"]  # fmt: skip
+                  "sys.argv[4], *sys.argv[5:])))"]  # fmt: skip
 
-        def from_evil(what: str) -> dict:
+        def from_evil(what: str, *args) -> dict:
             res = subprocess.run(
-                [*namespaces["evil"], *attack, what, LINK_IP2, str(port), str(certs / "ca.crt")],
+                [*namespaces["evil"], *attack, what, LINK_IP2, str(port), str(certs / "ca.crt"),
+                 *map(str, args)],
                 cwd=ROOT, capture_output=True, text=True, timeout=300,
             )  # fmt: skip
             assert res.returncode == 0, res.stderr[-2000:]
             return json.loads(res.stdout)
 
-        body = from_evil("bulk")  # first: after the burst the edge refuses this address
-        burst = from_evil("flood")
-        # node 1 (registered, its own valid key) pushes a reply as node 0
         ids = [_node_id((tmp_path / f"sn{k}.log").read_text()) for k in range(2)]
-        forged = subprocess.run(
-            [*namespaces["node"], str(PYTHON), "-c",
-             "import sys; from tests import attacks as a; r = a.signed_post(sys.argv[1], "
-             "int(sys.argv[2]), sys.argv[3], sys.argv[4], '/v1/fleet/push-messages', "
-             "a.forged_reply(int(sys.argv[5]), int(sys.argv[6]))); print(r.status_code, r.text)",
-             LINK_IP, str(port), str(certs / "ca.crt"), str(certs / "supernode_1"),
-             str(ids[1]), str(ids[0])],
+        node1 = [LINK_IP, str(port), str(certs / "ca.crt"), str(certs / "supernode_1")]
+
+        def from_node(code: str, *args) -> str:
+            res = subprocess.run(
+                [*namespaces["node"], str(PYTHON), "-c",
+                 f"import json, sys; from tests import attacks as a; {code}", *node1, *args],
+                cwd=ROOT, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            assert res.returncode == 0, res.stderr[-2000:]
+            return res.stdout
+
+        def probing(seconds: float) -> subprocess.Popen:
+            """A registered node's get-run every second: what an honest node meets."""
+            return subprocess.Popen(
+                [*namespaces["node"], str(PYTHON), "-c",
+                 "import json, sys; from tests import attacks as a; print(json.dumps(a.probe("
+                 "sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), "
+                 "int(sys.argv[6]), float(sys.argv[7]))))",
+                 *node1, str(ids[1]), str(run_id), str(seconds)],
+                cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+
+        def probed(proc: subprocess.Popen) -> dict:
+            return json.loads(proc.communicate(timeout=300)[0])
+
+        latency = {"before": probed(probing(5))}
+        # 40 slow bodies (one byte every 5 s after a signed head) from one address, then 40
+        # from each of 50 addresses: the edge holds each body and answers 408 at its deadline
+        probe = probing(25)
+        slow = {"one address": from_evil("slow_bodies", 40, EVIL_IP)}
+        latency["40 from one address"] = probed(probe)
+        many = [f"10.231.2.{10 + k}" for k in range(50)]
+        for a in many:
+            _ip("-n", EVIL, "addr", "add", f"{a}/24", "dev", f"{NS}b1")
+        probe = probing(25)
+        slow["50 addresses"] = from_evil("slow_bodies", 40 * len(many), ",".join(many))
+        latency["40 from each of 50 addresses"] = probed(probe)
+        latency["after"] = probed(probing(5))
+        # a node's signed call captured on its host and replayed from the keyless host with
+        # another body: the signature has been used, so the gateway refuses it
+        captured = from_node(
+            "h = a.signed_headers(sys.argv[4]); r = a.post(*sys.argv[1:3], sys.argv[3], "
+            "'/v1/fleet/get-run', a.get_run(int(sys.argv[5]), int(sys.argv[6])), h); "
+            "print(json.dumps({'status': r.status_code, 'headers': h}))",
+            str(ids[1]), str(run_id),
+        )  # fmt: skip
+        captured = json.loads(captured)
+        replayed = subprocess.run(
+            [*namespaces["evil"], str(PYTHON), "-c",
+             "import json, sys; from tests import attacks as a; from flwr.proto.fleet_pb2 import "
+             "PullMessagesRequest; from flwr.proto.node_pb2 import Node; r = a.post(sys.argv[1], "
+             "int(sys.argv[2]), sys.argv[3], '/v1/fleet/pull-messages', PullMessagesRequest("
+             "node=Node(node_id=int(sys.argv[4]))).SerializeToString(), json.loads(sys.argv[5])); "
+             "print(r.status_code, r.text)",
+             LINK_IP2, str(port), str(certs / "ca.crt"), str(ids[1]),
+             json.dumps(captured["headers"])],
             cwd=ROOT, capture_output=True, text=True, timeout=60,
         ).stdout  # fmt: skip
+        body = from_evil("bulk")  # last from this address: after the burst the edge refuses it
+        burst = from_evil("flood")
+        # node 1 (registered, its own valid key) pushes a reply as node 0
+        forged = from_node(
+            "r = a.signed_post(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], "
+            "'/v1/fleet/push-messages', a.forged_reply(int(sys.argv[5]), int(sys.argv[6]))); "
+            "print(r.status_code, r.text)",
+            str(ids[1]), str(ids[0]),
+        )  # fmt: skip
+        still_running = fed.status("op", run_id, where="link")
         assert finished(run_id) == "finished:completed", fed.log("link")
         rss = {
             name: _peak_rss_of(pattern)
@@ -298,32 +359,39 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
                 ("superlink", f"flower-superlink.*{tmp_path / 'state.db'}"),
             )
         }
-        print("burst", burst, "body", body, "forged", forged, "peak rss MB", rss)
+        print(json.dumps({"slow bodies": slow, "probe latency": latency, "captured":
+                          captured["status"], "replayed": replayed, "burst": burst, "body": body,
+                          "forged": forged, "peak rss MB": rss}, indent=1))  # fmt: skip
+        assert still_running.startswith("running"), still_running  # the attacks hit a live run
+        for name, got in slow.items():  # every trickled body is answered, none is held on
+            assert got.get("still open", 0) == 0 and got["max_held_s"] < 30, (name, got)
+        for name, got in latency.items():  # the honest node is served all along; its new TLS
+            # connection may queue behind the 2,000 attackers' at the edge's 200 handshakes/s
+            # (measured at most 8.5-15.0 s during the 50-address wave, 1.7 s otherwise)
+            assert set(got["statuses"]) == {"200"} and got["max_s"] < 30, (name, got)
+        assert captured["status"] == 200
+        assert replayed.startswith("401") and "already used" in replayed, replayed
+        assert "a replayed request" in (tmp_path / "link.log").read_text()
         assert burst["refused"] >= 2800 and burst["open_after_hold"] == 0, burst
         assert body["status"] in (401, 413) and body["bytes_sent"] <= 64 << 20, body
         assert forged.startswith("403") and f"pushed a reply as node {ids[0]}" in forged, forged
         assert rss["edge"] < 100 and rss["gateway"] < 400 and rss["superlink"] < 1000, rss
         clients = pd.read_csv(out / "clients.csv")
-        assert len(clients) == 6 and (clients.status == "ok").all(), clients
-        assert rounds_done(out) == 3
+        assert len(clients) == 2 * ROUNDS and (clients.status == "ok").all(), clients
+        assert rounds_done(out) == ROUNDS
         for k in range(2):  # nobody needed a restart
             assert "starting it again" not in (tmp_path / f"sn{k}.log").read_text()
 
-        # a network cut between the nodes' host and the SuperLink's
+        # the nodes' host is cut off from the SuperLink's in the middle of a run, for less
+        # than the run's node-return-timeout: the server waits for them and the run completes
+        after = tmp_path / "after"
+        second = start_run(2, after)
+        wait_for(lambda: rounds_done(after) >= 1, 300, what="round 1 of the second run")
         assert _ip("-n", NODE, "link", "set", f"{NS}b0", "down").returncode == 0
         time.sleep(float(os.environ.get("FEDEMBODIED_CUT_S", "20")))  # 60 measured by hand
         assert _ip("-n", NODE, "link", "set", f"{NS}b0", "up").returncode == 0
         _ip("-n", NODE, "addr", "replace", f"{NODE_IP}/24", "dev", f"{NS}b0")
-
-        def online() -> int:
-            ls = fed.cli("supernode", "ls", "op", "--format", "json", where="link")
-            try:
-                return sum(n["status"] == "online" for n in json.loads(ls.stdout)["nodes"])
-            except (ValueError, KeyError):
-                return 0
-
-        wait_for(lambda: online() == 2, 180, what="both nodes back online")
-        assert finished(start_run(1, tmp_path / "after")) == "finished:completed"
-        assert rounds_done(tmp_path / "after") == 1
+        assert finished(second) == "finished:completed", fed.log("link")[-3000:]
+        assert rounds_done(after) == 2
     finally:
         fed.close()
