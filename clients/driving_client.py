@@ -14,7 +14,7 @@ from functools import lru_cache
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults
+from clients import costs, faults
 from config import Config, parse
 from contracts.messages import FIT_S, NUM_EXAMPLES, TRAIN_LOSS, round_of
 from envs.driving_logs import load_silo
@@ -125,10 +125,11 @@ def train(msg: Message, context: Context) -> Message:
     rnd = round_of(msg)
     torch.set_num_threads(c.run.client_threads)
     fault = faults.before_training(c, pid, rnd, "training")
-    data = silo_data(context)
-    resume, step0 = kept_optimizers(c, context)
+    with costs.phase("rebuild"):  # the silo's data (rendered per process) and its optimizers
+        data = silo_data(context)
+        resume, step0 = kept_optimizers(c, context)
     t0 = time.perf_counter()
-    with owned(stream_seed(c.run.seed, pid, rnd)):  # dropout: this silo's stream (models/rng)
+    with owned(stream_seed(c.run.seed, pid, rnd)), costs.phase("work"):  # models/rng
         model = build_model(c, msg.content["arrays"].to_torch_state_dict())
         stats = train_steering(
             model,
@@ -163,9 +164,11 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Errors of the model (or of each of several models) on this silo's test split."""
     c = parse(context.run_config)
     torch.set_num_threads(c.run.client_threads)
-    data = silo_data(context)
+    with costs.phase("rebuild"):
+        data = silo_data(context)
     states = models_in(msg.content["arrays"])
-    errors = [evaluate_steering(build_model(c, s), data.x_test, data.y_test) for s in states]
+    with costs.phase("work"):
+        errors = [evaluate_steering(build_model(c, s), data.x_test, data.y_test) for s in states]
     if len(states) == 1:
         metrics = {"mse": errors[0][0], "mae": errors[0][1]}
     else:

@@ -127,6 +127,12 @@ def _performance(fedrl: bool = False) -> str:
     return markdown(fedrl)
 
 
+def _message_cost() -> str:
+    from experiments.message_cost import markdown
+
+    return markdown(pd.read_csv(RESULTS / "message_cost.csv"))
+
+
 def _run_config() -> str:
     from config import render
 
@@ -151,6 +157,7 @@ BLOCKS = {
     "reliability": _reliability,
     "performance": _performance,
     "performance-fedrl": lambda: _performance(fedrl=True),
+    "message-cost": _message_cost,
     "run-config": _run_config,
 }
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)

@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
-from tests.deployment import Federation, free_port, wait_for, wait_listening
+from experiments.loopback import ROOT, Federation, free_port, wait_for, wait_listening
 
 
 def main(argv=None) -> int:

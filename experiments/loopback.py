@@ -1,0 +1,125 @@
+"""A federation of the real deploy/ scripts (SuperLink + edge + Fleet gateway, SuperNodes, the
+flwr CLI) on one machine, on loopback or inside network namespaces: for the deployment tests
+and for the experiments that time deployed runs (experiments/message_cost.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+BIN = Path(PYTHON).parent
+# the venv these tests run in, wherever it is (the deploy scripts default to the repo's .venv)
+ENV = {**os.environ, "VENV": str(BIN.parent)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(host: str, port: int, timeout: float = 60, prefix=()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        probe = subprocess.run(
+            [
+                *prefix,
+                str(PYTHON),
+                "-c",
+                f"import socket; socket.create_connection(('{host}', {port}), 1)",
+            ],
+            capture_output=True,
+        )
+        if probe.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"nothing listens on {host}:{port}")
+
+
+class Federation:
+    """Processes started in their own sessions under `tmp`, all killed by `close()`."""
+
+    def __init__(self, tmp: Path, prefix: dict[str, list[str]] | None = None):
+        self.tmp, self.procs, self.prefix = tmp, {}, prefix or {}
+
+    def start(
+        self, name: str, args: list[str], where: str = "", env: dict | None = None
+    ) -> subprocess.Popen:
+        """`env`: more environment for this process (e.g. a node's own XDG_STATE_HOME)."""
+        log = open(self.tmp / f"{name}.log", "a")
+        p = subprocess.Popen(
+            [*self.prefix.get(where, []), *args],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**ENV, "FLWR_HOME": str(self.tmp / name.split("#")[0]), **(env or {})},
+        )
+        self.procs[name] = p
+        return p
+
+    def kill(self, name: str, sig=signal.SIGKILL) -> None:
+        p = self.procs.pop(name)
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
+
+    def cli(self, *args: str, where: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*self.prefix.get(where, []), str(BIN / "flwr"), *args],
+            cwd=ROOT,
+            env={**ENV, "FLWR_HOME": str(self.tmp / "cli")},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def connect(self, name: str, address: str, ca: str = "") -> None:
+        subprocess.run(
+            [str(ROOT / "deploy/connection.sh"), name, address, *([ca] if ca else [])],
+            env={**ENV, "FLWR_HOME": str(self.tmp / "cli")},
+            check=True,
+            capture_output=True,
+        )
+
+    def status(self, connection: str, run_id: int, where: str = "") -> str:
+        """The run's status, or "" while the SuperLink does not answer."""
+        ls = self.cli("ls", connection, "--run-id", str(run_id), "--format", "json", where=where)
+        try:
+            return json.loads(ls.stdout)["runs"][0]["status"]
+        except (ValueError, KeyError, IndexError):
+            return ""
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()[-3000:]
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            try:
+                self.kill(name, signal.SIGTERM)
+            except subprocess.TimeoutExpired:
+                self.kill(name, signal.SIGKILL)
+
+
+def wait_for(predicate, timeout: float, every: float = 2.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+
+
+def rounds_done(out: Path) -> int:
+    path = out / "rounds.csv"
+    return max(0, len(path.read_text().splitlines()) - 1) if path.is_file() else 0

@@ -1,0 +1,264 @@
+"""Where a deployed message's time goes: the same small job of each method run in Flower's
+simulation engine and in its deployment engine on loopback, deployed as docs/deployment.md says
+(TLS, SuperNode authentication, the edge and the Fleet gateway of deploy/superlink.sh).
+
+    python -m experiments.message_cost [--methods fedrl fedavg] [--rounds 2] [--work DIR]
+
+Per method and engine, from the run's rounds.csv (server side) and the nodes' audit logs (each
+reply's `cost`, clients/costs.py):
+
+- `message_s`: a message's wall time as the server sees it (round wall time / messages; FedRL's
+  messages are a chain, FedAvg's two silos answer at once, so its figure is per round trip);
+- `process_age_s`: how old the ClientApp process was when our handler was called. Deployed,
+  every message is a fresh `flwr-clientapp` process: Python's start, the imports, and Flower
+  connecting to its SuperNode and handing over the message and context. `imports_s` is the
+  imports alone (Flower's client entry + our app + the method's handler), timed in fresh
+  processes on the same machine;
+- `handler_s`, split into the phases our handlers name: `rebuild_s` (what the handler
+  re-creates from the run config and the context), `work_s` (the method's step), `state_s` /
+  `save_s` (the node's saved state and the context);
+- `ours_s`: our overhead, handler_s - work_s + the imports of our own modules
+  (`our_imports_s`: the entry's imports minus those of Flower's client entry and torch);
+- `transport_s` = message_s - process_age_s - handler_s: Flower's spawn, polling and the
+  round trips through the edge, the gateway and the SuperLink.
+
+Results: experiments/results/message_cost.csv; docs/performance.md shows the table. The ratio
+column is deployed / simulated for the same job, measured in the same invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.loopback import (
+    PYTHON,
+    ROOT,
+    Federation,
+    free_port,
+    wait_for,
+    wait_listening,
+)
+from experiments.simulate import RESULTS, command_line
+from experiments.tables import pipe_table
+
+# the same small job in both engines: two nodes, `--rounds` rounds
+JOBS = {
+    "fedrl": (
+        "fedrl.envs=4 fedrl.act-steps=2 fedrl.updates=4 fedrl.warmup=8 fedrl.batch-size=8 "
+        "fedrl.max-steps=4"
+    ),
+    "fedavg": (
+        "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
+        "driving.local-epochs=1"
+    ),
+}
+SEQUENTIAL = {"fedrl"}  # its messages go one after another
+HANDLER = {"fedrl": "clients.fedrl_client", "fedavg": "clients.driving_client"}
+
+
+def import_seconds(modules: list[str], repeats: int = 3) -> float:
+    """Median wall time of importing `modules` in a fresh Python process."""
+    code = (
+        "import time; t = time.perf_counter(); "
+        + "; ".join(f"import {m}" for m in modules)
+        + "; print(time.perf_counter() - t)"
+    )
+    runs = [
+        float(
+            subprocess.run(
+                [PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout
+        )  # fmt: skip
+        for _ in range(repeats)
+    ]
+    return statistics.median(runs)
+
+
+def audit_costs(folder: Path) -> pd.DataFrame:
+    rows = []
+    for log in folder.rglob("audit/*.jsonl"):
+        for line in log.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if "cost" in r and r.get("status") == "sent" and r.get("kind") != "query":
+                rows.append(r["cost"])
+    return pd.DataFrame(rows)
+
+
+def exchanges(method: str, out: Path, folder: Path) -> pd.Series:
+    """Messages one after another in each round, from the nodes' audit logs: every reply of
+    both parties for FedRL (its messages are a chain, evaluation included), one node's
+    replies for a method whose nodes answer at once."""
+    rounds = pd.read_csv(out / "rounds.csv")["round"]
+    rows = []
+    for log in folder.rglob("audit/partition-*.jsonl"):
+        rows += [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    got = pd.DataFrame(rows)
+    got = got[(got.kind != "query") & (got.status == "sent") & (got["round"] > 0)]
+    if method not in SEQUENTIAL:
+        got = got[got.partition == got.partition.min()]
+    return got.groupby("round").size().reindex(rounds).fillna(0).reset_index(drop=True)
+
+
+def simulated(method: str, rounds: int, work: Path) -> Path:
+    out = work / f"{method}-sim"  # its nodes' audit logs: out/client-state/audit
+    if (out / "rounds.csv").is_file() and len(pd.read_csv(out / "rounds.csv")) == rounds:
+        return out  # finished in this --work folder before
+    cmd = [PYTHON, str(ROOT / "simulation.py"), method, "--rounds", str(rounds), "--seed", "0",
+           "--out", str(out), "--no-plots", "--num-clients", "2", "--run-config",
+           f"eval-every={rounds} {JOBS[method]}"]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return out
+
+
+def deployed(method: str, rounds: int, work: Path) -> Path:
+    """deploy/make_certs.sh, superlink.sh --tls (edge + gateway + SuperLink), two registered
+    SuperNodes with their own keys and state folders, `flwr run` from the operator's CLI."""
+    tmp = work / f"{method}-deploy"
+    done = tmp / "out" / "rounds.csv"
+    if done.is_file() and len(pd.read_csv(done)) == rounds:
+        return tmp  # finished in this --work folder before
+    if tmp.exists():
+        raise SystemExit(f"message_cost: {tmp} holds an unfinished deployed run; remove it")
+    tmp.mkdir(parents=True)
+    certs, out = tmp / "certs", tmp / "out"
+    subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(certs), "2"], check=True,
+                   capture_output=True)  # fmt: skip
+    port, control = free_port(), free_port()
+    fed = Federation(tmp)
+    try:
+        fed.start("link", [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--host",
+                           "127.0.0.1", "--port", str(port), "--control-port", str(control),
+                           "--database", str(tmp / "state.db")])  # fmt: skip
+        wait_listening("127.0.0.1", port)
+        wait_listening("127.0.0.1", control)
+        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
+        for k in range(2):
+            reg = fed.cli("supernode", "register", str(certs / f"supernode_{k}.pub"), "op")
+            if reg.returncode != 0:
+                raise RuntimeError(f"registering node {k}: {reg.stdout} {reg.stderr}")
+            role = ["--role", ("alpha", "beta")[k]] if method == "fedrl" else []
+            fed.start(
+                f"sn{k}",
+                [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
+                 "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port()),
+                 "--tls", str(certs / "ca.crt"), "--key", str(certs / f"supernode_{k}"), *role],
+                env={"XDG_STATE_HOME": str(tmp / f"node{k}-state")},
+            )  # fmt: skip
+        wait_for(lambda: all("SuperNode ID" in fed.log(f"sn{k}") for k in range(2)), 120,
+                 what="both nodes to join")  # fmt: skip
+        rc = (f'method="{method}" num-clients=2 num-server-rounds={rounds} eval-every={rounds} '
+              f'seed=0 out-dir="{out}" {JOBS[method]}')  # fmt: skip
+        started = fed.cli("run", str(ROOT), "op", "--format", "json", "--run-config", rc)
+        run_id = json.loads(started.stdout)["run-id"]
+        wait_for(lambda: fed.status("op", run_id).startswith("finished"), 3600, every=5,
+                 what="the deployed run")  # fmt: skip
+        status = fed.status("op", run_id)
+        if status != "finished:completed":
+            raise RuntimeError(f"{method} deployed: {status}; logs in {tmp}")
+        return tmp
+    finally:
+        fed.close()
+
+
+def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) -> dict:
+    r, c = pd.read_csv(out / "rounds.csv"), audit_costs(folder)
+    n = exchanges(method, out, folder)
+    per_msg = (r.wall_s / n.clip(lower=1)).median()
+    row = {
+        "method": method,
+        "engine": engine,
+        "rounds": len(r),
+        "messages_per_round": float(n.mean()),
+        "round_s": round(float(r.wall_s.median()), 2),
+        "message_s": round(float(per_msg), 3),
+        "replies_costed": len(c),
+    }
+    for col in ("process_age_s", "handler_s", "rebuild_s", "work_s", "state_s", "save_s"):
+        row[col] = round(float(c[col].median()), 4) if col in c and c[col].notna().any() else None
+    if engine == "simulation":
+        row["process_age_s"] = None  # Ray's long-lived worker: its age says nothing
+    if engine == "deployment":
+        row["imports_s"] = round(imports["all"], 3)
+        row["our_imports_s"] = round(imports["ours"], 3)
+        row["transport_s"] = round(per_msg - (row["process_age_s"] or 0) - row["handler_s"], 3)
+    else:  # a long-lived worker: no process start or imports per message
+        row["imports_s"] = row["our_imports_s"] = 0.0
+        row["transport_s"] = round(per_msg - row["handler_s"], 3)
+    row["ours_s"] = round(row["handler_s"] - (row["work_s"] or 0) + row["our_imports_s"], 3)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--methods", nargs="+", default=list(JOBS), choices=list(JOBS))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--work",
+        default="",
+        help="folder of the runs (default: a new temporary one); runs finished there are reused",
+    )
+    a = ap.parse_args(argv)
+    if a.rounds < 1:
+        print("message_cost: --rounds must be >= 1", file=sys.stderr)
+        return 2
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="message-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"runs in {work}", flush=True)
+    rows = []
+    for method in a.methods:
+        entry = ["flwr.clientapp", "clients.app", HANDLER[method]]
+        imports = {
+            "all": import_seconds(entry),
+            "ours": import_seconds(entry) - import_seconds(["flwr.clientapp", "torch"]),
+        }
+        imports["ours"] = max(0.0, imports["ours"])
+        sim = simulated(method, a.rounds, work)
+        rows.append(summarize(method, "simulation", sim, sim, imports))
+        dep = deployed(method, a.rounds, work)
+        rows.append(summarize(method, "deployment", dep, dep / "out", imports))
+        for key in ("message_s", "round_s"):
+            rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(rows[-2][key], 1e-9), 1)
+        print(json.dumps(rows[-2:], indent=1), flush=True)
+    table = pd.DataFrame(rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RESULTS / "message_cost.csv", index=False)
+    print(f"\n{command_line(__file__, argv)}\n")
+    print(markdown(table))
+    return 0
+
+
+SHOWN = {
+    "method": "method",
+    "engine": "engine",
+    "messages_per_round": "messages / round",
+    "round_s": "round (s)",
+    "message_s": "message (s)",
+    "process_age_s": "process start + imports + Flower's hand-over (s)",
+    "imports_s": "imports (s)",
+    "rebuild_s": "our rebuild (s)",
+    "work_s": "work (s)",
+    "handler_s": "our handler (s)",
+    "ours_s": "our overhead: handler - work + our imports (s)",
+    "transport_s": "Flower's transport (s)",
+    "message_s_ratio": "message deployed / simulated",
+}
+
+
+def markdown(table: pd.DataFrame) -> str:
+    t = table.reindex(columns=list(SHOWN)).astype(object).where(table.notna(), "")
+    return pipe_table(list(SHOWN.values()), t.values.tolist())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
