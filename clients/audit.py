@@ -245,22 +245,25 @@ def read(path: str | Path) -> list[dict]:
 
 
 def summary(records: list[dict]) -> str:
-    """What left this party, one row per run, round, kind and step: messages sent and refused,
-    arrays, bytes, the noise and bound on them, the privacy spent by then."""
+    """What left this party, one row per run, round, kind and step (with the method and the
+    time of the first message): messages sent and refused, arrays, bytes, the noise and bound on
+    them and the privacy spent by then ("-" where a release carries no noise figure); then the
+    privacy spent per run, in total."""
     import pandas as pd
 
     if not records:
         return "(empty log)"
     df = pd.DataFrame(records)
-    for col in ("sigma", "clip", "epsilon"):
+    for col in ("sigma", "clip", "epsilon", "method", "time"):
         if col not in df:
-            df[col] = float("nan")
+            df[col] = float("nan") if col in ("sigma", "clip", "epsilon") else ""
     df["n_arrays"] = df["arrays"].map(len)
     df["sent"] = df["status"].eq("sent")
     df["refused"] = df["status"].eq("refused")
     table = (
-        df.groupby(["run", "partition", "round", "kind", "step"], sort=True)
+        df.groupby(["run", "partition", "method", "round", "kind", "step"], sort=True)
         .agg(
+            time=("time", "min"),
             sent=("sent", "sum"),
             refused=("refused", "sum"),
             arrays=("n_arrays", "sum"),
@@ -270,10 +273,22 @@ def summary(records: list[dict]) -> str:
             epsilon=("epsilon", "max"),
         )
         .reset_index()
+        .sort_values(["run", "partition", "time"], kind="stable")
     )
+    for col in ("sigma", "clip", "epsilon"):
+        table[col] = table[col].map(lambda v: "-" if v != v else f"{v:.4g}")
+    totals = []
+    for (run, part), g in df.groupby(["run", "partition"], sort=True):
+        eps = g["epsilon"].max()
+        totals.append(
+            f"run {run} partition {part}: "
+            + (f"epsilon {eps:.4g} in total" if eps == eps else "no noised release recorded")
+        )
     head = records[-1]
     return (
-        table.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+        table.to_string(index=False)
+        + "\n"
+        + "\n".join(totals)
         + f"\n{len(records)} records; head hash {head['hash']} (keep it elsewhere: the anchor)"
     )
 

@@ -93,6 +93,9 @@ def test_the_console_script_is_installed_and_exits_by_the_chain(tmp_path):
     assert ok.returncode == 0 and "OK" in ok.stdout, ok.stderr
     summary = subprocess.run([*cmd, "summary", str(path)], capture_output=True, text=True)
     assert summary.returncode == 0 and "head hash" in summary.stdout
+    # the method and time of each row; no NaN noise columns for a method that adds none
+    assert "fedavg" in summary.stdout and "nan" not in summary.stdout.lower()
+    assert "partition 1: no noised release recorded" in summary.stdout
     rec = json.loads(path.read_text().splitlines()[0])
     assert rec["seq"] == 0 and rec["prev"] == "0" * 64
     _tamper(path, "byte")
