@@ -24,6 +24,7 @@ training houses only. Optimizers and learning rates are the CPU recipe's
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -292,6 +293,24 @@ def main(argv=None) -> int:
         return 2
 
 
+# what does not change what any stage learns, and what only one stage's learning depends on
+NOT_SETTINGS = {"stages", "redo", "threads", "results_dir", "out", "tag"}
+ONLY = {
+    "agent": {"iters", "lr", "optimizer", "feedback", "ml_weight", "max_actions"},
+    "speaker": {"speaker_iters", "speaker_lr", "speaker_word_dropout", "speaker_step_skip"},
+    "augment": {"aug_iters", "aug_lr", "aug_routes"},
+}
+USES = {"agent": {"agent"}, "speaker": {"speaker"}, "augment": {"agent", "speaker", "augment"}}
+
+
+def stage_settings(a, stage: str) -> dict:
+    """The command's settings that decide what `stage` learns (kept beside its log): the
+    augment stage starts from the follower and back-translates with the speaker, so theirs
+    count for it too."""
+    other = set().union(*(ONLY[s] for s in ONLY if s not in USES[stage]))
+    return {k: v for k, v in sorted(vars(a).items()) if k not in NOT_SETTINGS | other}
+
+
 def run(a) -> int:
     if a.lr <= 0 or a.aug_lr <= 0 or a.speaker_lr <= 0:
         print("vln_centralized: --lr, --aug-lr and --speaker-lr must be > 0", file=sys.stderr)
@@ -341,28 +360,38 @@ def run(a) -> int:
     ck = out / "checkpoints"
 
     def done(stage):
-        """Finished earlier: its checkpoint exists and its log reached the stage's length."""
+        """Finished earlier with these settings: its checkpoint exists, its log reached the
+        stage's length, and the settings it was trained with (`<stage>_settings.json`) are
+        today's (a stage of another recipe is trained again, not reused)."""
         target = {"agent": a.iters, "speaker": a.speaker_iters, "augment": a.aug_iters}[stage]
         log = out / f"{stage}_log.csv"
         if a.redo or not (ck / f"{stage}.pt").is_file() or not log.is_file():
+            return False
+        kept = out / f"{stage}_settings.json"
+        if kept.is_file() and json.loads(kept.read_text()) != stage_settings(a, stage):
+            print(f"[{stage}] in {out} was trained with other settings ({kept}); training again")
             return False
         done = pd.read_csv(log)
         stopped = "converged" in done and bool(done["converged"].fillna(False).astype(bool).any())
         return done["iteration"].max() >= target or stopped
 
+    finished = {stage for stage in a.stages if done(stage)}
     for stage in a.stages:
-        if done(stage):
+        if stage in finished:
             print(f"[{stage}] finished earlier in {out}; skipped (--redo retrains)")
-    if "agent" in a.stages and not done("agent"):
+        else:
+            recipe = stage_settings(a, stage)
+            (out / f"{stage}_settings.json").write_text(json.dumps(recipe, indent=1))
+    if "agent" in a.stages and "agent" not in finished:
         follower = Follower(fsize)
         print(
             f"follower: {sum(p.numel() for p in follower.parameters()):,} parameters, "
             f"language encoder {100 * parameter_share(follower, 'lang_encoder.'):.1f}%"
         )
         train_follower(a, vln, follower, train, evals, "agent", out, tokens, settings)
-    if "speaker" in a.stages and not done("speaker"):
+    if "speaker" in a.stages and "speaker" not in finished:
         train_speaker(a, vln, Speaker(ssize), train, evals, out, inputs)
-    if "augment" in a.stages and not done("augment"):
+    if "augment" in a.stages and "augment" not in finished:
         for need, stage in (("speaker", "speaker"), ("agent_best", "agent")):
             if not (ck / f"{need}.pt").is_file():
                 raise DataError(

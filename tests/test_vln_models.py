@@ -276,6 +276,11 @@ def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeyp
     stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
     assert vln_centralized.main(args) == 0  # every stage is skipped
     assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
+    # another speaker recipe retrains the speaker and what uses it, not the follower
+    speaker_stamp = (tmp_path / "run" / "speaker_log.csv").stat().st_mtime_ns
+    assert vln_centralized.main([*args, "--speaker-word-dropout", "0.25"]) == 0
+    assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
+    assert (tmp_path / "run" / "speaker_log.csv").stat().st_mtime_ns != speaker_stamp
 
 
 def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch):
