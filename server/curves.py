@@ -28,6 +28,20 @@ def _scalars(row: dict) -> dict[str, float]:
     return out
 
 
+TRAINING = ("loss", "train", "consensus", "exploration", "cd_grad_ratio", "pb_entropy")
+
+
+def _group(stage: str, metric: str) -> str:
+    """TensorBoard's section of a rounds.csv column: a model's scores on held-out data under
+    `eval` (`<stage> eval` in a run of several stages), what training itself reports and the
+    round's bookkeeping under the stage (`train` for one-stage runs)."""
+    from server.plots import is_bookkeeping, meaning_of
+
+    if is_bookkeeping(metric) or any(t in metric for t in TRAINING) or not meaning_of(metric)[0]:
+        return stage
+    return "eval" if stage == "train" else f"{stage} eval"
+
+
 class Curves:
     def __init__(self, out: Path):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
@@ -39,8 +53,9 @@ class Curves:
     def round(self, row: dict, clients: list[dict], silos: list[dict]) -> None:
         """The round `row` ended: its metrics, and the rows of its clients and silos."""
         step = int(row["round"])
+        stage = row.get("stage", "train")
         for k, v in _scalars(row).items():
-            self.writer.add_scalar(f"{row.get('stage', 'train')}/{k}", v, step)
+            self.writer.add_scalar(f"{_group(stage, k)}/{k}", v, step)
         for kind, rows in (("client", clients), ("silo", silos)):
             for r in rows:
                 if r.get("round") != step:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -48,6 +49,27 @@ MEANINGS = [
     ("silo_rmse_mean", "steering RMSE on each silo's own test set, mean over silos", "rad"),
     ("silo_mae_mean", "steering MAE on each silo's own test set, mean over silos", "rad"),
     ("avg_rmse", "steering RMSE, average of the silos' models on the pooled test set", "rad"),
+    ("avg_mae", "steering MAE, average of the silos' models on the pooled test set", "rad"),
+    ("silo_rmse_own_mean", "steering RMSE of each silo's model on its own test set, mean", "rad"),
+    ("silo_mae_own_mean", "steering MAE of each silo's model on its own test set, mean", "rad"),
+    (
+        "silo_rmse_pooled_mean",
+        "steering RMSE of each silo's model on the pooled test set, mean",
+        "rad",
+    ),
+    (
+        "silo_mae_pooled_mean",
+        "steering MAE of each silo's model on the pooled test set, mean",
+        "rad",
+    ),
+    ("cd-loss", "CDL's contrastive-divergence loss L_cd+ (Eq. 5), mean over silos", "nats"),
+    ("cd_loss", "CDL's contrastive-divergence loss L_cd+ (Eq. 5), mean over silos", "nats"),
+    (
+        "cd_grad_ratio",
+        "backbone gradient norm of L_cd+ over that of the MSE, first minibatch",
+        "ratio",
+    ),
+    ("pb_entropy", "entropy of the backbone's softened output P_b, first minibatch", "nats"),
     ("rmse", "steering RMSE, global model on the pooled test set", "rad"),
     ("mae", "steering MAE, global model on the pooled test set", "rad"),
     ("train_loss", "training loss, mean over the round's clients", ""),
@@ -61,7 +83,7 @@ MEANINGS = [
     ("_ne", "navigation error (distance to the goal at the stop)", "m"),
     ("_tl", "trajectory length", "m"),
     ("_bleu", "speaker BLEU-4 against the human instructions", "BLEU-4"),
-    ("succ-rate", "success rate of the greedy policy on the split's maps", "fraction of episodes"),
+    ("succ-rate", "success rate of the greedy policy", "fraction of episodes"),
     ("reward", "mean episode reward of the greedy policy", ""),
     ("f1", "F1 of the extracted actions", ""),
 ]
@@ -71,7 +93,15 @@ PEER_MEANINGS = {
     "rmse": ("steering RMSE, each silo's model on the pooled test set, mean over silos", "rad"),
     "mae": ("steering MAE, each silo's model on the pooled test set, mean over silos", "rad"),
 }
-SPLITS = {"val_unseen": "val unseen houses", "val_seen": "val seen houses", "test": "test"}
+SPLITS = {
+    "val_unseen": "val unseen houses",
+    "val_seen": "val seen houses",
+    "best-valid": "valid split, kept checkpoint",
+    "best-test": "test split, kept checkpoint",
+    "valid": "valid split",
+    "test": "test split",
+    "train-": "training episodes",
+}
 # what to put in summary.png first, by name ending
 HEADLINE = ("rmse", "mae", "val_unseen_sr", "val_unseen_spl", "bleu", "succ-rate", "f1", "reward")
 
@@ -88,11 +118,13 @@ def meaning_of(metric: str, method: str = "") -> tuple[str, str]:
     """(what is measured on what, unit) of a rounds.csv column of a run of `method`; ("", "")
     if unknown."""
     base = metric.split("-test_noise")[0]
+    party = re.match(r"(alpha|beta)-", base)  # a FedRL party's own figure
+    bare = base[party.end() :] if party else base
     if base in PEER_MEANINGS and _is_peer(method):
         return PEER_MEANINGS[base]
     for name, what, unit in MEANINGS:
         if base.endswith(name):  # the list runs from the specific to the general
-            split = next((v for k, v in SPLITS.items() if base.startswith(k)), "")
+            split = next((v for k, v in SPLITS.items() if bare.startswith(k)), "")
             noise = re.search(r"test_noise=(on|off)", metric)
             extra = [split] if split else []
             extra += [f"test noise {noise.group(1)}"] if noise else []
@@ -154,8 +186,8 @@ def config_differences(run_dirs: list[Path]) -> list[str]:
 def _metrics(runs: list[tuple[str, pd.DataFrame]]) -> list[str]:
     """Metric columns in order, without one whose values equal an earlier one's in every run."""
     out: list[str] = []
-    for _, df, _ in runs:
-        for c in df.columns:
+    for _, df, _ in runs:  # headline metrics first: a duplicate of one is dropped, not it
+        for c in sorted(df.columns, key=lambda c: not _headline(c)):
             if c in out or is_bookkeeping(c) or not pd.api.types.is_numeric_dtype(df[c]):
                 continue
             if df[c].isna().all():
@@ -174,6 +206,10 @@ def _metrics(runs: list[tuple[str, pd.DataFrame]]) -> list[str]:
     return out
 
 
+def _headline(metric: str) -> bool:
+    return metric.split("-test_noise")[0].endswith(HEADLINE)
+
+
 def _draw(ax, runs, metric: str) -> None:
     for label, df, _ in runs:
         if metric not in df.columns:
@@ -190,7 +226,7 @@ def _draw(ax, runs, metric: str) -> None:
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"{metric} ({unit})" if unit else metric, fontsize=8)
-    ax.set_title(what or metric, fontsize=9)
+    ax.set_title(textwrap.fill(what or metric, 48), fontsize=8)
     ax.grid(alpha=0.3)
 
 

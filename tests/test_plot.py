@@ -47,6 +47,13 @@ def test_titles_say_what_on_what_with_units_and_full_names():
     from server.plots import meaning_of
 
     assert meaning_of("rmse") == ("steering RMSE, global model on the pooled test set", "rad")
+    # CDL has no global model; its own figures carry a meaning and a unit (issue 45)
+    assert "silos' models" in meaning_of("avg_mae")[0] and meaning_of("avg_mae")[1] == "rad"
+    assert meaning_of("cd_grad_ratio")[1] == "ratio" and meaning_of("pb_entropy")[1] == "nats"
+    assert "own test set" in meaning_of("silo_mae_own_mean")[0]
+    # FedRL's titles name the split and the checkpoint
+    assert "(valid split, test noise on)" in meaning_of("valid-succ-rate-test_noise=on")[0]
+    assert "kept checkpoint" in meaning_of("best-test-succ-rate-test_noise=off")[0]
     what, unit = meaning_of("val_unseen_ndtw")
     assert what.startswith("normalised dynamic time warping") and "val unseen" in what
     assert unit == "%"

@@ -479,14 +479,14 @@ def test_every_round_is_in_tensorboard_beside_rounds_csv(tmp_path):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    got = {e.step: e.value for e in events.Scalars("train/rmse")}
+    got = {e.step: e.value for e in events.Scalars("eval/rmse")}  # held-out scores: eval/
     assert got == pytest.approx(dict(zip(rounds["round"], rounds["rmse"])))
     clients = pd.read_csv(tmp_path / "clients.csv")
     for p in range(3):
         mine = clients[clients.partition == p]
         loss = {e.step: e.value for e in events.Scalars(f"client {p}/train_loss")}
         assert loss == pytest.approx(dict(zip(mine["round"], mine["train_loss"])))
-    assert "train/wall_s" in tags and "train/round" not in tags
+    assert "train/wall_s" in tags and "train/round" not in tags and "train/rmse" not in tags
 
 
 def test_clients_csv_keeps_64_bit_node_ids_when_a_row_has_no_node(tmp_path):
