@@ -47,7 +47,7 @@ import torch
 from config.fedvln_recipe import CPU
 from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
 from experiments import fedvln_speaker
-from experiments.simulate import RESULTS, ROOT, command_line
+from experiments.simulate import RESULTS, ROOT, command_line, path_digest
 from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
@@ -109,13 +109,16 @@ def adapt(follower, house, arm: str, speaker, routes, words: dict, a, seed: int)
 def run_seed(a, seed: int) -> pd.DataFrame:
     out = Path(a.out) / f"seed{seed}"
     rows_csv, made_by = out / "oracle.csv", out / "oracle.json"
-    launch = {k: getattr(a, k) for k in KEYED}
+    base = fedvln_speaker.train(fedvln_speaker.parse_args([]), seed)
+    ck = base / "grounded" / "checkpoints"
+    # the follower and the speaker it adapts with are part of what made the rows
+    launch = {k: getattr(a, k) for k in KEYED} | {
+        f: path_digest(ck / f) for f in ("agent_best.pt", "speaker.pt")
+    }
     if rows_csv.is_file() and not a.redo:
         if made_by.is_file() and json.loads(made_by.read_text()) == launch:
             return pd.read_csv(rows_csv)
-        print(f"  seed {seed}: {rows_csv} was made with other settings; adapting again")
-    base = fedvln_speaker.train(fedvln_speaker.parse_args([]), seed)
-    ck = base / "grounded" / "checkpoints"
+        print(f"  seed {seed}: {rows_csv} was made with other settings or models; adapting again")
     follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
     speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
     spec = HouseSpec()  # vln_centralized's default houses

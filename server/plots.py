@@ -24,6 +24,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from contracts.messages import CD_LOSS  # noqa: E402
+
 NOT_METRICS = {
     "round",
     "stage",
@@ -62,7 +64,7 @@ MEANINGS = [
         "steering MAE of each silo's model on the pooled test set, mean",
         "rad",
     ),
-    ("cd-loss", "CDL's contrastive-divergence loss L_cd+ (Eq. 5), mean over silos", "nats"),
+    (CD_LOSS, "CDL's contrastive-divergence loss L_cd+ (Eq. 5), mean over silos", "nats"),
     ("cd_loss", "CDL's contrastive-divergence loss L_cd+ (Eq. 5), mean over silos", "nats"),
     (
         "cd_grad_ratio",
@@ -211,6 +213,7 @@ def _headline(metric: str) -> bool:
 
 
 def _draw(ax, runs, metric: str) -> None:
+    rounds: set[int] = set()
     for label, df, _ in runs:
         if metric not in df.columns:
             continue
@@ -222,9 +225,13 @@ def _draw(ax, runs, metric: str) -> None:
                 continue
             name = label if stages <= 1 else f"{label} {stage}"
             ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
+            rounds.update(int(r) for r in part["round"])
     what, unit = meaning_of(metric, runs[0][2])
     ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(rounds) <= 12:  # few rounds (one, say): ticks at them, never at fractions
+        ax.set_xticks(sorted(rounds))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"{metric} ({unit})" if unit else metric, fontsize=8)
     ax.set_title(textwrap.fill(what or metric, 48), fontsize=8)
     ax.grid(alpha=0.3)

@@ -80,3 +80,14 @@ def test_cli_reports_missing_run(tmp_path):
         cwd=ROOT,
     )
     assert res.returncode == 2 and "rounds.csv: not found" in res.stderr
+
+
+def test_a_one_round_metric_gets_integer_round_ticks():
+    import matplotlib.pyplot as plt
+
+    from server.plots import _draw
+
+    fig, ax = plt.subplots()
+    _draw(ax, [("run", pd.DataFrame({"round": [1], "rmse": [0.2]}), "fedavg")], "rmse")
+    assert list(ax.get_xticks()) == [1]
+    plt.close(fig)
