@@ -8,11 +8,11 @@ official one, beside the floors a constant cannot pass (issue 41), centralized, 
 Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.vln_centralized`):
 
 - `grounded/`: the follower (agent stage, till convergence), the speaker of models/speaker.py
-  (word dropout + step skip; checkpoint `speaker.pt` = best val_seen route fidelity) and the
+  (the step skip; checkpoint `speaker.pt` = best val_seen route fidelity) and the
   augmented follower (Envdrop_aug, from the follower's best, back-translated by that speaker);
-- `official/`: the speaker as the official code builds it (no word dropout, no step skip),
-  same data, budget, seed and selection rule; with `--variants`, also `word-dropout-only/` and
-  `step-skip-only/`, one grounding change each (the ablation).
+- `official/`: the speaker as the official code builds it (no step skip), same data, budget,
+  seed and selection rule; with `--variants`, also `skip+word-dropout/` (word dropout 0.25 on
+  top of the skip) and `word-dropout-only/` (the ablation).
 
 Every speaker row is scored on val_seen and val_unseen, one instruction per path, at its kept
 checkpoint (`best`: val_seen fidelity) and its `last`, with
@@ -55,9 +55,10 @@ from training import vln_speaker_quality as quality
 
 VARIANTS = {  # out folder: vln_centralized speaker flags
     "grounded": [],
-    "official": ["--speaker-word-dropout", "0", "--speaker-step-skip", "0"],
-    "word-dropout-only": ["--speaker-step-skip", "0"],  # the ablation (--variants)
-    "step-skip-only": ["--speaker-word-dropout", "0"],
+    "official": ["--speaker-step-skip", "0"],
+    # the ablation (--variants): word dropout on top of the skip, and alone
+    "skip+word-dropout": ["--speaker-word-dropout", "0.25"],
+    "word-dropout-only": ["--speaker-word-dropout", "0.25", "--speaker-step-skip", "0"],
 }
 DEFAULT_VARIANTS = ["grounded", "official"]
 FIDELITY = [
@@ -254,7 +255,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=DEFAULT_VARIANTS,
         choices=list(VARIANTS),
         help="speakers to compare (the grounded one's follower is always trained: it scores "
-        "what each speaker teaches); word-dropout-only and step-skip-only are the ablation",
+        "what each speaker teaches); skip+word-dropout and word-dropout-only are the ablation",
     )
     ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (one core each)")
     ap.add_argument(
