@@ -211,8 +211,8 @@ def test_every_file_and_name_the_docs_and_docstrings_point_to_exists():
 
 
 def test_the_equation_map_names_functions_that_exist():
-    """README's "Equation → code": every `file`, `function` of a row is defined there."""
-    text = (ROOT / "README.md").read_text()
+    """docs/layout.md's "Equation → code": every `file`, `function` of a row is defined there."""
+    text = (ROOT / "docs" / "layout.md").read_text()
     table = text[text.index("**Equation → code.**") :].split("\n\n")[1]
     rows = [r for r in table.splitlines()[2:] if r.startswith("|")]
     assert len(rows) >= 10
