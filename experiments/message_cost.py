@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from clients.audit import read
 from experiments.loopback import (
     PYTHON,
     ROOT,
@@ -82,29 +83,25 @@ def import_seconds(modules: list[str], repeats: int = 3) -> float:
     return statistics.median(runs)
 
 
-def audit_costs(folder: Path) -> pd.DataFrame:
-    rows = []
-    for log in folder.rglob("audit/*.jsonl"):
-        for line in log.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if "cost" in r and r.get("status") == "sent" and r.get("kind") != "query":
-                rows.append(r["cost"])
-    return pd.DataFrame(rows)
-
-
-def exchanges(method: str, out: Path, folder: Path) -> pd.Series:
-    """Messages one after another in each round, from the nodes' audit logs: every reply of
-    both parties for FedRL (its messages are a chain, evaluation included), one node's
-    replies for a method whose nodes answer at once."""
-    rounds = pd.read_csv(out / "rounds.csv")["round"]
-    rows = []
-    for log in folder.rglob("audit/partition-*.jsonl"):
-        rows += [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+def sent_replies(folder: Path) -> pd.DataFrame:
+    """Every reply the nodes under `folder` sent (their audit logs, clients/audit.py), queries
+    left out."""
+    rows = [r for log in sorted(folder.rglob("audit/partition-*.jsonl")) for r in read(log)]
     got = pd.DataFrame(rows)
-    got = got[(got.kind != "query") & (got.status == "sent") & (got["round"] > 0)]
+    return got[(got.kind != "query") & (got.status == "sent")]
+
+
+def audit_costs(replies: pd.DataFrame) -> pd.DataFrame:
+    """What each reply cost its node (clients/costs.py)."""
+    return pd.DataFrame([c for c in replies.get("cost", []) if isinstance(c, dict)])
+
+
+def exchanges(method: str, out: Path, replies: pd.DataFrame) -> pd.Series:
+    """Messages one after another in each round: every reply of both parties for FedRL (its
+    messages are a chain, evaluation included), one node's replies for a method whose nodes
+    answer at once."""
+    rounds = pd.read_csv(out / "rounds.csv")["round"]
+    got = replies[replies["round"] > 0]
     if method not in SEQUENTIAL:
         got = got[got.partition == got.partition.min()]
     return got.groupby("round").size().reindex(rounds).fillna(0).reset_index(drop=True)
@@ -172,8 +169,9 @@ def deployed(method: str, rounds: int, work: Path) -> Path:
 
 
 def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) -> dict:
-    r, c = pd.read_csv(out / "rounds.csv"), audit_costs(folder)
-    n = exchanges(method, out, folder)
+    replies = sent_replies(folder)
+    r, c = pd.read_csv(out / "rounds.csv"), audit_costs(replies)
+    n = exchanges(method, out, replies)
     per_msg = (r.wall_s / n.clip(lower=1)).median()
     row = {
         "method": method,
@@ -218,11 +216,11 @@ def main(argv=None) -> int:
     rows = []
     for method in a.methods:
         entry = ["flwr.clientapp", "clients.app", HANDLER[method]]
+        every = import_seconds(entry)
         imports = {
-            "all": import_seconds(entry),
-            "ours": import_seconds(entry) - import_seconds(["flwr.clientapp", "torch"]),
+            "all": every,
+            "ours": max(0.0, every - import_seconds(["flwr.clientapp", "torch"])),
         }
-        imports["ours"] = max(0.0, imports["ours"])
         sim = simulated(method, a.rounds, work)
         rows.append(summarize(method, "simulation", sim, sim, imports))
         dep = deployed(method, a.rounds, work)
