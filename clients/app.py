@@ -37,6 +37,7 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
         try:
             p.serves(c.run.method)
             with costs.phase("state"):
+                state_store.claim(context, c)  # one run per node folder
                 state_store.restore(context, c)
             reply = (
                 getattr(handler, kind)(msg, context) if kind != "query" else _identity(msg, context)

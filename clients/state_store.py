@@ -14,12 +14,25 @@ where the node writes (issue 28: a submitter's out-dir chose every node's folder
 kept for a run with no out-dir. One folder per node (partition), two snapshots each: the newest
 and the one before it, tagged with their server round. A node may have begun round k+1 before the kill, so the resumed node loads the newest
 snapshot of a round <= k. Format: Flower's own RecordDict protobuf (no pickle, no code).
+
+Whose (issue 42): two runs given one out-dir would share every node's folder, and the last
+writer would win silently. The server's out-dir lock (server/run_lock.py) stops that on one
+server host; the node holds its own line too, because in deployment nothing keeps a process
+alive between messages to hold a kernel lock. Each folder records its owner run and the time
+of that run's last message (`owner.json`, under an flock while it is read and written). A fresh
+run is refused while another run has used the folder within `LEASE_S`, naming that run; a run
+that finds its folder taken over by another mid-run is refused too (never two writers). A
+resumed run (`resume = true`) takes the folder over at once: resuming says the old run is dead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +44,9 @@ from clients import policy
 from config import Config
 
 TAG = "state-store"  # ConfigRecord in context.state: the snapshot's round
+CLAIM = "state-claim"  # ConfigRecord in context.state: this run has claimed the node's folder
+OWNER = "owner.json"
+LEASE_S = 600.0  # a run silent this long on a node no longer holds its folder against a fresh run
 
 
 def folder(context: Context, c: Config) -> Path | None:
@@ -43,6 +59,53 @@ def folder(context: Context, c: Config) -> Path | None:
 
 class StateUnreadable(ValueError):
     """A node's saved state that does not parse; the message names the file."""
+
+
+class StateInUse(RuntimeError):
+    """A node's state folder that another run holds; the message names the run and the folder."""
+
+
+def claim(context: Context, c: Config) -> None:
+    """Make this run the owner of the node's folder (every message; a few ms), or refuse.
+
+    Refused: a fresh run while another run's last message here is < LEASE_S old, and a run
+    whose folder another run has taken over since this run claimed it."""
+    where = folder(context, c)
+    if where is None:
+        return
+    run, now = int(context.run_id), time.time()
+    where.mkdir(parents=True, exist_ok=True)
+    with open(where / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # nodes of one machine never interleave a claim
+        owner = _owner(where / OWNER)
+        if owner is not None and owner["run"] != run:
+            age = max(0.0, now - owner["at"])
+            if CLAIM in context.state:
+                raise StateInUse(
+                    f"this node's state folder {where} (out-dir {c.run.out_dir!r}) was taken "
+                    f"over by run {owner['run']} {age:.0f} s ago; this run {run} stops here "
+                    "rather than write beside it"
+                )
+            if not c.run.resume and age < LEASE_S:
+                raise StateInUse(
+                    f"this node's state folder {where} (out-dir {c.run.out_dir!r}) is in use "
+                    f"by run {owner['run']} (its last message here {age:.0f} s ago): give this "
+                    "run another out-dir, wait for that run to end, or resume it "
+                    f"(resume = true; a folder silent for {LEASE_S:.0f} s is free)"
+                )
+        tmp = where / (OWNER + ".tmp")
+        tmp.write_text(json.dumps({"run": run, "at": now, "out-dir": c.run.out_dir}) + "\n")
+        os.replace(tmp, where / OWNER)
+    context.state[CLAIM] = ConfigRecord({"run": run})
+
+
+def _owner(path: Path) -> dict | None:
+    """The folder's owner record; an unreadable one (torn, junk) counts as no owner: it guards
+    against a live second writer, and a live writer rewrites it at every message."""
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        raw = json.loads(path.read_text())
+        return {"run": int(raw["run"]), "at": float(raw["at"])}
+    return None
 
 
 def _read(path: Path) -> tuple[int, RecordDict] | None:

@@ -2,6 +2,7 @@
 a partition that raises or sends NaN is recorded and never aggregated; the run goes on (FedRL,
 whose two parties cannot lose one, stops and names the party)."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -464,3 +465,35 @@ def test_a_saved_state_that_is_not_a_file_or_holds_nan_is_refused(tmp_path, how)
     with pytest.raises(state_store.StateUnreadable, match=says):
         state_store.restore(ctx, parse(cfg))
     assert state_store.TAG not in ctx.state
+
+
+def test_a_node_folder_holds_one_run_and_a_resume_takes_it_over(tmp_path):
+    """Two runs with one out-dir shared every node's state folder and the last writer won
+    silently (issue 42). The node now refuses a second fresh run naming the first; the first,
+    once its folder is taken over (by a resume), stops instead of writing beside it."""
+    from flwr.app import Context, RecordDict
+
+    from clients import state_store
+
+    def node(run_id, resume):
+        cfg = merged({**DRIVING, "method": "fedavg", "resume": resume, "resume-round": 1,
+                      "out-dir": str(tmp_path / "out")})  # fmt: skip
+        ctx = Context(run_id=run_id, node_id=5000, node_config={"partition-id": 0,
+                      "num-partitions": 3}, state=RecordDict(), run_config=cfg)  # fmt: skip
+        return ctx, parse(cfg)
+
+    first = node(11, False)
+    state_store.claim(*first)
+    state_store.claim(*first)  # its own later messages go on
+    with pytest.raises(state_store.StateInUse, match=r"in use by run 11 .*another out-dir"):
+        state_store.claim(*node(12, False))
+    resumed = node(13, True)
+    state_store.claim(*resumed)
+    with pytest.raises(state_store.StateInUse, match=r"taken over by run 13"):
+        state_store.claim(*first)
+    state_store.claim(*resumed)
+    owner = state_store.folder(*resumed) / state_store.OWNER
+    stale = json.loads(owner.read_text())
+    stale["at"] -= state_store.LEASE_S + 1  # the resumed run went silent: the folder is free
+    owner.write_text(json.dumps(stale))
+    state_store.claim(*node(14, False))
