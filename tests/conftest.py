@@ -33,6 +33,23 @@ os.environ.pop("FEDEMBODIED_POLICY", None)  # no policy of the machine's leaks i
 os.umask(0o022)
 
 
+# Tests that hold the machine's network (namespaces with fixed names, a local SuperLink on
+# Flower's default ports, real deployments, a Ray cluster) run one after another in one xdist
+# worker; they mostly wait on sockets, so the other worker runs the CPU-bound rest beside them.
+SERIAL_FILES = {
+    "test_security_netns.py",
+    "test_deployment.py",
+    "test_flwr_run.py",
+    "test_ray_cluster.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.xdist_group("network"))
+
+
 @pytest.fixture(autouse=True)
 def _node_state_of_this_test(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "node-state"))
