@@ -207,6 +207,7 @@ def resolve(args) -> tuple[dict, Path]:
         raise BadInput(f"--out {out} already holds a run (rounds.csv); choose another folder")
     overrides["out-dir"] = str(out)
     try:
+        methods.check_dp(parse(cfg))
         methods.server_module(args.method).check_config(parse(cfg))
     except ConfigError as e:
         raise BadInput(str(e)) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients import audit, costs, policy, state_store
+from clients import audit, costs, dp, policy, state_store
 from config import methods, parse
 from contracts.messages import round_of, saves_state
 
@@ -36,12 +36,18 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
     with costs.message() as cost:  # where this message's time went (clients/costs.py)
         try:
             p.serves(c.run.method)
+            weights = methods.get(c.run.method).releases
+            if weights != "q":  # model weights leave: the party's DP policy decides
+                dp.check(p, c)
             with costs.phase("state"):
                 state_store.claim(context, c)  # one run per node folder
                 state_store.restore(context, c)
-            reply = (
-                getattr(handler, kind)(msg, context) if kind != "query" else _identity(msg, context)
-            )
+            if kind == "query":
+                reply = _identity(msg, context)
+            elif kind == "train" and weights == "weights":
+                reply = dp.train(handler.train, msg, context, c, p)
+            else:
+                reply = getattr(handler, kind)(msg, context)
         except Exception as e:  # refused (policy) or failed: what leaves is Flower's error reply
             audit.record_reply(
                 log,
@@ -57,7 +63,7 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
         if not reply.has_error() and saves_state(msg):  # the server says when
             with costs.phase("state"):
                 state_store.save(context, c, round_of(msg))
-    privacy = getattr(handler, "privacy", None)
+    privacy = getattr(handler, "privacy", None) or (lambda ctx: dp.privacy(ctx, c))
     audit.record_reply(
         log,
         msg,

@@ -23,6 +23,10 @@ protection below, whatever the run asks.
     preexplore-share = "lang_encoder."  # pre-exploration: language encoder only (fed-lan)
     [cdl]
     share-sub-network = false       # only the backbone leaves a silo (paper Eq. 3-5)
+    [dp]                            # fedavg, fedprox, cdl-sfl, fedvln (clients/dp.py)
+    local-epsilon = 0.0             # > 0: release model updates only under local DP with
+                                    #   epsilon <= this per release (0 = not required: the papers')
+    max-epsilon = 0.0               # > 0: refuse the release that takes this party's total above
 
 Default `state-dir`: `$XDG_STATE_HOME/fedembodied`, else `~/.local/state/fedembodied`.
 """
@@ -69,6 +73,12 @@ class CDLPolicy:
 
 
 @dataclass(frozen=True)
+class DPPolicy:
+    local_epsilon: float = 0.0  # > 0: local DP required, at most this epsilon per release
+    max_epsilon: float = 0.0  # > 0: this party's budget over the run's releases
+
+
+@dataclass(frozen=True)
 class Policy:
     source: str = "built-in secure default"
     digest: str = ""  # SHA-256 of the file's bytes ("" for the built-in default)
@@ -77,6 +87,7 @@ class Policy:
     fedrl: FedRLPolicy = field(default_factory=FedRLPolicy)
     fedvln: FedVLNPolicy = field(default_factory=FedVLNPolicy)
     cdl: CDLPolicy = field(default_factory=CDLPolicy)
+    dp: DPPolicy = field(default_factory=DPPolicy)
 
     def state_root(self) -> Path:
         if self.state_dir:
@@ -95,7 +106,7 @@ class Policy:
         return Refused(f"{what} (policy key {key!r} in {self.source})")
 
 
-_SECTIONS = {"fedrl": FedRLPolicy, "fedvln": FedVLNPolicy, "cdl": CDLPolicy}
+_SECTIONS = {"fedrl": FedRLPolicy, "fedvln": FedVLNPolicy, "cdl": CDLPolicy, "dp": DPPolicy}
 
 
 def _key(name: str) -> str:
@@ -211,6 +222,15 @@ def of_node(node_config) -> Policy:
     return load(path) if path else Policy()
 
 
+def _dp_line(d: DPPolicy) -> str:
+    said = (
+        f"only under local DP, epsilon <= {d.local_epsilon:g} per release"
+        if d.local_epsilon
+        else "as the run asks (no local DP required)"
+    )
+    return said + (f", at most epsilon {d.max_epsilon:g} in total" if d.max_epsilon else "")
+
+
 def main(argv=None) -> int:
     """`python -m clients.policy FILE`: check a policy file (deploy/supernode.sh runs it before
     starting a SuperNode) and print what it enforces."""
@@ -231,7 +251,7 @@ def main(argv=None) -> int:
         f"un-noised release {'allowed' if p.fedrl.allow_no_noise else 'never'}; fedvln shares "
         f"{p.fedvln.train_share!r} in training, {p.fedvln.preexplore_share!r} in "
         f"pre-exploration; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
-        "sub-network"
+        f"sub-network; weight updates {_dp_line(p.dp)}"
     )
     return 0
 

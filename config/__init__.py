@@ -14,6 +14,7 @@ import difflib
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
+from config.dp import DPSettings
 from config.driving import CDLSettings, DrivingSettings, FedProxSettings
 from config.faults import FaultSettings
 from config.fedrl import FedRLSettings
@@ -27,6 +28,7 @@ SECTIONS = {
     "fedprox": FedProxSettings,
     "cdl": CDLSettings,
     "faults": FaultSettings,
+    "dp": DPSettings,
     "fedrl": FedRLSettings,
     "fedvln": FedVLNSettings,
 }
@@ -39,6 +41,7 @@ class Config:
     fedprox: FedProxSettings
     cdl: CDLSettings
     faults: FaultSettings
+    dp: DPSettings
     fedrl: FedRLSettings
     fedvln: FedVLNSettings
 

@@ -18,6 +18,8 @@ class Method:
     client: str  # module with train(msg, ctx), evaluate(msg, ctx), query(msg, ctx)
     domain: str  # which data the method runs on ("driving", ...)
     settings: tuple[str, ...]  # the config sections it reads besides `run` and `faults`
+    releases: str  # what leaves a party: "weights" (through the server), "peer-weights", "q"
+    dp_modes: tuple[str, ...] = ("none",)  # the `dp.mode`s it supports (config/dp.py)
 
 
 METHODS: dict[str, Method] = {
@@ -29,7 +31,9 @@ METHODS: dict[str, Method] = {
             "server.driving_run",
             "clients.driving_client",
             "driving",
-            ("driving",),
+            ("driving", "dp"),
+            "weights",
+            ("none", "central", "local"),
         ),
         Method(
             "fedprox",
@@ -37,7 +41,9 @@ METHODS: dict[str, Method] = {
             "server.driving_run",
             "clients.driving_client",
             "driving",
-            ("driving", "fedprox"),
+            ("driving", "fedprox", "dp"),
+            "weights",
+            ("none", "central", "local"),
         ),
         Method(
             "gossip",
@@ -46,6 +52,7 @@ METHODS: dict[str, Method] = {
             "clients.driving_client",
             "driving",
             ("driving",),
+            "peer-weights",
         ),
         Method(
             "cdl",
@@ -54,6 +61,7 @@ METHODS: dict[str, Method] = {
             "clients.cdl_client",
             "driving",
             ("driving", "cdl"),
+            "peer-weights",
         ),
         Method(
             "cdl-sfl",
@@ -61,7 +69,9 @@ METHODS: dict[str, Method] = {
             "server.driving_run",
             "clients.cdl_client",
             "driving",
-            ("driving", "cdl"),
+            ("driving", "cdl", "dp"),
+            "weights",
+            ("none", "central", "local"),
         ),
         Method(
             "fedrl",
@@ -71,6 +81,7 @@ METHODS: dict[str, Method] = {
             "clients.fedrl_client",
             "gridworld",
             ("fedrl",),
+            "q",
         ),
         Method(
             "fedvln",
@@ -79,7 +90,9 @@ METHODS: dict[str, Method] = {
             "server.fedvln_run",
             "clients.fedvln_client",
             "vln",
-            ("fedvln",),
+            ("fedvln", "dp"),
+            "weights",
+            ("none", "central", "local"),
         ),
     ]
 }
@@ -98,3 +111,23 @@ def server_module(name: str):
 
 def client_handler(name: str):
     return importlib.import_module(get(name).client)
+
+
+_NO_DP = {
+    "peer-weights": "a peer topology has no server aggregate for Flower's DP wrapper to noise, "
+    "and its messages carry several peers' models, which Flower's clipping and local-DP mods "
+    "refuse",
+    "q": "FedRL noises its released Q outputs itself (fedrl.sigma, fedrl.clip)",
+}
+
+
+def check_dp(c) -> None:
+    """The run's `dp.mode` is one its method supports; ConfigError saying why not."""
+    m = get(c.run.method)
+    if c.dp.mode not in m.dp_modes:
+        from config.schema import ConfigError
+
+        raise ConfigError(
+            f"run config 'dp.mode' {c.dp.mode!r}: method {m.name} supports "
+            f"{', '.join(m.dp_modes)} ({_NO_DP.get(m.releases, '')})"
+        )

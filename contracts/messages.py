@@ -19,6 +19,7 @@ SAVE_STATE = "save-state"  # True: the node writes its state after this message 
 NUM_EXAMPLES = "num-examples"  # the weight of the node's update in the mean (FedAvg)
 TRAIN_LOSS = "train-loss"  # mean training loss of the node's local steps
 FIT_S = "fit-s"  # seconds of local training
+DP_EPSILON = "dp-epsilon"  # local DP: the party's total epsilon after this release (clients/dp.py)
 LOCAL_STEPS = "local-steps"  # optimizer steps taken (FedVLN)
 NUM_AUGMENTED = "num-augmented"  # speaker-written episodes added (FedVLN augment)
 CD_LOSS = "cd-loss"  # CDL's L_cd+ (Eq. 5)

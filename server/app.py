@@ -26,6 +26,7 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     c = parse(context.run_config)
+    methods.check_dp(c)
     run, name = c.run, c.run.method
     out = out_dir(run.out_dir, name)  # fixed once: "" names a new folder at each call
     c = dataclasses.replace(c, run=dataclasses.replace(run, out_dir=str(out)))

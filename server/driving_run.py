@@ -9,16 +9,22 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 
 from config import Config
+from config.schema import ConfigError
 from models.resnet8 import ResNet8, count_parameters
 from models.state import initial_state
 from server.recorder import load_round, recorder_for, trailing_empty_rounds
-from server.strategy_args import screened_args
+from server.strategy_args import budget_stops, central_dp, screened_args
 from strategies.screened_fedavg import ScreenedFedAvg, ScreenedFedProx
 
 
 def check_config(c: Config) -> Config:
     """The run's settings (every range and choice is declared in config/ and checked by
-    `parse`; nothing here is specific to a driving run beyond them)."""
+    `parse`); central DP needs the plain mean (a median's sensitivity is not C / m)."""
+    if c.dp.mode == "central" and c.run.aggregator != "mean":
+        raise ConfigError(
+            f"run config 'dp.mode' central needs 'aggregator' mean, not {c.run.aggregator!r}: "
+            "the noise is calibrated to the mean's sensitivity C / m"
+        )
     return c
 
 
@@ -73,14 +79,17 @@ def run(grid, c: Config, name: str) -> None:
         strategy.round_offset = done
         strategy.empty_rounds = trailing_empty_rounds(recorder)
         log(INFO, "[fedembodied] resuming %s after round %d of %d", name, done, rounds)
-    strategy.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=rounds - done,
-        timeout=c.run.round_timeout,
-        train_config=ConfigRecord(),
-        evaluate_fn=end_of_round,
-    )
+    if c.dp.mode == "central":  # Flower's DP wrapper (strategies/dp.py)
+        strategy = central_dp(strategy, c, recorder)
+    with budget_stops(recorder):
+        strategy.start(
+            grid=grid,
+            initial_arrays=initial,
+            num_rounds=rounds - done,
+            timeout=c.run.round_timeout,
+            train_config=ConfigRecord(),
+            evaluate_fn=end_of_round,
+        )
 
 
 def _strategy(c: Config, name: str, recorder):

@@ -65,7 +65,7 @@ from models.envdrop import Follower, parameter_share
 from models.rng import owned
 from models.speaker import Speaker
 from server.recorder import load_round, recorder_for, trailing_empty_rounds
-from server.strategy_args import screened_args
+from server.strategy_args import budget_stops, central_dp, screened_args
 from strategies.fedvln_strategy import FedVLNStrategy
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
@@ -257,6 +257,8 @@ def run(grid, c: Config, name: str) -> None:
             [(int(r["round"]), float(r[key])) for r in recorder.rounds if key in r],
         )
         log(INFO, "[fedembodied] resuming FedVLN %s after round %d of %d", tag, done, rounds)
+    if c.dp.mode == "central":  # Flower's DP wrapper (strategies/dp.py)
+        strategy = central_dp(strategy, c, recorder)
 
     def end_of_round(server_round: int, arrays: ArrayRecord):
         if server_round == 0:
@@ -273,7 +275,8 @@ def run(grid, c: Config, name: str) -> None:
 
     if not best.stop:  # a resumed stage may have converged already
         try:
-            _start(strategy, grid, c, plan, initial, rounds - done, end_of_round)
+            with budget_stops(recorder):
+                _start(strategy, grid, c, plan, initial, rounds - done, end_of_round)
         except _Converged:
             log(
                 INFO,

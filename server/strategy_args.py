@@ -4,6 +4,11 @@ empty-round rule and evaluation sampling."""
 
 from __future__ import annotations
 
+import contextlib
+from logging import WARNING
+
+from flwr.common import log
+
 from config import Config
 
 
@@ -21,3 +26,32 @@ def screened_args(c: Config, recorder) -> dict:
         fraction_evaluate=c.run.fraction_evaluate,
         max_evaluate_nodes=c.run.max_evaluate_clients,
     )
+
+
+def central_dp(strategy, c: Config, recorder):
+    """Flower's central-DP wrapper around `strategy` (strategies/dp.py), its accountant given
+    the releases of the rounds a resumed run already holds."""
+    from strategies.dp import NORM_SLACK, CentralDP
+
+    # the parties' clipping, checked: an update farther than C from the global model is refused
+    strategy.max_update_norm = c.dp.clip * (1 + NORM_SLACK)
+    done = max(
+        (int(r["dp_releases"]) for r in recorder.rounds if r.get("dp_releases", 0) > 0),
+        default=0,
+    )
+    return CentralDP(
+        strategy, c, strategy.sampled_per_round(), strategy.num_clients, done_releases=done
+    )
+
+
+@contextlib.contextmanager
+def budget_stops(recorder):
+    """A run whose next release would exceed its privacy budget ends there, as Flower's
+    `PrivacyBudgetExhausted` says, with every finished round written and a line in the log."""
+    from flwr.serverapp.exception import PrivacyBudgetExhausted
+
+    try:
+        yield
+    except PrivacyBudgetExhausted as e:
+        log(WARNING, "[fedembodied] stopped, privacy budget spent: %s", e)
+        recorder.write_config(stopped=f"privacy budget: {e}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable
 from logging import WARNING
 
@@ -140,6 +141,18 @@ class FedVLNStrategy(ScreenedFedAvg):
         for node, p in sorted(parts.items(), key=lambda kv: kv[1]):
             out.setdefault(self.roles[p], []).append(node)
         return out
+
+    def sampled_per_round(self) -> int:
+        counts = Counter(self.roles.values())
+        return sum(
+            min(n, max(1, math.floor(n * self.rates.get(role, 0.0) + 1e-9)))
+            for role, n in counts.items()
+            if self.rates.get(role, 0.0) > 0
+        )
+
+    def dp_step_scale(self) -> float:
+        """Eq. 7 moves w by eta_t times the mean's change: central DP's noise scales with it."""
+        return self.server_lr
 
     def train_nodes(self, grid: Grid, server_round: int) -> list[int]:
         chosen = []

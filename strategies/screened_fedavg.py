@@ -29,7 +29,8 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
-from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
+from contracts.messages import DP_EPSILON, FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
+from strategies.dp import fixed_denominator_mean
 from strategies.nodes import (
     answered,
     query_partitions,
@@ -95,6 +96,7 @@ class ScreenedFedAvg(FedAvg):
         self.aggregator, self.trim = aggregator, trim  # strategies/robust.py
         self.max_update_norm = max_update_norm  # 0 = no bound
         self.max_evaluate_nodes = max_evaluate_nodes  # 0 = no cap
+        self.dp_denominator = 0  # > 0: central DP's fixed-denominator mean (strategies/dp.py)
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -130,6 +132,14 @@ class ScreenedFedAvg(FedAvg):
 
     def _extra_train_config(self) -> dict:
         return {}
+
+    def sampled_per_round(self) -> int:
+        """How many parties a training round samples (central DP's m, strategies/dp.py)."""
+        return sample_size(self.num_clients, self.fraction_train)
+
+    def dp_step_scale(self) -> float:
+        """How far the global model moves per unit of the mean (FedVLN's Eq. 7: eta_t)."""
+        return 1.0
 
     def train_nodes(self, grid: Grid, server_round: int) -> list[int]:
         """Who trains this round (subclasses sample differently)."""
@@ -305,13 +315,22 @@ class ScreenedFedAvg(FedAvg):
             float(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key])
             for c in contents
         ]
-        arrays = aggregate(updates, n, self.aggregator, self.trim)
+        if self.dp_denominator:
+            arrays = fixed_denominator_mean(updates, self.current, self.dp_denominator)
+        else:
+            arrays = aggregate(updates, n, self.aggregator, self.trim)
         loss = [
             float(next(iter(c.metric_records.values())).get(TRAIN_LOSS, float("nan")))
             for c in contents
         ]
+        spent = [  # local DP: the parties' own ledgers (clients/dp.py); the round shows the most
+            float(next(iter(c.metric_records.values()))[DP_EPSILON])
+            for c in contents
+            if DP_EPSILON in next(iter(c.metric_records.values()))
+        ]
         metrics = MetricRecord(
             {
+                **({"dp_epsilon": max(spent)} if spent else {}),
                 "train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
                 "n_accepted": len(contents),
                 **mean_signals([dict(next(iter(c.metric_records.values()))) for c in contents]),

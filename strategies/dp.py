@@ -1,0 +1,146 @@
+"""Central differential privacy around our screened strategies, with Flower 1.41's own parts.
+
+`dp.mode = "central"` (config/dp.py): every sampled party clips its update to L2 norm C with
+Flower's `fixedclipping_mod` (clients/dp.py), and Flower's
+`DifferentialPrivacyClientSideFixedClipping` adds N(0, (z C / m)^2) to the aggregate, where m
+is the number of parties sampled in the round (McMahan et al. 2018, DP-FedAvg; Flower's
+`compute_stdv`). The privacy is client-level: one party's whole data in or out.
+
+Two choices Flower's wrapper leaves to us, and why:
+- **Fixed denominator.** Flower's accounted mode insists on plain `FedAvg.aggregate_train` with
+  equal weights, because an example-weighted mean lets one large party move the mean by more
+  than C / m. Our screened strategy also drops rejected or failed replies, which would raise
+  one party's weight to 1 / k > 1 / m. In DP mode the strategy therefore averages *updates*
+  with the fixed denominator m: w + sum_i clip(w_i - w) / m (`fixed_denominator_mean`). Its
+  sensitivity is C / m whatever is dropped, which is what the noise is calibrated to; so we
+  hand Flower's accountant to the wrapper after its constructor (which would refuse a
+  non-FedAvg aggregate) and skip its equal-weight check, which this mean makes moot.
+- **Post-processing.** Batch-norm running variances are noised with the rest (they are
+  computed from the data, so they leak too); a negative variance would make the model
+  undefined, so they are floored at 1e-5 after the noise. Post-processing spends no privacy.
+
+A party re-checks nothing here: whether a party may send a clipped but un-noised update at all
+is its policy's (clients/dp.py); a policy that requires local DP refuses central runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import Array, ArrayRecord
+from flwr.serverapp import NeighboringRelation, PrivacyConfig, RdpAccountant, SamplingMethod
+from flwr.serverapp.exception import PrivacyBudgetExhausted
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
+from flwr.supercore.differential_privacy import add_gaussian_noise_inplace, compute_stdv
+from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+from config import Config
+
+VAR_FLOOR = 1e-5
+NORM_SLACK = 1e-3  # float32 rounding: a clipped update's norm may read a little above C
+
+
+def fixed_denominator_mean(
+    updates: list[dict[str, np.ndarray]], current: ArrayRecord, m: int
+) -> ArrayRecord:
+    """w + sum_i (w_i - w) / m over the accepted models w_i (m: parties sampled, not answered);
+        integer buffers (counters) keep the global model's value. Only the arrays the parties sent
+    are returned, as the screened mean does."""
+    out = {}
+    for name in updates[0]:
+        w = current[name].numpy()
+        if w.dtype.kind not in "fc":
+            out[name] = Array(np.ascontiguousarray(w))
+            continue
+        step = np.zeros(w.shape, np.float64)
+        for u in updates:
+            step += u[name].astype(np.float64) - w
+        out[name] = Array(np.ascontiguousarray((w + step / m).astype(w.dtype)))
+    return ArrayRecord(out)
+
+
+def accountant(c: Config, population: int) -> RdpAccountant:
+    """Flower's RDP accountant: client-level (add or remove one party), no sampling
+    amplification (parties are not Poisson-sampled here), the run's delta and budget."""
+    return RdpAccountant(
+        PrivacyConfig(
+            target_delta=c.dp.delta,
+            population_size=population,
+            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+            sampling_method=SamplingMethod.NO_AMPLIFICATION,
+            max_epsilon=c.dp.max_epsilon or None,
+        )
+    )
+
+
+class CentralDP(DifferentialPrivacyClientSideFixedClipping):
+    """Flower's client-side-clipping DP wrapper around a ScreenedFedAvg (or a subclass) whose
+    mean is `fixed_denominator_mean`; accounted by Flower's RdpAccountant (module docstring)."""
+
+    def __init__(self, inner, c: Config, sampled: int, population: int, done_releases: int = 0):
+        super().__init__(inner, c.dp.noise_multiplier, c.dp.clip, sampled)
+        inner.dp_denominator = sampled
+        self.accountant = accountant(c, population)
+        if done_releases:  # a resumed run: what the rounds before it released
+            self.accountant.compose(self.event(), done_releases)
+
+    def event(self) -> GaussianPrivacyEvent:
+        return GaussianPrivacyEvent(
+            noise_multiplier=self.noise_multiplier,
+            sample_size=self.num_sampled_clients,
+            population_size=self.accountant.config.population_size,
+        )
+
+    def _prepare_accounting(self, server_round: int, messages):
+        """Flower's check before a round's release (PrivacyBudgetExhausted if it would exceed
+        the budget), with the event of m sampled parties even when fewer nodes are online:
+        the fixed denominator keeps the sensitivity at C / m."""
+        messages = list(messages)
+        event = self.event() if messages else None
+        if event is not None and self.accountant.config.max_epsilon is not None:
+            if self.accountant.would_exceed(event):
+                spent = self.accountant.get_privacy_spent()
+                raise PrivacyBudgetExhausted(
+                    f"round {server_round + self.strategy.round_offset} would take epsilon "
+                    f"above run config 'dp.max-epsilon' {self.accountant.config.max_epsilon:g} "
+                    f"(spent: {spent.epsilon:.4g} at delta {spent.delta:g} after "
+                    f"{spent.num_releases} releases)"
+                )
+        self._pending_events[server_round] = event
+        return messages
+
+    def aggregate_train(self, server_round, replies):
+        """The inner strategy screens, records and takes the fixed-denominator mean; then
+        Flower's noise and release accounting, and the variance floor (post-processing)."""
+        event = self._pop_pending_event(server_round)
+        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        if arrays is not None:
+            arrays = floor_variances(self._noised(arrays))
+            self._compose_release(event)
+            spent = self.accountant.get_privacy_spent()
+            self.strategy.recorder.add_metrics(
+                {"dp_epsilon": spent.epsilon, "dp_releases": spent.num_releases}
+            )
+        return arrays, metrics
+
+    def _noised(self, arrays: ArrayRecord) -> ArrayRecord:
+        """Flower's Gaussian noise, std z C / m times the strategy's step scale (FedVLN's
+        Eq. 7 moves the model by eta_t times the mean: its sensitivity is eta_t C / m)."""
+        nd = arrays.to_numpy_ndarrays()
+        std = compute_stdv(self.noise_multiplier, self.clipping_norm, self.num_sampled_clients)
+        add_gaussian_noise_inplace(nd, std * abs(self.strategy.dp_step_scale()))
+        return ArrayRecord({k: Array(np.asarray(v)) for k, v in zip(arrays.keys(), nd)})
+
+    def __getattr__(self, name):  # round_offset, empty_rounds, recorder: the inner strategy's
+        if name == "strategy":
+            raise AttributeError(name)
+        return getattr(self.strategy, name)
+
+
+def floor_variances(arrays: ArrayRecord) -> ArrayRecord:
+    out = {}
+    for k, a in arrays.items():
+        v = a.numpy()
+        if k.endswith("running_var"):
+            v = np.maximum(v, VAR_FLOOR).astype(v.dtype)
+        out[k] = Array(np.ascontiguousarray(v))
+    return ArrayRecord(out)

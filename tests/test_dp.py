@@ -1,0 +1,190 @@
+"""Differential privacy for the weight-sharing methods (issue 44 item 2): Flower's central-DP
+wrapper and clipping mod, Flower's local-DP mod under the party's policy, the accounting, the
+budget, and what was actually sent."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.app import Array, ArrayRecord
+
+from clients import audit, policy
+from config import parse
+from config.schema import ConfigError, merged
+from tests.conftest import InProcessGrid, assert_logged_as_sent
+
+DRIVING = {
+    "method": "fedavg",
+    "driving.image-size": 24,
+    "driving.train-per-silo": 16,
+    "driving.test-per-silo": 8,
+    "driving.local-epochs": 1,
+    "driving.batch-size": 8,
+    "num-server-rounds": 2,
+    "num-clients": 3,
+}
+
+
+def _run(tmp_path, extra, policy_text=None, method="fedavg"):
+    from clients.app import app
+    from config.methods import server_module
+
+    cfg = merged({**DRIVING, "method": method, **extra, "out-dir": str(tmp_path / "out")})
+    node = {}
+    if policy_text is not None:
+        path = tmp_path / "policy.toml"
+        path.write_text(policy_text)
+        node = {"policy": str(path)}
+    grid = InProcessGrid(app, cfg, 3, node_config_extra=node)
+    server_module(method).run(grid, parse(cfg), method)
+    return grid, tmp_path / "out"
+
+
+def _updates(grid):
+    """(message arrays, reply arrays) of every accepted training exchange."""
+    by_id = {m.metadata.message_id: m for m in grid.sent}
+    out = []
+    for rep in grid.replies:
+        sent = by_id[rep.metadata.reply_to_message_id]
+        if rep.has_error() or sent.metadata.message_type != "train":
+            continue
+        down = next(iter(sent.content.array_records.values()))
+        up = next(iter(rep.content.array_records.values()))
+        out.append(({k: v.numpy() for k, v in down.items()}, {k: v.numpy() for k, v in up.items()}))
+    return out
+
+
+def _norm(down, up):
+    return math.sqrt(sum(float(np.sum((up[k] - down[k]).astype(np.float64) ** 2)) for k in up))
+
+
+def test_fixed_denominator_mean_weighs_every_party_one_mth_whoever_is_dropped():
+    from strategies.dp import fixed_denominator_mean
+
+    w = ArrayRecord({"a": Array(np.zeros(3, np.float32)), "n": Array(np.array([7], np.int64))})
+    ups = [{"a": np.ones(3, np.float32), "n": np.array([9])}, {"a": 2 * np.ones(3, np.float32)}]
+    out = fixed_denominator_mean([{"a": u["a"], "n": np.array([9])} for u in ups], w, 4)
+    assert np.allclose(out["a"].numpy(), 3 / 4)  # (1 + 2) / 4, not / 2
+    assert out["n"].numpy().tolist() == [7]  # a counter keeps the global value
+
+
+@pytest.mark.slow
+def test_central_dp_clips_on_the_party_noises_on_the_server_and_accounts_with_flower(tmp_path):
+    from flwr.serverapp import NeighboringRelation, PrivacyConfig, RdpAccountant, SamplingMethod
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+    extra = {"dp.mode": "central", "dp.clip": 0.1, "dp.noise-multiplier": 2.0}
+    grid, out = _run(tmp_path, extra)
+    ups = _updates(grid)
+    assert len(ups) == 6
+    norms = [_norm(d, u) for d, u in ups]
+    assert max(norms) <= 0.1 * 1.001 and min(norms) > 0.09  # clipped by fixedclipping_mod
+    rounds = pd.read_csv(out / "rounds.csv")
+    rounds = rounds[rounds["round"] > 0]
+    ref = RdpAccountant(PrivacyConfig(1e-5, 3, NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                      SamplingMethod.NO_AMPLIFICATION))  # fmt: skip
+    want = []
+    for _ in range(2):
+        ref.compose(GaussianPrivacyEvent(noise_multiplier=2.0, sample_size=3, population_size=3))
+        want.append(ref.get_privacy_spent().epsilon)
+    assert rounds["dp_epsilon"].tolist() == pytest.approx(want)
+    assert rounds["dp_releases"].tolist() == [1, 2]
+    # the global model moved by the noised mean: not the plain mean of what the parties sent
+    round1 = [u for d, u in ups[:3]]
+    plain = {k: sum(u[k].astype(np.float64) for u in round1) / 3 for k in round1[0]}
+    sent2 = next(iter(grid.sent[-6].content.array_records.values()))  # round 2's model
+    gap = [np.abs(sent2[k].numpy() - plain[k]).max() for k in plain if "weight" in k]
+    assert max(gap) > 0.05  # std 2.0 * 0.1 / 3 = 0.067 per coordinate, 10^5 coordinates
+    for node in range(3):  # each party's log says what its updates carried
+        log = audit.read(tmp_path / "node-state" / "fedembodied" / "audit" /
+                         f"partition-{node}.jsonl")  # fmt: skip
+        train = [r for r in log if r.get("kind") == "train"]
+        assert train and all(r["mechanism"].startswith("clip") for r in train)
+    assert_logged_as_sent(grid)
+
+
+@pytest.mark.slow
+def test_a_budget_stops_the_run_before_the_release_that_would_exceed_it(tmp_path):
+    extra = {"dp.mode": "central", "dp.clip": 0.05, "dp.noise-multiplier": 2.0,
+             "num-server-rounds": 4}  # fmt: skip
+    from flwr.serverapp import NeighboringRelation, PrivacyConfig, RdpAccountant, SamplingMethod
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+    acc = RdpAccountant(PrivacyConfig(1e-5, 3, NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                      SamplingMethod.NO_AMPLIFICATION))  # fmt: skip
+    acc.compose(GaussianPrivacyEvent(noise_multiplier=2.0, sample_size=3, population_size=3), 2)
+    two = acc.get_privacy_spent().epsilon
+    grid, out = _run(tmp_path, {**extra, "dp.max-epsilon": two * 1.01})
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert rounds["round"].max() == 2  # the third release would have exceeded it
+    assert rounds["dp_epsilon"].max() <= two * 1.01
+    said = json.loads((out / "config.json").read_text())["stopped"]
+    assert "privacy budget" in said and "dp.max-epsilon" in said
+
+
+@pytest.mark.slow
+def test_local_dp_noises_on_the_party_and_the_party_reports_its_epsilon(tmp_path):
+    from clients import dp
+
+    extra = {"dp.mode": "local", "dp.clip": 0.5, "dp.local-epsilon": 50.0}
+    grid, out = _run(tmp_path, extra, "[dp]\nlocal-epsilon = 50.0\n")
+    c = parse(merged({**DRIVING, **extra}))
+    std = dp.local_std(c)
+    assert std == pytest.approx(2 * 0.5 * math.sqrt(2 * math.log(1.25e5)) / 50)
+    for down, up in _updates(grid):  # what left: clipped update + N(0, std^2) per coordinate
+        big = max(up, key=lambda k: up[k].size)
+        diff = (up[big] - down[big]).astype(np.float64).ravel()
+        assert np.std(diff) == pytest.approx(std, rel=0.1)
+    replies = [r for r in grid.replies if not r.has_error() and r.content.metric_records]
+    eps = sorted({round(float(next(iter(r.content.metric_records.values()))[dp.EPSILON]), 6)
+                  for r in replies if dp.EPSILON in next(iter(r.content.metric_records.values()))})  # fmt: skip
+    assert eps == [round(dp.spent(c, 1), 6), round(dp.spent(c, 2), 6)]
+    assert dp.spent(c, 2) > dp.spent(c, 1) > 0
+    rounds = pd.read_csv(out / "rounds.csv")  # the server's figure is the parties' ledger
+    assert rounds["dp_epsilon"].tolist() == pytest.approx([dp.spent(c, 1), dp.spent(c, 2)])
+    log = audit.read(tmp_path / "node-state" / "fedembodied" / "audit" / "partition-0.jsonl")
+    last = [r for r in log if r.get("kind") == "train"][-1]
+    assert last["releases"] == 2 and last["epsilon"] == pytest.approx(dp.spent(c, 2))
+    assert last["sigma"] == pytest.approx(std)
+
+
+@pytest.mark.parametrize(
+    "asks,says",
+    [
+        ({}, r"asks dp.mode='none'"),
+        ({"dp.mode": "central"}, r"asks dp.mode='central'"),
+        ({"dp.mode": "local", "dp.local-epsilon": 5.0}, r"asks dp.local-epsilon=5"),
+    ],
+)
+def test_a_party_whose_policy_requires_local_dp_refuses_a_run_asking_less(tmp_path, asks, says):
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+    from clients.app import app
+    from models.state import initial_state
+
+    path = tmp_path / "p.toml"
+    path.write_text("[dp]\nlocal-epsilon = 1.0\n")
+    cfg = merged({**DRIVING, **asks, "out-dir": str(tmp_path / "out")})
+    ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 3,
+                  "policy": str(path)}, state=RecordDict(), run_config=cfg)  # fmt: skip
+    content = RecordDict({"arrays": ArrayRecord(initial_state(24, 1, 0)),
+                          "config": ConfigRecord({"server-round": 1})})  # fmt: skip
+    msg = Message(content, dst_node_id=5000, message_type="train")
+    msg.metadata.__dict__["_message_id"] = "m1"
+    with pytest.raises(policy.Refused, match=says + r".*policy key 'dp.local-epsilon'"):
+        app(msg, ctx)
+    log = audit.read(tmp_path / "node-state" / "fedembodied" / "audit" / "partition-0.jsonl")
+    assert log[-1]["status"] == "refused"  # and its own log says so
+
+
+@pytest.mark.parametrize("method,why", [("cdl", "peer topology"), ("gossip", "peer topology"),
+                                        ("fedrl", "noises its released Q outputs")])  # fmt: skip
+def test_dp_is_refused_where_it_does_not_fit_saying_why(method, why):
+    from config.methods import check_dp
+
+    with pytest.raises(ConfigError, match=rf"'dp.mode' 'central': method {method} .*{why}"):
+        check_dp(parse(merged({**DRIVING, "method": method, "dp.mode": "central"})))
