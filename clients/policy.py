@@ -41,9 +41,11 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from config.methods import METHODS as REGISTRY
+
 ENV = "FEDEMBODIED_POLICY"
 LANG_ENCODER = "lang_encoder."  # contracts.fedvln.LANG (clients may not import it from here)
-METHODS = ("fedavg", "fedprox", "cdl-sfl", "gossip", "cdl", "fedrl", "fedvln")
+METHODS = tuple(REGISTRY)  # config/methods.py: the only list of methods
 
 
 class PolicyError(ValueError):

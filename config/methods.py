@@ -1,7 +1,10 @@
-"""The methods this app runs: name -> (one-line description, server runner, client handler).
+"""The methods this app runs: the registry, the only list of them.
 
-The single place where a method is registered; the launcher's --help, the ServerApp and the
-ClientApp all read it. Runners and handlers are imported lazily so listing methods is cheap.
+A method is one `Method` line here plus its own runner (server/) and handler (clients/), which
+meet the typed contract in contracts/method.py (tests/test_contract.py checks every entry).
+The launcher's --help and checks, the ServerApp, the ClientApp, the run-config checks and the
+node policy all read this registry. Runners and handlers are imported lazily so listing
+methods is cheap.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class Method:
     settings: tuple[str, ...]  # the config sections it reads besides `run` and `faults`
     releases: str  # what leaves a party: "weights" (through the server), "peer-weights", "q"
     dp_modes: tuple[str, ...] = ("none",)  # the `dp.mode`s it supports (config/dp.py)
+    eval_every: int = 1  # run config `eval-every = 0` means this (FedRL: scoring is costly)
 
 
 METHODS: dict[str, Method] = {
@@ -82,6 +86,7 @@ METHODS: dict[str, Method] = {
             "gridworld",
             ("fedrl",),
             "q",
+            eval_every=10,  # scoring the valid maps is most of a round's time (docs/fedrl.md)
         ),
         Method(
             "fedvln",

@@ -10,8 +10,6 @@ from config.schema import DAY_S, Section, setting
 MIN_TIMEOUT_S = 0.01  # a shorter timeout cannot be met (1e-300 was accepted, issue 42)
 
 AGGREGATORS = ("mean", "median", "trimmed-mean")  # strategies/robust.py
-# FedRL scores 800 valid maps at an evaluation: most of a round (docs/fedrl.md, measured)
-FEDRL_EVAL_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -116,5 +114,7 @@ class RunSettings(Section):
 
     @property
     def eval_period(self) -> int:
-        """`eval-every`, or for 0 the method's default (FEDRL_EVAL_EVERY for fedrl, else 1)."""
-        return self.eval_every or (FEDRL_EVAL_EVERY if self.method == "fedrl" else 1)
+        """`eval-every`, or for 0 the method's default (config/methods.py `eval_every`)."""
+        from config import methods
+
+        return self.eval_every or methods.get(self.method).eval_every

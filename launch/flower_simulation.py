@@ -34,7 +34,7 @@ def default_method(app: Path) -> str:
     return str(cfg["tool"]["flwr"]["app"]["config"]["method"])
 
 
-def translate(a: argparse.Namespace, method: str = "fedavg") -> list[str]:
+def translate(a: argparse.Namespace, method: str) -> list[str]:
     """The classic flags as `simulation.py` arguments (`method` unless the run config names
     one). ValueError names a flag it cannot use."""
     args, rest = [method], []

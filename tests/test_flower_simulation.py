@@ -19,7 +19,8 @@ def test_classic_flags_become_the_launchers():
             num_supernodes=3,
             run_config="method='fedrl' num-server-rounds=4 fedrl.sigma=2.0",
             backend_config='{"client_resources": {"num_cpus": 2, "num_gpus": 0.5}}',
-        )
+        ),
+        fs.default_method(ROOT),
     )
     assert args == ["fedrl", "--rounds", "4", "--num-clients", "3", "--num-cpus", "2",
                     "--num-gpus", "0.5", "--run-config", "fedrl.sigma=2.0"]  # fmt: skip
@@ -35,7 +36,7 @@ def test_classic_flags_become_the_launchers():
 )
 def test_bad_flags_are_named(kw, named):
     with pytest.raises(ValueError, match=named):
-        fs.translate(_ns(**kw))
+        fs.translate(_ns(**kw), "fedavg")
 
 
 def test_an_app_that_is_not_this_project_is_refused_saying_what_flower_has(tmp_path, capsys):
