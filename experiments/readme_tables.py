@@ -133,6 +133,12 @@ def _message_cost() -> str:
     return markdown(pd.read_csv(RESULTS / "message_cost.csv"))
 
 
+def _dp_frontier() -> str:
+    from experiments.dp_frontier import markdown
+
+    return markdown(_csv("dp_frontier.csv"))
+
+
 def _run_config() -> str:
     from config import render
 
@@ -158,6 +164,7 @@ BLOCKS = {
     "performance": _performance,
     "performance-fedrl": lambda: _performance(fedrl=True),
     "message-cost": _message_cost,
+    "dp-frontier": _dp_frontier,
     "run-config": _run_config,
 }
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)

@@ -43,8 +43,8 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
 
     from clients.app import app
     from config.schema import merged
+    from launch.in_process import InProcessGrid
     from server import driving_run
-    from tests.conftest import InProcessGrid
 
     class TwoWorkers(InProcessGrid):
         pool = ThreadPoolExecutor(max_workers=2)

@@ -1,0 +1,210 @@
+"""Privacy-utility frontier of FedAvg on the embedded driving silos: RMSE against epsilon.
+
+    python -m experiments.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
+
+Same silos, rounds, seeds and local training for every row; only what the parties' updates
+carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrapper adds
+N(0, (zC/m)^2) to the mean) over noise multipliers z, and local DP (Flower's LocalDpMod on each
+party) over per-release epsilons. Epsilon is at delta 1e-5 after all rounds: the server's
+accountant (central) or the parties' own ledgers (local), as the run recorded it in
+rounds.csv. Floors beside them, scored on the same pooled test set: FedAvg with no DP (the
+ceiling of this study), each silo trained alone for as many epochs as the run trains
+(local-only, no release at all: epsilon 0), and the constant predictor. C = 2 is about the
+median update norm after round 1 (the norm counts batch-norm statistics, which are shared
+and noised too).
+
+Writes experiments/results/dp_frontier.csv (one row per setting, mean and sd over seeds),
+dp_frontier_runs.csv (one row per run) and dp_frontier.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
+
+CENTRAL_Z = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+LOCAL_EPS = (100.0, 1000.0, 10000.0)
+NAME = "dp_frontier"
+
+
+def settings(args) -> list[tuple[str, float, str]]:
+    """(mode, knob, run config) of every row: z for central, per-release epsilon for local."""
+    base = f"dp.clip={args.clip}"
+    rows = [("none", 0.0, "")]
+    rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in args.z]
+    rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in args.local_eps]
+    return rows
+
+
+def local_only(args, seed: int) -> dict:
+    """Each silo trains alone (rounds x local epochs on its own data, no release), scored on
+    the pooled test set; the mean over silos. And the constant predictor (pooled train mean)."""
+    import torch
+
+    from config import parse
+    from envs.driving_silos import make_silo
+    from models.resnet8 import ResNet8
+    from training.steering import LocalOptimizer, evaluate_steering, train_steering
+
+    d = parse({}).driving
+    silos = [
+        make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
+        for i in range(args.num_clients)
+    ]
+    xt = np.concatenate([s.x_test for s in silos])
+    yt = np.concatenate([s.y_test for s in silos])
+    torch.set_num_threads(2)
+    rmse = []
+    for i, s in enumerate(silos):
+        torch.manual_seed(seed * 1000 + i)
+        model = ResNet8(d.image_size, d.channels)
+        train_steering(
+            model,
+            s.x_train,
+            s.y_train,
+            epochs=args.rounds * d.local_epochs,
+            optim=LocalOptimizer(lr=d.lr),
+            batch_size=d.batch_size,
+            seed=seed * 1000 + i,
+        )
+        rmse.append(float(np.sqrt(evaluate_steering(model, xt, yt)[0])))
+    y = np.concatenate([s.y_train for s in silos])
+    return {
+        "seed": seed,
+        "local_only_rmse": float(np.mean(rmse)),
+        "constant_rmse": float(np.sqrt(np.mean((yt - y.mean()) ** 2))),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--num-clients", type=int, default=10)
+    p.add_argument("--clip", type=float, default=2.0)
+    p.add_argument("--z", type=float, nargs="+", default=list(CENTRAL_Z))
+    p.add_argument("--local-eps", type=float, nargs="+", default=list(LOCAL_EPS))
+    p.add_argument("--work", default=str(ROOT / "runs" / NAME))
+    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
+    args = p.parse_args(argv)
+    if args.plot_only:
+        draw(pd.read_csv(RESULTS / f"{NAME}.csv"))
+        return 0
+    runs = []
+    for seed in args.seeds:
+        for mode, knob, run_config in settings(args):
+            tag = mode if mode == "none" else f"{mode}-{knob:g}"
+            out = simulate(
+                "fedavg",
+                ROOT / args.work / f"{tag}-s{seed}",
+                rounds=args.rounds,
+                seed=seed,
+                num_clients=args.num_clients,
+                run_config=run_config,
+            )
+            r = pd.read_csv(out / "rounds.csv")
+            last = r[r["round"] == r["round"].max()].iloc[0]
+            eps = float(last["dp_epsilon"]) if "dp_epsilon" in r and mode != "none" else np.inf
+            runs.append(
+                {
+                    "mode": mode,
+                    "knob": knob,
+                    "seed": seed,
+                    "rmse": float(last["rmse"]),
+                    "best_rmse": float(r["rmse"].min()),
+                    "epsilon": eps,
+                }  # fmt: skip
+            )
+            print(runs[-1], flush=True)
+    floors = pd.DataFrame([local_only(args, s) for s in args.seeds])
+    runs = pd.DataFrame(runs)
+    table = (
+        runs.groupby(["mode", "knob"], sort=False)
+        .agg(
+            epsilon=("epsilon", "mean"),
+            rmse=("rmse", "mean"),
+            rmse_sd=("rmse", "std"),
+            best_rmse=("best_rmse", "mean"),
+            seeds=("seed", "nunique"),
+        )
+        .reset_index()
+    )
+    for name, col in (("local-only (no release)", "local_only_rmse"),
+                      ("constant (pooled train mean)", "constant_rmse")):  # fmt: skip
+        table.loc[len(table)] = {
+            "mode": name, "knob": np.nan, "epsilon": 0.0 if "local" in name else np.nan,
+            "rmse": floors[col].mean(), "rmse_sd": floors[col].std(),
+            "best_rmse": np.nan, "seeds": len(floors),
+        }  # fmt: skip
+    table.insert(2, "clip", args.clip)
+    table.insert(3, "rounds", args.rounds)
+    table.insert(4, "silos", args.num_clients)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RESULTS / f"{NAME}.csv", index=False, float_format="%.6g")
+    runs.to_csv(RESULTS / f"{NAME}_runs.csv", index=False, float_format="%.6g")
+    draw(table)
+    print(table.to_string(index=False))
+    return 0
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The frontier as the docs show it (experiments/readme_tables.py)."""
+    seeds = int(table["seeds"].max())
+    lines = [
+        f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round |",
+        "|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        if r.mode == "central":
+            what = f"central DP, z = {r.knob:g} (noise std {r.knob * r.clip / r.silos:.2g})"
+        elif r.mode == "local":
+            what = f"local DP, LocalDpMod epsilon = {r.knob:g} per release"
+        elif r.mode == "none":
+            what = "FedAvg, no DP (the papers')"
+        else:
+            what = r.mode
+        eps = "inf" if r.epsilon == np.inf else ("" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}")
+        best = "" if pd.isna(r.best_rmse) else f"{r.best_rmse:.3f}"
+        lines.append(f"| {what} | {eps} | {r.rmse:.3f} ± {r.rmse_sd:.3f} | {best} |")
+    return "\n".join(lines)
+
+
+def draw(table: pd.DataFrame) -> None:
+    """RMSE (last round, mean and sd over seeds) against epsilon on a log axis, central and
+    local DP, with no-DP FedAvg, local-only and the constant predictor as lines."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for mode, marker, color in (("central", "o", "tab:blue"), ("local", "s", "tab:red")):
+        part = table[table["mode"] == mode].sort_values("epsilon")
+        if len(part):
+            ax.errorbar(part["epsilon"], part["rmse"], yerr=part["rmse_sd"].fillna(0),
+                        marker=marker, color=color, capsize=3,
+                        label=f"FedAvg + {mode} DP ({int(part.seeds.max())} seeds)")  # fmt: skip
+    lines = (("none", "FedAvg, no DP (epsilon = inf)", "-", "black"),
+             ("local-only (no release)", "each silo alone (no release)", "--", "grey"),
+             ("constant (pooled train mean)", "constant predictor", "-.", "grey"))  # fmt: skip
+    for mode, label, style, color in lines:
+        row = table[table["mode"] == mode]
+        if len(row):
+            ax.axhline(float(row["rmse"].iloc[0]), ls=style, color=color, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("epsilon after all rounds (delta = 1e-5, log scale)")
+    ax.set_ylabel("steering RMSE on the pooled test set (rad)")
+    clip, rounds, silos = (table[c].iloc[0] for c in ("clip", "rounds", "silos"))
+    ax.set_title(f"FedAvg driving: privacy vs utility ({silos:g} silos, {rounds:g} rounds, "
+                 f"C = {clip:g})", fontsize=10)  # fmt: skip
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{NAME}.png", dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
