@@ -2,7 +2,7 @@
 audit log: how old the process was when the handler was called (in deployment, a fresh
 `flwr-clientapp` process per message: its start and imports), the handler's time, and the
 phases a handler names inside it (`rebuild`: what it re-creates from the run config and the
-message's context; `work`: the method's own step). `experiments/message_cost.py` reads them."""
+message's context; `work`: the method's own step). `experiments/bench/message_cost.py` reads them."""
 
 from __future__ import annotations
 

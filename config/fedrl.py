@@ -113,7 +113,7 @@ class FedRLSettings(Section):
     envs: int = setting("B parallel environments acted on per message", lo=1, hi=10**5)
     act_steps: int = setting(
         "environment steps per round (2 messages each); 128 x 1: 0.9 of one process's "
-        "speed, SuccRate as good as any (experiments/fedrl_throughput.py)",
+        "speed, SuccRate as good as any (experiments/fedrl/throughput.py)",
         lo=1,
         hi=10**5,
     )
@@ -129,7 +129,7 @@ class FedRLSettings(Section):
     target_update: int = setting(
         "copy online -> target networks every this many updates; 0 = the domain's: 100 "
         "Grid-World, 1000 Text2Action (every 5 or 100 let FedRL's Q diverge and collapse "
-        "there: experiments/fedrl_t2a_collapse.py)",
+        "there: experiments/fedrl/t2a_collapse.py)",
         lo=0,
         hi=10**7,
     )

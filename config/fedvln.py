@@ -97,7 +97,7 @@ class FedVLNSettings(Section):
         if self.stage == "preexplore" and self.variant == "centralized":
             raise ConfigError(
                 "fedvln.variant 'centralized' pools every house's data in one place "
-                "and is not a federated run; `python -m experiments.fedvln_pipeline` "
+                "and is not a federated run; `python -m experiments.fedvln.pipeline` "
                 "runs it beside the federated variants (Table 5)"
             )
         if self.stage == "preexplore" and self.variant not in VARIANTS:

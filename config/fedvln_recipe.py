@@ -19,7 +19,7 @@ optimizers and changes two things, each measured (README, FedVLN, "Recipe"):
   schedule (a few thousand updates), so it is left out.
 * the local learning rate of the stages that train from scratch: RMSprop 1e-3 for the follower
   (10x) and Adam 1e-3 for the speaker (20x). A CPU schedule has a few hundred updates per
-  stage against Envdrop's 80k. Measured on the embedded houses, centralized, seed 0 (`python -m experiments.vln_centralized --stages
+  stage against Envdrop's 80k. Measured on the embedded houses, centralized, seed 0 (`python -m experiments.fedvln.centralized --stages
   agent --iters 600 --eval-every 200 --optimizer rms --lr L`, and `--stages speaker
   --speaker-iters 400 --speaker-lr L`): follower val_unseen SR after 600 updates 15.6 (1e-4)
   vs 22.5 (1e-3); speaker val_unseen BLEU after 400 updates 0.2 (5e-5), 10.4 (5e-4), 42.3 (1e-3).
@@ -27,14 +27,14 @@ optimizers and changes two things, each measured (README, FedVLN, "Recipe"):
   keep the official 1e-4: each is a new run, so each house starts a fresh RMSprop whose first
   steps are up to 10x lr. At 1e-3 the augmented agent of seed 0 fell from its start's 34.2
   val_unseen SR to 18.1 after 3 rounds; at 1e-4 it was at 32.5. To convergence over 3 seeds
-  (`python -m experiments.fedvln_finetune_lr`, docs/fedvln.md, "Learning rate of the
+  (`python -m experiments.fedvln.finetune_lr`, docs/fedvln.md, "Learning rate of the
   fine-tuning stages") 1e-4 stays nearer the start early on; the best is within noise.
 
 Each house keeps its own local optimizer state between rounds, on its own disk, never sent
 (`fedvln.optimizer-state = "house"`, the default). The official simulation reuses one optimizer
 object for every house in turn, which a real federation cannot do; `"round"` creates a fresh
 one in each house every round (FedAvg's textbook client). Measured to convergence on the
-embedded houses (`python -m experiments.fedvln_gap`, README, FedVLN): a fresh RMSprop takes
+embedded houses (`python -m experiments.fedvln.gap`, README, FedVLN): a fresh RMSprop takes
 larger first steps (its square average starts at 0, so its first steps are up to 10x lr) and
 with 12 local updates per round every step is one of them; the agent stage then plateaus
 far below the kept optimizer's best val_unseen SR. eta = 2 with the kept optimizer and 2 houses

@@ -53,7 +53,7 @@ MOVES = np.array([[0, 1], [1, 0], [0, -1], [-1, 0]], dtype=np.int64)
 STAY = -1
 PAPER_MAX_STEPS = {8: 38, 16: 86, 32: 178}
 REFERENCE_HISTORY = {8: 2, 16: 4, 32: 8}  # the reference code's hist_len per size (autolen)
-# our default H: 8 at 8x8 from Figure 4 measured here (experiments/fedrl_sweep.py --knob history);
+# our default H: 8 at 8x8 from Figure 4 measured here (experiments/fedrl/sweep.py --knob history);
 # 16 at 16x16 and 32x32 from the paper's text (Sec. 5.1: success converges past H = 16)
 DEFAULT_HISTORY = {8: 8, 16: 16, 32: 16}
 

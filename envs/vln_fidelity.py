@@ -22,7 +22,7 @@ over the *distinct* rooms the instruction names (naming a room twice earns nothi
   first heading change (|delta| < 35 deg straight, > 145 around, as the grammar).
 
 `fidelity` is the mean of room_f1, goal_room, stop_object and first_turn, each scored per path
-and averaged over paths. Floors (`experiments.fedvln_speaker_floors`): the true references
+and averaged over paths. Floors (`experiments.fedvln.speaker_floors`): the true references
 score about 90, the best constant sentence and another path's instruction about 20-30, and
 route-blind strategies a review tried (every room type listed; the start room repeated, then
 every room, then the house's commonest object) stay at the other-path level. Phrases: room

@@ -26,7 +26,7 @@ def _csv(name: str) -> pd.DataFrame:
 
 
 def _fedvln(tag: str = "") -> str:
-    from experiments.fedvln_pipeline import markdown
+    from experiments.fedvln.pipeline import markdown
 
     suffix = f"_{tag}" if tag else ""
     tables = {  # a study of some stages only (--stages) has only their tables
@@ -39,55 +39,55 @@ def _fedvln(tag: str = "") -> str:
 
 
 def _fedvln_gap() -> str:
-    from experiments.fedvln_gap import markdown
+    from experiments.fedvln.gap import markdown
 
     return markdown(_csv("fedvln_gap.csv"))
 
 
 def _fedvln_finetune_lr() -> str:
-    from experiments.fedvln_finetune_lr import markdown
+    from experiments.fedvln.finetune_lr import markdown
 
     return markdown(pd.read_csv(RESULTS / "fedvln_finetune_lr.csv", dtype=str).fillna(""))
 
 
 def _fedvln_speaker(split: str = "") -> str:
-    from experiments.fedvln_speaker import markdown
+    from experiments.fedvln.speaker import markdown
 
     return markdown(_csv("fedvln_speaker.csv"), split)
 
 
 def _fedvln_speaker_augment() -> str:
-    from experiments.fedvln_speaker import markdown_augment
+    from experiments.fedvln.speaker import markdown_augment
 
     return markdown_augment(pd.read_csv(RESULTS / "fedvln_speaker_augment.csv", dtype=str))
 
 
 def _fedvln_speaker_floors() -> str:
-    from experiments.fedvln_speaker_floors import markdown
+    from experiments.fedvln.speaker_floors import markdown
 
     return markdown(_csv("fedvln_speaker_floors.csv"))
 
 
 def _fedvln_oracle() -> str:
-    from experiments.fedvln_oracle import markdown
+    from experiments.fedvln.oracle import markdown
 
     return markdown(pd.read_csv(RESULTS / "fedvln_oracle.csv", dtype=str))
 
 
 def _fedrl_table1() -> str:
-    from experiments.fedrl_table1 import markdown
+    from experiments.fedrl.table1 import markdown
 
     return markdown(pd.read_csv(RESULTS / "fedrl_table1.csv", keep_default_na=False))
 
 
 def _fedrl_table2() -> str:
-    from experiments.fedrl_table2 import markdown
+    from experiments.fedrl.table2 import markdown
 
     return markdown(pd.read_csv(RESULTS / "fedrl_table2.csv", keep_default_na=False))
 
 
 def _cdl() -> str:
-    from experiments.cdl_driving_table import markdown
+    from experiments.cdl.driving_table import markdown
 
     return markdown()
 
@@ -116,25 +116,25 @@ def _fedavg_fedprox() -> str:
 
 
 def _reliability() -> str:
-    from experiments.reliability_table import markdown
+    from experiments.bench.reliability_table import markdown
 
     return markdown(pd.read_csv(RESULTS / "reliability.csv"))
 
 
 def _performance(fedrl: bool = False) -> str:
-    from experiments.performance_table import markdown
+    from experiments.bench.performance_table import markdown
 
     return markdown(fedrl)
 
 
 def _message_cost() -> str:
-    from experiments.message_cost import markdown
+    from experiments.bench.message_cost import markdown
 
     return markdown(pd.read_csv(RESULTS / "message_cost.csv"))
 
 
 def _dp_frontier() -> str:
-    from experiments.dp_frontier import markdown
+    from experiments.privacy.dp_frontier import markdown
 
     return markdown(_csv("dp_frontier.csv"))
 

@@ -2,7 +2,7 @@
 
 Why: the tests drive whole strategies and runners through it (each message and reply kept, so
 a test can check exactly what left a party), and benchmarks time a round's orchestration with
-no engine around it (experiments/round_overhead.py). Flower's own engines are what users run;
+no engine around it (experiments/bench/round_overhead.py). Flower's own engines are what users run;
 this is the instrument beside them.
 """
 

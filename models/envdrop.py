@@ -40,7 +40,7 @@ class Dropout(nn.Module):
     1/(1-p)), its keep mask drawn as `uniform >= p`. nn.Dropout draws with `bernoulli_`, which
     on CPU costs ~5x more per element; a follower update draws ~0.7M (the instruction's
     embedding and context, both halves of the mixed rollout) plus three small masks per
-    decoding step (experiments/vln_update_speed.py times it). Same distribution, another
+    decoding step (experiments/fedvln/update_speed.py times it). Same distribution, another
     random stream than nn.Dropout's."""
 
     def __init__(self, p: float):
@@ -66,7 +66,7 @@ class SoftDotAttention(nn.Module):
 
     Both products are a broadcast multiply and a sum rather than batched `bmm`: with one query
     per row and short contexts (36 views, <= 80 words) that is faster on CPU
-    (experiments/vln_update_speed.py measures it) and computes the same values."""
+    (experiments/fedvln/update_speed.py measures it) and computes the same values."""
 
     @builds_holding_the_generator
     def __init__(self, query_dim: int, ctx_dim: int, output: bool = True):

@@ -27,7 +27,7 @@ constant sentence's level). One addition, a documented departure from the offici
   with an earlier skip (one view), with which only the two together grounded the speaker.
 
 Measured, val_unseen, kept checkpoint, route fidelity / follower SR on its words / that over
-its SR on the true words, seeds 0-2 (`python -m experiments.fedvln_speaker --variants grounded
+its SR on the true words, seeds 0-2 (`python -m experiments.fedvln.speaker --variants grounded
 official skip+word-dropout`, and the earlier `word-dropout-only` at seed 0): official 31.4 /
 24.7 / 0.66; word dropout alone (seed 0) 33.0 / 20.0; the skip alone 79.7 / 29.7 / 0.78 (every
 seed >= 2/3); skip + word dropout 0.25 81.8 / 24.7 / 0.65. The skip is what grounds the

@@ -27,7 +27,7 @@ optimizer, its learning rate and the server learning rate come from `config/fedv
   Each unseen house scores its own model (after its last local training) on its val_unseen
   instructions; the pooled number is their instruction-weighted mean, as in the paper.
   `centralized` pre-exploration pools every house's data in one place, so it is not a
-  federated run: `experiments/fedvln_pipeline.py` runs it in one process for Table 5.
+  federated run: `experiments/fedvln/pipeline.py` runs it in one process for Table 5.
 
 Choices where the paper is silent: env-based houses train every round (with no communication
 there is nothing to schedule); the server's model in pre-exploration is what is shared (the

@@ -77,7 +77,7 @@ def screen_update(
     """(None, the update's arrays) if the reply is fit to aggregate, else (why not, None).
 
     Each array is deserialized once, here: the norm bound and the aggregation reuse the
-    returned numpy arrays (experiments/round_overhead.py measures what that saves)."""
+    returned numpy arrays (experiments/bench/round_overhead.py measures what that saves)."""
     decoded: dict[str, np.ndarray] = {}
     problem = _problem(reply, reference, array_key, weight_key, decoded)
     return problem, (decoded if problem is None else None)

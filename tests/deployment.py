@@ -1,11 +1,11 @@
-"""The deployment harness for tests (experiments/loopback.py), and the mark for tests that need
+"""The deployment harness for tests (experiments/bench/loopback.py), and the mark for tests that need
 the edge."""
 
 import shutil
 
 import pytest
 
-from experiments.loopback import (  # noqa: F401 - the tests import these from here
+from experiments.bench.loopback import (  # noqa: F401 - the tests import these from here
     BIN,
     ENV,
     Federation,

@@ -120,7 +120,7 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
         and (rounds["alpha-privacy-epsilon"] > 0).all()
     )
     assert rounds["alpha-privacy-epsilon"].iloc[-1] == pytest.approx(spent[-1])
-    # what each message cost the node (clients/costs.py), for experiments/message_cost.py
+    # what each message cost the node (clients/costs.py), for experiments/bench/message_cost.py
     cost = [r["cost"] for r in logged]
     assert all(c["process_age_s"] > 0 and c["handler_s"] >= c["work_s"] for c in cost)
     assert max(c["work_s"] for c in cost) > 0
@@ -166,7 +166,7 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
 
 @pytest.mark.slow
 def test_flower_exchange_equals_the_single_process_run(tmp_path):
-    """Same config, same seeds: the Flower app and experiments/fedrl_local compute the same."""
+    """Same config, same seeds: the Flower app and experiments/fedrl/local compute the same."""
     flower, _ = assert_flower_equals_local(merged({**SMALL, "out-dir": str(tmp_path)}), tmp_path)
     # warm-up 32 transitions, 16 per round, ids drawn from those held before a round's last
     # step: updates in rounds 3 and 4, K x batch each
@@ -304,7 +304,7 @@ def test_floors_and_model_selection_report_best_and_last(tmp_path):
 
 @pytest.mark.slow
 def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, monkeypatch, capsys):
-    import experiments.fedrl_table1 as t1
+    import experiments.fedrl.table1 as t1
 
     monkeypatch.setattr(t1, "RESULTS", tmp_path / "results")
     args = [
@@ -332,7 +332,7 @@ def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, mo
     # called as from a notebook or a venv elsewhere: sys.argv[0] is not in the project
     monkeypatch.setattr(sys, "argv", [str(tmp_path / "elsewhere" / "bin" / "pytest"), "-q"])
     assert t1.main(args) == 0
-    assert "python -m experiments.fedrl_table1 --sizes 8 --rules paper" in capsys.readouterr().out
+    assert "python -m experiments.fedrl.table1 --sizes 8 --rules paper" in capsys.readouterr().out
     runs = pd.read_csv(tmp_path / "results" / "fedrl_table1_runs.csv")
     assert set(runs.checkpoint) == {"best", "last"} and runs.seed.nunique() == 2
     assert set(runs.split) == {"test"}  # generated maps hold the paper's test split
@@ -532,11 +532,11 @@ def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
 def test_a_cached_table_run_is_retrained_when_anything_that_decides_it_changes(
     tmp_path, monkeypatch
 ):
-    """The table scripts' run cache (experiments/fedrl_table1.cached_run): a run is reused
+    """The table scripts' run cache (experiments/fedrl/table1.cached_run): a run is reused
     only under the same fingerprint; the map file's bytes, its ranges, the rules, any setting,
     a default, the rounds or the exchange version each retrain it (issue 31: a run scored on
     one test range was reported for another)."""
-    import experiments.fedrl_table1 as t1
+    import experiments.fedrl.table1 as t1
 
     maps = tmp_path / "maps.mat"
     maps.write_bytes(b"first maps")

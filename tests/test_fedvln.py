@@ -392,7 +392,7 @@ def test_local_steps_count_as_the_official_code_does():
 
 
 def test_pipeline_tables_report_best_and_last_over_seeds_and_steps_to_target(tmp_path):
-    from experiments import fedvln_pipeline as fp
+    from experiments.fedvln import pipeline as fp
 
     for seed, (srs, aug) in enumerate([([10, 30, 20], [20, 25]), ([12, 18, 26], [22, 24])]):
         out = tmp_path / f"seed{seed}"
@@ -622,7 +622,7 @@ def test_a_stage_stops_once_val_unseen_has_not_improved_for_patience_evaluations
 def test_pipeline_caps_the_centralized_stage_at_the_federated_cap_when_training_to_convergence(
     tmp_path,
 ):
-    from experiments.fedvln_pipeline import _central_steps
+    from experiments.fedvln.pipeline import _central_steps
 
     rounds = tmp_path / "rounds.csv"
     rounds.write_text("round,local_steps\n1,40\n2,40\n3,40\n4,40\n")  # stopped at 4 of cap 10
@@ -631,7 +631,7 @@ def test_pipeline_caps_the_centralized_stage_at_the_federated_cap_when_training_
 
 
 def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
-    from experiments import fedvln_pipeline as fp
+    from experiments.fedvln import pipeline as fp
 
     with pytest.raises(SystemExit, match="--stages preexplore needs augment"):
         fp.main(["--stages", "speaker", "preexplore", "--tables-only"])
@@ -640,7 +640,7 @@ def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
 
 
 def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_bad_flags():
-    from experiments import fedvln_gap as gap
+    from experiments.fedvln import gap as gap
 
     df = pd.DataFrame({"steps": [72, 144, 216], "val_unseen_sr": [10.0, 19.0, 15.0]})
     rows = {r["checkpoint"]: r for r in gap.rows_of("x", 3, df, stopped=True)}
@@ -668,7 +668,7 @@ def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_
 def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     import pandas as pd
 
-    from experiments.fedvln_oracle import ARMS, summarize
+    from experiments.fedvln.oracle import ARMS, summarize
 
     rows = []
     for seed, base in ((0, 10.0), (1, 20.0), (2, 30.0)):
@@ -688,7 +688,7 @@ def test_oracle_routes_never_hold_a_scored_route_of_the_house():
     """Adaptation routes share neither the path nor the (start, goal) of a scored episode: the
     old oracle arm trained on the routes it was scored on (issue 41)."""
     from envs.vln_houses import HouseSpec
-    from experiments.fedvln_oracle import disjoint_routes
+    from experiments.fedvln.oracle import disjoint_routes
     from training.vln_house import house_names, open_house, open_setup
 
     setup = open_setup("", "", HouseSpec())
@@ -723,7 +723,7 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     import json
 
     from config.schema import merged, parse_overrides
-    from experiments import fedvln_gap as gap
+    from experiments.fedvln import gap as gap
 
     a = gap.parse_args(["--pipeline-out", str(tmp_path)])
     run = tmp_path / "seed2" / "agent"
@@ -752,7 +752,7 @@ def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_c
     import json
 
     from config.schema import merged
-    from experiments import fedvln_pipeline as fp
+    from experiments.fedvln import pipeline as fp
 
     out = tmp_path / "seed0"
     (out / "speaker").mkdir(parents=True)
@@ -776,7 +776,7 @@ def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_
     from config import parse
     from config.schema import merged
     from contracts.fedvln import speaker_size, spec_of
-    from experiments import fedvln_pipeline as fp
+    from experiments.fedvln import pipeline as fp
     from models import vln_checkpoint
     from models.speaker import Speaker
     from training.vln_house import open_setup
@@ -806,9 +806,9 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
     over the seeds both have, beside the agent each started from."""
     import json
 
-    import experiments.fedvln_finetune_lr as ft
+    import experiments.fedvln.finetune_lr as ft
     from config.schema import merged, parse_overrides
-    from experiments.fedvln_pipeline import curve
+    from experiments.fedvln.pipeline import curve
 
     old = tmp_path / "old"
     a = ft.parse_args(["--pipeline-out", str(tmp_path / "pipe"), "--reuse", str(old)])
@@ -848,7 +848,7 @@ def test_centralized_patience_spans_the_federated_stages_sequential_steps():
     """Issue 41: patience counted in evaluations gave the centralized baseline twice the
     federated patience in sequential steps (2 houses per round); now P / H evaluations."""
     from config.schema import merged
-    from experiments.fedvln_pipeline import central_patience
+    from experiments.fedvln.pipeline import central_patience
 
     cfg = merged({**TINY, "fedvln.seen-rate": 0.2})  # 3 seen houses: 1 per round
     assert central_patience(8, cfg) == 8

@@ -237,7 +237,7 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(vln, tmp_path):
 
 @pytest.mark.slow
 def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeypatch):
-    from experiments import vln_centralized
+    from experiments.fedvln import centralized as vln_centralized
 
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
     args = [
@@ -284,7 +284,7 @@ def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeyp
 
 
 def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch):
-    from experiments import vln_centralized
+    from experiments.fedvln import centralized as vln_centralized
 
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
     missing = tmp_path / "nowhere"
@@ -317,7 +317,7 @@ def test_centralized_augment_fine_tunes_at_its_own_learning_rate(monkeypatch, tm
     """The augment stage starts a fresh optimizer on the trained follower at --aug-lr (the
     recipe's fine-tuning lr, as the houses' augment stage), the agent stage at --lr."""
     from config.fedvln_recipe import CPU
-    from experiments import vln_centralized
+    from experiments.fedvln import centralized as vln_centralized
 
     made = []
     monkeypatch.setattr(vln_centralized, "make_optimizer", lambda o, p, lr: made.append(lr))
@@ -362,7 +362,7 @@ def test_centralized_stages_stop_by_the_same_patience_and_count_as_finished(tmp_
     the same, so the agent stage stops at 4 of 20, marks its log, and a rerun skips it."""
     import pandas as pd
 
-    from experiments import vln_centralized
+    from experiments.fedvln import centralized as vln_centralized
 
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
     args = [
@@ -385,7 +385,7 @@ def test_one_batch_mixed_rollout_gives_the_two_rollouts_losses_and_their_gradien
     gradients are those of two separate rollouts, and the every-row rollout's too."""
     from unittest import mock
 
-    from experiments.vln_update_speed import same_rollouts
+    from experiments.fedvln.update_speed import same_rollouts
 
     model = _follower(vln).eval()
     s = vln_agent.AgentSettings(batch_size=6)

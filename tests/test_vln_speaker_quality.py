@@ -183,7 +183,7 @@ def test_a_speaker_saved_before_the_grounding_changes_loads_as_it_was(setup, tmp
 
 def test_speaker_experiment_names_a_missing_data_folder(tmp_path, capsys):
     """The experiment refuses a data folder that is not there before training anything."""
-    from experiments import fedvln_speaker
+    from experiments.fedvln import speaker as fedvln_speaker
 
     missing = tmp_path / "nowhere"
     rc = fedvln_speaker.main(["--data-dir", str(missing), "--out", str(tmp_path / "runs")])

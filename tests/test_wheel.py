@@ -41,6 +41,23 @@ print("ONE ROUND OK")
 """
 
 
+EVERY_HELP = r"""
+import contextlib, importlib.util, io, runpy, sys
+modules = sys.argv[1:]
+for module in modules:
+    assert "/site-packages/" in importlib.util.find_spec(module).origin, module
+    sys.argv = [module, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        assert e.code in (0, None), (module, e.code)
+    assert "usage:" in out.getvalue(), (module, out.getvalue()[-300:])
+print("HELP OK", len(modules))
+"""
+
+
 def test_the_wheel_holds_every_package_and_runs_a_round_in_a_fresh_venv(tmp_path):
     wheels = tmp_path / "wheels"
     built = subprocess.run(
@@ -78,3 +95,16 @@ def test_the_wheel_holds_every_package_and_runs_a_round_in_a_fresh_venv(tmp_path
     )
     assert run.returncode == 0 and "ONE ROUND OK" in run.stdout, run.stderr[-3000:]
     assert (tmp_path / "out" / "rounds.csv").is_file()
+    # every table and study script answers --help from the installed package alone
+    scripts = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (ROOT / "experiments").rglob("*.py")
+        if p.name != "__init__.py" and "__main__" in p.read_text()
+    )
+    helps = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", EVERY_HELP, *scripts],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert helps.returncode == 0 and f"HELP OK {len(scripts)}" in helps.stdout, (
+        helps.stdout[-2000:] + helps.stderr[-3000:]
+    )

@@ -1,7 +1,7 @@
 """Training "till convergence" as the FedVLN paper trains every model (Sec. 5, Table 9): keep
 the best checkpoint on the selection score and stop once it has not improved for `patience`
 evaluations. The federated stages (server/fedvln_run.py, `fedvln.patience`) and the centralized
-baseline (experiments/vln_centralized.py, `--patience`) stop by the same rule, so their steps to
+baseline (experiments/fedvln/centralized.py, `--patience`) stop by the same rule, so their steps to
 convergence compare."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """FedRL's baselines and floors in one process, and `train`, the loop that runs any of them or
-FedRL itself with model selection (paper Tables 1 and 2; CLI: experiments/fedrl_local.py).
+FedRL itself with model selection (paper Tables 1 and 2; CLI: experiments/fedrl/local.py).
 
 Every method sees the same maps, rules, T_m, replay, exploration schedule, chunking (B envs x S
 steps, then K minibatch updates per round), target-update period and model selection. Who acts

@@ -2,7 +2,7 @@
 
 Each method of `Alpha` / `Beta` is one step of the exchange and takes/returns exactly what crosses
 between the parties, so the Flower handlers (`clients/fedrl_client.py`) and the single-process runner
-(`experiments/fedrl_local.py`) call the same code.
+(`experiments/fedrl/local.py`) call the same code.
 
 One round of the chunked exchange (B environments, S steps, K minibatches; `server/fedrl_run.py`'s
 `Protocol` drives it, `training/fedrl_protocol.dispatch` maps a message to these methods), 2S messages:
@@ -17,9 +17,9 @@ The ids are drawn from the transitions both parties hold when beta answers the l
 all but the B of that step, which become eligible one round later. Per step the paper's
 semantics hold (each action on both parties' current Q); the only change to the order of
 Algorithms 1-2 is that one-round lag of the newest B transitions in the replay, measured in
-experiments/fedrl_throughput.py. The K minibatches' C_beta are computed before alpha's K
+experiments/fedrl/throughput.py. The K minibatches' C_beta are computed before alpha's K
 updates, so they are up to K updates stale: `fedrl.updates` trades that staleness against
-messages (experiments/fedrl_sweep.py --knob updates).
+messages (experiments/fedrl/sweep.py --knob updates).
 
 The world: both agents move in one Grid-World. Each party holds a replica of the world simulator,
 built from the run config (maps, seed) and stepped with both parties' action ids, so the replicas

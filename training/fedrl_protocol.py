@@ -16,7 +16,7 @@ One round of the chunked exchange (B environments, S steps, K minibatches), 2S m
     beta.update(ids, Y, C_alpha, theta_g) -> theta_g                        (Eq. 5, 7)
 The ids are drawn from the transitions both parties hold when beta answers the last step, i.e.
 all but the B of that step, which become eligible one round later (the one change to the order
-of Algorithms 1-2, measured in experiments/fedrl_throughput.py).
+of Algorithms 1-2, measured in experiments/fedrl/throughput.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from training.progress import StepLog
 
 def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
     """One step of the exchange on a party: (arrays to send, theta_g to send, metrics).
-    The Flower handler and the one-process runner (experiments/fedrl_local.py) both call it."""
+    The Flower handler and the one-process runner (experiments/fedrl/local.py) both call it."""
     prev, theta, metrics = data.get("prev-alpha"), None, None
     if (role, step) not in SENDS:
         raise ValueError(f"unknown FedRL step {step!r} for {role}")
@@ -229,7 +229,7 @@ class Protocol:
 
 class Selection:
     """Model selection for any runner with `evaluate(split, weights)` and `keep_best()`: the
-    ServerApp's FedRL and every method of experiments/fedrl_local.py go through it."""
+    ServerApp's FedRL and every method of experiments/fedrl/local.py go through it."""
 
     def __init__(self, key: str):
         self.key, self.score, self.best = key, -np.inf, {}

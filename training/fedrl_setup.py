@@ -36,7 +36,7 @@ SPLITS = ("train", "valid", "test")
 DEFAULT_CLIP = {"gridworld": 10.0, "text2action": 1000.0}
 # fedrl.target-update = 0: the domain's target-copy period, in updates. Grid-World: 100 (Table 1
 # was measured with it). Text2Action: 1000; copies every 5 or 100 updates let FedRL's Q_hat
-# diverge and the run collapse to selecting nothing (experiments/fedrl_t2a_collapse.py).
+# diverge and the run collapse to selecting nothing (experiments/fedrl/t2a_collapse.py).
 DEFAULT_TARGET_UPDATE = {"gridworld": 100, "text2action": 1000}
 
 

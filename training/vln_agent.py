@@ -99,7 +99,7 @@ def rollout(
     Each step decodes only the episodes still running (the batch is compacted to them and
     the results scattered back), so a batch's cost follows its active rows rather than its
     longest episode: finished rows contributed nothing but masked zeros
-    (experiments/vln_update_speed.py measures both)."""
+    (experiments/fedvln/update_speed.py measures both)."""
     dev = next(model.parameters()).device
     nb = NavBatch(world, episodes, s.max_actions)
     B = len(episodes)
@@ -174,7 +174,7 @@ def mixed_rollout(
     and backward. One decoder call per step instead of two, a decoder state kept compacted
     to the running rows (re-indexed only when some episode ends, not gathered from the full
     batch at every step), and the critic and the per-step A2C terms gathered once at the end
-    cut the autograd graph to a fraction (experiments/vln_update_speed.py checks the losses
+    cut the autograd graph to a fraction (experiments/fedvln/update_speed.py checks the losses
     against two rollouts and times both). Only the order of the random draws differs from two
     rollouts (the same distributions)."""
     dev = next(model.parameters()).device

@@ -1,6 +1,6 @@
 """Why FedRL collapsed on Text2Action, measured: one change at a time on Table 2's settings.
 
-    python -m experiments.fedrl_t2a_collapse [--dataset cooking] [--folds 0 1 2 3 4]
+    python -m experiments.fedrl.t2a_collapse [--dataset cooking] [--folds 0 1 2 3 4]
            [--rounds 40] [--variants ...] [--jobs 2] [--force]
 
 Table 2's FedRL with the paper's 4-unit theta_g once collapsed to selecting nothing (F1 0-4) in 5
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.fedrl_table2 import settings_of
+from experiments.fedrl.table2 import settings_of
 from experiments.simulate import RESULTS, ROOT, cached, command_line, in_parallel, job_fingerprint
 from experiments.tables import mean_sd, pipe_table, refuse_overwrite
 

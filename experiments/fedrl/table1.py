@@ -1,11 +1,11 @@
 """The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's beside ours.
 
-    python -m experiments.fedrl_table1 --map-dir ../shared/data/gridworld
+    python -m experiments.fedrl.table1 --map-dir ../shared/data/gridworld
            [--sizes 8 16 32] [--rules paper reference] [--seeds 0 1 2] [--rounds 8=300,16=400]
            [--train-maps 0-6399 --valid-maps 6400-7199 --test-maps 7200-7999]
            [--run-config "fedrl.history=4 ..."] [--jobs 2] [--name fedrl_table1] [--force]
 
-Methods (experiments/fedrl_local.py says who acts on what): FCN-alpha, DQN-alpha, FedRL
+Methods (experiments/fedrl/local.py says who acts on what): FCN-alpha, DQN-alpha, FedRL
 (test_noise on / off), FCN-full, DQN-full, and two floors that learn nothing: alpha moving
 uniformly at random with beta staying, and both moving at random. Every method gets the same
 maps, rules, T_m, rounds (B envs x S steps, then K updates per round), exploration, replay and
@@ -23,7 +23,7 @@ used per split, and why any were skipped, are printed and saved in the per-run C
 Each run is saved as it finishes (`--work`, default runs/fedrl_table1/) and a rerun skips runs
 already there, so the script resumes. Results go to experiments/results/<name>{,_runs}.csv and
 <name>_<rules>.png; existing result files are not overwritten without `--force`.
-FedRL runs in one process (experiments/fedrl_local.py: the Flower app's protocol as direct
+FedRL runs in one process (experiments/fedrl/local.py: the Flower app's protocol as direct
 calls; tests/test_fedrl.py checks both compute the same). The paper's FedRL-1 / FedRL-2 labels
 contradict each other (Sec. 5.1 calls FedRL-1 "adding" noise at test time, Figure 4's text the
 opposite), so our columns say what they are: test_noise=on | off; the paper's pair is drawn

@@ -1,6 +1,6 @@
 """FedAvg vs FedProx on the embedded non-IID driving silos, and Flower's overhead per round.
 
-    python -m experiments.driving_fedavg_fedprox [--rounds 5 --num-clients 10 --seeds 0 ...]
+    python -m experiments.cdl.fedavg_fedprox [--rounds 5 --num-clients 10 --seeds 0 ...]
 
 Runs both methods through simulation.py (Flower's simulation engine, as a user would), then
 reports per method: the RMSE/MAE reached, and the overhead ratio = median over rounds of the
@@ -169,7 +169,7 @@ def draw(rounds: pd.DataFrame, summary: pd.DataFrame, name: str, num_clients: in
     FedProx RMSE (Udacity+, their silos: another data set, drawn for scale)."""
     from matplotlib.ticker import MaxNLocator
 
-    from experiments.cdl_driving_table import PAPER_RMSE
+    from experiments.cdl.driving_table import PAPER_RMSE
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
     styles = {"fedavg": ("o", "-", -0.06, "tab:blue"), "fedprox": ("s", "--", 0.06, "tab:orange")}

@@ -1,7 +1,7 @@
 """FedVLN's server learning rate and local optimizer state, each trained to convergence: which
 federated agent stage converges best, beside centralized Envdrop (issue 32, deliverable 2).
 
-    python -m experiments.fedvln_gap                       # embedded houses, seeds 0 1 2
+    python -m experiments.fedvln.gap                       # embedded houses, seeds 0 1 2
 
 Runs (each `simulation.py fedvln --stage agent` with `fedvln.patience`, in
 runs/fedvln-gap/<name>-s<seed>; two at a time, `--jobs`):
@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.fedvln_pipeline import _pm, curve, finished_twin, pick
+from experiments.fedvln.pipeline import _pm, curve, finished_twin, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 
 # every run names all four settings it varies, so a later change of the defaults leaves its

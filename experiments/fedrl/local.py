@@ -1,6 +1,6 @@
 """FedRL and its baselines in one process, without Flower.
 
-    python -m experiments.fedrl_local --method fedrl --rounds 200 --run-config "fedrl.size=8"
+    python -m experiments.fedrl.local --method fedrl --rounds 200 --run-config "fedrl.size=8"
 
 FedRL runs the very orchestrator of the Flower app (training/fedrl_protocol.py) with direct
 calls to the same party code; the baselines and floors are training/fedrl_baselines.py.

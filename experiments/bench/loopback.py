@@ -1,6 +1,6 @@
 """A federation of the real deploy/ scripts (SuperLink + edge + Fleet gateway, SuperNodes, the
 flwr CLI) on one machine, on loopback or inside network namespaces: for the deployment tests
-and for the experiments that time deployed runs (experiments/message_cost.py)."""
+and for the experiments that time deployed runs (experiments/bench/message_cost.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 # the venv these tests run in, wherever it is (the deploy scripts default to the repo's .venv)

@@ -1,7 +1,7 @@
 """The local learning rate of FedVLN's augment stage, federated, each run to convergence: the cpu
 recipe's follower lr 1e-3 against the official 1e-4 (issue 32, deliverable 3).
 
-    python -m experiments.fedvln_finetune_lr            # embedded houses, seeds 0 1 2
+    python -m experiments.fedvln.finetune_lr            # embedded houses, seeds 0 1 2
 
 Why: augmentation fine-tunes an agent already trained to convergence (the pipeline's
 `agent/best.pt`, with its speaker's `best.pt`). Each stage is a new run, so each house starts a
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.fedvln_pipeline import curve, finished_twin, pick
+from experiments.fedvln.pipeline import curve, finished_twin, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 from experiments.tables import mean_sd, paired_interval, pipe_table
 
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     if missing:
         print(
             f"fedvln_finetune_lr: {a.pipeline_out} has no finished agent stage for seeds "
-            f"{missing}: run `python -m experiments.fedvln_pipeline --stages agent speaker` first"
+            f"{missing}: run `python -m experiments.fedvln.pipeline --stages agent speaker` first"
         )
         return 2
     if not a.tables_only:

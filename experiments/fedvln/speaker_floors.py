@@ -1,7 +1,7 @@
 """What a speaker that says nothing about the route scores: the floor rows of every speaker table
 (issue 41), on the embedded houses and on real R2R, with no training at all.
 
-    python -m experiments.fedvln_speaker_floors [--seeds 0 1 2] [--r2r ../shared/data] [--force]
+    python -m experiments.fedvln.speaker_floors [--seeds 0 1 2] [--r2r ../shared/data] [--force]
 
 Per data source and split, one instruction per val path:
 

@@ -2,7 +2,7 @@
 exchange setting costs in success: one table (the goal: the default >= 0.5 of the one-process
 throughput and within the seed spread of the best SuccRate).
 
-    python -m experiments.fedrl_throughput --map-dir ../shared/data/gridworld
+    python -m experiments.fedrl.throughput --map-dir ../shared/data/gridworld
            [--configs 32,4,64 64,2,64 128,1,64 128,1,128 256,1,128] [--timing-rounds 12]
            [--transitions 25600] [--seeds 0 1 2] [--jobs 2] [--skip-success] [--force]
 
@@ -11,7 +11,7 @@ each; the round's K minibatch updates ride on the last step's two, server/fedrl_
 
 Throughput: the config runs (a) through `simulation.py fedrl` (real ServerApp and ClientApps,
 Ray) and (b) as direct calls to the same party code in one process with no Flower
-(`experiments/fedrl_local.py`), back to back on this machine, one torch thread each. Measured on
+(`experiments/fedrl/local.py`), back to back on this machine, one torch thread each. Measured on
 the median round after the first updates (rounds 3 .. R-1: round 1 pays Ray's start-up, the last
 the final evaluation). ratio = one-process round time / Flower round time, i.e. Flower's share of
 the one-process throughput (env steps and updates per second alike: same work per round).
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from config import parse
-from experiments.fedrl_table1 import check_common, run_jobs, splits_for
+from experiments.fedrl.table1 import check_common, run_jobs, splits_for
 from experiments.simulate import RESULTS, ROOT, command_line, simulate
 from experiments.tables import refuse_overwrite
 

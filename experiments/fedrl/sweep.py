@@ -1,14 +1,14 @@
 """SuccRate against one `fedrl.*` setting, one size: the paper's Figure 4 (the history H) and the
 measurements behind our defaults (updates per round, exploration decay, target-update period).
 
-    python -m experiments.fedrl_sweep --map-dir ../shared/data/gridworld --knob history \
+    python -m experiments.fedrl.sweep --map-dir ../shared/data/gridworld --knob history \
            --values 1 2 4 8 16                                   # Figure 4 at 8x8
-    python -m experiments.fedrl_sweep --map-dir ../shared/data/gridworld --knob updates \
+    python -m experiments.fedrl.sweep --map-dir ../shared/data/gridworld --knob updates \
            --values 16 64 128                                    # update ratio 1/8, 1/2, 1
            [--size 8] [--methods fedrl dqn-alpha dqn-full random-both] [--rules paper] [--seeds 0 1 2]
            [--rounds 150] [--run-config "..."] [--jobs 2] [--name fedrl_sweep_<knob>] [--force]
 
-Same training, maps, model selection and resume as experiments/fedrl_table1.py (whose runs it
+Same training, maps, model selection and resume as experiments/fedrl/table1.py (whose runs it
 shares, in --work); only the knob changes. Writes experiments/results/<name>.csv (mean ± sd per
 value and method, best and last checkpoint) and <name>.png. The paper draws Figure 4 without
 printing its values, so there are no paper numbers to put beside ours; its text says success
@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.fedrl_table1 import (  # noqa: E402
+from experiments.fedrl.table1 import (  # noqa: E402
     check_common,
     common_args,
     run_jobs,

@@ -2,7 +2,7 @@
 SuperLink (+ Fleet gateway) and two SuperNodes (`--role alpha`, `--role beta`), `flwr run`
 submits the app, and the round times are printed from rounds.csv.
 
-    python -m experiments.text2action_deployment [--rounds 2] [--words 20] [--out DIR]
+    python -m experiments.fedrl.text2action_deployment [--rounds 2] [--words 20] [--out DIR]
 
 Slow by nature: each message starts a ClientApp process (~6-11 s a round trip), and a round is
 2 x act-steps + 3 messages; the evaluation round (every `--rounds`-th) costs two messages per
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.loopback import ROOT, Federation, free_port, wait_for, wait_listening
+from experiments.bench.loopback import ROOT, Federation, free_port, wait_for, wait_listening
 
 
 def main(argv=None) -> int:

@@ -1,11 +1,11 @@
 """Does the speaker say what the route is, and does that teach? The grounded speaker against the
 official one, beside the floors a constant cannot pass (issue 41), centralized, several seeds.
 
-    python -m experiments.fedvln_speaker [--seeds 0 1 2] [--jobs 2] [--force]
-    python -m experiments.fedvln_speaker --data-dir ../shared/data --name fedvln_speaker_r2r \
+    python -m experiments.fedvln.speaker [--seeds 0 1 2] [--jobs 2] [--force]
+    python -m experiments.fedvln.speaker --data-dir ../shared/data --name fedvln_speaker_r2r \
         --out runs/fedvln-speaker-r2r --eval-size 500        # real R2R graphs and instructions
 
-Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.vln_centralized`):
+Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.fedvln.centralized`):
 
 - `grounded/`: the follower (agent stage, till convergence), the speaker of models/speaker.py
   (the step skip; checkpoint `speaker.pt` = best val_seen route fidelity) and the
@@ -77,7 +77,7 @@ def train(a, seed: int) -> Path:
     """The seed's centralized runs (resumed): follower, every speaker, augmentation.
 
     The follower and the speakers do not depend on each other, so with `--stage-jobs` > 1 they
-    train at once, each in its own `experiments.vln_centralized` process; the augment stage
+    train at once, each in its own `experiments.fedvln.centralized` process; the augment stage
     needs the follower and the grounded speaker and runs after them."""
     base = Path(a.out) / f"seed{seed}"
     common = [
@@ -105,8 +105,8 @@ def train(a, seed: int) -> Path:
 
 
 def _centralized(args: list[str]) -> int:
-    """One `experiments.vln_centralized` run in its own process (so stages can overlap)."""
-    cmd = [sys.executable, "-m", "experiments.vln_centralized", *args]
+    """One `experiments.fedvln.centralized` run in its own process (so stages can overlap)."""
+    cmd = [sys.executable, "-m", "experiments.fedvln.centralized", *args]
     return subprocess.run(cmd, cwd=ROOT, check=False).returncode
 
 

@@ -1,7 +1,7 @@
 """Flower's cost per round against a bare loop doing the same work, and server aggregation
 against a memcpy of the same bytes.
 
-    python -m experiments.round_overhead [--rounds 5] [--clients 10] [--replies 12]
+    python -m experiments.bench.round_overhead [--rounds 5] [--clients 10] [--replies 12]
 
 1. Round wall / bare loop, at the README's FedAvg setting (10 embedded silos, 2 local epochs,
    64x64, evaluation every round): the same run (a) through `simulation.py fedavg` (Flower's

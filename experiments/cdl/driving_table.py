@@ -1,6 +1,6 @@
 """Does the contrastive-divergence loss reduce client drift? Paired runs that isolate it.
 
-    python -m experiments.cdl_driving_table [--seeds 0 1 2 3 4] [--parts isolate signal official noniid]
+    python -m experiments.cdl.driving_table [--seeds 0 1 2 3 4] [--parts isolate signal official noniid]
                                             [--jobs 2] [--tables-only]
 
 Every run is a Flower simulation (simulation.py) on the embedded non-IID silos at the study

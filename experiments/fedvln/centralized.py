@@ -2,8 +2,8 @@
 train the follower, the speaker, then the follower on original + speaker-augmented data, all
 on pooled data in one process.
 
-    python -m experiments.vln_centralized                      # embedded houses (CPU, minutes)
-    python -m experiments.vln_centralized --data-dir ../shared/data --tag r2r   # real R2R graphs
+    python -m experiments.fedvln.centralized                      # embedded houses (CPU, minutes)
+    python -m experiments.fedvln.centralized --data-dir ../shared/data --tag r2r   # real R2R graphs
                                                      # and instructions, semantic view features
 
 Each stage saves `OUT/checkpoints/<stage>.pt` (reload with `models.vln_checkpoint.load`) and its
@@ -18,7 +18,7 @@ speaker (`speaker.pt`, best val_seen route fidelity) re-writes through the batch
 0.6), as `training.vln_agent.train_batches` documents. Augmented routes are sampled in the
 training houses only. Optimizers and learning rates are the CPU recipe's
 (`config/fedvln_recipe.py`). The summary reports the last evaluation; the logs hold every one
-(`experiments.fedvln_pipeline` reports best and last over seeds).
+(`experiments.fedvln.pipeline` reports best and last over seeds).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Speed of one FedVLN follower update (Envdrop's mixed objective, batch 32) on this CPU:
 today's code against faster variants, in the same run.
 
-    python -m experiments.vln_update_speed [--updates 20] [--batch 32] [--compile]
+    python -m experiments.fedvln.update_speed [--updates 20] [--batch 32] [--compile]
 
 Variants, each timed on the same batches from the embedded houses after 3 warm-up updates, one
 thread unless said, interleaved `--repeats` times (the median is kept):

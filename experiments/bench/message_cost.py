@@ -2,7 +2,7 @@
 simulation engine and in its deployment engine on loopback, deployed as docs/deployment.md says
 (TLS, SuperNode authentication, the edge and the Fleet gateway of deploy/superlink.sh).
 
-    python -m experiments.message_cost [--methods fedrl fedavg] [--rounds 2] [--work DIR]
+    python -m experiments.bench.message_cost [--methods fedrl fedavg] [--rounds 2] [--work DIR]
 
 Per method and engine, from the run's rounds.csv (server side) and the nodes' audit logs (each
 reply's `cost`, clients/costs.py):
@@ -39,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from clients.audit import read
-from experiments.loopback import (
+from experiments.bench.loopback import (
     PYTHON,
     ROOT,
     Federation,

@@ -1,6 +1,6 @@
 """Privacy-utility frontier of FedAvg on the embedded driving silos: RMSE against epsilon.
 
-    python -m experiments.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
+    python -m experiments.privacy.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
 
 Same silos, rounds, seeds and local training for every row; only what the parties' updates
 carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrapper adds

@@ -1,10 +1,10 @@
 """The FedRL paper's Table 2 (Text2Action: WHS, CT, WHG), the paper's numbers beside ours.
 
-    python -m experiments.fedrl_table2 [--data ../shared/data/text2action]
+    python -m experiments.fedrl.table2 [--data ../shared/data/text2action]
            [--datasets win2k cooking wikihow] [--folds 0 1 2 3 4] [--seeds 0] [--rounds 150]
            [--words 100] [--run-config "fedrl.updates=16 ..."] [--jobs 2] [--force]
 
-Methods (experiments/fedrl_local.py; Text2Action has one joint action per word, select or
+Methods (experiments/fedrl/local.py; Text2Action has one joint action per word, select or
 neglect): FCN-alpha / FCN-full (TextCNN trained by cross-entropy on the action with the larger
 basic reward, following it), DQN-alpha (alpha's POS features only), FedRL (alpha: POS, beta: word
 vectors; test_noise on / off) with theta_g as the paper sizes it (4 hidden units; `--methods
@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
-from experiments.fedrl_table1 import EXCHANGE  # noqa: E402
+from experiments.fedrl.table1 import EXCHANGE  # noqa: E402
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
@@ -97,9 +97,9 @@ ROWS = [
 ]
 METHODS = list(dict.fromkeys(r[1] for r in ROWS))
 # run by default: every row but the 32-unit theta_g (the paper's 4 learns on every fold once the
-# targets are slow; experiments/fedrl_t2a_collapse.py)
+# targets are slow; experiments/fedrl/t2a_collapse.py)
 DEFAULT_METHODS = [m for m in METHODS if m != "fedrl-mlp32"]
-# variants: (method of experiments/fedrl_local.py, run config): 32 hidden units (Grid-World's
+# variants: (method of experiments/fedrl/local.py, run config): 32 hidden units (Grid-World's
 # "32 x 4") instead of the paper's 4 isolates that one choice
 VARIANTS = {"fedrl-mlp32": ("fedrl", {"fedrl.mlp-hidden": 32})}
 # the reference's schedule (FRL2019/FRL text2action/main.py): one update per word tagged,
@@ -108,7 +108,7 @@ VARIANTS = {"fedrl-mlp32": ("fedrl", {"fedrl.mlp-hidden": 32})}
 # baselines' targets every 5 steps, while its FRL mode copies its targets onto themselves (they
 # never leave their random initialisation); with real copies every 5, FedRL's Q_hat diverged to
 # thousands and it collapsed on 5 of 5 CT folds, with 1,000 it learned on 5 of 5
-# (experiments/fedrl_t2a_collapse.py). 1,000 is also Text2Action's default (fedrl.target-update 0).
+# (experiments/fedrl/t2a_collapse.py). 1,000 is also Text2Action's default (fedrl.target-update 0).
 CPU_CONFIG = {
     "fedrl.envs": 4,
     "fedrl.act-steps": 8,

@@ -1,6 +1,6 @@
 """How FedAvg under Flower's simulation engine scales with the number of virtual clients.
 
-    python -m experiments.scale [--clients 10 1000 5000] [--participants 10] [--rounds 3]
+    python -m experiments.bench.scale [--clients 10 1000 5000] [--participants 10] [--rounds 3]
 
 Every run does the same work per round: `--participants` clients train (fraction-train =
 participants / N) and at most as many are scored (fraction-evaluate = the same, capped by

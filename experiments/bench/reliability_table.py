@@ -13,8 +13,8 @@ ok, or rounds whose n_accepted differs from their ok rows: must be 0), rounds co
 time the hung silo cost (round 3's wall time minus the median of the others), and the final
 metric of the clean run beside the killed-and-resumed one.
 
-    python -m experiments.reliability_table            # runs what is missing, prints the table
-    python -m experiments.reliability_table --markdown # the README table from the CSV
+    python -m experiments.bench.reliability_table            # runs what is missing, prints the table
+    python -m experiments.bench.reliability_table --markdown # the README table from the CSV
 Work folder: runs/reliability (kept, so a rerun resumes); results:
 experiments/results/reliability.csv.
 """

@@ -1,8 +1,8 @@
 """FedVLN's whole pipeline over several seeds, with the centralized baselines at an equal number
 of local updates, and the paper's Tables 2, 4, 5 and 9 (paper numbers beside ours).
 
-    python -m experiments.fedvln_pipeline                    # embedded houses, seeds 0 1 2
-    python -m experiments.fedvln_pipeline --data-dir ../shared/data --tag r2r --seeds 0 \\
+    python -m experiments.fedvln.pipeline                    # embedded houses, seeds 0 1 2
+    python -m experiments.fedvln.pipeline --data-dir ../shared/data --tag r2r --seeds 0 \\
         --agent-rounds 8 ...                                 # real R2R (61 + 11 houses)
 
 Per seed, in OUT/seed<S>/ (each federated stage is `python simulation.py fedvln --stage ...`
@@ -11,7 +11,7 @@ in Flower's simulation engine):
 1. `agent` -> `speaker` -> `augment` (from the agent's best.pt, with the speaker's best.pt) ->
    `preexplore-<variant>` for env-based, fed-full, fed-lan, fed-lan+seen (from the augmented
    agent's best.pt, as the official pre-exploration scripts load `agent_bt_.../best_val_unseen`).
-2. `central/`: centralized Envdrop, speaker and Envdrop_aug (`experiments.vln_centralized`) with
+2. `central/`: centralized Envdrop, speaker and Envdrop_aug (`experiments.fedvln.centralized`) with
    exactly as many optimizer steps as the federated stage made in all houses together (read from
    the federated `rounds.csv`), evaluated at the same step counts.
 3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
@@ -30,7 +30,7 @@ that round cap; centralized pre-exploration makes as
 many steps per round as env-based, capped at --pre-rounds, and stops by the same rule.
 Why 8 evaluations (24 rounds at the default --eval-every 3): one evaluation's SR has a
 standard error of about 2 points on the embedded houses, and with 4 every agent run stopped on
-noise within 21-30 rounds (experiments/fedvln_gap.py).
+noise within 21-30 rounds (experiments/fedvln/gap.py).
 
 Every stage resumes: a finished (or converged) one is skipped on rerun, an interrupted one goes
 on from its last finished round (augment and pre-exploration too: each house keeps the speaker
@@ -66,7 +66,7 @@ from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import recipe_of, recipe_record
 from config.schema import merged, parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size, spec_of
-from experiments import vln_centralized
+from experiments.fedvln import centralized as vln_centralized
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, simulate
 from models import vln_checkpoint
 from models.envdrop import Follower

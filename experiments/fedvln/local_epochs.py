@@ -1,8 +1,8 @@
 """FedVLN Tables 7-8 layout over seeds: communication rounds the federated follower needs to
 reach target val_unseen success rates, for several local epochs E, and the best SR each reaches.
 
-    python -m experiments.fedvln_local_epochs                      # embedded houses, seeds 0 1 2
-    python -m experiments.fedvln_local_epochs --epochs 1 3 6 --rounds 18 --eval-every 2
+    python -m experiments.fedvln.local_epochs                      # embedded houses, seeds 0 1 2
+    python -m experiments.fedvln.local_epochs --epochs 1 3 6 --rounds 18 --eval-every 2
 
 Each (E, seed) is one `simulation.py fedvln --stage agent` run in
 runs/fedvln-epochs[-TAG]/E<E>-s<seed> (resumable: a finished run is reused), scored on

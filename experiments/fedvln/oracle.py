@@ -1,11 +1,11 @@
 """Can pre-exploration gain at all on these houses? Adaptation on routes disjoint from the scored
 ones, instructed by a perfect speaker, by ours and by a constant, same budget.
 
-    python -m experiments.fedvln_oracle [--seeds 0 1 2] [--steps 180] [--routes 120] [--force]
+    python -m experiments.fedvln.oracle [--seeds 0 1 2] [--steps 180] [--routes 120] [--force]
 
 FedVLN's pre-exploration (paper Sec. 4.2) fine-tunes the agent in each unseen house on routes
 it samples there, instructed by the speaker. Per seed, from the centralized follower (best
-val_unseen SR) and grounded speaker (best val_seen fidelity) of `experiments.fedvln_speaker`
+val_unseen SR) and grounded speaker (best val_seen fidelity) of `experiments.fedvln.speaker`
 (trained there if missing, resumed if there), each unseen house adapts a copy of the follower
 on its own (env-based: nothing shared), `--steps` RMSprop steps at the pre-exploration
 recipe's rate (`--lr`, 1e-4), on `--routes` routes sampled in the house with *none* of the house's scored routes among them
@@ -46,7 +46,7 @@ import torch
 
 from config.fedvln_recipe import CPU
 from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
-from experiments import fedvln_speaker
+from experiments.fedvln import speaker as fedvln_speaker
 from experiments.simulate import RESULTS, ROOT, command_line, path_digest
 from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
 from models import vln_checkpoint

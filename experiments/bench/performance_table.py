@@ -1,7 +1,7 @@
 """The README's Performance tables, from the benchmark scripts' committed CSVs (not typed by hand).
 
-    python -m experiments.performance_table          # the performance goals, met or not
-    python -m experiments.performance_table --fedrl  # FedRL: speed and success per setting
+    python -m experiments.bench.performance_table          # the performance goals, met or not
+    python -m experiments.bench.performance_table --fedrl  # FedRL: speed and success per setting
 
 Reads experiments/results/{fedrl_throughput,round_overhead,scale,vln_update_speed}.csv (each
 written by the script of the same name) and puts every performance goal beside what was
@@ -133,9 +133,13 @@ def markdown(fedrl: bool = False) -> str:
 
 
 def main(argv=None) -> int:
-    fedrl = "--fedrl" in (sys.argv[1:] if argv is None else argv)
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fedrl", action="store_true", help="the FedRL message-cost table")
+    args = p.parse_args(argv)
     try:
-        print(markdown(fedrl))
+        print(markdown(args.fedrl))
     except FileNotFoundError as e:
         print(f"performance_table: {e.filename} missing: run its script first", file=sys.stderr)
         return 2

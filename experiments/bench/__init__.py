@@ -1,0 +1,1 @@
+"""The platform's benchmarks: speed, memory, reliability, deployment cost (one script per table or study)."""

@@ -1,0 +1,1 @@
+"""CDL's and the driving silos' tables (one script per table or study)."""

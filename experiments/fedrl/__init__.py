@@ -1,0 +1,1 @@
+"""FedRL's tables and studies (one script per table or study)."""

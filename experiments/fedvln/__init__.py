@@ -1,0 +1,1 @@
+"""FedVLN's tables and studies (one script per table or study)."""

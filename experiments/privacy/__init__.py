@@ -1,0 +1,1 @@
+"""Privacy: what each release costs and reveals (one script per table or study)."""
