@@ -12,6 +12,17 @@ import traceback
 import uuid
 
 
+def task_identity() -> None:
+    """Flower 1.41 refuses to build a Message outside a run (it checks a task identity); a grid
+    in this process is a run of its own, so it gives one (1), unless one is set."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    try:
+        TaskIdentity.run_id  # noqa: B018  (raises RuntimeError when not set)
+    except RuntimeError:
+        TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = 1
+
+
 class InProcessGrid:
     """A Grid that delivers each message to the ClientApp of its node in this process, so
     whole strategies run without Ray; it keeps every message sent and every reply. A ClientApp
@@ -31,6 +42,7 @@ class InProcessGrid:
     ):
         from flwr.app import Context, RecordDict
 
+        task_identity()
         self.app = app
         self.concurrent = concurrent  # deliver at once and honour `timeout` (hang tests)
         self.contexts = {

@@ -74,8 +74,10 @@ MEANINGS = [
     ("pb_entropy", "entropy of the backbone's softened output P_b, first minibatch", "nats"),
     ("rmse", "steering RMSE, global model on the pooled test set", "rad"),
     ("mae", "steering MAE, global model on the pooled test set", "rad"),
-    ("train_loss", "training loss, mean over the round's clients", ""),
-    ("consensus", "consensus: mean squared deviation of the silos' parameters", ""),
+    ("train_loss", "training loss (the local objective), mean over the round's clients", "loss"),
+    ("consensus", "consensus: mean squared deviation of the silos' parameters", "param²"),
+    ("privacy-epsilon", "privacy spent by the party so far (RDP, at the run's delta)", "ε"),
+    ("dp_epsilon", "privacy spent so far (DP accountant or the parties' ledgers, delta 1e-5)", "ε"),
     ("_sr", "success rate (stops within 3 m of the goal)", "%"),
     ("_osr", "oracle success rate (passes within 3 m of the goal)", "%"),
     ("_spl", "success weighted by path length", "%"),
@@ -86,11 +88,13 @@ MEANINGS = [
     ("_tl", "trajectory length", "m"),
     ("_bleu", "speaker BLEU-4 against the human instructions", "BLEU-4"),
     ("succ-rate", "success rate of the greedy policy", "fraction of episodes"),
-    ("reward", "mean episode reward of the greedy policy", ""),
-    ("f1", "F1 of the extracted actions", ""),
+    ("reward", "mean episode reward of the greedy policy", "reward points"),
+    ("f1", "F1 of the extracted actions", "F1 (0-1)"),
 ]
 # decentralized methods (server/decentralized_run.py) have no global model: `rmse` is the mean
 # of the silos' own models on the pooled test set
+# the local objective's unit, by domain (FedProx adds mu/2 |w - w_g|^2, CDL beta L_cd+)
+LOSS_UNITS = {"driving": "rad² (MSE + the method's terms)", "vln": "nats (cross-entropy)"}
 PEER_MEANINGS = {
     "rmse": ("steering RMSE, each silo's model on the pooled test set, mean over silos", "rad"),
     "mae": ("steering MAE, each silo's model on the pooled test set, mean over silos", "rad"),
@@ -111,7 +115,7 @@ HEADLINE = ("rmse", "mae", "val_unseen_sr", "val_unseen_spl", "bleu", "succ-rate
 def is_bookkeeping(column: str) -> bool:
     return (
         column in NOT_METRICS
-        or column.endswith(("_n", "-releases"))
+        or column.endswith(("_n", "-releases", "_releases"))
         or column.startswith(("bytes", "n_"))
     )
 
@@ -124,6 +128,10 @@ def meaning_of(metric: str, method: str = "") -> tuple[str, str]:
     bare = base[party.end() :] if party else base
     if base in PEER_MEANINGS and _is_peer(method):
         return PEER_MEANINGS[base]
+    if base == "train_loss" and _domain(method) in LOSS_UNITS:
+        return "training loss (the local objective), mean over the round's clients", LOSS_UNITS[
+            _domain(method)
+        ]
     for name, what, unit in MEANINGS:
         if base.endswith(name):  # the list runs from the specific to the general
             split = next((v for k, v in SPLITS.items() if bare.startswith(k)), "")
@@ -141,6 +149,15 @@ def _is_peer(method: str) -> bool:
         return methods.get(method).server == "server.decentralized_run"
     except Exception:  # an unknown or missing method: read as a server-side model
         return False
+
+
+def _domain(method: str) -> str:
+    from config import methods
+
+    try:
+        return methods.get(method).domain
+    except Exception:  # an unknown or missing method
+        return ""
 
 
 def unit_of(metric: str) -> str:

@@ -1,7 +1,9 @@
 import subprocess
 
 import pandas as pd
+import pytest
 
+from config.methods import METHODS
 from server.plots import plot_runs
 from tests.conftest import PYTHON, ROOT
 
@@ -91,3 +93,40 @@ def test_a_one_round_metric_gets_integer_round_ticks():
     _draw(ax, [("run", pd.DataFrame({"round": [1], "rmse": [0.2]}), "fedavg")], "rmse")
     assert list(ax.get_xticks()) == [1]
     plt.close(fig)
+
+
+TINY = {
+    "driving": {"driving.image-size": 24, "driving.train-per-silo": 16,
+                "driving.test-per-silo": 8, "driving.batch-size": 8, "num-clients": 3,
+                "topology": "ring"},
+    "vln": {"num-clients": 5, "fedvln.train-houses": 3, "fedvln.unseen-houses": 2,
+            "fedvln.embedding": 16, "fedvln.hidden": 32, "fedvln.batch-size": 8,
+            "fedvln.max-local-steps": 2, "fedvln.seen-rate": 1.0},
+    "gridworld": {"fedrl.warmup": 32, "fedrl.envs": 8, "fedrl.act-steps": 2,
+                  "fedrl.updates": 3, "fedrl.batch-size": 8, "fedrl.eval-episodes": 6,
+                  "fedrl.max-steps": 6, "fedrl.target-update": 2, "eval-every": 1},
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_column_a_method_writes_has_a_title_and_a_unit(tmp_path, method):
+    """One small run of each method; every column of its rounds.csv that is plotted says what
+    is measured on what, with a unit (issue 45)."""
+    from clients.app import app
+    from config import parse
+    from config.methods import get, server_module
+    from config.schema import merged
+    from server.plots import is_bookkeeping, meaning_of
+    from tests.conftest import InProcessGrid
+
+    domain = get(method).domain
+    cfg = merged({**TINY[domain], "method": method, "num-server-rounds": 2,
+                  "out-dir": str(tmp_path / "run")})  # fmt: skip
+    nodes = 2 if domain == "gridworld" else int(cfg["num-clients"])
+    server_module(method).run(InProcessGrid(app, cfg, nodes), parse(cfg), method)
+    columns = pd.read_csv(tmp_path / "run" / "rounds.csv").columns
+    plotted = [c for c in columns if not is_bookkeeping(c)]
+    assert plotted
+    untitled = [(c, meaning_of(c, method)) for c in plotted if not all(meaning_of(c, method))]
+    assert not untitled, untitled
