@@ -41,6 +41,7 @@ SERIAL_FILES = {
     "test_deployment.py",
     "test_flwr_run.py",
     "test_ray_cluster.py",
+    "test_parity.py",
 }
 
 

@@ -60,9 +60,17 @@ JOBS = {
         "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
         "driving.local-epochs=1"
     ),
+    "cdl": (
+        "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
+        "driving.local-epochs=1"
+    ),
 }
 SEQUENTIAL = {"fedrl"}  # its messages go one after another
-HANDLER = {"fedrl": "clients.fedrl_client", "fedavg": "clients.driving_client"}
+HANDLER = {
+    "fedrl": "clients.fedrl_client",
+    "fedavg": "clients.driving_client",
+    "cdl": "clients.cdl_client",
+}
 
 
 def import_seconds(modules: list[str], repeats: int = 3) -> float:
@@ -199,7 +207,7 @@ def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--methods", nargs="+", default=list(JOBS), choices=list(JOBS))
+    ap.add_argument("--methods", nargs="+", default=["fedrl", "fedavg"], choices=list(JOBS))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument(
         "--work",

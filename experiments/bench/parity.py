@@ -1,0 +1,72 @@
+"""Engine parity: the same job, the same seed, in Flower's simulation engine and deployed on
+loopback (TLS, node authentication, the edge), must write the same rounds.csv and clients.csv.
+
+    python -m experiments.bench.parity [--methods fedavg cdl fedrl] [--rounds 2] [--work DIR]
+
+What cannot be equal, and why: wall times and per-client seconds (`wall_s`, `fit_s`, every
+`*_s` column: two engines, two clocks) and node ids (Flower draws them at random per node).
+Everything else, every metric, byte count and status, must match; floats to 1e-6 relative
+(the two engines may order float reductions differently; in practice they agree exactly).
+tests/test_parity.py runs it for two methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.bench.message_cost import JOBS, deployed, simulated
+
+UNEQUAL = ("node",)  # Flower's random node ids
+
+
+def comparable(table: pd.DataFrame) -> pd.DataFrame:
+    keep = [c for c in table.columns if c not in UNEQUAL and not c.endswith("_s")]
+    return table[keep].reset_index(drop=True)
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    """Where two run folders' rounds.csv and clients.csv differ (beyond times and node ids)."""
+    out = []
+    for name in ("rounds.csv", "clients.csv"):
+        x, y = (comparable(pd.read_csv(f / name)) for f in (a, b))
+        if list(x.columns) != list(y.columns) or len(x) != len(y):
+            out.append(
+                f"{name}: columns {list(x.columns)} / {list(y.columns)}, rows {len(x)} / {len(y)}"
+            )
+            continue
+        for col in x.columns:
+            u, v = x[col], y[col]
+            if u.dtype.kind in "fc" and v.dtype.kind in "fc":
+                same = np.allclose(u, v, rtol=1e-6, atol=0, equal_nan=True)
+            else:
+                same = u.astype(str).equals(v.astype(str))
+            if not same:
+                out.append(f"{name} column {col!r}: {u.tolist()} / {v.tolist()}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--methods", nargs="+", default=["fedavg", "cdl"], choices=list(JOBS))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--work", default="", help="folder of the runs (default: a temporary one)")
+    a = ap.parse_args(argv)
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="parity-"))
+    bad = 0
+    for method in a.methods:
+        diff = differences(
+            simulated(method, a.rounds, work), deployed(method, a.rounds, work) / "out"
+        )
+        print(f"{method}: {'the same run' if not diff else 'DIFFERENT'}", *diff, sep="\n  ")
+        bad += bool(diff)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Engine parity (issue 43 item 4): one small job, one seed, simulated and deployed (loopback,
+TLS, node authentication, the edge) gives the same rounds.csv and clients.csv in every column
+but times and node ids (experiments/bench/parity.py says why those differ)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.bench.parity import differences
+from tests.deployment import NEEDS_EDGE
+
+
+def test_differences_sees_a_changed_metric_and_ignores_times_and_node_ids(tmp_path):
+    import pandas as pd
+
+    for name, rmse, node, wall in (
+        ("a", 0.25, 11, 1.0),
+        ("b", 0.25, 12, 9.0),
+        ("c", 0.26, 11, 1.0),
+    ):
+        (tmp_path / name).mkdir()
+        pd.DataFrame({"round": [1], "rmse": [rmse], "wall_s": [wall]}).to_csv(
+            tmp_path / name / "rounds.csv", index=False
+        )
+        pd.DataFrame({"round": [1], "node": [node], "status": ["ok"], "fit_s": [wall]}).to_csv(
+            tmp_path / name / "clients.csv", index=False
+        )
+    assert differences(tmp_path / "a", tmp_path / "b") == []
+    assert differences(tmp_path / "a", tmp_path / "c") == [
+        "rounds.csv column 'rmse': [0.25] / [0.26]"
+    ]
+
+
+@pytest.mark.slow
+@NEEDS_EDGE
+@pytest.mark.parametrize("method", ["fedavg", "cdl"])
+def test_simulation_and_deployment_compute_the_same_run(tmp_path, method):
+    from experiments.bench.message_cost import deployed, simulated
+
+    sim = simulated(method, 2, tmp_path)
+    dep = deployed(method, 2, tmp_path) / "out"
+    assert differences(sim, dep) == []
