@@ -57,26 +57,56 @@ def fit_to_federation(grid: Grid, expected: int, timeout_s: float) -> int:
     return size
 
 
+UNAVAILABLE = "Node Unavailable"  # Flower's error reply for a node that missed its heartbeats
+
+
 def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, dict]:
-    """node id -> the identity the node reports (partition-id, num-partitions, role)."""
-    msgs = [
-        Message(
-            RecordDict({"config": ConfigRecord({"ask": "identity"})}),
-            dst_node_id=n,
-            message_type=MessageType.QUERY,
-        )
-        for n in node_ids
-    ]
+    """node id -> the identity the node reports (partition-id, num-partitions, role).
+
+    A node that Flower reports unavailable (it missed its heartbeats: restarting, cut off) is
+    asked again every few seconds until `timeout_s` (run config `node-wait-timeout`), with a
+    log line naming it (issue 43: a SuperNode restarted with its key after a SuperLink restart
+    is refused activation until its old session expires, and the resumed run failed at once);
+    any other error reply fails the run, naming the node."""
+    deadline = time.monotonic() + timeout_s
     out: dict[int, dict] = {}
-    for rep in grid.send_and_receive(msgs, timeout=timeout_s):
-        if rep.has_error():
-            raise FederationError(
-                f"node {rep.metadata.src_node_id} failed the identity query: {rep.error.reason}"
+    pending = list(node_ids)
+    while True:
+        msgs = [
+            Message(
+                RecordDict({"config": ConfigRecord({"ask": "identity"})}),
+                dst_node_id=n,
+                message_type=MessageType.QUERY,
             )
-        out[rep.metadata.src_node_id] = dict(rep.content["identity"])
-    if len(out) != len(node_ids):
-        raise FederationError(f"{len(node_ids) - len(out)} nodes did not answer the identity query")
-    return out
+            for n in pending
+        ]
+        away = {}
+        wait = max(1.0, deadline - time.monotonic())
+        for rep in grid.send_and_receive(msgs, timeout=wait):
+            src = rep.metadata.src_node_id
+            if rep.has_error() and UNAVAILABLE in rep.error.reason:
+                away[src] = rep.error.reason
+            elif rep.has_error():
+                raise FederationError(f"node {src} failed the identity query: {rep.error.reason}")
+            else:
+                out[src] = dict(rep.content["identity"])
+        pending = [n for n in pending if n not in out]
+        if not pending:
+            return out
+        left = deadline - time.monotonic()
+        if left <= 0 or not away:
+            why = f": {next(iter(away.values()))}" if away else ""
+            raise FederationError(
+                f"{len(pending)} nodes did not answer the identity query within "
+                f"{timeout_s:g} s (run config 'node-wait-timeout'){why}"
+            )
+        log(
+            INFO,
+            "[fedembodied] waiting for node(s) %s (unavailable), up to %d s more",
+            ", ".join(map(str, pending)),
+            left,
+        )
+        time.sleep(min(5.0, left))
 
 
 def query_partitions(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, int]:

@@ -32,6 +32,7 @@ def test_differences_sees_a_changed_metric_and_ignores_times_and_node_ids(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.lane
 @NEEDS_EDGE
 @pytest.mark.parametrize("method", ["fedavg", "cdl"])
 def test_simulation_and_deployment_compute_the_same_run(tmp_path, method):
@@ -40,3 +41,16 @@ def test_simulation_and_deployment_compute_the_same_run(tmp_path, method):
     sim = simulated(method, 2, tmp_path)
     dep = deployed(method, 2, tmp_path) / "out"
     assert differences(sim, dep) == []
+
+
+@pytest.mark.slow
+@pytest.mark.lane
+@NEEDS_EDGE
+def test_a_deployed_run_killed_and_resumed_computes_the_same_run(tmp_path):
+    """SuperLink and one SuperNode SIGKILLed after round 1, started again, the run resumed:
+    the same rounds.csv and clients.csv as the uninterrupted simulated run."""
+    from experiments.bench.message_cost import simulated
+    from experiments.bench.parity import deployed_killed
+
+    sim = simulated("fedavg", 3, tmp_path)
+    assert differences(sim, deployed_killed("fedavg", 3, tmp_path)) == []

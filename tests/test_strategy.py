@@ -233,6 +233,44 @@ def test_missing_nodes_fail_instead_of_hanging():
         wait_for_nodes(Grid(), 4, timeout_s=0.1)
 
 
+def test_an_unavailable_node_is_waited_for_and_an_erring_one_named(monkeypatch):
+    """A SuperNode restarted with its key after a SuperLink restart is 'Node Unavailable' for
+    a while (issue 43): the identity query waits for it, bounded, instead of failing at once."""
+    import uuid
+
+    from flwr.app import Error
+
+    from strategies import nodes
+
+    monkeypatch.setattr(nodes.time, "sleep", lambda s: None)
+
+    class Grid:
+        def __init__(self, away: int, reason: str = "Error: Node Unavailable - heartbeats"):
+            self.away, self.reason, self.calls = away, reason, 0
+
+        def send_and_receive(self, msgs, timeout=None):
+            self.calls += 1
+            out = []
+            for m in msgs:
+                m.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+                if m.metadata.dst_node_id == 2 and self.calls <= self.away:
+                    rep = Message(Error(code=0, reason=self.reason), reply_to=m)
+                else:
+                    ident = {"partition-id": m.metadata.dst_node_id - 1, "num-partitions": 2}
+                    rep = Message(RecordDict({"identity": ConfigRecord(ident)}), reply_to=m)
+                rep.metadata.__dict__["_src_node_id"] = m.metadata.dst_node_id
+                out.append(rep)
+            return out
+
+    grid = Grid(away=3)
+    assert nodes.query_partitions(grid, [1, 2], timeout_s=60) == {1: 0, 2: 1}
+    assert grid.calls == 4
+    with pytest.raises(nodes.FederationError, match=r"1 nodes did not answer .* 0.0001 s"):
+        nodes.query_identities(Grid(away=10**6), [1, 2], timeout_s=0.0001)
+    with pytest.raises(nodes.FederationError, match=r"node 2 failed the identity query: boom"):
+        nodes.query_identities(Grid(away=1, reason="boom"), [1, 2], timeout_s=60)
+
+
 def test_a_run_sized_for_10_follows_a_federation_of_2():
     """Plain `flwr run .` starts 2 SuperNodes while the run config says num-clients = 10: the
     server asks one node the federation's size and runs that many silos."""

@@ -135,45 +135,69 @@ def deployed(method: str, rounds: int, work: Path) -> Path:
         return tmp  # finished in this --work folder before
     if tmp.exists():
         raise SystemExit(f"message_cost: {tmp} holds an unfinished deployed run; remove it")
-    tmp.mkdir(parents=True)
-    certs, out = tmp / "certs", tmp / "out"
-    subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(certs), "2"], check=True,
-                   capture_output=True)  # fmt: skip
-    port, control = free_port(), free_port()
-    fed = Federation(tmp)
+    fed = LoopbackFederation(method, tmp)
     try:
-        fed.start("link", [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--host",
-                           "127.0.0.1", "--port", str(port), "--control-port", str(control),
-                           "--database", str(tmp / "state.db")])  # fmt: skip
-        wait_listening("127.0.0.1", port)
-        wait_listening("127.0.0.1", control)
-        fed.connect("op", f"127.0.0.1:{control}", str(certs / "ca.crt"))
-        for k in range(2):
-            reg = fed.cli("supernode", "register", str(certs / f"supernode_{k}.pub"), "op")
-            if reg.returncode != 0:
-                raise RuntimeError(f"registering node {k}: {reg.stdout} {reg.stderr}")
-            role = ["--role", ("alpha", "beta")[k]] if method == "fedrl" else []
-            fed.start(
-                f"sn{k}",
-                [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
-                 "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port()),
-                 "--tls", str(certs / "ca.crt"), "--key", str(certs / f"supernode_{k}"), *role],
-                env={"XDG_STATE_HOME": str(tmp / f"node{k}-state")},
-            )  # fmt: skip
-        wait_for(lambda: all("SuperNode ID" in fed.log(f"sn{k}") for k in range(2)), 120,
-                 what="both nodes to join")  # fmt: skip
-        rc = (f'method="{method}" num-clients=2 num-server-rounds={rounds} eval-every={rounds} '
-              f'seed=0 out-dir="{out}" {JOBS[method]}')  # fmt: skip
-        started = fed.cli("run", str(ROOT), "op", "--format", "json", "--run-config", rc)
-        run_id = json.loads(started.stdout)["run-id"]
-        wait_for(lambda: fed.status("op", run_id).startswith("finished"), 3600, every=5,
-                 what="the deployed run")  # fmt: skip
-        status = fed.status("op", run_id)
-        if status != "finished:completed":
-            raise RuntimeError(f"{method} deployed: {status}; logs in {tmp}")
+        fed.finish(fed.submit(rounds))
         return tmp
     finally:
         fed.close()
+
+
+class LoopbackFederation(Federation):
+    """A SuperLink behind the edge with TLS and node authentication, and two registered
+    SuperNodes (FedRL: alpha and beta), each with its own key and state folder, on loopback;
+    the operator's CLI connected as `op`."""
+
+    def __init__(self, method: str, tmp: Path):
+        tmp.mkdir(parents=True)
+        super().__init__(tmp)
+        self.method, self.certs, self.out = method, tmp / "certs", tmp / "out"
+        subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), "2"], check=True,
+                       capture_output=True)  # fmt: skip
+        self.port, self.control = free_port(), free_port()
+        self.start_link()
+        self.connect("op", f"127.0.0.1:{self.control}", str(self.certs / "ca.crt"))
+        for k in range(2):
+            reg = self.cli("supernode", "register", str(self.certs / f"supernode_{k}.pub"), "op")
+            if reg.returncode != 0:
+                raise RuntimeError(f"registering node {k}: {reg.stdout} {reg.stderr}")
+            self.start_node(k)
+        self.wait_nodes()
+
+    def start_link(self, name: str = "link") -> None:
+        self.start(name, [str(ROOT / "deploy/superlink.sh"), "--tls", str(self.certs), "--host",
+                          "127.0.0.1", "--port", str(self.port), "--control-port",
+                          str(self.control), "--database", str(self.tmp / "state.db")])  # fmt: skip
+        wait_listening("127.0.0.1", self.port)
+        wait_listening("127.0.0.1", self.control)
+
+    def start_node(self, k: int, name: str = "") -> None:
+        role = ["--role", ("alpha", "beta")[k]] if self.method == "fedrl" else []
+        self.start(
+            name or f"sn{k}",
+            [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{self.port}",
+             "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port()),
+             "--tls", str(self.certs / "ca.crt"), "--key", str(self.certs / f"supernode_{k}"),
+             *role],
+            env={"XDG_STATE_HOME": str(self.tmp / f"node{k}-state")},
+        )  # fmt: skip
+
+    def wait_nodes(self) -> None:
+        wait_for(lambda: all("SuperNode ID" in self.log(n) for n in self.procs if n.startswith("sn")),
+                 120, what="the nodes to join")  # fmt: skip
+
+    def submit(self, rounds: int, extra: str = "") -> int:
+        rc = (f'method="{self.method}" num-clients=2 num-server-rounds={rounds} '
+              f'eval-every={rounds} seed=0 out-dir="{self.out}" {JOBS[self.method]} {extra}')  # fmt: skip
+        started = self.cli("run", str(ROOT), "op", "--format", "json", "--run-config", rc)
+        return json.loads(started.stdout)["run-id"]
+
+    def finish(self, run_id: int) -> None:
+        wait_for(lambda: self.status("op", run_id).startswith("finished"), 3600, every=5,
+                 what="the deployed run")  # fmt: skip
+        status = self.status("op", run_id)
+        if status != "finished:completed":
+            raise RuntimeError(f"{self.method} deployed: {status}; logs in {self.tmp}")
 
 
 def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) -> dict:

@@ -1,7 +1,10 @@
 """Engine parity: the same job, the same seed, in Flower's simulation engine and deployed on
 loopback (TLS, node authentication, the edge), must write the same rounds.csv and clients.csv.
 
-    python -m experiments.bench.parity [--methods fedavg cdl fedrl] [--rounds 2] [--work DIR]
+    python -m experiments.bench.parity [--methods fedavg cdl fedrl] [--rounds 3] [--work DIR]
+
+Each method runs three times: simulated, deployed, and deployed with its SuperLink and one
+SuperNode killed after round 1 and the run resumed.
 
 What cannot be equal, and why: wall times and per-client seconds (`wall_s`, `fit_s`, every
 `*_s` column: two engines, two clocks) and node ids (Flower draws them at random per node).
@@ -20,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.bench.message_cost import JOBS, deployed, simulated
+from experiments.bench.loopback import rounds_done, wait_for
+from experiments.bench.message_cost import JOBS, LoopbackFederation, deployed, simulated
 
 UNEQUAL = ("node",)  # Flower's random node ids
 
@@ -51,10 +55,32 @@ def differences(a: Path, b: Path) -> list[str]:
     return out
 
 
+def deployed_killed(method: str, rounds: int, work: Path) -> Path:
+    """The same job deployed, its SuperLink and node 1 killed (SIGKILL, their whole process
+    groups) once round 1 is in rounds.csv, both started again (the SuperLink on its database,
+    the node with its key and state folder), and the run submitted again with `resume=true
+    resume-round=K` (docs/reliability.md); returns its out-dir."""
+    fed = LoopbackFederation(method, work / f"{method}-deploy-killed")
+    try:
+        fed.submit(rounds)
+        wait_for(lambda: rounds_done(fed.out) >= 1, 900, every=0.5, what="round 1")
+        fed.kill("link")
+        fed.kill("sn1")
+        done = rounds_done(fed.out)
+        if done >= rounds:
+            raise RuntimeError(f"{method}: the run ended before the kill; give it more rounds")
+        fed.start_link("link#2")
+        fed.start_node(1, "sn1#2")
+        fed.finish(fed.submit(rounds, f"resume=true resume-round={done}"))
+        return fed.out
+    finally:
+        fed.close()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--methods", nargs="+", default=["fedavg", "cdl"], choices=list(JOBS))
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", default="", help="folder of the runs (default: a temporary one)")
     a = ap.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="parity-"))
