@@ -7,8 +7,10 @@ carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrappe
 N(0, (zC/m)^2) to the mean) over noise multipliers z, and local DP (Flower's LocalDpMod on each
 party) over per-release epsilons. Epsilon is at delta 1e-5 after all rounds: the server's
 accountant (central) or the parties' own ledgers (local), as the run recorded it in
-rounds.csv. Floors beside them, scored on the same pooled test set: FedAvg with no DP (the
-ceiling of this study), each silo trained alone for as many epochs as the run trains
+rounds.csv. A run whose noise wrecks the model (NaN updates, refused until
+`max-empty-rounds` stops it) is scored at its last recorded round and counted in `stopped`.
+Floors beside them, scored on the same pooled test set: FedAvg with no DP (the ceiling of
+this study), each silo trained alone for as many epochs as the run trains
 (local-only, no release at all: epsilon 0), and the constant predictor. C = 2 is about the
 median update norm after round 1 (the norm counts batch-norm statistics, which are shared
 and noised too).
@@ -20,6 +22,7 @@ dp_frontier_runs.csv (one row per run) and dp_frontier.png.
 from __future__ import annotations
 
 import argparse
+import subprocess
 
 import matplotlib
 
@@ -33,6 +36,7 @@ from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
 CENTRAL_Z = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 LOCAL_EPS = (100.0, 1000.0, 10000.0)
 NAME = "dp_frontier"
+FAILED = "stopped.txt"  # a run the noise stopped (every update NaN): its last round is scored
 
 
 def settings(args) -> list[tuple[str, float, str]]:
@@ -102,17 +106,18 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         for mode, knob, run_config in settings(args):
             tag = mode if mode == "none" else f"{mode}-{knob:g}"
-            out = simulate(
-                "fedavg",
-                ROOT / args.work / f"{tag}-s{seed}",
-                rounds=args.rounds,
-                seed=seed,
-                num_clients=args.num_clients,
-                run_config=run_config,
-            )
+            out = ROOT / args.work / f"{tag}-s{seed}"
+            failed = (out / FAILED).is_file()
+            if not failed:
+                try:
+                    simulate("fedavg", out, rounds=args.rounds, seed=seed,
+                             num_clients=args.num_clients, run_config=run_config)  # fmt: skip
+                except subprocess.CalledProcessError:  # the noise wrecked the model: NaN updates
+                    failed = True  # are refused until the run stops (max-empty-rounds)
+                    (out / FAILED).write_text("the run stopped: see server.log\n")
             r = pd.read_csv(out / "rounds.csv")
             last = r[r["round"] == r["round"].max()].iloc[0]
-            eps = float(last["dp_epsilon"]) if "dp_epsilon" in r and mode != "none" else np.inf
+            eps = float(r["dp_epsilon"].max()) if "dp_epsilon" in r and mode != "none" else np.inf
             runs.append(
                 {
                     "mode": mode,
@@ -121,6 +126,8 @@ def main(argv=None) -> int:
                     "rmse": float(last["rmse"]),
                     "best_rmse": float(r["rmse"].min()),
                     "epsilon": eps,
+                    "rounds_done": int(r["round"].max()),
+                    "stopped": failed,
                 }  # fmt: skip
             )
             print(runs[-1], flush=True)
@@ -134,6 +141,7 @@ def main(argv=None) -> int:
             rmse_sd=("rmse", "std"),
             best_rmse=("best_rmse", "mean"),
             seeds=("seed", "nunique"),
+            stopped=("stopped", "sum"),
         )
         .reset_index()
     )
@@ -142,7 +150,7 @@ def main(argv=None) -> int:
         table.loc[len(table)] = {
             "mode": name, "knob": np.nan, "epsilon": 0.0 if "local" in name else np.nan,
             "rmse": floors[col].mean(), "rmse_sd": floors[col].std(),
-            "best_rmse": np.nan, "seeds": len(floors),
+            "best_rmse": np.nan, "seeds": len(floors), "stopped": 0,
         }  # fmt: skip
     table.insert(2, "clip", args.clip)
     table.insert(3, "rounds", args.rounds)
@@ -159,7 +167,7 @@ def markdown(table: pd.DataFrame) -> str:
     """The frontier as the docs show it (experiments/readme_tables.py)."""
     seeds = int(table["seeds"].max())
     lines = [
-        f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round |",
+        f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round (on test: optimistic) |",
         "|---|---|---|---|",
     ]
     for r in table.itertuples():
@@ -173,7 +181,8 @@ def markdown(table: pd.DataFrame) -> str:
             what = r.mode
         eps = "inf" if r.epsilon == np.inf else ("" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}")
         best = "" if pd.isna(r.best_rmse) else f"{r.best_rmse:.3f}"
-        lines.append(f"| {what} | {eps} | {r.rmse:.3f} ± {r.rmse_sd:.3f} | {best} |")
+        stop = f" ({int(r.stopped)} of {int(r.seeds)} stopped: NaN model)" if r.stopped else ""
+        lines.append(f"| {what} | {eps} | {r.rmse:.3f} ± {r.rmse_sd:.3f}{stop} | {best} |")
     return "\n".join(lines)
 
 
@@ -181,12 +190,19 @@ def draw(table: pd.DataFrame) -> None:
     """RMSE (last round, mean and sd over seeds) against epsilon on a log axis, central and
     local DP, with no-DP FedAvg, local-only and the constant predictor as lines."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    top = 0.8  # a wrecked model's RMSE (up to 10^3) is drawn at the top edge, value written
     for mode, marker, color in (("central", "o", "tab:blue"), ("local", "s", "tab:red")):
         part = table[table["mode"] == mode].sort_values("epsilon")
-        if len(part):
-            ax.errorbar(part["epsilon"], part["rmse"], yerr=part["rmse_sd"].fillna(0),
-                        marker=marker, color=color, capsize=3,
-                        label=f"FedAvg + {mode} DP ({int(part.seeds.max())} seeds)")  # fmt: skip
+        if not len(part):
+            continue
+        shown = part["rmse"].clip(upper=top)
+        ax.errorbar(part["epsilon"], shown, yerr=part["rmse_sd"].where(part["rmse"] < top, 0),
+                    marker=marker, color=color, capsize=3,
+                    label=f"FedAvg + {mode} DP ({int(part.seeds.max())} seeds)")  # fmt: skip
+        for r in part[part["rmse"] >= top].itertuples():
+            ax.annotate(f"{r.rmse:.3g}", (r.epsilon, top), textcoords="offset points",
+                        xytext=(0, -12), ha="center", fontsize=7, color=color)  # fmt: skip
+    ax.set_ylim(0, top * 1.02)
     lines = (("none", "FedAvg, no DP (epsilon = inf)", "-", "black"),
              ("local-only (no release)", "each silo alone (no release)", "--", "grey"),
              ("constant (pooled train mean)", "constant predictor", "-.", "grey"))  # fmt: skip
@@ -195,7 +211,7 @@ def draw(table: pd.DataFrame) -> None:
         if len(row):
             ax.axhline(float(row["rmse"].iloc[0]), ls=style, color=color, label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("epsilon after all rounds (delta = 1e-5, log scale)")
+    ax.set_xlabel("epsilon after all rounds (delta = 1e-5, log scale); stopped runs: NaN model")
     ax.set_ylabel("steering RMSE on the pooled test set (rad)")
     clip, rounds, silos = (table[c].iloc[0] for c in ("clip", "rounds", "silos"))
     ax.set_title(f"FedAvg driving: privacy vs utility ({silos:g} silos, {rounds:g} rounds, "
