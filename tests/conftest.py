@@ -33,22 +33,25 @@ os.environ.pop("FEDEMBODIED_POLICY", None)  # no policy of the machine's leaks i
 os.umask(0o022)
 
 
-# Tests that hold the machine's network (namespaces with fixed names, a local SuperLink on
-# Flower's default ports, real deployments, a Ray cluster) run one after another in one xdist
-# worker; they mostly wait on sockets, so the other worker runs the CPU-bound rest beside them.
+# Tests that hold the machine's network run one after another within their group, in one
+# xdist worker: the namespace tests (fixed namespace names) in one, the loopback deployments,
+# the local SuperLink on Flower's default ports and the Ray cluster in the other. They mostly
+# wait on sockets and are the longest, so they go first and the CPU-bound rest fills in.
 SERIAL_FILES = {
-    "test_security_netns.py",
-    "test_deployment.py",
-    "test_flwr_run.py",
-    "test_ray_cluster.py",
-    "test_parity.py",
+    "test_security_netns.py": "netns",
+    "test_deployment.py": "loopback",
+    "test_flwr_run.py": "loopback",
+    "test_ray_cluster.py": "loopback",
+    "test_parity.py": "loopback",
 }
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.xdist_group("network"))
+        group = SERIAL_FILES.get(item.path.name)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.path.name not in SERIAL_FILES)  # stable: groups first
 
 
 @pytest.fixture(autouse=True)
