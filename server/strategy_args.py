@@ -34,7 +34,8 @@ def central_dp(strategy, c: Config, recorder):
     from strategies.dp import NORM_SLACK, CentralDP
 
     # the parties' clipping, checked: an update farther than C from the global model is refused
-    strategy.max_update_norm = c.dp.clip * (1 + NORM_SLACK)
+    bound = c.dp.clip * (1 + NORM_SLACK)
+    strategy.max_update_norm = min(strategy.max_update_norm or bound, bound)
     done = max(
         (int(r["dp_releases"]) for r in recorder.rounds if r.get("dp_releases", 0) > 0),
         default=0,
