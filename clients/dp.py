@@ -16,8 +16,13 @@
   is what we report, not the label: LocalDpMod's calibration is the classic Gaussian bound,
   which holds only for epsilon < 1; at `local-epsilon = 50` one release is epsilon ~101 by RDP.
 
-Both mods clip against the arrays the message brought, so they need a reply that carries the
-same arrays (FedVLN's partial shares are refused at the run's check, server/fedvln_run.py).
+Both mods clip against the arrays the message brought and refuse a message that carries more
+than one array record, so they need a reply that carries the same arrays: FedVLN's stages with
+a setup round (augment, pre-exploration) fail under DP with Flower's mod error, safely.
+
+What the ledger does not cover: it is kept in the node's state for the run (its out-dir), so a
+new run, another stage or a resume from an earlier round starts its count again; and the
+metrics beside the weights (num-examples, losses, evaluation scores) leave un-noised.
 """
 
 from __future__ import annotations
@@ -45,12 +50,24 @@ def check(p: Policy, c: Config) -> None:
             f"the run asks dp.mode={c.dp.mode!r}; this node sends model updates only under "
             f"local DP with epsilon <= {need:g} per release",
         )
-    if need > 0 and c.dp.local_epsilon > need:
+    if need > 0 and multiplier(c.dp.local_epsilon, c.dp.delta) < multiplier(need, POLICY_DELTA):
         raise p.refuse(
             "dp.local-epsilon",
-            f"the run asks dp.local-epsilon={c.dp.local_epsilon:g}; this node releases at "
-            f"most epsilon {need:g} per update",
+            f"the run asks dp.local-epsilon={c.dp.local_epsilon:g} at dp.delta={c.dp.delta:g}: "
+            f"noise multiplier {multiplier(c.dp.local_epsilon, c.dp.delta):.3g}, less than the "
+            f"{multiplier(need, POLICY_DELTA):.3g} this node requires (epsilon {need:g} per "
+            f"update at delta {POLICY_DELTA:g})",
         )
+
+
+POLICY_DELTA = 1e-5  # a policy's local-epsilon is read at this delta, whatever the run's
+
+
+def multiplier(eps: float, delta: float) -> float:
+    """LocalDpMod's noise in units of the sensitivity: sqrt(2 ln(1.25/delta)) / epsilon. The
+    policy compares this, the noise actually added, so a run cannot buy a smaller noise with
+    a larger delta under the same epsilon label."""
+    return math.sqrt(2 * math.log(1.25 / delta)) / eps
 
 
 def local_std(c: Config) -> float:

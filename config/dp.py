@@ -59,12 +59,15 @@ class DPSettings(Section):
         lo_open=True,
     )
     max_epsilon: float = setting(
-        "> 0: a privacy budget; the run stops before the release that would exceed it "
-        "(Flower's PrivacyBudgetExhausted), 0 = no budget",
+        "central: > 0 is a privacy budget; the run stops before the release that would exceed "
+        "it (Flower's PrivacyBudgetExhausted), 0 = no budget (local: each party's policy)",
         lo=0,
         hi=1e9,
     )
 
     def validate(self) -> None:
-        if self.mode == "none" and self.max_epsilon > 0:
-            raise ConfigError("run config 'dp.max-epsilon' needs 'dp.mode' central or local")
+        if self.mode != "central" and self.max_epsilon > 0:
+            raise ConfigError(
+                "run config 'dp.max-epsilon' is central DP's budget; under local DP each party "
+                "keeps its own (its policy's [dp] max-epsilon)"
+            )

@@ -25,6 +25,7 @@ def screened_args(c: Config, recorder) -> dict:
         min_evaluate_nodes=1,
         fraction_evaluate=c.run.fraction_evaluate,
         max_evaluate_nodes=c.run.max_evaluate_clients,
+        dp_local=c.dp.mode == "local",
     )
 
 

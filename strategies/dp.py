@@ -110,12 +110,22 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
 
     def aggregate_train(self, server_round, replies):
         """The inner strategy screens, records and takes the fixed-denominator mean; then
-        Flower's noise and release accounting, and the variance floor (post-processing)."""
+        Flower's noise and release accounting, and the variance floor (post-processing).
+
+        A round in which no update was accepted still releases the model noised: leaving it
+        exactly as it was would be an outcome a Gaussian release never gives. A strategy that
+        keeps its own global model (FedVLN's Eq. 7 steps from `global_arrays`) is handed the
+        noised release, so the next round steps from what was released, never from the
+        un-noised model (which would let the noise of successive rounds cancel)."""
         event = self._pop_pending_event(server_round)
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
-        if arrays is not None:
+        if arrays is None and event is not None and self.strategy.current is not None:
+            arrays = self.strategy.current  # the empty round's mean: the model as sent
+        if arrays is not None and event is not None:
             arrays = floor_variances(self._noised(arrays))
             self._compose_release(event)
+            if getattr(self.strategy, "global_arrays", None) is not None:
+                self.strategy.global_arrays = arrays
             spent = self.accountant.get_privacy_spent()
             self.strategy.recorder.add_metrics(
                 {"dp_epsilon": spent.epsilon, "dp_releases": spent.num_releases}

@@ -30,7 +30,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
 from contracts.messages import DP_EPSILON, FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
-from strategies.dp import fixed_denominator_mean
+from strategies.dp import fixed_denominator_mean, floor_variances
 from strategies.nodes import (
     answered,
     query_partitions,
@@ -74,6 +74,7 @@ class ScreenedFedAvg(FedAvg):
         trim: float = 0.2,
         max_update_norm: float = 0.0,
         max_evaluate_nodes: int = 0,
+        dp_local: bool = False,
         **kwargs,
     ):
         kwargs.setdefault("min_available_nodes", num_clients)
@@ -97,6 +98,7 @@ class ScreenedFedAvg(FedAvg):
         self.max_update_norm = max_update_norm  # 0 = no bound
         self.max_evaluate_nodes = max_evaluate_nodes  # 0 = no cap
         self.dp_denominator = 0  # > 0: central DP's fixed-denominator mean (strategies/dp.py)
+        self.dp_local = dp_local  # local DP: noised variances are floored (post-processing)
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -319,6 +321,8 @@ class ScreenedFedAvg(FedAvg):
             arrays = fixed_denominator_mean(updates, self.current, self.dp_denominator)
         else:
             arrays = aggregate(updates, n, self.aggregator, self.trim)
+        if self.dp_local:
+            arrays = floor_variances(arrays)
         loss = [
             float(next(iter(c.metric_records.values())).get(TRAIN_LOSS, float("nan")))
             for c in contents

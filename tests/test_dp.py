@@ -188,3 +188,60 @@ def test_dp_is_refused_where_it_does_not_fit_saying_why(method, why):
 
     with pytest.raises(ConfigError, match=rf"'dp.mode' 'central': method {method} .*{why}"):
         check_dp(parse(merged({**DRIVING, "method": method, "dp.mode": "central"})))
+
+
+def test_a_release_is_noised_even_when_nothing_was_accepted_and_eq7_steps_from_it():
+    """Review findings: FedVLN's Eq. 7 stepped from its un-noised model, so successive rounds'
+    noise could cancel; an empty round left the model exactly as it was (no Gaussian release
+    does that). Both now release, and account, the noised model."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from strategies.dp import CentralDP
+
+    class Recorder:
+        metrics: dict = {}
+
+        def add_metrics(self, m):
+            self.metrics.update(m)
+
+    class Inner(FedAvg):
+        def __init__(self, answer):
+            super().__init__()
+            self.answer, self.recorder, self.round_offset = answer, Recorder(), 0
+            self.current = ArrayRecord({"w": Array(np.zeros(1000, np.float32))})
+            self.global_arrays = self.current
+
+        def dp_step_scale(self):
+            return 2.0
+
+        def aggregate_train(self, server_round, replies):
+            return self.answer, None
+
+    c = parse(merged({**DRIVING, "dp.mode": "central", "dp.clip": 1.0,
+                      "dp.noise-multiplier": 1.0}))  # fmt: skip
+    for answer in (ArrayRecord({"w": Array(np.ones(1000, np.float32))}), None):
+        inner = Inner(answer)
+        dp = CentralDP(inner, c, sampled=4, population=4)
+        dp._prepare_accounting(1, ["a message"])
+        out, _ = dp.aggregate_train(1, [])
+        w = out["w"].numpy() - (1.0 if answer is not None else 0.0)
+        assert np.std(w) == pytest.approx(2.0 * 1.0 * 1.0 / 4, rel=0.15)  # eta z C / m
+        assert inner.global_arrays is out  # the next step starts from what was released
+        assert inner.recorder.metrics["dp_releases"] == 1
+
+
+def test_a_larger_delta_cannot_buy_less_noise_past_a_party_policy(tmp_path):
+    from clients import dp
+    from clients.policy import Refused, load
+
+    path = tmp_path / "p.toml"
+    path.write_text("[dp]\nlocal-epsilon = 1.0\n")
+    path.chmod(0o600)
+    p = load(path)
+    same = parse(merged({**DRIVING, "dp.mode": "local", "dp.local-epsilon": 1.0}))
+    dp.check(p, same)  # the policy's own setting passes
+    with pytest.raises(Refused, match=r"dp.delta=0.5: noise multiplier .* less than"):
+        dp.check(p, parse(merged({**DRIVING, "dp.mode": "local", "dp.local-epsilon": 1.0,
+                                  "dp.delta": 0.5})))  # fmt: skip
+    with pytest.raises(ConfigError, match="each party keeps its own"):
+        parse(merged({**DRIVING, "dp.mode": "local", "dp.max-epsilon": 5.0}))
