@@ -82,15 +82,20 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", nargs="+", default=["fedavg", "cdl"], choices=list(JOBS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", default="", help="folder of the runs (default: a temporary one)")
+    ap.add_argument("--no-kill", action="store_true", help="skip the killed-and-resumed run")
     a = ap.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="parity-"))
     bad = 0
     for method in a.methods:
-        diff = differences(
-            simulated(method, a.rounds, work), deployed(method, a.rounds, work) / "out"
-        )
-        print(f"{method}: {'the same run' if not diff else 'DIFFERENT'}", *diff, sep="\n  ")
-        bad += bool(diff)
+        sim = simulated(method, a.rounds, work)
+        runs = {"deployed": lambda: deployed(method, a.rounds, work) / "out"}
+        if not a.no_kill:
+            runs["deployed, killed and resumed"] = lambda: deployed_killed(method, a.rounds, work)
+        for how, run in runs.items():
+            diff = differences(sim, run())
+            print(f"{method} {how}: {'the same run' if not diff else 'DIFFERENT'}", *diff,
+                  sep="\n  ")  # fmt: skip
+            bad += bool(diff)
     return 1 if bad else 0
 
 
