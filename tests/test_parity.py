@@ -1,7 +1,7 @@
 """Engine parity (issue 43 item 4): one small job of FedAvg, CDL and FedRL, one seed, simulated
-and deployed (loopback,
-TLS, node authentication, the edge) gives the same rounds.csv and clients.csv in every column
-but times and node ids (experiments/bench/parity.py says why those differ)."""
+and deployed (loopback, TLS, node authentication, the edge) gives the same rounds.csv and
+clients.csv in every column but times and node ids (experiments/bench/parity.py says why
+those differ)."""
 
 from __future__ import annotations
 
