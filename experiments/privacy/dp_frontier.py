@@ -180,9 +180,12 @@ def markdown(table: pd.DataFrame) -> str:
         else:
             what = r.mode
         eps = "inf" if r.epsilon == np.inf else ("" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}")
-        best = "" if pd.isna(r.best_rmse) else f"{r.best_rmse:.3f}"
+        best = "" if pd.isna(r.best_rmse) else f"{r.best_rmse:.3g}"
         stop = f" ({int(r.stopped)} of {int(r.seeds)} stopped: NaN model)" if r.stopped else ""
-        lines.append(f"| {what} | {eps} | {r.rmse:.3f} ± {r.rmse_sd:.3f}{stop} | {best} |")
+        rmse = (
+            f"{r.rmse:.3f} ± {r.rmse_sd:.3f}" if r.rmse < 10 else f"{r.rmse:.3g} ± {r.rmse_sd:.3g}"
+        )
+        lines.append(f"| {what} | {eps} | {rmse}{stop} | {best} |")
     return "\n".join(lines)
 
 
