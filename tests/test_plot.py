@@ -112,7 +112,7 @@ TINY = {
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_column_a_method_writes_has_a_title_and_a_unit(tmp_path, method):
     """One small run of each method; every column of its rounds.csv that is plotted says what
-    is measured on what, with a unit (issue 45)."""
+    is measured on what, with a unit, and no title of its figures overlaps (issue 45)."""
     from clients.app import app
     from config import parse
     from config.methods import get, server_module
@@ -130,3 +130,31 @@ def test_every_column_a_method_writes_has_a_title_and_a_unit(tmp_path, method):
     assert plotted
     untitled = [(c, meaning_of(c, method)) for c in plotted if not all(meaning_of(c, method))]
     assert not untitled, untitled
+    # and every figure of the run: no title runs into another title, into another plot (its
+    # tick labels and axis labels included), or into the figure's own title
+    import matplotlib.figure
+
+    from server.plots import plot_runs
+
+    save, figures = matplotlib.figure.Figure.savefig, []
+
+    def checked(fig, *args, **kwargs):
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        axes = [ax for ax in fig.axes if ax.axison]
+        for ax in axes:
+            title = ax.title.get_window_extent(r)
+            for other in axes:
+                if other is not ax:
+                    assert not title.overlaps(other.get_tightbbox(r)), (method, ax.get_title())
+            if fig._suptitle is not None:
+                assert not title.overlaps(fig._suptitle.get_window_extent(r)), ax.get_title()
+        figures.append(fig)
+        return save(fig, *args, **kwargs)
+
+    matplotlib.figure.Figure.savefig = checked
+    try:
+        written = plot_runs([tmp_path / "run"], tmp_path / "plots")
+    finally:
+        matplotlib.figure.Figure.savefig = save
+    assert len(figures) == len(written) > 1
