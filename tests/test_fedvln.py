@@ -684,20 +684,33 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     assert t.loc["constant", "gain over none"].startswith("-1.0")
 
 
-def test_oracle_routes_never_hold_a_scored_route_of_the_house():
-    """Adaptation routes share neither the path nor the (start, goal) of a scored episode: the
-    old oracle arm trained on the routes it was scored on (issue 41)."""
+def test_sampled_routes_never_hold_a_scored_route_of_the_house():
+    """Routes a house samples for augmentation or pre-exploration share neither the path nor
+    the (start, goal) of an episode the house is scored on, in seen and unseen houses alike:
+    the old oracle arm, and the pipeline's pre-exploration, trained on the routes they were
+    scored on (issue 41). Asking for fewer routes gives a prefix of asking for more (the
+    centralized reference rebuilds what each house samples)."""
     from envs.vln_houses import HouseSpec
-    from experiments.fedvln.oracle import disjoint_routes
-    from training.vln_house import house_names, open_house, open_setup
+    from training.vln_house import house_names, open_house, open_setup, speaker_routes
 
     setup = open_setup("", "", HouseSpec())
-    house = open_house(setup, house_names(setup)[1][0])
-    routes = disjoint_routes(house, 60, seed=0)
-    assert len(routes) == 60
+    seen, unseen = house_names(setup)
+    for name in (seen[0], unseen[0], unseen[-1]):
+        house = open_house(setup, name)
+        routes = speaker_routes(house, 60, seed=0)
+        assert len(routes) == 60
+        ends = {(e.path[0], e.path[-1]) for e in house.val}
+        assert not {r.path for r in routes} & {e.path for e in house.val}
+        assert not {(r.path[0], r.path[-1]) for r in routes} & ends
+        assert [r.path for r in speaker_routes(house, 20, seed=0)] == [r.path for r in routes[:20]]
+    # the filter is not idle: unfiltered draws in these houses do hit scored routes
+    from envs.vln_routes import sample_routes
+
+    house = open_house(setup, unseen[0])
+    scan = setup.world.scan(house.name)
+    drawn = sample_routes(scan, 400, np.random.default_rng(0))
     ends = {(e.path[0], e.path[-1]) for e in house.val}
-    assert not {r.path for r in routes} & {e.path for e in house.val}
-    assert not {(r.path[0], r.path[-1]) for r in routes} & ends
+    assert any((scan.ids[p[0]], scan.ids[p[-1]]) in ends for p, _ in drawn)
 
 
 def test_a_house_that_lost_its_setup_refuses_to_train_without_it():

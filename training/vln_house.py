@@ -78,20 +78,28 @@ def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     """Routes (start heading, node path) sampled in this house for the speaker to describe;
     their instructions are written batch by batch during training (back-translation,
     `training.vln_agent.BackTranslation`). The same (house, n_routes, seed) always gives the
-    same routes, so the centralized reference can rebuild exactly what each house samples."""
+    same routes, so the centralized reference can rebuild exactly what each house samples.
+
+    None shares its path, or its start and goal, with an episode the house is scored on
+    (`house.val`): augmentation and pre-exploration never train on the routes a table scores,
+    as the official pre-exploration samples away from the evaluation data (issue 41). The
+    routes are the first n_routes of a 3x larger draw that survive that filter, so asking for
+    fewer gives a prefix of asking for more."""
     scan = house.setup.world.scan(house.name)
     rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])
-    return [
-        Episode(
-            f"aug-{house.name}-{k}",
-            house.name,
-            tuple(scan.ids[v] for v in path),
-            float(heading),
-            "",
-            10**7 + k,
+    scored = {e.path for e in house.val} | {(e.path[0], e.path[-1]) for e in house.val}
+    out = []
+    for path, heading in sample_routes(scan, 3 * n_routes, rng):
+        nodes = tuple(scan.ids[v] for v in path)
+        if nodes in scored or (nodes[0], nodes[-1]) in scored:
+            continue
+        k = len(out)
+        out.append(
+            Episode(f"aug-{house.name}-{k}", house.name, nodes, float(heading), "", 10**7 + k)
         )
-        for k, (path, heading) in enumerate(sample_routes(scan, n_routes, rng))
-    ]
+        if len(out) == n_routes:
+            break
+    return out
 
 
 def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0) -> int:
