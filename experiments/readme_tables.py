@@ -38,6 +38,12 @@ def _fedvln(tag: str = "") -> str:
     return markdown(tables)
 
 
+def _fedvln_gains(tag: str = "") -> str:
+    from experiments.fedvln.gains import markdown
+
+    return markdown(_csv(f"fedvln_gains{'_' + tag if tag else ''}.csv"))
+
+
 def _fedvln_gap() -> str:
     from experiments.fedvln.gap import markdown
 
@@ -149,6 +155,7 @@ BLOCKS = {
     "fedvln-embedded": _fedvln,
     "fedvln-r2r": lambda: _fedvln("r2r"),
     "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
+    "fedvln-gains": _fedvln_gains,
     "fedvln-gap": _fedvln_gap,
     "fedvln-finetune-lr": _fedvln_finetune_lr,
     "fedvln-speaker": _fedvln_speaker,

@@ -2,6 +2,7 @@
 message the houses send, with whole stages run in-process (no Ray) on five tiny houses."""
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -821,7 +822,7 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
 
     import experiments.fedvln.finetune_lr as ft
     from config.schema import merged, parse_overrides
-    from experiments.fedvln.pipeline import curve
+    from experiments.fedvln.runs import curve
 
     old = tmp_path / "old"
     a = ft.parse_args(["--pipeline-out", str(tmp_path / "pipe"), "--reuse", str(old)])
@@ -868,3 +869,97 @@ def test_centralized_patience_spans_the_federated_stages_sequential_steps():
     cfg = merged({**TINY, "fedvln.train-houses": 12, "fedvln.seen-rate": 0.2})  # 2 per round
     assert central_patience(8, cfg) == 4 and central_patience(3, cfg) == 2
     assert central_patience(0, cfg) == 0  # fixed budgets stay fixed
+
+
+def _fake_run(out, run, srs):
+    """A finished federated run whose evaluations have these val_unseen SRs, 24 steps a round."""
+    (out / run).mkdir(parents=True)
+    rows = [{"round": r + 1, "local_steps": 24, "val_unseen_sr": v} for r, v in enumerate(srs)]
+    pd.DataFrame(rows).to_csv(out / run / "rounds.csv", index=False)
+    (out / run / "config.json").write_text('{"wall_s": 1.0}')
+
+
+def test_gains_are_paired_by_seed_and_pre_exploration_is_compared_with_its_start(tmp_path):
+    """Issue 41 item 5: each contribution's gain is a paired interval over seeds; a
+    pre-exploration's last checkpoint is compared with the best augmented agent it starts from,
+    and a seed missing one side is left out of that comparison, not paired with another."""
+    from experiments.fedvln.gains import gains, markdown
+    from experiments.fedvln.runs import seed_dirs
+
+    curves = {  # seed: (agent, augment, fed-lan, fed-full)
+        0: ([10, 30, 20], [31, 34, 33], [35, 38, 36], [30, 29]),
+        1: ([12, 26, 25], [27, 29, 28], [33, 31, 32], [28, 30]),
+        2: ([11, 28, 27], [30, 33, 31], [35, 37, 35], None),
+    }
+    for seed, (agent, aug, lan, full) in curves.items():
+        out = tmp_path / f"seed{seed}"
+        _fake_run(out, "agent", agent)
+        _fake_run(out, "augment", aug)
+        _fake_run(out, "preexplore-fed-lan", lan)
+        if full:
+            _fake_run(out, "preexplore-fed-full", full)
+    t = gains(seed_dirs(tmp_path, [0, 1, 2])).set_index(["comparison", "checkpoint"])
+    aug = t.loc[("augmentation, federated", "best")]
+    assert aug["gain"] == pytest.approx(np.mean([4, 3, 5])) and aug["n_seeds"] == 3
+    assert aug["low"] > 0 and not aug["within_noise"]
+    assert aug["by_seed"] == "+4.0 / +3.0 / +5.0"
+    lan_last = t.loc[("pre-exploration, fed-lan", "last")]
+    assert lan_last["b_checkpoint"] == "best"  # its start is the augmented agent's best
+    assert lan_last["gain"] == pytest.approx(np.mean([36 - 34, 32 - 29, 35 - 33]))
+    claim = t.loc[("sharing only the language encoder vs the whole model", "best")]
+    assert claim["n_seeds"] == 2  # seed 2 has no fed-full run
+    assert claim["gain"] == pytest.approx(np.mean([38 - 30, 33 - 30]))
+    assert ("augmentation, centralized", "best") not in t.index  # no centralized runs here
+    assert "+4.0 [" in markdown(t.reset_index())
+
+
+def test_table4_carries_what_each_speaker_teaches_beside_its_floors(tmp_path):
+    """Table 4's teaching columns come from the seed's teaching.csv: a floor and the true
+    words have one row for both checkpoints, a speaker one per checkpoint."""
+    from experiments.fedvln import pipeline as fp
+
+    out = tmp_path / "seed0"
+    (out / "speaker").mkdir(parents=True)
+    rows = [{"round": 1, "local_steps": 10, "val_seen_fidelity": 70, "val_unseen_bleu": 40}]
+    rows += [{"round": 2, "local_steps": 10, "val_seen_fidelity": 60, "val_unseen_bleu": 45}]
+    pd.DataFrame(rows).to_csv(out / "speaker" / "rounds.csv", index=False)
+    (out / "speaker" / "config.json").write_text('{"wall_s": 1.0}')
+    (out / "constant").mkdir()
+    pd.DataFrame([{"round": 0, "steps": 0, "val_unseen_bleu": 41}]).to_csv(
+        out / "constant" / "log.csv", index=False
+    )
+    (out / "agent").mkdir()
+    for f in ("agent/best.pt", "speaker/best.pt"):
+        (out / f).write_bytes(b"")
+        os.utime(out / f, (1e9, 1e9))  # older than teaching.csv: it is read, not recomputed
+    taught = [
+        ("true instructions", "", 40.0),
+        ("constant sentence (floor)", "", 8.0),
+        ("Fed", "best", 32.0),
+        ("Fed", "last", 30.0),
+    ]
+    pd.DataFrame(
+        [
+            {
+                "seed": 0,
+                "speaker": n,
+                "checkpoint": ck,
+                "split": sp,
+                "taught_sr": sr,
+                "true_sr": 40.0,
+                "taught_ratio": sr / 40,
+            }
+            for n, ck, sr in taught
+            for sp in ("val_seen", "val_unseen")
+        ]
+    ).to_csv(out / "teaching.csv", index=False)
+    t = fp.table4({0: out}).query("source == 'ours'").set_index(["speaker", "checkpoint"])
+    assert t.loc[("Fed", "best"), "val_unseen_taught_ratio"] == pytest.approx(0.8)
+    assert t.loc[("Fed", "best"), "val_seen_fidelity"] == 70  # kept by val_seen fidelity
+    assert t.loc[("Fed", "last"), "val_unseen_taught_sr"] == 30
+    assert t.loc[("constant sentence (floor)", "last"), "val_unseen_taught_sr"] == 8
+    assert t.loc[("true instructions", "best"), "val_unseen_taught_ratio"] == 1
+    assert "32.0 (0.80)" in fp.markdown(
+        {k: pd.DataFrame() for k in ("table2", "table5", "table9")}
+        | {"table4": fp.table4({0: out})}
+    )

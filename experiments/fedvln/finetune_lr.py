@@ -10,7 +10,7 @@ agent stage's 1e-3 that throws the converged agent far back before it recovers; 
 scripts fine-tune at RMSprop 1e-4. Every run is `simulation.py fedvln` with
 `fedvln.stage="augment"`, the pipeline's patience and cap, and `fedvln.lr` set; a finished run
 that is this very launch (the pipeline's own augment stage, or one under a `--reuse` folder) is
-read, not trained again (`fedvln_pipeline.finished_twin`). The table has, per lr, the agent it
+read, not trained again (`experiments.fedvln.runs.finished_twin`). The table has, per lr, the agent it
 starts from, the first evaluation, the best (the paper's checkpoint) and the last, with the
 optimizer steps (all houses) each took, and the paired difference of the best over seeds.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.fedvln.pipeline import curve, finished_twin, pick
+from experiments.fedvln.runs import curve, finished_twin, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 from experiments.tables import mean_sd, paired_interval, pipe_table
 

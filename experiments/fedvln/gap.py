@@ -43,7 +43,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.fedvln.pipeline import _pm, curve, finished_twin, pick
+from experiments.fedvln.pipeline import _pm
+from experiments.fedvln.runs import curve, finished_twin, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 
 # every run names all four settings it varies, so a later change of the defaults leaves its
@@ -119,7 +120,7 @@ def _rounds(a, name: str) -> int:
 
 def pipeline_twin(a, name: str, seed: int) -> Path | None:
     """The pipeline's agent stage of this seed if it is this very run, finished (same settings,
-    resolved recipe, rounds cap and seed: `fedvln_pipeline.finished_twin`). The pipeline trains
+    resolved recipe, rounds cap and seed: `experiments.fedvln.runs.finished_twin`). The pipeline trains
     the default, so one variant is usually its twin and need not be trained twice."""
     run = Path(a.pipeline_out) / f"seed{seed}" / "agent"
     return finished_twin([run], _config(a, name), _rounds(a, name), seed)

@@ -63,10 +63,12 @@ import torch
 
 from config import parse
 from config.fedvln import STAGES, VARIANTS
-from config.fedvln_recipe import recipe_of, recipe_record
-from config.schema import merged, parse_overrides
+from config.fedvln_recipe import recipe_of
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size, spec_of
 from experiments.fedvln import centralized as vln_centralized
+from experiments.fedvln import gains as fedvln_gains
+from experiments.fedvln.runs import curve, pick, se_eval, seed_dirs, summary
+from experiments.fedvln.teaching import teaching
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, simulate
 from models import vln_checkpoint
 from models.envdrop import Follower
@@ -91,6 +93,7 @@ PAPER_T2 = {  # FedVLN Table 2, R2R, Envdrop rows
 }
 PAPER_T4 = {"Cent": (33.6, 30.7), "Fed": (31.7, 31.9)}  # ResNet speaker BLEU seen, unseen
 T4_METRICS = ["val_seen_bleu", "val_unseen_bleu", "val_seen_fidelity", "val_unseen_fidelity"]
+T4_TAUGHT = [f"{s}_taught_{k}" for s in ("val_seen", "val_unseen") for k in ("sr", "ratio")]
 PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "centralized": ([3.89, 73.7, 61.7, 64.8, 71.5, 64.6], "data"),
     "env-based": ([3.49, 78.5, 64.0, 67.4, 73.2, 67.5], "nothing"),
@@ -444,94 +447,6 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
     return log_path
 
 
-# ---------------------------------------------------------------- reading runs back
-
-
-def curve(out: Path, run: str) -> pd.DataFrame | None:
-    """Evaluations of one run of one seed, with `steps` (cumulative optimizer steps, all
-    houses) and the metric columns; None if the run is missing or unfinished."""
-    if run.startswith("central/"):
-        stage = run.split("/")[1]
-        f = out / "central" / f"{stage}_log.csv"
-        if not f.is_file():
-            return None
-        df = pd.read_csv(f).rename(columns={"iteration": "steps"})
-        for split in ("val_seen", "val_unseen"):
-            if f"{split}_n" not in df:
-                df[f"{split}_n"] = np.nan
-        return df
-    if run in ("untrained", "constant", "other-path"):
-        f = out / run / "log.csv"
-        return pd.read_csv(f) if f.is_file() else None
-    if run == "preexplore-centralized":
-        f = out / run / "log.csv"
-        return pd.read_csv(f).rename(columns={"local_steps_cum": "steps"}) if f.is_file() else None
-    f, cfg = out / run / "rounds.csv", out / run / "config.json"
-    if not f.is_file() or not cfg.is_file() or "wall_s" not in json.loads(cfg.read_text()):
-        return None  # missing, or still running
-    df = pd.read_csv(f)
-    df = df[df["round"] > 0].copy()
-    df["steps"] = df["local_steps"].fillna(0).cumsum()
-    key = "val_unseen_sr" if "val_unseen_sr" in df else "val_unseen_bleu"
-    return df[df[key].notna()].reset_index(drop=True)
-
-
-# what the launcher fills in or a resume sets, none of which changes the training
-LAUNCHER_KEYS = ("out-dir", "plots", "resume", "resume-round", "num-clients")
-# the recipe's overrides: compared as the recipe they resolve to (config.json's "recipe")
-RECIPE_KEYS = ("fedvln.optimizer", "fedvln.lr", "fedvln.server-lr", "fedvln.server-lr-decay")
-
-
-def finished_twin(candidates: list[Path], run_config: str, rounds: int, seed: int) -> Path | None:
-    """The first finished federated run among `candidates` that is this very launch: its
-    config.json holds `run_config` over the defaults, the same rounds cap and seed, and the
-    recipe those settings resolve to today (so a run of an older recipe is no twin, and
-    `fedvln.lr=1e-3` is the twin of a run that left the recipe its 1e-3). Lets a study read
-    another study's run instead of training it twice."""
-    want = {**merged(parse_overrides(run_config)), "num-server-rounds": rounds, "seed": seed}
-    want["method"] = "fedvln"
-    recipe = recipe_record(parse(want).fedvln)
-    for run in candidates:
-        if curve(run.parent, run.name) is None:
-            continue
-        done = json.loads((run / "config.json").read_text())
-        skip = LAUNCHER_KEYS + RECIPE_KEYS
-        if done.get("recipe") == recipe and all(
-            done.get(k) == v for k, v in want.items() if k not in skip
-        ):
-            return run
-    return None
-
-
-def pick(df: pd.DataFrame, key: str) -> dict[str, pd.Series]:
-    """{'best': the evaluation with the highest `key`, 'last': the final one}."""
-    return {"best": df.loc[df[key].idxmax()], "last": df.iloc[-1]}
-
-
-def se_eval(sr: float, n: float) -> float:
-    """Binomial standard error (SR points) of one evaluation on n episodes."""
-    return float(np.sqrt(sr * (100 - sr) / n)) if n and n == n else float("nan")
-
-
-def summary(rows: list[dict], keys: list[str], metrics: list[str]) -> pd.DataFrame:
-    """Mean, sd and n over seeds of `metrics`, grouped by `keys`."""
-    df = pd.DataFrame(rows)
-    out = []
-    for group, g in df.groupby(keys, sort=False):
-        row = dict(zip(keys, group if isinstance(group, tuple) else (group,)))
-        row["n_seeds"] = len(g)
-        for m in metrics:
-            if m in g:
-                row[m] = g[m].mean()
-                row[f"{m}_sd"] = g[m].std(ddof=1) if len(g) > 1 else float("nan")
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def seed_dirs(out: Path, seeds: list[int]) -> dict[int, Path]:
-    return {s: out / f"seed{s}" for s in seeds if (out / f"seed{s}").is_dir()}
-
-
 def table2(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
     rows = []
     models = [("untrained (floor)", "untrained"), ("Envdrop", "central/agent")]
@@ -582,8 +497,12 @@ def _with_paper(t: pd.DataFrame, paper_of, cols: list[str], keys: list[str]) -> 
 
 
 def table4(dirs: dict[int, Path]) -> pd.DataFrame:
+    """BLEU, route fidelity and what each speaker teaches (`experiments.fedvln.teaching`:
+    the federated follower's SR on its words, and that over its SR on the true ones), with the
+    untrained, constant-sentence and other-path floors."""
     rows = []
     for seed, out in dirs.items():
+        taught = teaching(out, seed)
         for name, run in (
             ("untrained (floor)", "untrained"),
             ("constant sentence (floor)", "constant"),
@@ -603,17 +522,39 @@ def table4(dirs: dict[int, Path]) -> pd.DataFrame:
                         "seed": seed,
                         "steps": int(r["steps"]),
                         **{m: r.get(m, np.nan) for m in T4_METRICS},
+                        **_taught(taught, name, ck),
                     }
+                )
+        if taught is not None:
+            for ck in ("best", "last"):
+                rows.append(
+                    {"speaker": "true instructions", "checkpoint": ck, "seed": seed, "steps": 0}
+                    | _taught(taught, "true instructions", ck)
                 )
     if not rows:
         return pd.DataFrame()
-    t = summary(rows, ["speaker", "checkpoint"], [*T4_METRICS, "steps"])
+    t = summary(rows, ["speaker", "checkpoint"], [*T4_METRICS, *T4_TAUGHT, "steps"])
     return _with_paper(
         t,
         lambda r: PAPER_T4.get(r["speaker"], [np.nan] * 2),
         ["val_seen_bleu", "val_unseen_bleu"],
         ["speaker"],
     )
+
+
+def _taught(taught: pd.DataFrame | None, name: str, ck: str) -> dict[str, float]:
+    """One speaker's teaching columns (a floor or the true words have no checkpoint: the same
+    row for best and last)."""
+    if taught is None:
+        return {}
+    mine = taught[(taught["speaker"] == name) & (taught["checkpoint"].fillna("").isin([ck, ""]))]
+    out = {}
+    for split in ("val_seen", "val_unseen"):
+        r = mine[mine["split"] == split]
+        if len(r):
+            out[f"{split}_taught_sr"] = float(r["taught_sr"].iloc[0])
+            out[f"{split}_taught_ratio"] = float(r["taught_ratio"].iloc[0])
+    return out
 
 
 def _pre_run(v: str) -> str:
@@ -730,6 +671,13 @@ def _pm(r: pd.Series, col: str, digits: int = 1) -> str:
     return f"{m:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd == sd and sd is not None else "")
 
 
+def _taught_cell(r: pd.Series) -> str:
+    """'SR ± sd (ratio ± sd)' of Table 4's teaching columns, or '–'."""
+    if r.get("val_unseen_taught_sr", np.nan) != r.get("val_unseen_taught_sr", np.nan):
+        return "–"
+    return f"{_pm(r, 'val_unseen_taught_sr')} ({_pm(r, 'val_unseen_taught_ratio', 2)})"
+
+
 def markdown(result: dict[str, pd.DataFrame]) -> str:
     """README-ready tables from the summaries (the CSVs hold the same numbers)."""
     lines = []
@@ -755,8 +703,9 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     if len(t):
         lines += [
             "| Table 4 (BLEU-4) | checkpoint | seeds | steps | val_seen | val_unseen | "
-            "route fidelity val_seen / val_unseen | paper val_seen / val_unseen |",
-            "|---|---|---|---|---|---|---|---|",
+            "route fidelity val_seen / val_unseen | follower SR on its words, val_unseen "
+            "(÷ SR on the true ones) | paper val_seen / val_unseen |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             p = PAPER_T4.get(r["speaker"], ("–", "–"))
@@ -768,7 +717,7 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
             lines.append(
                 f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                 f"{_pm(r, 'steps', 0)} | {_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
-                f"{fid} | {p[0]} / {p[1]} |"
+                f"{fid} | {_taught_cell(r)} | {p[0]} / {p[1]} |"
             )
         lines.append("")
     t = result["table5"]
@@ -824,6 +773,7 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
         "table4": table4(dirs) if "speaker" in a.stages else empty,
         "table5": table5(dirs) if "preexplore" in a.stages else empty,
         "table9": table9(dirs, a.stages),
+        "gains": fedvln_gains.gains(dirs),
     }
     dest.mkdir(parents=True, exist_ok=True)
     for name, t in result.items():
@@ -831,7 +781,7 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
             t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
             print(f"\n{name}\n{t.round(1).to_string(index=False)}")
     plot(dirs, dest / f"fedvln_pipeline{suffix}.png")
-    print("\n" + markdown(result))
+    print("\n" + markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"]))
     return result
 
 

@@ -1,0 +1,132 @@
+"""Does each of FedVLN's contributions gain? Paired differences over seeds of the pipeline's
+val_unseen SR, each with its 95% t-interval (issue 41 item 5: "whether each gains is stated
+with a paired interval").
+
+A seed's runs share their data, houses and initial follower, so a difference is taken seed by
+seed (`experiments.tables.paired_interval`) and a comparison whose interval holds 0 is within
+noise. Comparisons:
+
+- augmentation (paper Table 2): FedEnvdrop_aug − FedEnvdrop, Envdrop_aug − Envdrop;
+- federation's cost: FedEnvdrop − Envdrop, FedEnvdrop_aug − Envdrop_aug (step-matched);
+- pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug),
+  and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
+  loses nothing) and fed-lan − env-based (what federating the encoder adds).
+
+Both checkpoints: `best` (the paper's: highest val_unseen SR of a run, chosen on the split it
+is scored on, so every `best` carries the same optimistic pick of the maximum of its
+evaluations) and `last` (no pick). A pre-exploration's `last` is compared with its start's
+`best`, because that checkpoint is the one it starts from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from config.fedvln import VARIANTS
+from experiments.fedvln.runs import curve, pick
+from experiments.tables import paired_interval
+
+MODELS = {
+    "Envdrop": "central/agent",
+    "FedEnvdrop": "agent",
+    "Envdrop_aug": "central/augment",
+    "FedEnvdrop_aug": "augment",
+    "centralized": "preexplore-centralized",
+    **{v: f"preexplore-{v}" for v in VARIANTS},
+}
+# (what it tests, a, b): the gain is a − b
+COMPARISONS = [
+    ("augmentation, federated", "FedEnvdrop_aug", "FedEnvdrop"),
+    ("augmentation, centralized", "Envdrop_aug", "Envdrop"),
+    ("federation's cost, agent", "FedEnvdrop", "Envdrop"),
+    ("federation's cost, augmented", "FedEnvdrop_aug", "Envdrop_aug"),
+    *[(f"pre-exploration, {v}", v, "FedEnvdrop_aug") for v in ("centralized", *VARIANTS)],
+    ("sharing only the language encoder vs the whole model", "fed-lan", "fed-full"),
+    ("federating the language encoder vs each house alone", "fed-lan", "env-based"),
+]
+STARTS_FROM = "FedEnvdrop_aug"  # every pre-exploration starts from its best checkpoint
+
+
+def seed_scores(dirs: dict[int, Path]) -> pd.DataFrame:
+    """One row per (seed, model, checkpoint): val_unseen SR of that checkpoint."""
+    rows = []
+    for seed, out in dirs.items():
+        for model, run in MODELS.items():
+            df = curve(out, run)
+            if df is None or not len(df) or "val_unseen_sr" not in df:
+                continue
+            for ck, r in pick(df, "val_unseen_sr").items():
+                rows.append(
+                    {"seed": seed, "model": model, "checkpoint": ck, "sr": r["val_unseen_sr"]}
+                )
+    return pd.DataFrame(rows, columns=["seed", "model", "checkpoint", "sr"])
+
+
+def gains(dirs: dict[int, Path]) -> pd.DataFrame:
+    """The paired-gain table: one row per (comparison, checkpoint) with both sides' means, the
+    mean paired difference, its interval, the seeds used and whether it is within noise."""
+    scores = seed_scores(dirs)
+    rows = []
+    for what, a, b in COMPARISONS:
+        for ck in ("best", "last"):
+            ck_b = "best" if _starts(a, b) else ck
+            sa = _by_seed(scores, a, ck)
+            sb = _by_seed(scores, b, ck_b)
+            seeds = sorted(set(sa) & set(sb))
+            if not seeds:
+                continue
+            x, y = [sa[s] for s in seeds], [sb[s] for s in seeds]
+            mean, lo, hi = paired_interval(x, y)
+            rows.append(
+                {
+                    "comparison": what,
+                    "a": a,
+                    "b": b,
+                    "checkpoint": ck,
+                    "b_checkpoint": ck_b,
+                    "n_seeds": len(seeds),
+                    "a_sr": float(np.mean(x)),
+                    "b_sr": float(np.mean(y)),
+                    "gain": mean,
+                    "low": lo,
+                    "high": hi,
+                    "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
+                    "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _starts(a: str, b: str) -> bool:
+    """True when b is the checkpoint a starts from (a pre-exploration and its augmented agent)."""
+    return b == STARTS_FROM and a in ("centralized", *VARIANTS)
+
+
+def _by_seed(scores: pd.DataFrame, model: str, ck: str) -> dict[int, float]:
+    s = scores[(scores["model"] == model) & (scores["checkpoint"] == ck)]
+    return dict(zip(s["seed"], s["sr"]))
+
+
+def markdown(t: pd.DataFrame) -> str:
+    """README-ready rows: comparison, checkpoint, seeds, a and b, gain [interval], by seed."""
+    if not len(t):
+        return ""
+    lines = [
+        "| comparison (val_unseen SR) | checkpoint | seeds | a | b | gain a − b [95%] | by seed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in t.iterrows():
+        ck = (
+            r["checkpoint"]
+            if r["b_checkpoint"] == r["checkpoint"]
+            else f"{r['checkpoint']} vs best"
+        )
+        iv = "" if r["low"] != r["low"] else f" [{r['low']:+.1f}, {r['high']:+.1f}]"
+        lines.append(
+            f"| {r['comparison']} | {ck} | {int(r['n_seeds'])} | {r['a']} {r['a_sr']:.1f} | "
+            f"{r['b']} {r['b_sr']:.1f} | {r['gain']:+.1f}{iv} | {r['by_seed']} |"
+        )
+    return "\n".join(lines)
