@@ -1,7 +1,7 @@
-"""Engine parity (issue 43 item 4): one small job of FedAvg, CDL and FedRL, one seed, simulated
-and deployed (loopback, TLS, node authentication, the edge) gives the same rounds.csv and
-clients.csv in every column but times and node ids (experiments/bench/parity.py says why
-those differ)."""
+"""Engine parity (issue 43 item 4): one small job of FedAvg, CDL, FedRL and FedVLN (three houses),
+one seed, simulated and deployed (loopback, TLS, node authentication, the edge) gives the same
+rounds.csv and clients.csv in every column but times and node ids (experiments/bench/parity.py
+says why those differ)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_differences_sees_a_changed_metric_and_ignores_times_and_node_ids(tmp_pa
 @pytest.mark.slow
 @pytest.mark.lane
 @NEEDS_EDGE
-@pytest.mark.parametrize("method", ["fedavg", "cdl", "fedrl"])
+@pytest.mark.parametrize("method", ["fedavg", "cdl", "fedrl", "fedvln"])
 def test_simulation_and_deployment_compute_the_same_run(tmp_path, method):
     from experiments.bench.message_cost import deployed, simulated
 

@@ -64,13 +64,24 @@ JOBS = {
         "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
         "driving.local-epochs=1"
     ),
+    "fedvln": (  # two seen houses and one unseen: the smallest federation with every role
+        'fedvln.stage="agent" fedvln.train-houses=2 fedvln.unseen-houses=1 fedvln.embedding=16 '
+        "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5"
+    ),
 }
+NODES = {"fedvln": 3}  # one SuperNode per house; every other job here has two nodes
 SEQUENTIAL = {"fedrl"}  # its messages go one after another
 HANDLER = {
     "fedrl": "clients.fedrl_client",
     "fedavg": "clients.driving_client",
     "cdl": "clients.cdl_client",
+    "fedvln": "clients.fedvln_client",
 }
+
+
+def nodes(method: str) -> int:
+    """SuperNodes (simulated clients) of a method's small job."""
+    return NODES.get(method, 2)
 
 
 def import_seconds(modules: list[str], repeats: int = 3) -> float:
@@ -120,7 +131,7 @@ def simulated(method: str, rounds: int, work: Path) -> Path:
     if (out / "rounds.csv").is_file() and len(pd.read_csv(out / "rounds.csv")) == rounds:
         return out  # finished in this --work folder before
     cmd = [PYTHON, str(ROOT / "simulation.py"), method, "--rounds", str(rounds), "--seed", "0",
-           "--out", str(out), "--no-plots", "--num-clients", "2", "--run-config",
+           "--out", str(out), "--no-plots", "--num-clients", str(nodes(method)), "--run-config",
            f"eval-every={rounds} {JOBS[method]}"]  # fmt: skip
     subprocess.run(cmd, cwd=ROOT, check=True)
     return out
@@ -145,19 +156,20 @@ def deployed(method: str, rounds: int, work: Path) -> Path:
 
 class LoopbackFederation(Federation):
     """A SuperLink behind the edge with TLS and node authentication, and two registered
-    SuperNodes (FedRL: alpha and beta), each with its own key and state folder, on loopback;
+    SuperNodes (FedRL: alpha and beta; FedVLN: one per house, three), each with its own key and
+    state folder, on loopback;
     the operator's CLI connected as `op`."""
 
     def __init__(self, method: str, tmp: Path):
         tmp.mkdir(parents=True)
         super().__init__(tmp)
         self.method, self.certs, self.out = method, tmp / "certs", tmp / "out"
-        subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), "2"], check=True,
+        subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), str(nodes(method))], check=True,
                        capture_output=True)  # fmt: skip
         self.port, self.control = free_port(), free_port()
         self.start_link()
         self.connect("op", f"127.0.0.1:{self.control}", str(self.certs / "ca.crt"))
-        for k in range(2):
+        for k in range(nodes(method)):
             reg = self.cli("supernode", "register", str(self.certs / f"supernode_{k}.pub"), "op")
             if reg.returncode != 0:
                 raise RuntimeError(f"registering node {k}: {reg.stdout} {reg.stderr}")
@@ -176,7 +188,7 @@ class LoopbackFederation(Federation):
         self.start(
             name or f"sn{k}",
             [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{self.port}",
-             "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port()),
+             "--partition-id", str(k), "--num-partitions", str(nodes(self.method)), "--port", str(free_port()),
              "--tls", str(self.certs / "ca.crt"), "--key", str(self.certs / f"supernode_{k}"),
              *role],
             env={"XDG_STATE_HOME": str(self.tmp / f"node{k}-state")},
@@ -187,7 +199,7 @@ class LoopbackFederation(Federation):
                  120, what="the nodes to join")  # fmt: skip
 
     def submit(self, rounds: int, extra: str = "") -> int:
-        rc = (f'method="{self.method}" num-clients=2 num-server-rounds={rounds} '
+        rc = (f'method="{self.method}" num-clients={nodes(self.method)} num-server-rounds={rounds} '
               f'eval-every={rounds} seed=0 out-dir="{self.out}" {JOBS[self.method]} {extra}')  # fmt: skip
         started = self.cli("run", str(ROOT), "op", "--format", "json", "--run-config", rc)
         return json.loads(started.stdout)["run-id"]

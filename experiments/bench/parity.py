@@ -79,7 +79,7 @@ def deployed_killed(method: str, rounds: int, work: Path) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--methods", nargs="+", default=["fedavg", "cdl"], choices=list(JOBS))
+    ap.add_argument("--methods", nargs="+", default=["fedavg", "cdl", "fedvln"], choices=list(JOBS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", default="", help="folder of the runs (default: a temporary one)")
     ap.add_argument("--no-kill", action="store_true", help="skip the killed-and-resumed run")

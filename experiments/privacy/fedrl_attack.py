@@ -1,0 +1,278 @@
+"""What beta learns about alpha from the noised Q outputs it receives (issue 44 item 4, FedRL).
+
+    python -m experiments.privacy.fedrl_attack [--sigmas 0 0.1 1 4 16] [--seeds 0 1 2]
+           [--rounds 60] [--work runs/fedrl_attack] [--force]
+
+Alpha's private view is its 3x3 window of the map (paper Sec. 5.1); what leaves alpha about it
+is C_alpha = Q_hat_alpha(s_alpha), its Q outputs clipped to C and noised with N(0, sigma^2)
+(Eq. 1-2, `training.fedrl_privacy.release`), sent to beta at every step. The attack: can beta
+tell from one C_alpha whether each of alpha's four neighbouring cells is blocked, that is, read
+alpha's surroundings, which beta's own 5x5 window does not show?
+
+Per (sigma, seed): FedRL trains `--rounds` rounds in one process (`DirectTransport`, the same
+parties and release path a Flower run uses) with the package's defaults (8x8 embedded maps)
+and that sigma; its test SuccRate is the task score. Then alpha's trained Q-network releases
+C_alpha, exactly as `Alpha.observe` does, for every step of random walks on the *test* maps
+(never trained on), and the four labels are read from alpha's current window.
+
+The attacker is the strongest we can name: it holds (C_alpha, label) pairs for half of the
+test maps (as if it had seen alpha's surroundings there) and a logistic regression (sklearn)
+learns to read them; it is scored (ROC AUC) on the other half, maps disjoint. Chance is 0.5:
+`auc_shuffled` is the same attacker trained on labels shuffled across pairs, the measured
+floor with its spread. A real beta has fewer labels, so this bounds what it can learn.
+epsilon is alpha's, at delta = 1e-5 (one release, and the whole run's most-released
+transition from alpha's ledger).
+
+Results: experiments/results/fedrl_attack{,_runs}.csv and fedrl_attack.png. Runs are cached
+per (sigma, seed, rounds) in --work and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.simulate import RESULTS, ROOT, command_line
+from experiments.tables import mean_sd, refuse_overwrite
+
+DIRECTIONS = ("up", "down", "left", "right")
+DELTA = 1e-5
+
+
+def neighbours_blocked(obs_alpha: np.ndarray) -> np.ndarray:
+    """(N, 4) bool: whether each 4-neighbour of alpha is blocked (0 = obstacle or off the map)
+    in its current window, the last of its history (N, H, w, w)."""
+    win = obs_alpha[:, -1]
+    c = win.shape[-1] // 2
+    cells = (win[:, c - 1, c], win[:, c + 1, c], win[:, c, c - 1], win[:, c, c + 1])
+    return np.stack([x == 0 for x in cells], axis=1)
+
+
+def released_pairs(alpha, s, steps: int, n_envs: int = 64, seed: int = 0, repeats: int = 1):
+    """(C_alpha as released (N, A), labels (N, 4), map index (N,)): random walks of both agents
+    on the test maps, alpha's trained Q-network releasing at every step (its own noise). With
+    `repeats` k > 1, each C_alpha is the mean of k releases of the same observation (fresh noise
+    each): the attacker who averages every release it got of one transition."""
+    from envs.gridworld import GridWorld
+
+    world = GridWorld(
+        s.maps(),
+        s.split("test"),
+        n_envs,
+        windows=(s.w_alpha, s.w_beta),
+        history=s.history_len,
+        max_steps=s.max_steps,
+        rules=s.rules,
+        seed=10_000 + seed,
+    )
+    rng = np.random.default_rng([seed, 44])
+    cs, labels, maps = [], [], []
+    for _ in range(steps):
+        cs.append(np.mean([alpha.observe(world) for _ in range(repeats)], axis=0))
+        labels.append(neighbours_blocked(world.obs_alpha))
+        maps.append(world.map_index.copy())
+        world.step(rng.integers(0, 4, n_envs), rng.integers(0, 4, n_envs))
+    return np.concatenate(cs), np.concatenate(labels), np.concatenate(maps)
+
+
+def attack_auc(c: np.ndarray, labels: np.ndarray, maps: np.ndarray, seed: int = 0) -> dict:
+    """ROC AUC of a logistic-regression reader of each label from C_alpha, trained on half of
+    the maps and scored on the other half; the mean over the labels both halves hold both
+    classes of, and the same with labels shuffled across pairs (the chance floor)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng([seed, 7])
+    uniq = np.unique(maps)
+    train_maps = set(rng.permutation(uniq)[: len(uniq) // 2].tolist())
+    tr = np.array([m in train_maps for m in maps])
+    out = {}
+    for name, y_all in (("auc", labels), ("auc_shuffled", labels[rng.permutation(len(labels))])):
+        aucs = {}
+        for k, d in enumerate(DIRECTIONS):
+            y = y_all[:, k]
+            if len(set(y[tr])) < 2 or len(set(y[~tr])) < 2:
+                continue
+            reader = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+            reader.fit(c[tr], y[tr])
+            aucs[d] = roc_auc_score(y[~tr], reader.predict_proba(c[~tr])[:, 1])
+        out[name] = float(np.mean(list(aucs.values()))) if aucs else float("nan")
+        if name == "auc":
+            out.update({f"auc_{d}": v for d, v in aucs.items()})
+    return out
+
+
+def one_run(sigma: float, seed: int, rounds: int, steps: int, work: Path) -> dict:
+    """Train, score, attack; cached in work/sigma<s>-seed<k>-r<rounds>.json."""
+    cache = work / f"sigma{sigma:g}-seed{seed}-r{rounds}-t{steps}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    import torch
+
+    from config import parse
+    from config.schema import merged
+    from training.fedrl_privacy import epsilon
+    from training.fedrl_protocol import DirectTransport
+    from training.fedrl_setup import Settings
+
+    torch.set_num_threads(1)
+    cfg = {"method": "fedrl", "seed": seed, "fedrl.sigma": sigma}
+    if sigma == 0:  # the undefended point of the curve: no noise, said so explicitly
+        cfg["fedrl.insecure-no-noise"] = True
+    s = Settings.of(parse(merged(cfg)))
+    runner = DirectTransport(s)
+    for rnd in range(1, rounds + 1):
+        runner.round(rnd == rounds)
+    scores = runner.evaluate("test")
+    succ = next(v for k, v in scores.items() if "succ" in k.lower() and "test_noise=on" in k)
+    c, labels, maps = released_pairs(runner.alpha, s, steps, seed=seed)
+    row = {
+        "sigma": sigma,
+        "seed": seed,
+        "rounds": rounds,
+        "pairs": len(c),
+        "succ_rate": 100.0 * float(succ),  # percent, as Table 1 prints it
+        "eps_release": epsilon(1, sigma, s.clip_bound, DELTA),
+        "eps_run": float(runner.alpha.privacy()["alpha-privacy-epsilon"]),
+        "blocked_share": float(labels.mean()),
+        **attack_auc(c, labels, maps, seed),
+    }
+    # the averaging attacker: every release of the run's most-released transition, averaged
+    k = int(runner.alpha.privacy()["alpha-max-releases"])
+    row["releases_averaged"] = k
+    if sigma > 0 and k > 1:
+        c, labels, maps = released_pairs(runner.alpha, s, steps, seed=seed, repeats=k)
+        avg = attack_auc(c, labels, maps, seed)
+        row["auc_averaged"], row["auc_averaged_shuffled"] = avg["auc"], avg["auc_shuffled"]
+    else:
+        row["auc_averaged"], row["auc_averaged_shuffled"] = row["auc"], row["auc_shuffled"]
+    work.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(row))
+    print(
+        f"sigma {sigma:g} seed {seed}: SuccRate {row['succ_rate']:.1f}, attack AUC "
+        f"{row['auc']:.3f} (shuffled {row['auc_shuffled']:.3f}), eps/release "
+        f"{row['eps_release']:.3g}",
+        flush=True,
+    )
+    return row
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for sigma, g in runs.groupby("sigma", sort=True):
+        rows.append(
+            {
+                "sigma": sigma,
+                "seeds": len(g),
+                "eps_release": g["eps_release"].iloc[0],
+                "eps_run": mean_sd(g["eps_run"], 0),
+                "succ_rate": mean_sd(g["succ_rate"]),
+                "attack_auc": mean_sd(g["auc"], 3),
+                "releases_averaged": mean_sd(g["releases_averaged"], 0),
+                "attack_auc_averaged": mean_sd(g["auc_averaged"], 3),
+                "chance_auc": mean_sd(g["auc_shuffled"], 3),
+                "paper": "sigma = 1 (the paper's)" if sigma == 1 else "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def markdown(t: pd.DataFrame) -> str:
+    from experiments.tables import pipe_table
+
+    head = [
+        "σ",
+        "seeds",
+        "ε per release",
+        "ε, run (α)",
+        "test SuccRate",
+        "attack AUC, one release",
+        "releases of one transition",
+        "attack AUC, all of them averaged",
+        "chance (shuffled)",
+    ]
+    body = [
+        [
+            f"{r.sigma:g}" + (" (paper)" if r.sigma == 1 else ""),
+            int(r.seeds),
+            "∞" if not np.isfinite(float(r.eps_release)) else f"{float(r.eps_release):.3g}",
+            r.eps_run,
+            r.succ_rate,
+            r.attack_auc,
+            r.releases_averaged,
+            r.attack_auc_averaged,
+            r.chance_auc,
+        ]
+        for r in t.itertuples()
+    ]
+    return pipe_table(head, body)
+
+
+def plot(runs: pd.DataFrame, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = runs.groupby("sigma")
+    sig = np.array(sorted(runs["sigma"].unique()))
+    x = np.where(sig > 0, sig, sig[sig > 0].min() / 10 if (sig > 0).any() else 1e-2)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    for col, label, style in (("auc", "attack, one release", "o-"),
+                              ("auc_averaged", "attack, a transition's releases averaged", "^-"),
+                              ("auc_shuffled", "chance (labels shuffled)", "s--")):  # fmt: skip
+        m, sd = g[col].mean().reindex(sig), g[col].std().reindex(sig).fillna(0)
+        ax.errorbar(x, m, yerr=sd, fmt=style, capsize=3, label=label)
+    ax.axhline(0.5, color="grey", lw=0.8)
+    ax.axvline(1.0, color="red", ls=":", lw=1, label="paper's σ = 1")
+    ax.set(xscale="log", xlabel="σ of the released Q outputs (σ = 0 drawn at the left)",
+           ylabel="ROC AUC, α's neighbour blocked", title="What β reads of α's view from C_α")  # fmt: skip
+    ax.legend(fontsize=8)
+    m, sd = g["succ_rate"].mean().reindex(sig), g["succ_rate"].std().reindex(sig).fillna(0)
+    bx.errorbar(x, m, yerr=sd, fmt="o-", capsize=3, label="FedRL")
+    bx.axvline(1.0, color="red", ls=":", lw=1)
+    bx.set(xscale="log", xlabel="σ", ylabel="test SuccRate (%)", title="The task at the same σ")
+    bx.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.1, 1.0, 4.0, 16.0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--rounds", type=int, default=60, help="training rounds per run")
+    ap.add_argument("--steps", type=int, default=40, help="random-walk steps of 64 walkers")
+    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_attack"))
+    ap.add_argument("--results-dir", default=str(RESULTS))
+    ap.add_argument("--name", default="fedrl_attack")
+    ap.add_argument("--force", action="store_true", help="overwrite committed results")
+    a = ap.parse_args(argv)
+    if a.rounds < 1 or a.steps < 1 or any(x < 0 for x in a.sigmas):
+        print("fedrl_attack: --rounds and --steps must be >= 1, --sigmas >= 0", file=sys.stderr)
+        return 2
+    res = Path(a.results_dir)
+    outs = [res / f"{a.name}.csv", res / f"{a.name}_runs.csv", res / f"{a.name}.png"]
+    refuse_overwrite(outs, a.force)
+    runs = pd.DataFrame(
+        [one_run(sg, sd, a.rounds, a.steps, Path(a.work)) for sg in a.sigmas for sd in a.seeds]
+    )
+    t = summarize(runs)
+    res.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(outs[1], index=False)
+    t.assign(command=command_line(__file__, argv)).to_csv(outs[0], index=False)
+    plot(runs, outs[2])
+    print(markdown(t))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
