@@ -52,3 +52,38 @@ def test_fedrl_attack_reads_alpha_s_view_without_noise_and_not_under_heavy_noise
     alpha, s = alpha_and_settings(64.0)
     noised = attack_auc(*released_pairs(alpha, s, steps=20, seed=0), seed=0)
     assert abs(noised["auc"] - 0.5) < 0.05, noised
+
+
+def test_membership_attack_finds_the_images_a_model_memorised_and_not_others():
+    """Loss-threshold membership inference (experiments/privacy/driving_membership.py): a
+    ResNet-8 fitted hard to 40 images of a silo tells them from 40 unseen images of the same
+    silo (AUC well above 0.5); a model fitted the same way to 40 *other* images of that silo
+    (the members withheld: the defended case) does not."""
+    import torch
+
+    from envs.driving_silos import make_silo
+    from experiments.privacy.driving_membership import membership_auc, per_sample_loss
+    from models.resnet8 import ResNet8
+    from training.steering import LocalOptimizer, train_steering
+
+    torch.set_num_threads(1)
+    s = make_silo(0, seed=0, n_train=80, n_test=40, image_size=16)
+    members, others = slice(0, 40), slice(40, 80)
+    rng = np.random.default_rng(0)
+
+    def auc_of_model_fitted_to(rows):
+        torch.manual_seed(0)
+        m = ResNet8(16, 1)
+        train_steering(m, s.x_train[rows], s.y_train[rows], epochs=100,
+                       optim=LocalOptimizer(name="adam", lr=2e-3), batch_size=8, seed=0)  # fmt: skip
+        return membership_auc(
+            per_sample_loss(m, s.x_train[members], s.y_train[members]),
+            per_sample_loss(m, s.x_test, s.y_test),
+            rng,
+        )
+
+    open_, shuffled = auc_of_model_fitted_to(members)
+    withheld, _ = auc_of_model_fitted_to(others)
+    assert open_ > 0.7, open_
+    assert abs(withheld - 0.5) < 0.15 and open_ - withheld > 0.15, (open_, withheld)
+    assert abs(shuffled - 0.5) < 0.2, shuffled
