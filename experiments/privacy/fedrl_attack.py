@@ -80,6 +80,18 @@ def released_pairs(alpha, s, steps: int, n_envs: int = 64, seed: int = 0, repeat
     return np.concatenate(cs), np.concatenate(labels), np.concatenate(maps)
 
 
+def random_floor(s, seed: int) -> float:
+    """Test SuccRate (%) of both agents moving at random on the same test maps: the task's
+    floor beside the learned SuccRate."""
+    world = s.world("test")
+    rng = np.random.default_rng([seed, 45])
+    met = np.zeros(world.B, bool)
+    while world.active.any():
+        _, _, m, _, _ = world.step(rng.integers(0, 4, world.B), rng.integers(0, 4, world.B))
+        met |= m
+    return 100.0 * float(met.mean())
+
+
 def attack_auc(c: np.ndarray, labels: np.ndarray, maps: np.ndarray, seed: int = 0) -> dict:
     """ROC AUC of a logistic-regression reader of each label from C_alpha, trained on half of
     the maps and scored on the other half; the mean over the labels both halves hold both
@@ -109,24 +121,34 @@ def attack_auc(c: np.ndarray, labels: np.ndarray, maps: np.ndarray, seed: int = 
     return out
 
 
+def _settings(sigma: float, seed: int):
+    """The package's default FedRL run (8x8 embedded maps) at this sigma and seed."""
+    from config import parse
+    from config.schema import merged
+    from training.fedrl_setup import Settings
+
+    cfg = {"method": "fedrl", "seed": seed, "fedrl.sigma": sigma}
+    if sigma == 0:  # the undefended point of the curve: no noise, said so explicitly
+        cfg["fedrl.insecure-no-noise"] = True
+    return Settings.of(parse(merged(cfg)))
+
+
 def one_run(sigma: float, seed: int, rounds: int, steps: int, work: Path) -> dict:
     """Train, score, attack; cached in work/sigma<s>-seed<k>-r<rounds>.json."""
     cache = work / f"sigma{sigma:g}-seed{seed}-r{rounds}-t{steps}.json"
     if cache.is_file():
-        return json.loads(cache.read_text())
+        row = json.loads(cache.read_text())
+        if "random_succ_rate" not in row:  # cached before the floor was added
+            row["random_succ_rate"] = random_floor(_settings(sigma, seed), seed)
+            cache.write_text(json.dumps(row))
+        return row
     import torch
 
-    from config import parse
-    from config.schema import merged
     from training.fedrl_privacy import epsilon
     from training.fedrl_protocol import DirectTransport
-    from training.fedrl_setup import Settings
 
     torch.set_num_threads(1)
-    cfg = {"method": "fedrl", "seed": seed, "fedrl.sigma": sigma}
-    if sigma == 0:  # the undefended point of the curve: no noise, said so explicitly
-        cfg["fedrl.insecure-no-noise"] = True
-    s = Settings.of(parse(merged(cfg)))
+    s = _settings(sigma, seed)
     runner = DirectTransport(s)
     for rnd in range(1, rounds + 1):
         runner.round(rnd == rounds)
@@ -139,6 +161,7 @@ def one_run(sigma: float, seed: int, rounds: int, steps: int, work: Path) -> dic
         "rounds": rounds,
         "pairs": len(c),
         "succ_rate": 100.0 * float(succ),  # percent, as Table 1 prints it
+        "random_succ_rate": random_floor(s, seed),
         "eps_release": epsilon(1, sigma, s.clip_bound, DELTA),
         "eps_run": float(runner.alpha.privacy()["alpha-privacy-epsilon"]),
         "blocked_share": float(labels.mean()),
@@ -172,8 +195,11 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                 "sigma": sigma,
                 "seeds": len(g),
                 "eps_release": g["eps_release"].iloc[0],
-                "eps_run": mean_sd(g["eps_run"], 0),
+                "eps_run": "∞" if np.isinf(g["eps_run"]).any() else mean_sd(g["eps_run"], 0),
                 "succ_rate": mean_sd(g["succ_rate"]),
+                "random_succ_rate": mean_sd(g["random_succ_rate"])
+                if "random_succ_rate" in g
+                else "",
                 "attack_auc": mean_sd(g["auc"], 3),
                 "releases_averaged": mean_sd(g["releases_averaged"], 0),
                 "attack_auc_averaged": mean_sd(g["auc_averaged"], 3),
@@ -193,6 +219,7 @@ def markdown(t: pd.DataFrame) -> str:
         "ε per release",
         "ε, run (α)",
         "test SuccRate",
+        "random policy's",
         "attack AUC, one release",
         "releases of one transition",
         "attack AUC, all of them averaged",
@@ -205,6 +232,7 @@ def markdown(t: pd.DataFrame) -> str:
             "∞" if not np.isfinite(float(r.eps_release)) else f"{float(r.eps_release):.3g}",
             r.eps_run,
             r.succ_rate,
+            r.random_succ_rate,
             r.attack_auc,
             r.releases_averaged,
             r.attack_auc_averaged,
@@ -237,6 +265,7 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
     ax.legend(fontsize=8)
     m, sd = g["succ_rate"].mean().reindex(sig), g["succ_rate"].std().reindex(sig).fillna(0)
     bx.errorbar(x, m, yerr=sd, fmt="o-", capsize=3, label="FedRL")
+    bx.axhline(runs["random_succ_rate"].mean(), color="grey", ls="--", label="random policy")
     bx.axvline(1.0, color="red", ls=":", lw=1)
     bx.set(xscale="log", xlabel="σ", ylabel="test SuccRate (%)", title="The task at the same σ")
     bx.legend(fontsize=8)
