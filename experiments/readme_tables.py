@@ -145,6 +145,14 @@ def _dp_frontier() -> str:
     return markdown(_csv("dp_frontier.csv"))
 
 
+def _attack(module: str, name: str) -> str:
+    import importlib
+
+    return importlib.import_module(f"experiments.privacy.{module}").markdown(
+        pd.read_csv(RESULTS / f"{name}.csv")
+    )
+
+
 def _run_config() -> str:
     from config import render
 
@@ -172,6 +180,9 @@ BLOCKS = {
     "performance-fedrl": lambda: _performance(fedrl=True),
     "message-cost": _message_cost,
     "dp-frontier": _dp_frontier,
+    "fedrl-attack": lambda: _attack("fedrl_attack", "fedrl_attack"),
+    "driving-membership": lambda: _attack("driving_membership", "driving_membership"),
+    "fedvln-property": lambda: _attack("fedvln_property", "fedvln_property"),
     "run-config": _run_config,
 }
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)

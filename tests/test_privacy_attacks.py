@@ -87,3 +87,39 @@ def test_membership_attack_finds_the_images_a_model_memorised_and_not_others():
     assert open_ > 0.7, open_
     assert abs(withheld - 0.5) < 0.15 and open_ - withheld > 0.15, (open_, withheld)
     assert abs(shuffled - 0.5) < 0.2, shuffled
+
+
+def test_property_attack_reads_a_house_s_rooms_from_its_language_encoder_update():
+    """Property inference on FedVLN releases (experiments/privacy/fedvln_property.py): 30
+    generated houses each adapt an untrained follower 3 steps on their own routes; from the
+    language-encoder update alone (fed-lan's release) a reader tells which room types a house
+    has well above chance; with noise far above the update's size on every released number
+    (the defended case) it cannot."""
+    import torch
+
+    from envs.vln_houses import HouseSpec
+    from experiments.privacy.fedvln_property import attack, features, releases, room_types
+    from models.envdrop import Follower, FollowerSize
+    from training.vln_house import house_names, open_setup
+
+    torch.set_num_threads(1)
+    setup = open_setup("", "", HouseSpec(train_houses=30, unseen_houses=1, seed=7_100))
+    names = house_names(setup)[0]
+    torch.manual_seed(0)
+    follower = Follower(FollowerSize(len(setup.vocab), setup.world.feature_dim, 32, 64))
+    ups = releases(follower, setup.vocab, setup, names, steps=3, seed=0)
+    rooms = [room_types(setup, n) for n in names]
+    codes = sorted({c for r in rooms for c in r})
+    props = [c for c in codes if 0.2 <= np.mean([c in r for r in rooms]) <= 0.8]
+    labels = np.array([[c in r for c in props] for r in rooms], dtype=int)
+    x = np.stack([features(ups[n], "lang_encoder.", len(setup.vocab), 0) for n in names])
+    open_ = attack(x, labels, seed=0)
+    rng = np.random.default_rng(1)
+    noised = {n: {k: v + rng.normal(0, 1.0, v.shape) for k, v in ups[n].items()} for n in names}
+    xd = np.stack([features(noised[n], "lang_encoder.", len(setup.vocab), 0) for n in names])
+    defended = attack(xd, labels, seed=0)
+    assert open_["auc"] > 0.65, open_
+    assert abs(defended["auc"] - 0.5) < 0.15 and open_["auc"] - defended["auc"] > 0.15, (
+        open_,
+        defended,
+    )

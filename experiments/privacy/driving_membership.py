@@ -241,7 +241,9 @@ def markdown(t: pd.DataFrame) -> str:
             _setting(r.mode, r.knob),
             int(r.seeds),
             "∞" if not np.isfinite(r.epsilon) else ("0" if r.epsilon == 0 else f"{r.epsilon:.3g}"),
-            r.rmse if isinstance(r.rmse, str) and r.rmse else "–",
+            "wrecked (every run stopped)"
+            if r.stopped == r.seeds and r.seeds
+            else (r.rmse if isinstance(r.rmse, str) and r.rmse else "–"),  # fmt: skip
             int(r.stopped),
             r.attack_auc,
             r.chance_auc,
