@@ -42,6 +42,11 @@ def test_simulation_and_deployment_compute_the_same_run(tmp_path, method):
     sim = simulated(method, 2, tmp_path)
     dep = deployed(method, 2, tmp_path) / "out"
     assert differences(sim, dep) == []
+    if method == "fedrl":  # one ledger (issue 44 item 1): the server's figure is each party's log
+        from experiments.bench.parity import ledger_differences
+
+        assert ledger_differences(sim, sim) == []
+        assert ledger_differences(dep.parent, dep) == []
 
 
 @pytest.mark.slow

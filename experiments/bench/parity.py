@@ -55,6 +55,32 @@ def differences(a: Path, b: Path) -> list[str]:
     return out
 
 
+def ledger_differences(folder: Path, out: Path) -> list[str]:
+    """Where the server's privacy figures (rounds.csv `<role>-privacy-epsilon`, last round)
+    differ from each FedRL party's own audit log (its last noised release's epsilon): issue 44's
+    one ledger. `folder` holds the nodes' audit logs (anywhere below it), `out` the run's
+    rounds.csv. Partition 0 is alpha, 1 beta."""
+    from clients.audit import read
+
+    rounds, bad = pd.read_csv(out / "rounds.csv"), []
+    logs = sorted(folder.rglob("audit/partition-*.jsonl"))
+    for part, role in ((0, "alpha"), (1, "beta")):
+        spent = [
+            r["epsilon"]
+            for log in logs
+            if log.name == f"partition-{part}.jsonl"
+            for r in read(log)
+            if r.get("status") == "sent"
+            and any(a["name"].startswith("c-") for a in r.get("arrays", []))
+        ]
+        server = rounds[f"{role}-privacy-epsilon"].iloc[-1]
+        if not spent:
+            bad.append(f"{role}: no noised release in its audit log under {folder}")
+        elif not np.isclose(server, spent[-1], rtol=1e-9):
+            bad.append(f"{role}: server says epsilon {server}, its own log {spent[-1]}")
+    return bad
+
+
 def deployed_killed(method: str, rounds: int, work: Path) -> Path:
     """The same job deployed, its SuperLink and node 1 killed (SIGKILL, their whole process
     groups) once round 1 is in rounds.csv, both started again (the SuperLink on its database,
