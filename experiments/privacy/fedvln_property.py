@@ -215,7 +215,7 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     groups = list(runs.groupby(["variant", "noise"], sort=False))
     for k, ((variant, noise), g) in enumerate(groups):
         ax.bar(
@@ -224,7 +224,10 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
         ax.scatter([k] * len(g), g["auc_shuffled"], color="red", marker="x", zorder=3,
                    label="chance (labels shuffled)" if k == 0 else None)  # fmt: skip
     ax.axhline(0.5, color="grey", lw=0.8)
-    ax.set_xticks(range(len(groups)), [f"{v}\nnoise {n:g}" for (v, n), _ in groups], fontsize=7)
+    short = {v: v.replace(" ", "\n", 1) for v in runs["variant"].unique()}
+    ax.set_xticks(
+        range(len(groups)), [f"{short[v]}\nnoise {n:g}" for (v, n), _ in groups], fontsize=7
+    )
     ax.set(ylabel="ROC AUC, 'the house has room type X'", ylim=(0.3, 1.02),
            title="Property inference on one house's release")  # fmt: skip
     ax.legend(fontsize=7)
