@@ -191,9 +191,11 @@ def run_seed(a, out: Path, seed: int) -> None:
 
 
 def run_seed_then_tables(a, out: Path, seed: int) -> None:
-    """One seed's stages, then the tables of every seed finished so far (progress on disk)."""
+    """One seed's stages, then the tables of every seed finished so far, as progress in the
+    runs folder (OUT/progress): the results folder gets the tables once every seed is done, so
+    a rerun in progress never overwrites the committed ones with fewer seeds."""
     run_seed(a, out / f"seed{seed}", seed)
-    tables(a, out, Path(a.results_dir))
+    tables(a, out, out / "progress")
 
 
 def speaker_said(run: Path) -> None:
