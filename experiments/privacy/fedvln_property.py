@@ -171,6 +171,8 @@ def run_seed(a, seed: int) -> list[dict]:
             x = np.stack([feats[f"{noise:g}/{variant}/{n}"] for n in names])
             r = attack(x, labels, seed)
             norm = float(np.median([feats[f"norm/{variant}/{n}"][0] for n in names]))
+            if noise == 0:  # which part carries it (docs/privacy.md)
+                r |= parts(x, len(vocab), labels, seed)
             rows.append({"seed": seed, "variant": variant, "noise": noise, "houses": len(names),
                          "properties": len(props), "update_norm": norm, **r})  # fmt: skip
             print(f"seed {seed} {variant} noise {noise:g}: AUC {r['auc']:.3f} "
@@ -181,13 +183,24 @@ def run_seed(a, seed: int) -> list[dict]:
     return rows
 
 
+def parts(x: np.ndarray, vocab_size: int, labels: np.ndarray, seed: int) -> dict:
+    """Which part of a release carries the property: the attack on the embedding-row norms
+    alone, on the other parameters' sketch alone, and on the update's overall size alone."""
+    return {
+        "rows_only": attack(x[:, :vocab_size], labels, seed)["auc"],
+        "sketch_only": attack(x[:, vocab_size:], labels, seed)["auc"],
+        "norm_only": attack(np.linalg.norm(x, axis=1, keepdims=True), labels, seed)["auc"],
+    }
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (variant, noise), g in runs.groupby(["variant", "noise"], sort=False):
         out.append({"release": variant, "noise": noise, "seeds": len(g),
                     "room_types": int(g["properties"].iloc[0]),
                     "update_norm": float(g["update_norm"].mean()) if "update_norm" in g else np.nan,
-                    "attack_auc": mean_sd(g["auc"], 3), "chance_auc": mean_sd(g["auc_shuffled"], 3)})  # fmt: skip
+                    "attack_auc": mean_sd(g["auc"], 3),
+                **{k: mean_sd(g[k].dropna(), 3) for k in ("rows_only", "sketch_only", "norm_only") if k in g}, "chance_auc": mean_sd(g["auc_shuffled"], 3)})  # fmt: skip
     return pd.DataFrame(out)
 
 
