@@ -50,6 +50,22 @@ def refuse_overwrite(paths: list[Path], force: bool) -> None:
         raise ValueError(f"{', '.join(there)} exist: pass --force to overwrite, or --name")
 
 
+def study_files(results_dir, name: str) -> list[Path]:
+    """A study's three outputs: the summary `<name>.csv`, one row per run `<name>_runs.csv`,
+    and the figure `<name>.png`."""
+    res = Path(results_dir)
+    return [res / f"{name}.csv", res / f"{name}_runs.csv", res / f"{name}.png"]
+
+
+def save_study(files: list[Path], runs, table, command: str, draw) -> None:
+    """Write `study_files`: the runs, the summary with the command that made it, and the
+    figure `draw(runs, png)` makes."""
+    files[0].parent.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(files[1], index=False)
+    table.assign(command=command).to_csv(files[0], index=False)
+    draw(runs, files[2])
+
+
 def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:
     """Our mean ± sd bars at the best and the last checkpoint, one per table row (rows are
     (label, method, noise, paper keys)); `values(method, noise, checkpoint)` gives that row's

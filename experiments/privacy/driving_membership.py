@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite
+from experiments.tables import mean_sd, pipe_table, refuse_overwrite, save_study, study_files
 
 FRONTIER = ROOT / "runs" / "dp_frontier"
 
@@ -161,9 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
     a = ap.parse_args(argv)
-    res, runs_dir = Path(a.results_dir), Path(a.runs)
-    outs = [res / "driving_membership.csv", res / "driving_membership_runs.csv"]
-    outs.append(res / "driving_membership.png")
+    runs_dir = Path(a.runs)
+    outs = study_files(a.results_dir, "driving_membership")
     refuse_overwrite(outs, a.force)
     frontier = pd.read_csv(RESULTS / "dp_frontier_runs.csv")
     rows = []
@@ -192,10 +191,7 @@ def main(argv=None) -> int:
                      "epsilon": 0.0, **alone})  # fmt: skip
     runs = pd.DataFrame(rows)
     t = summarize(runs)
-    res.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(outs[1], index=False)
-    t.assign(command=command_line(__file__, argv)).to_csv(outs[0], index=False)
-    plot(runs, outs[2])
+    save_study(outs, runs, t, command_line(__file__, argv), plot)
     print(markdown(t))
     return 0
 

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, refuse_overwrite
+from experiments.tables import mean_sd, refuse_overwrite, save_study, study_files
 
 DIRECTIONS = ("up", "down", "left", "right")
 DELTA = 1e-5
@@ -288,17 +288,13 @@ def main(argv=None) -> int:
     if a.rounds < 1 or a.steps < 1 or any(x < 0 for x in a.sigmas):
         print("fedrl_attack: --rounds and --steps must be >= 1, --sigmas >= 0", file=sys.stderr)
         return 2
-    res = Path(a.results_dir)
-    outs = [res / f"{a.name}.csv", res / f"{a.name}_runs.csv", res / f"{a.name}.png"]
+    outs = study_files(a.results_dir, a.name)
     refuse_overwrite(outs, a.force)
     runs = pd.DataFrame(
         [one_run(sg, sd, a.rounds, a.steps, Path(a.work)) for sg in a.sigmas for sd in a.seeds]
     )
     t = summarize(runs)
-    res.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(outs[1], index=False)
-    t.assign(command=command_line(__file__, argv)).to_csv(outs[0], index=False)
-    plot(runs, outs[2])
+    save_study(outs, runs, t, command_line(__file__, argv), plot)
     print(markdown(t))
     return 0
 

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite
+from experiments.tables import mean_sd, pipe_table, refuse_overwrite, save_study, study_files
 
 VARIANTS = {"whole model": "", "language encoder": "lang_encoder."}
 PROJECTION = 128
@@ -263,19 +263,11 @@ def main(argv=None) -> int:
     if a.houses < 10 or a.steps < 1 or any(n < 0 for n in a.noise):
         print("fedvln_property: --houses >= 10, --steps >= 1, --noise >= 0", file=sys.stderr)
         return 2
-    res = Path(a.results_dir)
-    outs = [
-        res / "fedvln_property.csv",
-        res / "fedvln_property_runs.csv",
-        res / "fedvln_property.png",
-    ]
+    outs = study_files(a.results_dir, "fedvln_property")
     refuse_overwrite(outs, a.force)
     runs = pd.DataFrame([r for seed in a.seeds for r in run_seed(a, seed)])
     t = summarize(runs)
-    res.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(outs[1], index=False)
-    t.assign(command=command_line(__file__, argv)).to_csv(outs[0], index=False)
-    plot(runs, outs[2])
+    save_study(outs, runs, t, command_line(__file__, argv), plot)
     print(markdown(t))
     return 0
 
