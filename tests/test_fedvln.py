@@ -859,16 +859,17 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
 
 
 def test_centralized_patience_spans_the_federated_stages_sequential_steps():
-    """Issue 41: patience counted in evaluations gave the centralized baseline twice the
-    federated patience in sequential steps (2 houses per round); now P / H evaluations."""
+    """Issue 41: the centralized baseline stops by the federated rule, P evaluations spanning
+    the same sequential steps: evaluated every E * S steps, not at the federated summed counts
+    E * S * H (which, with P / H patience, gave it half the noisy draws)."""
     from config.schema import merged
-    from experiments.fedvln.pipeline import central_patience
+    from experiments.fedvln.pipeline import central_every
 
     cfg = merged({**TINY, "fedvln.seen-rate": 0.2})  # 3 seen houses: 1 per round
-    assert central_patience(8, cfg) == 8
+    assert central_every(8, 72, cfg) == 72
     cfg = merged({**TINY, "fedvln.train-houses": 12, "fedvln.seen-rate": 0.2})  # 2 per round
-    assert central_patience(8, cfg) == 4 and central_patience(3, cfg) == 2
-    assert central_patience(0, cfg) == 0  # fixed budgets stay fixed
+    assert central_every(8, 72, cfg) == 36 and central_every(3, 75, cfg) == 38
+    assert central_every(0, 72, cfg) == 72  # fixed budgets: the federated evaluation points
 
 
 def _fake_run(out, run, srs):
