@@ -42,7 +42,8 @@ def simulate(
     `study.json` records the launch: the command's arguments, the run config's defaults (a
     changed default changes the run) and the policy file's bytes; a finished run of another
     launch is trained again. A data folder named in run_config is keyed by its path, not its
-    bytes."""
+    bytes; a checkpoint a run starts from (`*-init`) by its bytes, so that a retrained earlier
+    stage retrains the stages that start from it."""
     done_file = run_dir / "study.json"
     cmd = [
         sys.executable,
@@ -65,6 +66,8 @@ def simulate(
     if policy is not None:
         cmd += ["--policy", str(policy)]
     launch = {"args": cmd[2:], "defaults": defaults(), "policy": path_digest(policy or "")}
+    if starts := _starts(run_config):
+        launch["starts"] = starts
     recorded = json.loads(done_file.read_text()) if done_file.is_file() else None
     same = recorded is not None and _used(recorded, run_config) == _used(launch, run_config)
     same = same and not _recipe_changed(run_dir, method, run_config)
@@ -91,7 +94,22 @@ def _used(launch: dict, run_config: str) -> dict:
     config does not override (a changed default that the run sets itself changes nothing)."""
     mine = set(parse_overrides(run_config))
     used = {k: v for k, v in (launch.get("defaults") or {}).items() if k not in mine}
-    return {"args": launch.get("args"), "defaults": used, "policy": launch.get("policy")}
+    return {
+        "args": launch.get("args"),
+        "defaults": used,
+        "policy": launch.get("policy"),
+        "starts": launch.get("starts", {}),
+    }
+
+
+def _starts(run_config: str) -> dict[str, str]:
+    """The digest of each checkpoint the run config starts a run from (a `*-init` key): the
+    same path holding another checkpoint (a stage retrained) is another launch."""
+    return {
+        k: path_digest(v) if Path(str(v)).is_file() else f"missing:{v}"
+        for k, v in parse_overrides(run_config).items()
+        if k.endswith("-init") and v
+    }
 
 
 def _recipe_changed(run_dir: Path, method: str, run_config: str) -> bool:

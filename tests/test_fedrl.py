@@ -620,6 +620,17 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     monkeypatch.setattr(sim, "defaults", lambda: {**real, "driving.lr": 0.5, "driving.mu": 9.0})
     sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
     assert len(launched) == 6
+    # a run that starts from a checkpoint is another launch once that file holds another one
+    monkeypatch.setattr(sim, "defaults", lambda: real)
+    start = tmp_path / "best.pt"
+    start.write_bytes(b"speaker 1")
+    rc = f'fedvln.stage="augment" fedvln.speaker-init="{start}"'
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    assert len(launched) == 7
+    start.write_bytes(b"speaker 2")  # the speaker stage was trained again
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    assert len(launched) == 8
 
 
 def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
