@@ -1,6 +1,7 @@
 """FedVLN: the Eq. 7 server step, house sampling, pooled metrics, and a privacy audit of every
 message the houses send, with whole stages run in-process (no Ray) on five tiny houses."""
 
+import json
 import math
 import os
 
@@ -629,6 +630,50 @@ def test_pipeline_caps_the_centralized_stage_at_the_federated_cap_when_training_
     rounds.write_text("round,local_steps\n1,40\n2,40\n3,40\n4,40\n")  # stopped at 4 of cap 10
     assert _central_steps(rounds, 160, 10, patience=0) == 160  # fixed budget: step-matched
     assert _central_steps(rounds, 160, 10, patience=3) == 400  # 40 a round x the cap of 10
+
+
+def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_path, monkeypatch):
+    """Issue 41: the speaker trains with its own share of houses and patience, federated and
+    centralized; each centralized stage gets its federated stage's patience, evaluated every
+    as many sequential steps as one federated evaluation interval (summed steps / houses)."""
+    from config.schema import merged
+    from experiments.fedvln import pipeline as fp
+
+    a = fp.parse_args(["--stages", "agent", "speaker", "augment"])
+    assert "fedvln.seen-rate=0.5" in fp.stage_config(a, "speaker")
+    assert "fedvln.patience=16" in fp.stage_config(a, "speaker")
+    assert "seen-rate" not in fp.stage_config(a, "agent")
+    assert "fedvln.patience=8" in fp.stage_config(a, "agent")
+    fixed = fp.parse_args(["--patience", "0"])
+    assert "fedvln.patience=0" in fp.stage_config(fixed, "speaker")
+    base = {**TINY, "fedvln.train-houses": 12}
+    rates = {"agent": 0.2, "speaker": 0.5, "augment": 0.2}  # 2, 6 and 2 houses a round
+    per_round = {"agent": 24, "speaker": 114, "augment": 12}  # summed over houses
+    for stage, rate in rates.items():
+        (tmp_path / stage).mkdir()
+        rows = [
+            {
+                "round": r,
+                "local_steps": per_round[stage],
+                fp.SPEAKER_SELECTION: 1.0,
+                "val_unseen_sr": 1.0,
+            }
+            for r in (1, 2, 3)
+        ]
+        pd.DataFrame(rows).to_csv(tmp_path / stage / "rounds.csv", index=False)
+        cfg = merged({**base, "fedvln.seen-rate": rate})
+        (tmp_path / stage / "config.json").write_text(json.dumps(cfg))
+    calls = []
+    monkeypatch.setattr(fp.vln_centralized, "main", lambda args: calls.append(args) or 0)
+    fp.centralized(a, tmp_path, 0)
+    got = {c[c.index("--stages") + 1]: c for c in calls}
+    assert sorted(got) == ["agent", "augment", "speaker"]
+    flag = {
+        s: {k: c[c.index(k) + 1] for k in ("--patience", "--eval-every")} for s, c in got.items()
+    }
+    assert flag["agent"] == {"--patience": "8", "--eval-every": "12"}
+    assert flag["speaker"] == {"--patience": "16", "--eval-every": "19"}
+    assert flag["augment"] == {"--patience": "8", "--eval-every": "6"}
 
 
 def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
