@@ -117,7 +117,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default="", help="runs folder (default runs/fedvln[-TAG])")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--agent-rounds", type=int, default=150, help="round cap (with --patience)")
-    p.add_argument("--speaker-rounds", type=int, default=100)
+    p.add_argument("--speaker-rounds", type=int, default=160)
     p.add_argument("--aug-rounds", type=int, default=90)
     p.add_argument("--pre-rounds", type=int, default=60)
     p.add_argument("--eval-every", type=int, default=3, help="agent/speaker/augment stages")
