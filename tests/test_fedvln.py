@@ -1009,3 +1009,34 @@ def test_table4_carries_what_each_speaker_teaches_beside_its_floors(tmp_path):
         {k: pd.DataFrame() for k in ("table2", "table5", "table9")}
         | {"table4": fp.table4({0: out})}
     )
+
+
+def test_fed_speaker_study_counts_sequential_steps_and_keeps_best_and_last(tmp_path):
+    """experiments.fedvln.fed_speaker compares schedules at the same sequential steps: one
+    house's local steps a round (summed steps / houses), and reports the best val_seen
+    fidelity's evaluation and the last one."""
+    from experiments.fedvln.fed_speaker import curve, row
+
+    rows = [
+        {
+            "round": r,
+            "local_steps": 114,
+            "n_clients": 6,
+            "val_seen_fidelity": f,
+            "val_unseen_fidelity": f and f + 1,
+            "val_unseen_goal_room": f and 2 * f,
+            "val_unseen_bleu": 40.0,
+        }
+        for r, f in ((1, None), (2, 30.0), (3, None), (4, 64.0), (5, 60.0))
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "rounds.csv", index=False)
+    df = curve(tmp_path)
+    assert list(df["seq_steps"]) == [38, 76, 95]  # 19 a round, evaluated rounds only
+    best, last = row("r0.5", df, "6")
+    assert (best["checkpoint"], best["seq_steps"], best["val_seen_fidelity"]) == ("best", 76, 64.0)
+    assert (last["checkpoint"], last["seq_steps"], last["val_unseen_fidelity"]) == (
+        "last",
+        95,
+        61.0,
+    )
+    assert best["val_unseen_goal_room"] == 128.0 and best["seq_steps_cap"] == 95
