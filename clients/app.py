@@ -44,7 +44,7 @@ def _handle(kind: str, msg: Message, context: Context) -> Message:
                 state_store.restore(context, c)
             if kind == "query":
                 reply = _identity(msg, context)
-            elif kind == "train" and weights == "weights":
+            elif kind == "train" and weights in ("weights", "peer-weights"):
                 reply = dp.train(handler.train, msg, context, c, p)
             else:
                 reply = getattr(handler, kind)(msg, context)

@@ -55,8 +55,9 @@ METHODS: dict[str, Method] = {
             "server.decentralized_run",
             "clients.driving_client",
             "driving",
-            ("driving",),
+            ("driving", "dp"),
             "peer-weights",
+            ("none", "local"),
         ),
         Method(
             "cdl",
@@ -64,8 +65,9 @@ METHODS: dict[str, Method] = {
             "server.decentralized_run",
             "clients.cdl_client",
             "driving",
-            ("driving", "cdl"),
+            ("driving", "cdl", "dp"),
             "peer-weights",
+            ("none", "local"),
         ),
         Method(
             "cdl-sfl",
@@ -119,9 +121,9 @@ def client_handler(name: str):
 
 
 _NO_DP = {
-    "peer-weights": "a peer topology has no server aggregate for Flower's DP wrapper to noise, "
-    "and its messages carry several peers' models, which Flower's clipping and local-DP mods "
-    "refuse",
+    "peer-weights": "a peer topology has no server aggregate for Flower's central-DP wrapper to "
+    "noise: each silo's model goes to its neighbours as it is, so only party-side (local) DP "
+    "protects it",
     "q": "FedRL noises its released Q outputs itself (fedrl.sigma, fedrl.clip)",
 }
 

@@ -94,6 +94,7 @@ def run(grid, c: Config, name: str) -> None:
         eval_fraction=c.run.fraction_evaluate,
         eval_cap=c.run.max_evaluate_clients,
         seed=c.run.seed,
+        dp_local=c.dp.mode == "local",
     )
     log(
         INFO,

@@ -6,6 +6,13 @@ Mixing on the relay is arithmetically what peers exchanging models over the over
 what each silo receives depends only on its neighbours. Replies are screened like FedAvg's: a
 rejected or failed silo keeps its mix for the next round.
 
+Under party-side DP (`dp.mode = "local"`, clients/dp.py) each silo clips and noises the model
+it sends on its own machine, so its neighbours only ever mix noised models. There is no
+server aggregate here for Flower's central-DP wrapper to noise, hence no central mode. The
+relay floors the noised BatchNorm variances of what it forwards (post-processing, as
+strategies/dp.py does for FedAvg) and records the largest of the silos' own
+epsilon totals (`dp_epsilon`, from their ledgers).
+
 Evaluation each round (all on the silos, no data leaves them): every silo scores the models it
 is sent on its own test split. With `cross_eval` it is sent every silo's model and the uniform
 average, so each model's error on the pooled test set (the union of the splits) is the
@@ -22,7 +29,15 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
+from contracts.messages import (
+    DP_EPSILON,
+    FIT_S,
+    NUM_EXAMPLES,
+    SAVE_STATE,
+    SERVER_ROUND,
+    TRAIN_LOSS,
+)
+from strategies.dp import floor_variance_arrays
 from strategies.nodes import (
     FederationError,
     answered,
@@ -54,8 +69,10 @@ class TopologyRelay:
         eval_fraction: float = 1.0,
         eval_cap: int = 0,
         seed: int = 0,
+        dp_local: bool = False,
     ):
         self.topology = topology
+        self.dp_local = dp_local
         self.eval_fraction, self.eval_cap, self.seed = eval_fraction, eval_cap, seed
         self.recorder = recorder
         self.node_wait_s = node_wait_s
@@ -101,6 +118,9 @@ class TopologyRelay:
             "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
             "consensus": consensus_distance(new, parameter_names(new[0])),
         }
+        spent = [float(m[DP_EPSILON]) for m in accepted if DP_EPSILON in m]
+        if spent:  # the silos' own ledgers (clients/dp.py): the round shows the most spent
+            metrics["dp_epsilon"] = max(spent)
         metrics.update(mean_signals(accepted))
         self.recorder.add_metrics(metrics)
         self._count_empty(rnd, bool(losses), replies)
@@ -163,6 +183,8 @@ class TopologyRelay:
                 status=problem or "ok",
             )
             if problem is None:
+                if self.dp_local:  # noised variances floored: post-processing
+                    update = floor_variance_arrays(update)
                 new[i] = {k: np.array(v) for k, v in update.items()}  # the silo's own copy
                 accepted.append(m)
         return accepted

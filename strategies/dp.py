@@ -147,10 +147,13 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
 
 
 def floor_variances(arrays: ArrayRecord) -> ArrayRecord:
-    out = {}
-    for k, a in arrays.items():
-        v = a.numpy()
-        if k.endswith("running_var"):
-            v = np.maximum(v, VAR_FLOOR).astype(v.dtype)
-        out[k] = Array(np.ascontiguousarray(v))
-    return ArrayRecord(out)
+    out = floor_variance_arrays({k: a.numpy() for k, a in arrays.items()})
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in out.items()})
+
+
+def floor_variance_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Noised BatchNorm running variances floored at VAR_FLOOR (post-processing)."""
+    return {
+        k: np.maximum(v, VAR_FLOOR).astype(v.dtype) if k.endswith("running_var") else v
+        for k, v in arrays.items()
+    }

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from flwr.app import Array, ArrayRecord
 
 from clients import audit, policy
@@ -150,6 +151,45 @@ def test_local_dp_noises_on_the_party_and_the_party_reports_its_epsilon(tmp_path
     last = [r for r in log if r.get("kind") == "train"][-1]
     assert last["releases"] == 2 and last["epsilon"] == pytest.approx(dp.spent(c, 2))
     assert last["sigma"] == pytest.approx(std)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["cdl", "gossip"])
+def test_party_side_dp_on_a_peer_topology_noises_what_each_silo_sends(
+    tmp_path, method, monkeypatch
+):
+    """CDL and gossip have no server aggregate to noise: each silo clips and noises the model it
+    sends its neighbours on its own machine (Flower's LocalDpMod), its ledger counts the
+    releases, the relay's round line is the silos' own figure, and what the relay forwards has
+    its noised BatchNorm variances floored (post-processing)."""
+    import strategies.decentralized as relay
+    from clients import dp
+    from strategies.dp import VAR_FLOOR
+
+    floored = []
+    real = relay.floor_variance_arrays
+    monkeypatch.setattr(relay, "floor_variance_arrays", lambda a: floored.append(a) or real(a))
+    extra = {"dp.mode": "local", "dp.clip": 0.5, "dp.local-epsilon": 50.0, "topology": "ring"}
+    grid, out = _run(tmp_path, extra, "[dp]\nlocal-epsilon = 50.0\n", method=method)
+    c = parse(merged({**DRIVING, "method": method, **extra}))
+    std = dp.local_std(c)
+    ups = _updates(grid)
+    assert len(ups) == 6  # 3 silos x 2 rounds, every one noised
+    for down, up in ups:
+        big = max(up, key=lambda k: up[k].size)
+        assert np.std((up[big] - down[big]).astype(np.float64)) == pytest.approx(std, rel=0.1)
+        assert not any(k.startswith("sub.") for k in up)  # CDL: the sub-network stays home
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert rounds["dp_epsilon"].tolist() == pytest.approx([dp.spent(c, 1), dp.spent(c, 2)])
+    assert len(floored) == 6  # every forwarded model's variances floored ...
+    neg = real({"bn.running_var": np.array([-0.3, 2.0], np.float32), "w": np.array([-1.0])})
+    assert neg["bn.running_var"].tolist() == pytest.approx([VAR_FLOOR, 2.0])
+    assert neg["w"].tolist() == [-1.0]  # ... and nothing else
+    kept = torch.load(out / "checkpoints" / "final_silo_000.pt")
+    assert all((v.numpy() >= VAR_FLOOR).all() for k, v in kept.items() if "running_var" in k)
+    log = audit.read(tmp_path / "node-state" / "fedembodied" / "audit" / "partition-0.jsonl")
+    last = [r for r in log if r.get("kind") == "train"][-1]
+    assert last["releases"] == 2 and last["epsilon"] == pytest.approx(dp.spent(c, 2))
 
 
 @pytest.mark.parametrize(
