@@ -1,6 +1,12 @@
-"""Privacy-utility frontier of FedAvg on the embedded driving silos: RMSE against epsilon.
+"""Privacy-utility frontier of FedAvg (or CDL) on the embedded driving silos: RMSE against epsilon.
 
     python -m experiments.privacy.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
+    python -m experiments.privacy.dp_frontier --method cdl   # CDL on its peer topology
+
+With `--method cdl` the rows are CDL with no DP and with party-side DP (each silo's LocalDpMod
+noises the backbone it sends its neighbours; a peer topology has no aggregate for central DP),
+scored as each silo's own model on the pooled test set (`rmse`), beside the same floors;
+written as dp_frontier_cdl*.
 
 Same silos, rounds, seeds and local training for every row; only what the parties' updates
 carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrapper adds
@@ -36,14 +42,21 @@ from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
 CENTRAL_Z = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 LOCAL_EPS = (100.0, 1000.0, 10000.0)
 NAME = "dp_frontier"
+LABEL = {"fedavg": "FedAvg", "cdl": "CDL"}
 FAILED = "stopped.txt"  # a run the noise stopped (every update NaN): its last round is scored
 
 
+def name_of(method: str) -> str:
+    return NAME if method == "fedavg" else f"{NAME}_{method}"
+
+
 def settings(args) -> list[tuple[str, float, str]]:
-    """(mode, knob, run config) of every row: z for central, per-release epsilon for local."""
+    """(mode, knob, run config) of every row: z for central, per-release epsilon for local
+    (CDL: local only, the party-side DP of a peer topology)."""
     base = f"dp.clip={args.clip}"
     rows = [("none", 0.0, "")]
-    rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in args.z]
+    zs = args.z if args.method == "fedavg" else []
+    rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in zs]
     rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in args.local_eps]
     return rows
 
@@ -90,27 +103,30 @@ def local_only(args, seed: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--method", choices=list(LABEL), default="fedavg")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--num-clients", type=int, default=10)
     p.add_argument("--clip", type=float, default=2.0)
     p.add_argument("--z", type=float, nargs="+", default=list(CENTRAL_Z))
     p.add_argument("--local-eps", type=float, nargs="+", default=list(LOCAL_EPS))
-    p.add_argument("--work", default=str(ROOT / "runs" / NAME))
+    p.add_argument("--work", default="", help="runs folder (default runs/<results name>)")
     p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
     args = p.parse_args(argv)
+    name = name_of(args.method)
+    work = args.work or str(ROOT / "runs" / name)
     if args.plot_only:
-        draw(pd.read_csv(RESULTS / f"{NAME}.csv"))
+        draw(pd.read_csv(RESULTS / f"{name}.csv"), name)
         return 0
     runs = []
     for seed in args.seeds:
         for mode, knob, run_config in settings(args):
             tag = mode if mode == "none" else f"{mode}-{knob:g}"
-            out = ROOT / args.work / f"{tag}-s{seed}"
+            out = ROOT / work / f"{tag}-s{seed}"
             failed = (out / FAILED).is_file()
             if not failed:
                 try:
-                    simulate("fedavg", out, rounds=args.rounds, seed=seed,
+                    simulate(args.method, out, rounds=args.rounds, seed=seed,
                              num_clients=args.num_clients, run_config=run_config)  # fmt: skip
                 except subprocess.CalledProcessError:  # the noise wrecked the model: NaN updates
                     failed = True  # are refused until the run stops (max-empty-rounds)
@@ -155,17 +171,23 @@ def main(argv=None) -> int:
     table.insert(2, "clip", args.clip)
     table.insert(3, "rounds", args.rounds)
     table.insert(4, "silos", args.num_clients)
+    table.insert(0, "method", args.method)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / f"{NAME}.csv", index=False, float_format="%.6g")
-    runs.to_csv(RESULTS / f"{NAME}_runs.csv", index=False, float_format="%.6g")
-    draw(table)
+    table.to_csv(RESULTS / f"{name}.csv", index=False, float_format="%.6g")
+    runs.to_csv(RESULTS / f"{name}_runs.csv", index=False, float_format="%.6g")
+    draw(table, name)
     print(table.to_string(index=False))
     return 0
+
+
+def method_label(table: pd.DataFrame) -> str:
+    return LABEL[table["method"].iloc[0]] if "method" in table else "FedAvg"  # older CSV: FedAvg
 
 
 def markdown(table: pd.DataFrame) -> str:
     """The frontier as the docs show it (experiments/readme_tables.py)."""
     seeds = int(table["seeds"].max())
+    label = method_label(table)
     lines = [
         f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round (on test: optimistic) |",
         "|---|---|---|---|",
@@ -176,7 +198,7 @@ def markdown(table: pd.DataFrame) -> str:
         elif r.mode == "local":
             what = f"local DP, LocalDpMod epsilon = {r.knob:g} per release"
         elif r.mode == "none":
-            what = "FedAvg, no DP (the papers')"
+            what = f"{label}, no DP (the papers')"
         else:
             what = r.mode
         eps = "inf" if r.epsilon == np.inf else ("" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}")
@@ -189,9 +211,10 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def draw(table: pd.DataFrame) -> None:
+def draw(table: pd.DataFrame, name: str = NAME) -> None:
     """RMSE (last round, mean and sd over seeds) against epsilon on a log axis, central and
     local DP, with no-DP FedAvg, local-only and the constant predictor as lines."""
+    label = method_label(table)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     top = 0.8  # a wrecked model's RMSE (up to 10^3) is drawn at the top edge, value written
     for mode, marker, color in (("central", "o", "tab:blue"), ("local", "s", "tab:red")):
@@ -201,12 +224,12 @@ def draw(table: pd.DataFrame) -> None:
         shown = part["rmse"].clip(upper=top)
         ax.errorbar(part["epsilon"], shown, yerr=part["rmse_sd"].where(part["rmse"] < top, 0),
                     marker=marker, color=color, capsize=3,
-                    label=f"FedAvg + {mode} DP ({int(part.seeds.max())} seeds)")  # fmt: skip
+                    label=f"{label} + {mode} DP ({int(part.seeds.max())} seeds)")  # fmt: skip
         for r in part[part["rmse"] >= top].itertuples():
             ax.annotate(f"{r.rmse:.3g}", (r.epsilon, top), textcoords="offset points",
                         xytext=(0, -12), ha="center", fontsize=7, color=color)  # fmt: skip
     ax.set_ylim(0, top * 1.02)
-    lines = (("none", "FedAvg, no DP (epsilon = inf)", "-", "black"),
+    lines = (("none", f"{label}, no DP (epsilon = inf)", "-", "black"),
              ("local-only (no release)", "each silo alone (no release)", "--", "grey"),
              ("constant (pooled train mean)", "constant predictor", "-.", "grey"))  # fmt: skip
     for mode, label, style, color in lines:
@@ -217,11 +240,11 @@ def draw(table: pd.DataFrame) -> None:
     ax.set_xlabel("epsilon after all rounds (delta = 1e-5, log scale); stopped runs: NaN model")
     ax.set_ylabel("steering RMSE on the pooled test set (rad)")
     clip, rounds, silos = (table[c].iloc[0] for c in ("clip", "rounds", "silos"))
-    ax.set_title(f"FedAvg driving: privacy vs utility ({silos:g} silos, {rounds:g} rounds, "
+    ax.set_title(f"{label} driving: privacy vs utility ({silos:g} silos, {rounds:g} rounds, "
                  f"C = {clip:g})", fontsize=10)  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{NAME}.png", dpi=120)
+    fig.savefig(RESULTS / f"{name}.png", dpi=120)
     plt.close(fig)
 
 
