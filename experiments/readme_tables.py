@@ -139,10 +139,10 @@ def _message_cost() -> str:
     return markdown(pd.read_csv(RESULTS / "message_cost.csv"))
 
 
-def _dp_frontier() -> str:
+def _dp_frontier(name: str = "dp_frontier") -> str:
     from experiments.privacy.dp_frontier import markdown
 
-    return markdown(_csv("dp_frontier.csv"))
+    return markdown(_csv(f"{name}.csv"))
 
 
 def _attack(module: str, name: str) -> str:
@@ -180,6 +180,7 @@ BLOCKS = {
     "performance-fedrl": lambda: _performance(fedrl=True),
     "message-cost": _message_cost,
     "dp-frontier": _dp_frontier,
+    "dp-frontier-cdl": lambda: _dp_frontier("dp_frontier_cdl"),
     "fedrl-attack": lambda: _attack("fedrl_attack", "fedrl_attack"),
     "driving-membership": lambda: _attack("driving_membership", "driving_membership"),
     "fedvln-property": lambda: _attack("fedvln_property", "fedvln_property"),

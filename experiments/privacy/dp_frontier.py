@@ -161,10 +161,10 @@ def main(argv=None) -> int:
         )
         .reset_index()
     )
-    for name, col in (("local-only (no release)", "local_only_rmse"),
+    for floor, col in (("local-only (no release)", "local_only_rmse"),
                       ("constant (pooled train mean)", "constant_rmse")):  # fmt: skip
         table.loc[len(table)] = {
-            "mode": name, "knob": np.nan, "epsilon": 0.0 if "local" in name else np.nan,
+            "mode": floor, "knob": np.nan, "epsilon": 0.0 if "local" in floor else np.nan,
             "rmse": floors[col].mean(), "rmse_sd": floors[col].std(),
             "best_rmse": np.nan, "seeds": len(floors), "stopped": 0,
         }  # fmt: skip
@@ -232,10 +232,10 @@ def draw(table: pd.DataFrame, name: str = NAME) -> None:
     lines = (("none", f"{label}, no DP (epsilon = inf)", "-", "black"),
              ("local-only (no release)", "each silo alone (no release)", "--", "grey"),
              ("constant (pooled train mean)", "constant predictor", "-.", "grey"))  # fmt: skip
-    for mode, label, style, color in lines:
+    for mode, text, style, color in lines:
         row = table[table["mode"] == mode]
         if len(row):
-            ax.axhline(float(row["rmse"].iloc[0]), ls=style, color=color, label=label)
+            ax.axhline(float(row["rmse"].iloc[0]), ls=style, color=color, label=text)
     ax.set_xscale("log")
     ax.set_xlabel("epsilon after all rounds (delta = 1e-5, log scale); stopped runs: NaN model")
     ax.set_ylabel("steering RMSE on the pooled test set (rad)")
