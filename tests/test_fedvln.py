@@ -1040,3 +1040,18 @@ def test_fed_speaker_study_counts_sequential_steps_and_keeps_best_and_last(tmp_p
         61.0,
     )
     assert best["val_unseen_goal_room"] == 128.0 and best["seq_steps_cap"] == 95
+
+
+def test_centralized_pre_exploration_is_redone_when_its_start_changed(tmp_path):
+    """The centralized pre-exploration row counts as finished only for the very agent and
+    speaker it started from (their digests), not for whatever now lies at the same paths."""
+    from experiments.fedvln.pipeline import finished_from
+
+    starts = {"agent": "a1", "speaker": "s1"}
+    assert not finished_from(tmp_path, starts, 3)  # nothing run
+    pd.DataFrame({"round": [3], "val_unseen_sr": [30.0]}).to_csv(tmp_path / "log.csv")
+    assert not finished_from(tmp_path, starts, 3)  # made before its starts were kept
+    (tmp_path / "starts.json").write_text(json.dumps(starts))
+    assert finished_from(tmp_path, starts, 3)
+    assert not finished_from(tmp_path, starts, 6)  # fewer rounds than asked
+    assert not finished_from(tmp_path, {**starts, "speaker": "s2"}, 3)  # a retrained speaker

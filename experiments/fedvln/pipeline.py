@@ -68,7 +68,7 @@ from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
 from experiments.fedvln.runs import curve, pick, se_eval, seed_dirs, summary
 from experiments.fedvln.teaching import teaching
-from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, simulate
+from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, path_digest, simulate
 from models import vln_checkpoint
 from models.envdrop import Follower
 from models.speaker import Speaker
@@ -411,6 +411,17 @@ def _central_stage(a, out: Path, seed: int, cfg: dict, args: list[str]) -> None:
         raise SystemExit(f"centralized baselines failed in {out / 'central'}")
 
 
+def finished_from(dest: Path, starts: dict, rounds: int) -> bool:
+    """Centralized pre-exploration in `dest` ran all `rounds` (or converged) from these very
+    checkpoints (`starts`: their digests): one made from an earlier agent or speaker at the
+    same paths is trained again."""
+    log_path, kept = dest / "log.csv", dest / "starts.json"
+    if not log_path.is_file() or not kept.is_file() or json.loads(kept.read_text()) != starts:
+        return False
+    done = pd.read_csv(log_path)
+    return bool(done["round"].max() >= rounds or done.get("converged", pd.Series()).any())
+
+
 def centralized_preexplore(a, out: Path, seed: int) -> Path:
     """One follower on every unseen house's routes pooled (non-private), from the same
     augmented agent, back-translated by the same speaker, with the recipe's optimizer (kept
@@ -418,13 +429,16 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
     many steps per round as env-based makes in all houses together."""
     dest = out / "preexplore-centralized"
     log_path = dest / "log.csv"
-    if log_path.is_file():
-        done = pd.read_csv(log_path)
-        if done["round"].max() >= a.pre_rounds or done.get("converged", pd.Series()).any():
-            return log_path
-    dest.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((out / "preexplore-env-based" / "config.json").read_text())
     c = parse(cfg)
+    starts = {
+        "agent": path_digest(c.fedvln.agent_init),
+        "speaker": path_digest(c.fedvln.speaker_init),
+    }
+    if finished_from(dest, starts, a.pre_rounds):
+        return log_path
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "starts.json").write_text(json.dumps(starts, indent=1))
     torch.manual_seed(seed)
     setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
     follower, _, _ = vln_checkpoint.load(c.fedvln.agent_init)
