@@ -16,21 +16,18 @@ per schedule, with the val_unseen fidelity of the same evaluation) and its figur
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from experiments.simulate import RESULTS, ROOT
+from experiments.simulate import RESULTS, ROOT, simulate
 
 # name: (run config beyond the speaker stage and a fixed budget, round cap, eval every)
 SCHEDULES = {
     "r0.2": ("", 240, 6),  # the paper's share of houses: 2 of 12 a round, tau = 5
-    "r0.2-tau1": ("fedvln.speaker-epochs=1", 450, 15),
-    "r0.2-lr2e-4": ("fedvln.lr=0.0002", 400, 10),
+    "r0.2-tau1": ("fedvln.speaker-epochs=1", 375, 15),
+    "r0.2-lr2e-4": ("fedvln.lr=0.0002", 290, 10),
     "r0.5": ("fedvln.seen-rate=0.5", 130, 5),  # 6 of 12 houses a round
 }
 CENTRAL = ROOT / "runs" / "fedvln" / "seed{seed}" / "central" / "speaker_log.csv"
@@ -47,22 +44,10 @@ def parse_args(argv=None):
 
 
 def run(out: Path, name: str, seed: int) -> Path:
-    """One schedule's run, resumed if it stopped before its cap."""
+    """One schedule's run (experiments.simulate: reused when finished, resumed when not)."""
     extra, rounds, every = SCHEDULES[name]
-    run_dir = out / f"{name}-s{seed}"
-    done = run_dir / "rounds.csv"
-    if done.is_file() and pd.read_csv(done)["round"].max() >= rounds:
-        return run_dir
-    py, sim = sys.executable, str(ROOT / "simulation.py")
-    if done.is_file():
-        cmd = [py, sim, "fedvln", "--resume", str(run_dir), "--rounds", str(rounds)]
-    else:
-        rc = f"eval-every={every} fedvln.patience=0 {extra}".strip()
-        cmd = [py, sim, "fedvln", "--stage", "speaker", "--rounds", str(rounds)]
-        cmd += ["--seed", str(seed), "--out", str(run_dir), "--run-config", rc]
-    print("$", shlex.join([*cmd, "--no-plots"]), flush=True)
-    subprocess.run([*cmd, "--no-plots"], check=True, cwd=ROOT)
-    return run_dir
+    rc = f'fedvln.stage="speaker" eval-every={every} fedvln.patience=0 {extra}'.strip()
+    return simulate("fedvln", out / f"{name}-s{seed}", rounds=rounds, seed=seed, run_config=rc)
 
 
 def curve(run_dir: Path) -> pd.DataFrame:
