@@ -87,7 +87,10 @@ class FedVLNSettings(Section):
         "speaker checkpoint (best.pt of a speaker run): augment, preexplore"
     )
     aug_routes: int = setting(
-        "routes each seen house samples for back-translation (augment)", lo=1, hi=10**5
+        "routes each seen house samples for back-translation (augment); 0 is the augment "
+        "stage's control: the same fine-tuning from agent-init with no speaker routes",
+        lo=0,
+        hi=10**5,
     )
     preexplore_routes: int = setting(
         "routes each unseen house samples for back-translation (preexplore)", lo=1, hi=10**5

@@ -99,6 +99,9 @@ def plan_of(c: Config) -> Plan:
     if stage == "speaker":
         return Plan("speaker", "*", {"seen": r}, scored, c.fedvln.speaker_epochs)
     if stage == "augment":
+        # aug-routes 0 is augmentation's control (issue 41): the same restart from agent-init,
+        # patience and cap, on labels alone, so "augmentation gains" is not confounded with
+        # "fine-tuning again gains"; then no house needs the speaker
         return Plan(
             "follower",
             "*",
@@ -106,7 +109,7 @@ def plan_of(c: Config) -> Plan:
             scored,
             c.fedvln.local_epochs,
             init_agent=True,
-            speaker_to=("seen",),
+            speaker_to=("seen",) if c.fedvln.aug_routes else (),
             routes=c.fedvln.aug_routes,
         )
     r1, r2 = c.fedvln.unseen_rate, c.fedvln.preexplore_seen_rate

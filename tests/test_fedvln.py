@@ -304,6 +304,21 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
     assert extra["val_unseen_sr"] == pytest.approx(rounds["val_unseen_sr"].max())
     assert (aug / "best.pt").is_file()
 
+    # augmentation's control: the same restart from agent-init with no routes; no house is
+    # handed the speaker (so none needs speaker-init) and nothing is back-translated
+    grid, ctl = _run(
+        tmp_path,
+        "control",
+        **{"fedvln.stage": "augment", "fedvln.aug-routes": 0, "num-server-rounds": 1},
+        **{"fedvln.agent-init": inits["fedvln.agent-init"]},
+    )
+    _audit(grid, None)
+    assert not any("fedvln-speaker" in c.state for c in grid.contexts.values())
+    ctl_rounds = pd.read_csv(ctl / "rounds.csv")
+    assert ctl_rounds.get("augmented_episodes", pd.Series([0])).fillna(0).eq(0).all()
+    assert ctl_rounds["local_steps"].sum() > 0
+    assert (ctl / "best.pt").is_file()
+
     grid, lan = _run(
         tmp_path,
         "fed-lan",
@@ -932,15 +947,16 @@ def test_gains_are_paired_by_seed_and_pre_exploration_is_compared_with_its_start
     from experiments.fedvln.gains import gains, markdown
     from experiments.fedvln.runs import seed_dirs
 
-    curves = {  # seed: (agent, augment, fed-lan, fed-full)
-        0: ([10, 30, 20], [31, 34, 33], [35, 38, 36], [30, 29]),
-        1: ([12, 26, 25], [27, 29, 28], [33, 31, 32], [28, 30]),
-        2: ([11, 28, 27], [30, 33, 31], [35, 37, 35], None),
+    curves = {  # seed: (agent, augment, fed-lan, fed-full, augment-control)
+        0: ([10, 30, 20], [31, 34, 33], [35, 38, 36], [30, 29], [31, 35]),
+        1: ([12, 26, 25], [27, 29, 28], [33, 31, 32], [28, 30], [27, 28]),
+        2: ([11, 28, 27], [30, 33, 31], [35, 37, 35], None, [30, 31]),
     }
-    for seed, (agent, aug, lan, full) in curves.items():
+    for seed, (agent, aug, lan, full, ctl) in curves.items():
         out = tmp_path / f"seed{seed}"
         _fake_run(out, "agent", agent)
         _fake_run(out, "augment", aug)
+        _fake_run(out, "augment-control", ctl)
         _fake_run(out, "preexplore-fed-lan", lan)
         if full:
             _fake_run(out, "preexplore-fed-full", full)
@@ -949,6 +965,8 @@ def test_gains_are_paired_by_seed_and_pre_exploration_is_compared_with_its_start
     assert aug["gain"] == pytest.approx(np.mean([4, 3, 5])) and aug["n_seeds"] == 3
     assert aug["low"] > 0 and not aug["within_noise"]
     assert aug["by_seed"] == "+4.0 / +3.0 / +5.0"
+    ctl = t.loc[("augmentation vs its control (same restart, no routes), federated", "best")]
+    assert ctl["by_seed"] == "-1.0 / +1.0 / +2.0" and ctl["within_noise"]
     lan_last = t.loc[("pre-exploration, fed-lan", "last")]
     assert lan_last["b_checkpoint"] == "best"  # its start is the augmented agent's best
     assert lan_last["gain"] == pytest.approx(np.mean([36 - 34, 32 - 29, 35 - 33]))

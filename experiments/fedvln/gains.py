@@ -6,7 +6,11 @@ A seed's runs share their data, houses and initial follower, so a difference is 
 seed (`experiments.tables.paired_interval`) and a comparison whose interval holds 0 is within
 noise. Comparisons:
 
-- augmentation (paper Table 2): FedEnvdrop_aug − FedEnvdrop, Envdrop_aug − Envdrop;
+- augmentation (paper Table 2): FedEnvdrop_aug − FedEnvdrop, Envdrop_aug − Envdrop, and
+  FedEnvdrop_aug − its control (the pipeline's `augment-control`: the same restart from the
+  agent's best, patience and cap, without speaker routes). Against FedEnvdrop the two `best`s
+  are maxima over unequal numbers of evaluations (the agent's run is longer) and the augmented
+  run also restarts its optimizer; against the control only the speaker's routes differ;
 - federation's cost: FedEnvdrop − Envdrop, FedEnvdrop_aug − Envdrop_aug (step-matched);
 - pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug),
   and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
@@ -34,12 +38,18 @@ MODELS = {
     "FedEnvdrop": "agent",
     "Envdrop_aug": "central/augment",
     "FedEnvdrop_aug": "augment",
+    "FedEnvdrop_control": "augment-control",
     "centralized": "preexplore-centralized",
     **{v: f"preexplore-{v}" for v in VARIANTS},
 }
 # (what it tests, a, b): the gain is a − b
 COMPARISONS = [
     ("augmentation, federated", "FedEnvdrop_aug", "FedEnvdrop"),
+    (
+        "augmentation vs its control (same restart, no routes), federated",
+        "FedEnvdrop_aug",
+        "FedEnvdrop_control",
+    ),
     ("augmentation, centralized", "Envdrop_aug", "Envdrop"),
     ("federation's cost, agent", "FedEnvdrop", "Envdrop"),
     ("federation's cost, augmented", "FedEnvdrop_aug", "Envdrop_aug"),

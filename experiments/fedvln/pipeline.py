@@ -199,6 +199,9 @@ def run_seed(a, out: Path, seed: int) -> None:
     agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
     if "augment" in a.stages:
         _stage(a, out / "augment", a.aug_rounds, seed, stage_config(a, "augment", f"{agent} {spk}"))
+        # augmentation's control: the same restart, patience and cap without speaker routes
+        ctl = f"{agent} fedvln.aug-routes=0"
+        _stage(a, out / "augment-control", a.aug_rounds, seed, stage_config(a, "augment", ctl))
     pre = f'fedvln.agent-init="{out / "augment" / "best.pt"}" {spk}'
     for v in VARIANTS if "preexplore" in a.stages else ():
         _stage(
@@ -511,6 +514,7 @@ def table2(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
     models += [("FedEnvdrop", "agent")]
     if "augment" in stages:
         models += [("Envdrop_aug", "central/augment"), ("FedEnvdrop_aug", "augment")]
+        models += [("FedEnvdrop, fine-tuned again (control)", "augment-control")]
     for seed, out in dirs.items():
         for model, run in models:
             df = curve(out, run)
@@ -867,6 +871,7 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
         ("central/agent", "Envdrop", "--"),
         ("augment", "FedEnvdrop_aug", "-"),
         ("central/augment", "Envdrop_aug", "--"),
+        ("augment-control", "FedEnvdrop fine-tuned again", ":"),
     ):
         _band(axes[0], dirs, run, "val_unseen_sr", label, style)
     for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
