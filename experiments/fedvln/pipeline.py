@@ -92,6 +92,8 @@ PAPER_T2 = {  # FedVLN Table 2, R2R, Envdrop rows
 }
 PAPER_T4 = {"Cent": (33.6, 30.7), "Fed": (31.7, 31.9)}  # ResNet speaker BLEU seen, unseen
 T4_METRICS = ["val_seen_bleu", "val_unseen_bleu", "val_seen_fidelity", "val_unseen_fidelity"]
+# issue 41's targets (val_unseen): rooms on route >= 70, goal room >= 60, stop object >= 50
+T4_PARTS = [f"val_unseen_{k}" for k in ("rooms_on_route", "goal_room", "stop_object")]
 T4_TAUGHT = [f"{s}_taught_{k}" for s in ("val_seen", "val_unseen") for k in ("sr", "ratio")]
 PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "centralized": ([3.89, 73.7, 61.7, 64.8, 71.5, 64.6], "data"),
@@ -583,7 +585,7 @@ def table4(dirs: dict[int, Path]) -> pd.DataFrame:
                         "checkpoint": ck,
                         "seed": seed,
                         "steps": int(r["steps"]),
-                        **{m: r.get(m, np.nan) for m in T4_METRICS},
+                        **{m: r.get(m, np.nan) for m in T4_METRICS + T4_PARTS},
                         **_taught(taught, name, ck),
                     }
                 )
@@ -595,7 +597,7 @@ def table4(dirs: dict[int, Path]) -> pd.DataFrame:
                 )
     if not rows:
         return pd.DataFrame()
-    t = summary(rows, ["speaker", "checkpoint"], [*T4_METRICS, *T4_TAUGHT, "steps"])
+    t = summary(rows, ["speaker", "checkpoint"], [*T4_METRICS, *T4_PARTS, *T4_TAUGHT, "steps"])
     return _with_paper(
         t,
         lambda r: PAPER_T4.get(r["speaker"], [np.nan] * 2),
@@ -765,9 +767,10 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     if len(t):
         lines += [
             "| Table 4 (BLEU-4) | checkpoint | seeds | steps | val_seen | val_unseen | "
-            "route fidelity val_seen / val_unseen | follower SR on its words, val_unseen "
-            "(÷ SR on the true ones) | paper val_seen / val_unseen |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "route fidelity val_seen / val_unseen | val_unseen rooms on route / goal room / "
+            "stop object | follower SR on its words, val_unseen (÷ SR on the true ones) | "
+            "paper val_seen / val_unseen |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             p = PAPER_T4.get(r["speaker"], ("–", "–"))
@@ -776,10 +779,15 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
                 if "val_seen_fidelity" in r and r["val_seen_fidelity"] == r["val_seen_fidelity"]
                 else "–"
             )
+            parts = (
+                " / ".join(_pm(r, m) for m in T4_PARTS)
+                if r.get(T4_PARTS[-1], np.nan) == r.get(T4_PARTS[-1], np.nan)
+                else "–"
+            )
             lines.append(
                 f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                 f"{_pm(r, 'steps', 0)} | {_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
-                f"{fid} | {_taught_cell(r)} | {p[0]} / {p[1]} |"
+                f"{fid} | {parts} | {_taught_cell(r)} | {p[0]} / {p[1]} |"
             )
         lines.append("")
     t = result["table5"]
