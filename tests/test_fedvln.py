@@ -682,13 +682,17 @@ def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_
     monkeypatch.setattr(fp.vln_centralized, "main", lambda args: calls.append(args) or 0)
     fp.centralized(a, tmp_path, 0)
     got = {c[c.index("--stages") + 1]: c for c in calls}
-    assert sorted(got) == ["agent", "augment", "speaker"]
+    assert sorted(got) == ["agent", "augment", "augment-control", "speaker"]
     flag = {
         s: {k: c[c.index(k) + 1] for k in ("--patience", "--eval-every")} for s, c in got.items()
     }
     assert flag["agent"] == {"--patience": "8", "--eval-every": "12"}
     assert flag["speaker"] == {"--patience": "16", "--eval-every": "19"}
     assert flag["augment"] == {"--patience": "8", "--eval-every": "6"}
+    # augmentation's control: the augment stage's rule and cap, less the routes
+    assert flag["augment-control"] == flag["augment"]
+    cap = got["augment"][got["augment"].index("--aug-iters") + 1]
+    assert got["augment-control"][got["augment-control"].index("--aug-iters") + 1] == cap
 
 
 def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):

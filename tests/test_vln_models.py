@@ -281,6 +281,17 @@ def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeyp
     assert vln_centralized.main([*args, "--speaker-word-dropout", "0.25"]) == 0
     assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
     assert (tmp_path / "run" / "speaker_log.csv").stat().st_mtime_ns != speaker_stamp
+    # augmentation's control: the augment stage's fine-tuning from the agent's best, no routes,
+    # so another speaker or other routes do not retrain it, another augment lr does
+    control = [*args, "--stages", "augment-control"]
+    assert vln_centralized.main(control) == 0
+    log = tmp_path / "run" / "augment-control_log.csv"
+    assert __import__("pandas").read_csv(log)["iteration"].max() == 2
+    stamp = log.stat().st_mtime_ns
+    assert vln_centralized.main([*control, "--speaker-word-dropout", "0", "--aug-routes", "3"]) == 0
+    assert log.stat().st_mtime_ns == stamp
+    assert vln_centralized.main([*control, "--aug-lr", "0.001"]) == 0
+    assert log.stat().st_mtime_ns != stamp
 
 
 def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkeypatch):

@@ -89,7 +89,9 @@ def parse_args(argv=None):
         "--stages",
         nargs="+",
         default=["agent", "speaker", "augment"],
-        choices=["agent", "speaker", "augment"],
+        choices=["agent", "speaker", "augment", "augment-control"],
+        help="augment-control: the augment stage's control, the same fine-tuning from the "
+        "agent's best (--aug-iters, --aug-lr, patience) on the labelled data alone",
     )
     p.add_argument("--iters", type=_positive, default=3000, help="follower updates")
     p.add_argument("--speaker-iters", type=_positive, default=1500)
@@ -299,8 +301,15 @@ ONLY = {
     "agent": {"iters", "lr", "optimizer", "feedback", "ml_weight", "max_actions"},
     "speaker": {"speaker_iters", "speaker_lr", "speaker_word_dropout", "speaker_step_skip"},
     "augment": {"aug_iters", "aug_lr", "aug_routes"},
+    "augment-control": set(),  # its settings are the augment stage's, less the routes
 }
-USES = {"agent": {"agent"}, "speaker": {"speaker"}, "augment": {"agent", "speaker", "augment"}}
+USES = {
+    "agent": {"agent"},
+    "speaker": {"speaker"},
+    "augment": {"agent", "speaker", "augment"},
+    "augment-control": {"agent", "augment-control"},
+}
+CONTROL_FROM_AUGMENT = {"aug_iters", "aug_lr"}
 
 
 def stage_settings(a, stage: str) -> dict:
@@ -308,6 +317,8 @@ def stage_settings(a, stage: str) -> dict:
     augment stage starts from the follower and back-translates with the speaker, so theirs
     count for it too."""
     other = set().union(*(ONLY[s] for s in ONLY if s not in USES[stage]))
+    if stage == "augment-control":
+        other -= CONTROL_FROM_AUGMENT
     return {k: v for k, v in sorted(vars(a).items()) if k not in NOT_SETTINGS | other}
 
 
@@ -363,7 +374,8 @@ def run(a) -> int:
         """Finished earlier with these settings: its checkpoint exists, its log reached the
         stage's length, and the settings it was trained with (`<stage>_settings.json`) are
         today's (a stage of another recipe is trained again, not reused)."""
-        target = {"agent": a.iters, "speaker": a.speaker_iters, "augment": a.aug_iters}[stage]
+        target = a.iters if stage == "agent" else a.aug_iters
+        target = a.speaker_iters if stage == "speaker" else target
         log = out / f"{stage}_log.csv"
         if a.redo or not (ck / f"{stage}.pt").is_file() or not log.is_file():
             return False
@@ -424,6 +436,14 @@ def run(a) -> int:
             routes=routes,
             back_translate=bt,
         )
+    if "augment-control" in a.stages and "augment-control" not in finished:
+        if not (ck / "agent_best.pt").is_file():
+            raise DataError(
+                f"{ck / 'agent_best.pt'} not found: the augment-control stage needs the agent "
+                "stage first (--stages agent augment-control)"
+            )
+        follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
+        train_follower(a, vln, follower, train, evals, "augment-control", out, tokens, settings)
     summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}")
     return 0
 

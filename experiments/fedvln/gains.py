@@ -7,10 +7,11 @@ seed (`experiments.tables.paired_interval`) and a comparison whose interval hold
 noise. Comparisons:
 
 - augmentation (paper Table 2): FedEnvdrop_aug − FedEnvdrop, Envdrop_aug − Envdrop, and
-  FedEnvdrop_aug − its control (the pipeline's `augment-control`: the same restart from the
-  agent's best, patience and cap, without speaker routes). Against FedEnvdrop the two `best`s
-  are maxima over unequal numbers of evaluations (the agent's run is longer) and the augmented
-  run also restarts its optimizer; against the control only the speaker's routes differ;
+  each augmented agent − its control (the pipeline's `augment-control`, federated and
+  centralized: the same restart from the agent's best, patience and cap, without speaker
+  routes). Against the agent the two `best`s are maxima over unequal numbers of evaluations
+  (the agent's run is longer) and the augmented run also restarts its optimizer; against the
+  control only the speaker's routes differ;
 - federation's cost: FedEnvdrop − Envdrop, FedEnvdrop_aug − Envdrop_aug (step-matched);
 - pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug),
   and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
@@ -39,6 +40,7 @@ MODELS = {
     "Envdrop_aug": "central/augment",
     "FedEnvdrop_aug": "augment",
     "FedEnvdrop_control": "augment-control",
+    "Envdrop_control": "central/augment-control",
     "centralized": "preexplore-centralized",
     **{v: f"preexplore-{v}" for v in VARIANTS},
 }
@@ -51,6 +53,11 @@ COMPARISONS = [
         "FedEnvdrop_control",
     ),
     ("augmentation, centralized", "Envdrop_aug", "Envdrop"),
+    (
+        "augmentation vs its control (same restart, no routes), centralized",
+        "Envdrop_aug",
+        "Envdrop_control",
+    ),
     ("federation's cost, agent", "FedEnvdrop", "Envdrop"),
     ("federation's cost, augmented", "FedEnvdrop_aug", "Envdrop_aug"),
     *[(f"pre-exploration, {v}", v, "FedEnvdrop_aug") for v in ("centralized", *VARIANTS)],

@@ -10,8 +10,12 @@ in Flower's simulation engine):
 
 1. `agent` -> `speaker` -> `augment` (from the agent's best.pt, with the speaker's best.pt) ->
    `preexplore-<variant>` for env-based, fed-full, fed-lan, fed-lan+seen (from the augmented
-   agent's best.pt, as the official pre-exploration scripts load `agent_bt_.../best_val_unseen`).
-2. `central/`: centralized Envdrop, speaker and Envdrop_aug (`experiments.fedvln.centralized`) with
+   agent's best.pt, as the official pre-exploration scripts load `agent_bt_.../best_val_unseen`);
+   `augment-control`: augment's control, the same restart from the agent's best.pt, patience
+   and cap without speaker routes (`fedvln.aug-routes=0`), so that what augmentation gains is
+   not mixed with what fine-tuning again gains.
+2. `central/`: centralized Envdrop, speaker, Envdrop_aug and its control
+   (`experiments.fedvln.centralized`) with
    exactly as many optimizer steps as the federated stage made in all houses together (read from
    the federated `rounds.csv`), evaluated at the same step counts.
 3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
@@ -364,7 +368,9 @@ def centralized(a, out: Path, seed: int) -> None:
         for s, v in steps.items()
     }
     flags = {"agent": "--iters", "speaker": "--speaker-iters", "augment": "--aug-iters"}
-    for stage in stages:
+    # augmentation's control: the augment stage's budget and rule, without routes
+    runs = [(s, s) for s in stages] + [("augment", "augment-control")] * ("augment" in stages)
+    for stage, central_stage in runs:
         cfg = json.loads((out / stage / "config.json").read_text())
         every = max(1, steps[stage][-1] // max(1, len(steps[stage])))  # summed steps per eval
         patience = stage_patience(a, stage)
@@ -375,7 +381,7 @@ def centralized(a, out: Path, seed: int) -> None:
             cfg,
             [
                 "--stages",
-                stage,
+                central_stage,
                 *[x for s in stages for x in (flags[s], str(iters[s]))],
                 "--patience",
                 str(patience),
@@ -516,7 +522,10 @@ def table2(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
     models += [("FedEnvdrop", "agent")]
     if "augment" in stages:
         models += [("Envdrop_aug", "central/augment"), ("FedEnvdrop_aug", "augment")]
-        models += [("FedEnvdrop, fine-tuned again (control)", "augment-control")]
+        models += [
+            ("Envdrop, fine-tuned again (control)", "central/augment-control"),
+            ("FedEnvdrop, fine-tuned again (control)", "augment-control"),
+        ]
     for seed, out in dirs.items():
         for model, run in models:
             df = curve(out, run)
@@ -880,6 +889,7 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
         ("augment", "FedEnvdrop_aug", "-"),
         ("central/augment", "Envdrop_aug", "--"),
         ("augment-control", "FedEnvdrop fine-tuned again", ":"),
+        ("central/augment-control", "Envdrop fine-tuned again", ":"),
     ):
         _band(axes[0], dirs, run, "val_unseen_sr", label, style)
     for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
