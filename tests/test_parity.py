@@ -60,3 +60,22 @@ def test_a_deployed_run_killed_and_resumed_computes_the_same_run(tmp_path):
 
     sim = simulated("fedavg", 3, tmp_path)
     assert differences(sim, deployed_killed("fedavg", 3, tmp_path)) == []
+
+
+def test_message_cost_names_flowers_poll_knob_and_refuses_one_flower_would(capsys):
+    """Issue 43 item 3: the benchmark's deployed rows say at which SuperExec poll interval they
+    were measured (rows measured before the knob are Flower's default, 1 s), and a value Flower
+    1.41 refuses is refused by name before anything starts."""
+    import pandas as pd
+
+    from experiments.bench.message_cost import main, markdown
+
+    old = pd.DataFrame(
+        {"method": ["fedrl", "fedrl"], "engine": ["simulation", "deployment"], "round_s": [6, 245]}
+    )
+    rows = markdown(old).splitlines()
+    assert "SuperExec poll (s)" in rows[0]
+    assert rows[2].startswith("| fedrl | simulation |  |")
+    assert rows[3].startswith("| fedrl | deployment | 1.0 |")
+    assert main(["--superexec-poll", "0.001"]) == 2
+    assert "--superexec-poll" in capsys.readouterr().err

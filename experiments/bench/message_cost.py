@@ -22,6 +22,17 @@ reply's `cost`, clients/costs.py):
 - `transport_s` = message_s - process_age_s - handler_s: Flower's spawn, polling and the
   round trips through the edge, the gateway and the SuperLink.
 
+Flower's share, and the one knob Flower 1.41 offers for it: its SuperExec (which launches each
+ServerApp and ClientApp process) polls for work every `FLWR_SUPEREXEC_TASK_POLL_INTERVAL`
+seconds (default 1, `flwr/supercore/superexec/run_superexec.py`); `--superexec-poll 0.05 ...`
+adds deployed runs with it set for the SuperLink and every SuperNode (their SuperExecs inherit
+it), beside the default, in the same invocation. Hard-coded in 1.41 and not settable: a
+SuperNode that pulled nothing sleeps 3 s before it pulls again
+(`flwr/supernode/start_client_internal.py`, `time.sleep(3)`), it checks for the ClientApp's
+reply every 0.5 s, and the ServerApp's grid checks for replies every 3 s
+(`flwr/superlink/grid/http_grid.py` `send_and_receive`). A chain of messages (FedRL) waits on
+each of them once per message.
+
 Results: experiments/results/message_cost.csv; docs/performance.md shows the table. The ratio
 column is deployed / simulated for the same job, measured in the same invocation.
 """
@@ -137,16 +148,20 @@ def simulated(method: str, rounds: int, work: Path) -> Path:
     return out
 
 
-def deployed(method: str, rounds: int, work: Path) -> Path:
+POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's SuperExec poll, default 1 s
+
+
+def deployed(method: str, rounds: int, work: Path, poll: float | None = None) -> Path:
     """deploy/make_certs.sh, superlink.sh --tls (edge + gateway + SuperLink), two registered
-    SuperNodes with their own keys and state folders, `flwr run` from the operator's CLI."""
-    tmp = work / f"{method}-deploy"
+    SuperNodes with their own keys and state folders, `flwr run` from the operator's CLI;
+    `poll`: the SuperExecs' task poll interval in seconds (None: Flower's default)."""
+    tmp = work / (f"{method}-deploy" + (f"-poll{poll:g}" if poll is not None else ""))
     done = tmp / "out" / "rounds.csv"
     if done.is_file() and len(pd.read_csv(done)) == rounds:
         return tmp  # finished in this --work folder before
     if tmp.exists():
         raise SystemExit(f"message_cost: {tmp} holds an unfinished deployed run; remove it")
-    fed = LoopbackFederation(method, tmp)
+    fed = LoopbackFederation(method, tmp, poll)
     try:
         fed.finish(fed.submit(rounds))
         return tmp
@@ -160,10 +175,11 @@ class LoopbackFederation(Federation):
     state folder, on loopback;
     the operator's CLI connected as `op`."""
 
-    def __init__(self, method: str, tmp: Path):
+    def __init__(self, method: str, tmp: Path, poll: float | None = None):
         tmp.mkdir(parents=True)
         super().__init__(tmp)
         self.method, self.certs, self.out = method, tmp / "certs", tmp / "out"
+        self.env = {} if poll is None else {POLL_ENV: f"{poll:g}"}
         subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), str(nodes(method))], check=True,
                        capture_output=True)  # fmt: skip
         self.port, self.control = free_port(), free_port()
@@ -179,7 +195,8 @@ class LoopbackFederation(Federation):
     def start_link(self, name: str = "link") -> None:
         self.start(name, [str(ROOT / "deploy/superlink.sh"), "--tls", str(self.certs), "--host",
                           "127.0.0.1", "--port", str(self.port), "--control-port",
-                          str(self.control), "--database", str(self.tmp / "state.db")])  # fmt: skip
+                          str(self.control), "--database", str(self.tmp / "state.db")],
+                   env=self.env)  # fmt: skip
         wait_listening("127.0.0.1", self.port)
         wait_listening("127.0.0.1", self.control)
 
@@ -191,7 +208,7 @@ class LoopbackFederation(Federation):
              "--partition-id", str(k), "--num-partitions", str(nodes(self.method)), "--port", str(free_port()),
              "--tls", str(self.certs / "ca.crt"), "--key", str(self.certs / f"supernode_{k}"),
              *role],
-            env={"XDG_STATE_HOME": str(self.tmp / f"node{k}-state")},
+            env={"XDG_STATE_HOME": str(self.tmp / f"node{k}-state"), **self.env},
         )  # fmt: skip
 
     def wait_nodes(self) -> None:
@@ -250,9 +267,20 @@ def main(argv=None) -> int:
         default="",
         help="folder of the runs (default: a new temporary one); runs finished there are reused",
     )
+    ap.add_argument(
+        "--superexec-poll",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also deploy with Flower's SuperExec task poll interval set to each of these "
+        f"seconds ({POLL_ENV}; Flower's default is 1)",
+    )
     a = ap.parse_args(argv)
     if a.rounds < 1:
         print("message_cost: --rounds must be >= 1", file=sys.stderr)
+        return 2
+    if any(not 0.01 <= p <= 60 for p in a.superexec_poll):
+        print("message_cost: --superexec-poll values must be in [0.01, 60] s", file=sys.stderr)
         return 2
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="message-cost-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -267,11 +295,14 @@ def main(argv=None) -> int:
         }
         sim = simulated(method, a.rounds, work)
         rows.append(summarize(method, "simulation", sim, sim, imports))
-        dep = deployed(method, a.rounds, work)
-        rows.append(summarize(method, "deployment", dep, dep / "out", imports))
-        for key in ("message_s", "round_s"):
-            rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(rows[-2][key], 1e-9), 1)
-        print(json.dumps(rows[-2:], indent=1), flush=True)
+        base = rows[-1]
+        for poll in [None, *a.superexec_poll]:
+            dep = deployed(method, a.rounds, work, poll)
+            rows.append(summarize(method, "deployment", dep, dep / "out", imports))
+            rows[-1]["superexec_poll_s"] = 1.0 if poll is None else poll
+            for key in ("message_s", "round_s"):
+                rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(base[key], 1e-9), 1)
+            print(json.dumps([base, rows[-1]], indent=1), flush=True)
     table = pd.DataFrame(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / "message_cost.csv", index=False)
@@ -283,6 +314,7 @@ def main(argv=None) -> int:
 SHOWN = {
     "method": "method",
     "engine": "engine",
+    "superexec_poll_s": "SuperExec poll (s)",
     "messages_per_round": "messages / round",
     "round_s": "round (s)",
     "message_s": "message (s)",
@@ -298,6 +330,9 @@ SHOWN = {
 
 
 def markdown(table: pd.DataFrame) -> str:
+    table = table.copy()
+    if "superexec_poll_s" not in table:  # measured before the knob: Flower's default
+        table["superexec_poll_s"] = table["engine"].map({"deployment": 1.0})
     t = table.reindex(columns=list(SHOWN)).astype(object).where(table.notna(), "")
     return pipe_table(list(SHOWN.values()), t.values.tolist())
 
