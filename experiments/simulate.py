@@ -72,7 +72,15 @@ def simulate(
     same = recorded is not None and _used(recorded, run_config) == _used(launch, run_config)
     same = same and not _recipe_changed(run_dir, method, run_config)
     if (run_dir / "rounds.csv").exists():
-        if _finished(run_dir, rounds):
+        raised = _raised_cap(recorded, launch, run_config, run_dir)
+        if raised == "converged":
+            return run_dir
+        if raised == "extend":
+            print(f"{run_dir}: ran all its rounds without converging; going on to {rounds}")
+            cmd = [*cmd[:3], "--resume", str(run_dir), "--rounds", str(rounds), "--no-plots"]
+        elif _finished(run_dir, rounds) or (
+            recorded and recorded.get("finished", True) and not same
+        ):
             if same and recorded.get("finished", True):
                 return run_dir
             print(f"{run_dir}: made by another launch (or before study.json); training again")
@@ -87,6 +95,39 @@ def simulate(
     subprocess.run(cmd, check=True, cwd=ROOT)
     done_file.write_text(json.dumps({**launch, "finished": True}, indent=1, default=str))
     return run_dir
+
+
+def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:
+    """A finished run of this very launch but for a smaller round cap: "converged" if it
+    stopped by its convergence rule before that cap (a higher cap gives the same run), "extend"
+    if it ran all its rounds (raising the cap goes on from its last round, `simulation.py
+    --resume --rounds`, which gives the run the higher cap would have: nothing a round does
+    depends on the cap); else ""."""
+    if recorded is None or not recorded.get("finished", True):
+        return ""
+    old, new = _used(recorded, run_config), _used(launch, run_config)
+    old_rounds, new_rounds = _rounds_arg(old["args"]), _rounds_arg(new["args"])
+    if old_rounds is None or new_rounds is None or new_rounds <= old_rounds:
+        return ""
+    strip = lambda u: {**u, "args": _without_rounds(u["args"])}  # noqa: E731
+    if strip(old) != strip(new) or _recipe_changed(run_dir, launch["args"][0], run_config):
+        return ""
+    if int(pd.read_csv(run_dir / "rounds.csv")["round"].max()) >= old_rounds:
+        return "extend"
+    return "converged" if _finished(run_dir, old_rounds) else ""
+
+
+def _rounds_arg(args) -> int | None:
+    args = list(args or [])
+    return int(args[args.index("--rounds") + 1]) if "--rounds" in args else None
+
+
+def _without_rounds(args) -> list:
+    args = list(args or [])
+    if "--rounds" in args:
+        k = args.index("--rounds")
+        del args[k : k + 2]
+    return args
 
 
 def _used(launch: dict, run_config: str) -> dict:

@@ -633,6 +633,46 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     assert len(launched) == 8
 
 
+def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path, monkeypatch):
+    """Raising a study's round cap resumes a run that used up its old cap from its last round
+    (no retraining); a run that stopped by its convergence rule, a lower cap or another run
+    config is another launch."""
+    import json
+
+    import experiments.simulate as sim
+
+    launched = []
+
+    def fake_run(cmd, check, cwd):
+        launched.append(cmd)
+        out = Path(cmd[cmd.index("--resume" if "--resume" in cmd else "--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        cap = int(cmd[cmd.index("--rounds") + 1])
+        stop = cap if "stop" not in out.name else 2  # "stop": converged after round 2
+        (out / "rounds.csv").write_text("round\n" + "".join(f"{r}\n" for r in range(1, stop + 1)))
+        conv = {"stopped_early": stop < cap}
+        (out / "config.json").write_text(json.dumps({"convergence": conv}))
+
+    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    run = tmp_path / "run"
+    sim.simulate("fedavg", run, rounds=2, seed=0)
+    (run / "kept.txt").write_text("not retrained")
+    sim.simulate("fedavg", run, rounds=4, seed=0)
+    assert "--resume" in launched[-1] and launched[-1][launched[-1].index("--rounds") + 1] == "4"
+    assert (run / "kept.txt").is_file() and len(pd.read_csv(run / "rounds.csv")) == 4
+    sim.simulate("fedavg", run, rounds=4, seed=0)
+    assert len(launched) == 2  # the longer run is now this launch
+    sim.simulate("fedavg", run, rounds=3, seed=0)  # a lower cap: trained again
+    assert len(launched) == 3 and "--resume" not in launched[-1]
+    assert not (run / "kept.txt").exists()
+    sim.simulate("fedavg", run, rounds=5, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 4 and "--resume" not in launched[-1]
+    stop = tmp_path / "stop"  # converged before its cap of 5: a higher cap changes nothing
+    sim.simulate("fedavg", stop, rounds=5, seed=0)
+    sim.simulate("fedavg", stop, rounds=8, seed=0)
+    assert len(launched) == 5
+
+
 def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
     """The recipe is code, not a run-config default: a finished FedVLN run whose config.json
     records another resolved recipe than today's is trained again; the same one is reused."""

@@ -281,6 +281,19 @@ def test_centralized_script_checkpoints_each_stage_and_resumes(tmp_path, monkeyp
     assert vln_centralized.main([*args, "--speaker-word-dropout", "0.25"]) == 0
     assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns == stamp
     assert (tmp_path / "run" / "speaker_log.csv").stat().st_mtime_ns != speaker_stamp
+    # a stage that stopped by its patience is the same run under a higher cap; one that ran
+    # its whole cap is trained again (it has no optimizer state to go on from)
+    conv = [*args, "--stages", "agent", "--iters", "6", "--eval-every", "1", "--patience", "1"]
+    conv += ["--out", str(tmp_path / "conv")]
+    assert vln_centralized.main(conv) == 0
+    log = tmp_path / "conv" / "agent_log.csv"
+    assert __import__("pandas").read_csv(log)["converged"].any()
+    stamp = log.stat().st_mtime_ns
+    assert vln_centralized.main([*conv, "--iters", "9"]) == 0
+    assert log.stat().st_mtime_ns == stamp
+    agent_stamp = (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns
+    assert vln_centralized.main([*args, "--stages", "agent", "--iters", "3"]) == 0
+    assert (tmp_path / "run" / "agent_log.csv").stat().st_mtime_ns != agent_stamp
     # augmentation's control: the augment stage's fine-tuning from the agent's best, no routes,
     # so another speaker or other routes do not retrain it, another augment lr does
     control = [*args, "--stages", "augment-control"]

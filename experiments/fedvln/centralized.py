@@ -312,6 +312,16 @@ USES = {
 CONTROL_FROM_AUGMENT = {"aug_iters", "aug_lr"}
 
 
+CAP = {"agent": "iters", "speaker": "speaker_iters"}  # augment and its control: aug_iters
+
+
+def _only_cap_raised(then: dict, now: dict, stage: str) -> bool:
+    """The stage's settings differ only in its own step cap, now higher."""
+    key = CAP.get(stage, "aug_iters")
+    rest = lambda d: {k: v for k, v in d.items() if k != key}  # noqa: E731
+    return rest(then) == rest(now) and now.get(key, 0) > then.get(key, 0)
+
+
 def stage_settings(a, stage: str) -> dict:
     """The command's settings that decide what `stage` learns (kept beside its log): the
     augment stage starts from the follower and back-translates with the speaker, so theirs
@@ -380,11 +390,14 @@ def run(a) -> int:
         if a.redo or not (ck / f"{stage}.pt").is_file() or not log.is_file():
             return False
         kept = out / f"{stage}_settings.json"
-        if kept.is_file() and json.loads(kept.read_text()) != stage_settings(a, stage):
-            print(f"[{stage}] in {out} was trained with other settings ({kept}); training again")
-            return False
         done = pd.read_csv(log)
         stopped = "converged" in done and bool(done["converged"].fillna(False).astype(bool).any())
+        then = json.loads(kept.read_text()) if kept.is_file() else None
+        if then is not None and then != stage_settings(a, stage):
+            if stopped and _only_cap_raised(then, stage_settings(a, stage), stage):
+                return True  # it converged before its cap: a higher cap gives the same run
+            print(f"[{stage}] in {out} was trained with other settings ({kept}); training again")
+            return False
         return done["iteration"].max() >= target or stopped
 
     finished = {stage for stage in a.stages if done(stage)}

@@ -123,7 +123,14 @@ def parse_args(argv=None):
     p.add_argument("--out", default="", help="runs folder (default runs/fedvln[-TAG])")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--agent-rounds", type=int, default=150, help="round cap (with --patience)")
-    p.add_argument("--speaker-rounds", type=int, default=160)
+    p.add_argument(
+        "--speaker-rounds",
+        type=int,
+        default=300,
+        help="the speaker's round cap: with 6 houses a round, seed 0's speaker left its "
+        "plateau after ~75 rounds and still rose at 160; seed 1's was still on it at 160. "
+        "Raising it goes on from a run that used up a lower cap (experiments.simulate)",
+    )
     p.add_argument("--aug-rounds", type=int, default=90)
     p.add_argument("--pre-rounds", type=int, default=60)
     p.add_argument("--eval-every", type=int, default=3, help="agent/speaker/augment stages")
