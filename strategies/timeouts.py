@@ -7,6 +7,11 @@ seen, but never less than `floor_s` and never more than the timeout the caller a
 run config's `round-timeout`, the ceiling and the first round's limit). An exchange that lost
 replies to the timeout does not feed the estimate, so a hung client cannot stretch it.
 Set `timeout-factor = 0` to keep the fixed `round-timeout`.
+
+It also waits for replies itself (`exchange`): push, then pull every `REPLY_POLL_S`. Flower
+1.41's grid in the deployment engine sleeps 3 s between pulls (`flwr/superlink/grid/
+http_grid.py`, `send_and_receive`), which a chain of messages (FedRL) pays at every step; its
+in-memory grid (simulation) pulls every 0.1 s, as we do, so simulated runs wait as before.
 """
 
 from __future__ import annotations
@@ -15,6 +20,26 @@ import time
 from logging import INFO
 
 from flwr.common import log
+
+REPLY_POLL_S = 0.1  # the simulation engine's InMemoryGrid pull_interval
+
+
+def exchange(grid, messages: list, timeout: float | None) -> list:
+    """Flower's send_and_receive through the grid's own push_messages / pull_messages, pulling
+    every REPLY_POLL_S (a grid without them, such as launch/in_process.py's, does its own)."""
+    if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
+        return list(grid.send_and_receive(messages, timeout=timeout))
+    waiting = set(grid.push_messages(messages))
+    end = time.monotonic() + (timeout or 0.0)
+    replies: list = []
+    while timeout is None or time.monotonic() < end:
+        got = list(grid.pull_messages(waiting))
+        replies += got
+        waiting -= {m.metadata.reply_to_message_id for m in got}
+        if not waiting:
+            break
+        time.sleep(REPLY_POLL_S)
+    return replies
 
 
 def _kind(messages) -> str:
@@ -47,7 +72,7 @@ class AdaptiveTimeout:
         kind = _kind(messages)
         limit = self.limit(kind, timeout)
         t0 = time.monotonic()
-        replies = list(self.grid.send_and_receive(messages, timeout=limit))
+        replies = exchange(self.grid, messages, limit)
         took = time.monotonic() - t0
         if len(replies) >= len(messages):
             self.slowest[kind] = max(self.slowest.get(kind, 0.0), took)

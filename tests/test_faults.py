@@ -497,3 +497,42 @@ def test_a_node_folder_holds_one_run_and_a_resume_takes_it_over(tmp_path):
     stale["at"] -= state_store.LEASE_S + 1  # the resumed run went silent: the folder is free
     owner.write_text(json.dumps(stale))
     state_store.claim(*node(14, False))
+
+
+def test_replies_are_pulled_every_tenth_of_a_second_not_every_three(monkeypatch):
+    """Flower 1.41's deployed grid sleeps 3 s between pulls; AdaptiveTimeout pushes and pulls
+    through the grid itself every REPLY_POLL_S, returns what came by the timeout, and leaves a
+    grid without push/pull (the in-process one) to its own send_and_receive."""
+    from types import SimpleNamespace
+
+    import strategies.timeouts as t
+
+    slept = []
+    monkeypatch.setattr(t.time, "sleep", lambda s: slept.append(s))
+
+    class PushPull:
+        def __init__(self, ready_after: dict):
+            self.ready_after, self.pulls = ready_after, 0  # message id -> pulls until its reply
+
+        def push_messages(self, messages):
+            return [m for m in messages]
+
+        def pull_messages(self, ids):
+            self.pulls += 1
+            due = [i for i in ids if self.ready_after[i] <= self.pulls]
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i)) for i in due]
+
+        def send_and_receive(self, messages, timeout=None):
+            raise AssertionError("Flower's 3 s loop was used")
+
+    grid = PushPull({"a": 1, "b": 4})
+    got = t.exchange(grid, ["a", "b"], timeout=None)
+    assert sorted(r.metadata.reply_to_message_id for r in got) == ["a", "b"]
+    assert grid.pulls == 4 and slept == [t.REPLY_POLL_S] * 3 and t.REPLY_POLL_S <= 0.1
+    never = PushPull({"a": 1, "b": 10**9})
+    clock = iter(range(100))
+    monkeypatch.setattr(t.time, "monotonic", lambda: next(clock))
+    got = t.exchange(never, ["a", "b"], timeout=5)
+    assert [r.metadata.reply_to_message_id for r in got] == ["a"]
+    own = SimpleNamespace(send_and_receive=lambda messages, timeout=None: ["its own"])
+    assert t.exchange(own, ["a"], timeout=1) == ["its own"]
