@@ -113,8 +113,24 @@ def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:
     if strip(old) != strip(new) or _recipe_changed(run_dir, launch["args"][0], run_config):
         return ""
     if int(pd.read_csv(run_dir / "rounds.csv")["round"].max()) >= old_rounds:
-        return "extend"
+        # the last round is always evaluated: only a cap on the evaluation schedule adds no
+        # evaluation (and no best checkpoint or patience count) that the longer run lacks
+        period = _eval_period(run_dir)
+        return "extend" if period and old_rounds % period == 0 else ""
     return "converged" if _finished(run_dir, old_rounds) else ""
+
+
+def _eval_period(run_dir: Path) -> int:
+    """Every how many rounds the run evaluated (its config.json; 0 = the method's default),
+    or 0 (nothing divides it) if that cannot be read."""
+    from config import parse
+    from config.schema import ConfigError, merged
+
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+        return parse(merged(saved)).run.eval_period
+    except (OSError, ValueError, ConfigError, KeyError, TypeError):
+        return 0
 
 
 def _rounds_arg(args) -> int | None:

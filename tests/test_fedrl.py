@@ -635,8 +635,8 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
 
 def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path, monkeypatch):
     """Raising a study's round cap resumes a run that used up its old cap from its last round
-    (no retraining); a run that stopped by its convergence rule, a lower cap or another run
-    config is another launch."""
+    (no retraining) when that cap was on the evaluation schedule; a run that stopped by its
+    convergence rule is reused; a lower cap or another run config is another launch."""
     import json
 
     import experiments.simulate as sim
@@ -651,7 +651,7 @@ def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path,
         stop = cap if "stop" not in out.name else 2  # "stop": converged after round 2
         (out / "rounds.csv").write_text("round\n" + "".join(f"{r}\n" for r in range(1, stop + 1)))
         conv = {"stopped_early": stop < cap}
-        (out / "config.json").write_text(json.dumps({"convergence": conv}))
+        (out / "config.json").write_text(json.dumps({"convergence": conv, "eval-every": 2}))
 
     monkeypatch.setattr(sim.subprocess, "run", fake_run)
     run = tmp_path / "run"
@@ -671,6 +671,12 @@ def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path,
     sim.simulate("fedavg", stop, rounds=5, seed=0)
     sim.simulate("fedavg", stop, rounds=8, seed=0)
     assert len(launched) == 5
+    # a cap off the evaluation schedule (every 2) evaluated its last round, which the longer
+    # run would not: that run is trained again, not extended
+    odd = tmp_path / "odd"
+    sim.simulate("fedavg", odd, rounds=3, seed=0)
+    sim.simulate("fedavg", odd, rounds=6, seed=0)
+    assert len(launched) == 7 and "--resume" not in launched[-1]
 
 
 def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):

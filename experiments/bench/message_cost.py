@@ -179,7 +179,8 @@ class LoopbackFederation(Federation):
         tmp.mkdir(parents=True)
         super().__init__(tmp)
         self.method, self.certs, self.out = method, tmp / "certs", tmp / "out"
-        self.env = {} if poll is None else {POLL_ENV: f"{poll:g}"}
+        # None: Flower's default (1 s), set explicitly so a value in the shell cannot leak in
+        self.env = {POLL_ENV: "1" if poll is None else f"{poll:g}"}
         subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), str(nodes(method))], check=True,
                        capture_output=True)  # fmt: skip
         self.port, self.control = free_port(), free_port()

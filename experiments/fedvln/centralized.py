@@ -394,8 +394,11 @@ def run(a) -> int:
         stopped = "converged" in done and bool(done["converged"].fillna(False).astype(bool).any())
         then = json.loads(kept.read_text()) if kept.is_file() else None
         if then is not None and then != stage_settings(a, stage):
-            if stopped and _only_cap_raised(then, stage_settings(a, stage), stage):
-                return True  # it converged before its cap: a higher cap gives the same run
+            # it converged at a scheduled evaluation (the cap's own, off the schedule, is one
+            # a higher cap would not make): a higher cap gives the same run
+            on_schedule = int(done["iteration"].max()) % a.eval_every == 0
+            if stopped and on_schedule and _only_cap_raised(then, stage_settings(a, stage), stage):
+                return True
             print(f"[{stage}] in {out} was trained with other settings ({kept}); training again")
             return False
         return done["iteration"].max() >= target or stopped

@@ -67,6 +67,7 @@ import torch
 from config import parse
 from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import recipe_of
+from config.schema import parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size, spec_of
 from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
@@ -132,6 +133,13 @@ def parse_args(argv=None):
         "Raising it goes on from a run that used up a lower cap (experiments.simulate)",
     )
     p.add_argument("--aug-rounds", type=int, default=90)
+    p.add_argument(
+        "--aug-routes",
+        type=int,
+        default=None,
+        help="routes each seen house samples for augmentation (default: fedvln.aug-routes); "
+        "not in --run-config, since augmentation's control sets it to 0",
+    )
     p.add_argument("--pre-rounds", type=int, default=60)
     p.add_argument("--eval-every", type=int, default=3, help="agent/speaker/augment stages")
     p.add_argument("--pre-eval-every", type=int, default=3)
@@ -211,7 +219,9 @@ def run_seed(a, out: Path, seed: int) -> None:
     spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
     agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
     if "augment" in a.stages:
-        _stage(a, out / "augment", a.aug_rounds, seed, stage_config(a, "augment", f"{agent} {spk}"))
+        routes = "" if a.aug_routes is None else f" fedvln.aug-routes={a.aug_routes}"
+        aug = stage_config(a, "augment", f"{agent} {spk}{routes}")
+        _stage(a, out / "augment", a.aug_rounds, seed, aug)
         # augmentation's control: the same restart, patience and cap without speaker routes
         ctl = f"{agent} fedvln.aug-routes=0"
         _stage(a, out / "augment-control", a.aug_rounds, seed, stage_config(a, "augment", ctl))
@@ -964,6 +974,13 @@ def main(argv=None) -> int:
     ):
         if getattr(a, flag) < 1:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
+    if a.aug_routes is not None and a.aug_routes < 1:
+        raise SystemExit("fedvln_pipeline: --aug-routes must be >= 1")
+    if "fedvln.aug-routes" in parse_overrides(a.run_config):
+        raise SystemExit(
+            "fedvln_pipeline: --run-config may not set fedvln.aug-routes (augmentation's "
+            "control sets it to 0); use --aug-routes"
+        )
     needs = {"augment": ("agent", "speaker"), "preexplore": ("augment", "speaker")}
     for stage, wanted in needs.items():
         missing = [w for w in wanted if stage in a.stages and w not in a.stages]
