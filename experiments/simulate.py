@@ -37,7 +37,8 @@ def simulate(
 ) -> Path:
     """Run one study into run_dir unless it already finished there with the same launch (so
     scripts resume); a run of the same launch that was interrupted goes on from its last
-    finished round (`simulation.py --resume`), any other unfinished run is refused. Finished:
+    finished round (`simulation.py --resume`), one whose `*-init` checkpoint was retrained since is
+    trained again, any other unfinished run is refused. Finished:
     all `rounds` done, or stopped by its convergence rule (FedVLN's `fedvln.patience`).
     `study.json` records the launch: the command's arguments, the run config's defaults (a
     changed default changes the run) and the policy file's bytes; a finished run of another
@@ -87,6 +88,9 @@ def simulate(
             shutil.rmtree(run_dir)
         elif same:  # this launch, interrupted: go on from its last finished round
             cmd = [*cmd[:3], "--resume", str(run_dir), "--rounds", str(rounds), "--no-plots"]
+        elif recorded is not None and _only_starts_changed(recorded, launch, run_config):
+            print(f"{run_dir}: interrupted, and the checkpoint it starts from was retrained since")
+            shutil.rmtree(run_dir)
         else:
             raise SystemExit(f"{run_dir} holds an unfinished run; remove it to rerun")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -118,6 +122,13 @@ def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:
         period = _eval_period(run_dir)
         return "extend" if period and old_rounds % period == 0 else ""
     return "converged" if _finished(run_dir, old_rounds) else ""
+
+
+def _only_starts_changed(recorded: dict, launch: dict, run_config: str) -> bool:
+    """The same launch but for the checkpoints it starts from (`*-init`): an earlier stage was
+    trained again, so what this run had done is stale whatever it was."""
+    old, new = _used(recorded, run_config), _used(launch, run_config)
+    return old["starts"] != new["starts"] and {**old, "starts": {}} == {**new, "starts": {}}
 
 
 def _eval_period(run_dir: Path) -> int:

@@ -738,6 +738,17 @@ def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finishe
     assert launched[-1][launched[-1].index("--resume") + 1] == str(run)
     sim.simulate("fedavg", run, rounds=3, seed=0)
     assert len(launched) == 2  # finished: reused
+    # interrupted, then the checkpoint it starts from was retrained: stale, trained again
+    start, later = tmp_path / "best.pt", tmp_path / "later"
+    start.write_bytes(b"speaker 1")
+    rc = f'fedvln.stage="augment" fedvln.speaker-init="{start}"'
+    monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
+    with pytest.raises(sim.subprocess.CalledProcessError):
+        sim.simulate("fedvln", later, rounds=3, seed=0, run_config=rc)
+    start.write_bytes(b"speaker 2")
+    with pytest.raises(sim.subprocess.CalledProcessError):
+        sim.simulate("fedvln", later, rounds=3, seed=0, run_config=rc)
+    assert "--resume" not in launched[-1]  # started over, not refused, not resumed
 
     conv = tmp_path / "conv"
     monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
@@ -748,7 +759,7 @@ def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finishe
     record = json.loads((conv / "study.json").read_text())
     (conv / "study.json").write_text(json.dumps({**record, "finished": True}))
     sim.simulate("fedvln", conv, rounds=9, seed=0)
-    assert len(launched) == 3  # stopped by patience at 2 of 9: finished, not resumed
+    assert len(launched) == 5  # stopped by patience at 2 of 9: finished, not resumed
 
 
 def test_the_td_target_and_the_q_loss_are_the_papers():
