@@ -310,9 +310,7 @@ USES = {
     "augment-control": {"agent", "augment-control"},
 }
 CONTROL_FROM_AUGMENT = {"aug_iters", "aug_lr"}
-
-
-CAP = {"agent": "iters", "speaker": "speaker_iters"}  # augment and its control: aug_iters
+CAP = {"agent": "iters", "speaker": "speaker_iters"}  # each stage's step cap; else aug_iters
 
 
 def _only_cap_raised(then: dict, now: dict, stage: str) -> bool:
@@ -384,8 +382,7 @@ def run(a) -> int:
         """Finished earlier with these settings: its checkpoint exists, its log reached the
         stage's length, and the settings it was trained with (`<stage>_settings.json`) are
         today's (a stage of another recipe is trained again, not reused)."""
-        target = a.iters if stage == "agent" else a.aug_iters
-        target = a.speaker_iters if stage == "speaker" else target
+        target = getattr(a, CAP.get(stage, "aug_iters"))
         log = out / f"{stage}_log.csv"
         if a.redo or not (ck / f"{stage}.pt").is_file() or not log.is_file():
             return False
