@@ -657,7 +657,9 @@ def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_
     a = fp.parse_args(["--stages", "agent", "speaker", "augment"])
     assert "fedvln.seen-rate=0.5" in fp.stage_config(a, "speaker")
     assert "fedvln.patience=16" in fp.stage_config(a, "speaker")
+    assert "fedvln.server-lr=1.6" in fp.stage_config(a, "speaker")  # the official speaker's
     assert "seen-rate" not in fp.stage_config(a, "agent")
+    assert "server-lr" not in fp.stage_config(a, "agent")  # the cpu recipe's 1
     assert "fedvln.patience=8" in fp.stage_config(a, "agent")
     fixed = fp.parse_args(["--patience", "0"])
     assert "fedvln.patience=0" in fp.stage_config(fixed, "speaker")
@@ -1056,8 +1058,9 @@ def test_fed_speaker_study_counts_sequential_steps_and_keeps_best_and_last(tmp_p
     pd.DataFrame(rows).to_csv(tmp_path / "rounds.csv", index=False)
     df = curve(tmp_path)
     assert list(df["seq_steps"]) == [38, 76, 95]  # 19 a round, evaluated rounds only
-    best, last = row("r0.5", df, "6")
+    best, last = row("r0.5", df, "6", seed=1)
     assert (best["checkpoint"], best["seq_steps"], best["val_seen_fidelity"]) == ("best", 76, 64.0)
+    assert best["seed"] == last["seed"] == 1
     assert (last["checkpoint"], last["seq_steps"], last["val_unseen_fidelity"]) == (
         "last",
         95,

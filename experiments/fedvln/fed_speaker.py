@@ -3,14 +3,20 @@ sequential optimizer steps it made, for the federated schedules tried, beside th
 grounded speaker of the pipeline.
 
     python -m experiments.fedvln.fed_speaker            # run what is missing, then summarize
-    python -m experiments.fedvln.fed_speaker --summarize-only
+    python -m experiments.fedvln.fed_speaker --seeds 0 1 --schedules r0.5-p16
+    python -m experiments.fedvln.fed_speaker --summarize-only   # every seed and schedule run
 
-Each schedule is one `simulation.py fedvln --stage speaker` run, seed 0, to a fixed round cap
-(no patience), in runs/fedvln-speaker-fed/<name>-s<seed> (resumable). A round's sequential
+Each schedule is one `simulation.py fedvln --stage speaker` run per seed, to a fixed round cap
+(or, "-p16", the pipeline's patience of 16 evaluations), in
+runs/fedvln-speaker-fed/<name>-s<seed> (resumable); the pipeline's own speaker run
+(runs/fedvln/seed<k>/speaker: 6 houses, the official server step eta = 1.6, patience 16) is
+summarized beside them as "r0.5-eta1.6-p16 (pipeline)". A round's sequential
 steps are the local steps of one house (summed local steps / houses that trained), so a
 federated and a centralized curve are compared at the same number of updates one after the
 other. Written: experiments/results/fedvln_fed_speaker.csv (best and last val_seen fidelity
-per schedule, with the val_unseen fidelity of the same evaluation) and its figure.
+per seed and schedule, with the val_unseen fidelity of the same evaluation; every run found in
+--out is summarized, so running one seed keeps the others' rows) and its figure, a panel per
+seed.
 """
 
 from __future__ import annotations
@@ -23,20 +29,25 @@ import pandas as pd
 
 from experiments.simulate import RESULTS, ROOT, simulate
 
-# name: (run config beyond the speaker stage and a fixed budget, round cap, eval every)
+# name: (run config beyond the speaker stage, round cap, eval every, patience in evaluations)
 SCHEDULES = {
-    "r0.2": ("", 240, 6),  # the paper's share of houses: 2 of 12 a round, tau = 5
-    "r0.2-tau1": ("fedvln.speaker-epochs=1", 375, 15),
-    "r0.2-lr2e-4": ("fedvln.lr=0.0002", 290, 10),
-    "r0.5": ("fedvln.seen-rate=0.5", 130, 5),  # 6 of 12 houses a round
+    "r0.2": ("", 240, 6, 0),  # the paper's share of houses: 2 of 12 a round, tau = 5
+    "r0.2-tau1": ("fedvln.speaker-epochs=1", 375, 15, 0),
+    "r0.2-lr2e-4": ("fedvln.lr=0.0002", 290, 10, 0),
+    "r0.5": ("fedvln.seen-rate=0.5", 130, 5, 0),  # 6 of 12 houses a round
+    # the pipeline's speaker before issue 41's server step: 6 houses, eta = 1, patience 16
+    "r0.5-p16": ("fedvln.seen-rate=0.5", 300, 3, 16),
 }
 CENTRAL = ROOT / "runs" / "fedvln" / "seed{seed}" / "central" / "speaker_log.csv"
+# the pipeline's own federated speaker (r = 0.5, eta = 1.6, patience 16 evaluations, cap 300)
+PIPELINE = ROOT / "runs" / "fedvln" / "seed{seed}" / "speaker"
+PIPED = "r0.5-eta1.6-p16 (pipeline)"
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(ROOT / "runs" / "fedvln-speaker-fed"))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=list(SCHEDULES))
     p.add_argument("--summarize-only", action="store_true")
     p.add_argument("--results-dir", default=str(RESULTS))
@@ -45,8 +56,8 @@ def parse_args(argv=None):
 
 def run(out: Path, name: str, seed: int) -> Path:
     """One schedule's run (experiments.simulate: reused when finished, resumed when not)."""
-    extra, rounds, every = SCHEDULES[name]
-    rc = f'fedvln.stage="speaker" eval-every={every} fedvln.patience=0 {extra}'.strip()
+    extra, rounds, every, patience = SCHEDULES[name]
+    rc = f'fedvln.stage="speaker" eval-every={every} fedvln.patience={patience} {extra}'.strip()
     return simulate("fedvln", out / f"{name}-s{seed}", rounds=rounds, seed=seed, run_config=rc)
 
 
@@ -72,11 +83,12 @@ def floor_fidelity(floor: str) -> float:
     return float(str(hit["fidelity"].iloc[0]).split(" ± ")[0])
 
 
-def row(name: str, df: pd.DataFrame, houses: str) -> list[dict]:
+def row(name: str, df: pd.DataFrame, houses: str, seed: int = 0) -> list[dict]:
     best = df.loc[df["val_seen_fidelity"].idxmax()]
     last = df.iloc[-1]
     return [
         {
+            "seed": seed,
             "schedule": name,
             "houses_per_round": houses,
             "checkpoint": ck,
@@ -93,22 +105,30 @@ def row(name: str, df: pd.DataFrame, houses: str) -> list[dict]:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    out, rows, curves = Path(a.out), [], {}
-    for name in a.schedules:
-        run_dir = out / f"{name}-s{a.seed}"
-        if not a.summarize_only:
-            run(out, name, a.seed)
-        if not (run_dir / "rounds.csv").is_file():
-            print(f"{run_dir}: no run yet (run without --summarize-only)")
-            continue
-        df = pd.read_csv(run_dir / "rounds.csv")
-        curves[name] = curve(run_dir)
-        rows += row(name, curves[name], f"{np.mean(df['n_clients']):g}")
-    central = central_curve(a.seed)
-    if central is not None:
-        curves["centralized"] = central
-        rows += row("centralized", central, "pooled")
+    out = Path(a.out)
+    if not a.summarize_only:
+        for seed in a.seeds:
+            for name in a.schedules:
+                run(out, name, seed)
+    rows, curves = [], {}  # curves: seed -> schedule -> evaluated rounds
+    for seed in sorted({0, *a.seeds, *(int(d.name.rsplit("-s", 1)[1]) for d in _runs(out))}):
+        for name in SCHEDULES:
+            run_dir = out / f"{name}-s{seed}"
+            if not (run_dir / "rounds.csv").is_file():
+                continue
+            df = pd.read_csv(run_dir / "rounds.csv")
+            curves.setdefault(seed, {})[name] = curve(run_dir)
+            rows += row(name, curves[seed][name], f"{np.mean(df['n_clients']):g}", seed)
+        piped = Path(str(PIPELINE).format(seed=seed))
+        if (piped / "rounds.csv").is_file() and seed in curves:
+            curves[seed][PIPED] = curve(piped)
+            rows += row(PIPED, curves[seed][PIPED], "6", seed)
+        central = central_curve(seed)
+        if central is not None and seed in curves:
+            curves[seed]["centralized"] = central
+            rows += row("centralized", central, "pooled", seed)
     if not rows:
+        print(f"{out}: no run yet (run without --summarize-only)")
         return 1
     table = pd.DataFrame(rows)
     dest = Path(a.results_dir) / "fedvln_fed_speaker"
@@ -119,20 +139,28 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, df in curves.items():
-        ax.plot(df["seq_steps"], df["val_unseen_fidelity"], label=name)
-    for floor, style in (("constant", ":"), ("other path", "-.")):
-        ax.axhline(floor_fidelity(floor), color="grey", ls=style, label=f"{floor} (floor)")
-    ax.set(
-        xlabel="sequential optimizer steps",
-        ylabel="val_unseen route fidelity",
-        title=f"FedVLN speaker: federated schedules vs centralized (seed {a.seed})",
-    )
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
+    for ax, (seed, by_name) in zip(axes[0], sorted(curves.items())):
+        for name, df in by_name.items():
+            ax.plot(df["seq_steps"], df["val_unseen_fidelity"], label=name)
+        for floor, style in (("constant", ":"), ("other path", "-.")):
+            ax.axhline(floor_fidelity(floor), color="grey", ls=style, label=f"{floor} (floor)")
+        ax.set(
+            xlabel="sequential optimizer steps",
+            ylabel="val_unseen route fidelity",
+            title=f"federated speaker schedules vs centralized, seed {seed}",
+        )
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(dest.with_suffix(".png"), dpi=110)
     return 0
+
+
+def _runs(out: Path) -> list[Path]:
+    """Run folders of known schedules under `out` (`<schedule>-s<seed>`)."""
+    if not out.is_dir():
+        return []
+    return [d for d in out.iterdir() if d.name.rsplit("-s", 1)[0] in SCHEDULES]
 
 
 if __name__ == "__main__":

@@ -161,6 +161,15 @@ def parse_args(argv=None):
         "R2R, 0.2 of 61 houses is the official 12 a round",
     )
     p.add_argument(
+        "--speaker-server-lr",
+        type=float,
+        default=1.6,
+        help="the speaker's server step eta (Eq. 7): the official speaker's 1.6 "
+        "(run/speaker_fedavg.bash), where the follower's stages keep the cpu recipe's 1. With "
+        "eta = 1, seed 1's speaker stayed at the template's fidelity for 204 rounds; with 1.6 "
+        "it left it (docs/fedvln.md, issue 41)",
+    )
+    p.add_argument(
         "--speaker-patience",
         type=int,
         default=16,
@@ -194,6 +203,7 @@ def stage_config(a, stage: str, extra: str = "") -> str:
     items = [f'fedvln.stage="{stage}"', f"eval-every={every}", f"fedvln.patience={patience}"]
     if stage == "speaker":
         items.append(f"fedvln.seen-rate={a.speaker_seen_rate}")
+        items.append(f"fedvln.server-lr={a.speaker_server_lr}")
     if a.data_dir:
         items.append(f'fedvln.data-dir="{Path(a.data_dir).resolve()}"')
     return " ".join(items + [extra, a.run_config]).strip()
