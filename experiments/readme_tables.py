@@ -74,6 +74,12 @@ def _fedvln_speaker_floors() -> str:
     return markdown(_csv("fedvln_speaker_floors.csv"))
 
 
+def _fedvln_fed_speaker() -> str:
+    from experiments.fedvln.fed_speaker import markdown
+
+    return markdown(_csv("fedvln_fed_speaker.csv"))
+
+
 def _fedvln_oracle() -> str:
     from experiments.fedvln.oracle import markdown
 
@@ -171,6 +177,7 @@ BLOCKS = {
     "fedvln-speaker-augment": _fedvln_speaker_augment,
     "fedvln-speaker-floors": _fedvln_speaker_floors,
     "fedvln-oracle": _fedvln_oracle,
+    "fedvln-fed-speaker": _fedvln_fed_speaker,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
     "cdl": _cdl,

@@ -1041,7 +1041,7 @@ def test_fed_speaker_study_counts_sequential_steps_and_keeps_best_and_last(tmp_p
     """experiments.fedvln.fed_speaker compares schedules at the same sequential steps: one
     house's local steps a round (summed steps / houses), and reports the best val_seen
     fidelity's evaluation and the last one."""
-    from experiments.fedvln.fed_speaker import curve, row
+    from experiments.fedvln.fed_speaker import _finished, curve, markdown, row
 
     rows = [
         {
@@ -1067,6 +1067,14 @@ def test_fed_speaker_study_counts_sequential_steps_and_keeps_best_and_last(tmp_p
         61.0,
     )
     assert best["val_unseen_goal_room"] == 128.0 and best["seq_steps_cap"] == 95
+    table = markdown(pd.DataFrame([best, last]))
+    assert "| 1 | r0.5 | 6 | 76 / 95 | 64.0 | 65.0 | 128.0 | 40.0 |" in table
+    assert table.count("\n") == 2  # header, rule, the best row only
+    assert not _finished(tmp_path)  # the pipeline's run joins the table once it finished
+    (tmp_path / "study.json").write_text('{"finished": false}')
+    assert not _finished(tmp_path)
+    (tmp_path / "study.json").write_text('{"finished": true}')
+    assert _finished(tmp_path)
 
 
 def test_centralized_pre_exploration_is_redone_when_its_start_changed(tmp_path):

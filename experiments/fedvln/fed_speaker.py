@@ -22,6 +22,7 @@ seed.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
             curves.setdefault(seed, {})[name] = curve(run_dir)
             rows += row(name, curves[seed][name], f"{np.mean(df['n_clients']):g}", seed)
         piped = Path(str(PIPELINE).format(seed=seed))
-        if (piped / "rounds.csv").is_file() and seed in curves:
+        if _finished(piped) and seed in curves:
             curves[seed][PIPED] = curve(piped)
             rows += row(PIPED, curves[seed][PIPED], "6", seed)
         central = central_curve(seed)
@@ -154,6 +155,30 @@ def main(argv=None) -> int:
     fig.tight_layout()
     fig.savefig(dest.with_suffix(".png"), dpi=110)
     return 0
+
+
+def _finished(run_dir: Path) -> bool:
+    """The pipeline's run counts once it finished (its cap, or stopped by patience)."""
+    done = run_dir / "study.json"
+    return done.is_file() and bool(json.loads(done.read_text()).get("finished"))
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The best-checkpoint rows, per seed: where each schedule's val_seen fidelity peaked, in
+    sequential steps, out of how many it ran."""
+    best = table[table["checkpoint"] == "best"]
+    lines = [
+        "| seed | schedule | houses a round | sequential steps at best / run | best val_seen "
+        "fidelity | val_unseen fidelity | val_unseen goal room | val_unseen BLEU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in best.iterrows():
+        lines.append(
+            f"| {r['seed']} | {r['schedule']} | {r['houses_per_round']} | "
+            f"{r['seq_steps']:,} / {r['seq_steps_cap']:,} | {r['val_seen_fidelity']} | "
+            f"{r['val_unseen_fidelity']} | {r['val_unseen_goal_room']} | {r['val_unseen_bleu']} |"
+        )
+    return "\n".join(lines)
 
 
 def _runs(out: Path) -> list[Path]:

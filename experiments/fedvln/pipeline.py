@@ -166,7 +166,7 @@ def parse_args(argv=None):
         default=1.6,
         help="the speaker's server step eta (Eq. 7): the official speaker's 1.6 "
         "(run/speaker_fedavg.bash), where the follower's stages keep the cpu recipe's 1. With "
-        "eta = 1, seed 1's speaker stayed at the template's fidelity for 204 rounds; with 1.6 "
+        "eta = 1, seed 1's speaker stayed at the template's fidelity for 207 rounds; with 1.6 "
         "it left it (docs/fedvln.md, issue 41)",
     )
     p.add_argument(
