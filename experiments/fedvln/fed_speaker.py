@@ -112,7 +112,8 @@ def main(argv=None) -> int:
             for name in a.schedules:
                 run(out, name, seed)
     rows, curves = [], {}  # curves: seed -> schedule -> evaluated rounds
-    for seed in sorted({0, *a.seeds, *(int(d.name.rsplit("-s", 1)[1]) for d in _runs(out))}):
+    scheduled = {int(d.name.rsplit("-s", 1)[1]) for d in _runs(out)}
+    for seed in sorted({0, *a.seeds, *scheduled, *_pipeline_seeds()}):
         for name in SCHEDULES:
             run_dir = out / f"{name}-s{seed}"
             if not (run_dir / "rounds.csv").is_file():
@@ -121,8 +122,8 @@ def main(argv=None) -> int:
             curves.setdefault(seed, {})[name] = curve(run_dir)
             rows += row(name, curves[seed][name], f"{np.mean(df['n_clients']):g}", seed)
         piped = Path(str(PIPELINE).format(seed=seed))
-        if _finished(piped) and seed in curves:
-            curves[seed][PIPED] = curve(piped)
+        if _finished(piped):
+            curves.setdefault(seed, {})[PIPED] = curve(piped)
             rows += row(PIPED, curves[seed][PIPED], "6", seed)
         central = central_curve(seed)
         if central is not None and seed in curves:
@@ -133,6 +134,7 @@ def main(argv=None) -> int:
         return 1
     table = pd.DataFrame(rows)
     dest = Path(a.results_dir) / "fedvln_fed_speaker"
+    dest.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(dest.with_suffix(".csv"), index=False)
     print(table.to_string(index=False))
     import matplotlib
@@ -179,6 +181,13 @@ def markdown(table: pd.DataFrame) -> str:
             f"{r['val_unseen_fidelity']} | {r['val_unseen_goal_room']} | {r['val_unseen_bleu']} |"
         )
     return "\n".join(lines)
+
+
+def _pipeline_seeds() -> set[int]:
+    """Seeds whose pipeline speaker finished (they join the table without a schedule run)."""
+    root = Path(str(PIPELINE).format(seed=0)).parent.parent
+    seeds = (d.name.removeprefix("seed") for d in root.glob("seed*"))
+    return {int(k) for k in seeds if k.isdigit() and _finished(root / f"seed{k}" / "speaker")}
 
 
 def _runs(out: Path) -> list[Path]:
