@@ -79,3 +79,20 @@ def test_message_cost_names_flowers_poll_knob_and_refuses_one_flower_would(capsy
     assert rows[3].startswith("| fedrl | deployment | 1.0 |")
     assert main(["--superexec-poll", "0.001"]) == 2
     assert "--superexec-poll" in capsys.readouterr().err
+
+
+def test_message_cost_run_for_one_method_keeps_the_other_methods_rows(tmp_path):
+    """Measuring one method again replaces its rows and keeps the others' (each method's ratio
+    is within its own invocation), so a partial rerun loses nothing already measured."""
+    import pandas as pd
+
+    from experiments.bench.message_cost import _with_other_methods
+
+    csv = tmp_path / "message_cost.csv"
+    old = pd.DataFrame({"method": ["fedrl", "fedrl", "cdl"], "message_s": [0.25, 7.0, 9.0]})
+    new = pd.DataFrame({"method": ["cdl", "fedvln"], "message_s": [1.0, 2.0]})
+    assert _with_other_methods(new, csv).equals(new)  # nothing committed yet
+    old.to_csv(csv, index=False)
+    merged = _with_other_methods(new, csv)
+    assert list(merged["method"]) == ["cdl", "fedvln", "fedrl", "fedrl"]
+    assert list(merged["message_s"]) == [1.0, 2.0, 0.25, 7.0]  # the old cdl row is replaced

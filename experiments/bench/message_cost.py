@@ -33,8 +33,9 @@ reply every 0.5 s, and the ServerApp's grid checks for replies every 3 s
 (`flwr/superlink/grid/http_grid.py` `send_and_receive`). A chain of messages (FedRL) waits on
 each of them once per message.
 
-Results: experiments/results/message_cost.csv; docs/performance.md shows the table. The ratio
-column is deployed / simulated for the same job, measured in the same invocation.
+Results: experiments/results/message_cost.csv (a method run again replaces its own rows; the
+other methods' rows are kept); docs/performance.md shows the table. The ratio column is
+deployed / simulated for the same job, measured in the same invocation.
 """
 
 from __future__ import annotations
@@ -259,6 +260,16 @@ def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) 
     return row
 
 
+def _with_other_methods(table: pd.DataFrame, csv: Path) -> pd.DataFrame:
+    """The committed rows of the methods not run this time, kept after this run's: each
+    method's ratios are within one invocation, so one method can be measured again alone."""
+    if not csv.is_file():
+        return table
+    old = pd.read_csv(csv)
+    kept = old[~old["method"].isin(set(table["method"]))]
+    return pd.concat([table, kept], ignore_index=True) if len(kept) else table
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", nargs="+", default=["fedrl", "fedavg"], choices=list(JOBS))
@@ -304,7 +315,7 @@ def main(argv=None) -> int:
             for key in ("message_s", "round_s"):
                 rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(base[key], 1e-9), 1)
             print(json.dumps([base, rows[-1]], indent=1), flush=True)
-    table = pd.DataFrame(rows)
+    table = _with_other_methods(pd.DataFrame(rows), RESULTS / "message_cost.csv")
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / "message_cost.csv", index=False)
     print(f"\n{command_line(__file__, argv)}\n")
