@@ -14,9 +14,9 @@ summarized beside them as "r0.5-eta1.6-p16 (pipeline)". A round's sequential
 steps are the local steps of one house (summed local steps / houses that trained), so a
 federated and a centralized curve are compared at the same number of updates one after the
 other. Written: experiments/results/fedvln_fed_speaker.csv (best and last val_seen fidelity
-per seed and schedule, with the val_unseen fidelity of the same evaluation; every run found in
---out is summarized, so running one seed keeps the others' rows) and its figure, a panel per
-seed.
+per seed and schedule, with the val_unseen fidelity and its target parts, rooms on route, goal
+room and stop object, at the same evaluation; every run found in --out is summarized, so
+running one seed keeps the others' rows) and its figure, a panel per seed.
 """
 
 from __future__ import annotations
@@ -96,12 +96,19 @@ def row(name: str, df: pd.DataFrame, houses: str, seed: int = 0) -> list[dict]:
             "seq_steps": int(r["seq_steps"]),
             "val_seen_fidelity": round(float(r["val_seen_fidelity"]), 1),
             "val_unseen_fidelity": round(float(r["val_unseen_fidelity"]), 1),
+            "val_unseen_rooms_on_route": _part(r, "val_unseen_rooms_on_route"),
             "val_unseen_goal_room": round(float(r["val_unseen_goal_room"]), 1),
+            "val_unseen_stop_object": _part(r, "val_unseen_stop_object"),
             "val_unseen_bleu": round(float(r["val_unseen_bleu"]), 1),
             "seq_steps_cap": int(df["seq_steps"].iloc[-1]),
         }
         for ck, r in (("best", best), ("last", last))
     ]
+
+
+def _part(r: pd.Series, key: str) -> float | None:
+    """A fidelity part of the evaluation (None where an older log lacks it)."""
+    return round(float(r[key]), 1) if key in r and pd.notna(r[key]) else None
 
 
 def main(argv=None) -> int:
@@ -159,6 +166,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def _cell(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v}"
+
+
 def _finished(run_dir: Path) -> bool:
     """The pipeline's run counts once it finished (its cap, or stopped by patience)."""
     done = run_dir / "study.json"
@@ -171,14 +182,17 @@ def markdown(table: pd.DataFrame) -> str:
     best = table[table["checkpoint"] == "best"]
     lines = [
         "| seed | schedule | houses a round | sequential steps at best / run | best val_seen "
-        "fidelity | val_unseen fidelity | val_unseen goal room | val_unseen BLEU |",
-        "|---|---|---|---|---|---|---|---|",
+        "fidelity | val_unseen fidelity | rooms on route | goal room | stop object | "
+        "val_unseen BLEU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in best.iterrows():
         lines.append(
             f"| {r['seed']} | {r['schedule']} | {r['houses_per_round']} | "
             f"{r['seq_steps']:,} / {r['seq_steps_cap']:,} | {r['val_seen_fidelity']} | "
-            f"{r['val_unseen_fidelity']} | {r['val_unseen_goal_room']} | {r['val_unseen_bleu']} |"
+            f"{r['val_unseen_fidelity']} | {_cell(r.get('val_unseen_rooms_on_route'))} | "
+            f"{r['val_unseen_goal_room']} | {_cell(r.get('val_unseen_stop_object'))} | "
+            f"{r['val_unseen_bleu']} |"
         )
     return "\n".join(lines)
 
