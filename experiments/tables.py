@@ -22,17 +22,24 @@ def mean_sd(values, digits: int = 1) -> str:
     return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
 
 
-def paired_interval(a, b, level: float = 0.95) -> tuple[float, float, float]:
+def paired_interval(a, b, level: float = 0.95, sd_floor: float = 0.0) -> tuple[float, float, float]:
     """Mean of the paired differences a - b (same seeds, same order) and its t-interval:
     (mean, low, high); the interval is nan with fewer than two pairs. A comparison whose
-    interval holds 0 is within noise."""
+    interval holds 0 is within noise.
+
+    `sd_floor`: the least standard deviation a difference can have, where each score carries a
+    measurement noise known apart from the seeds (a success rate over n episodes: binomial).
+    With 2 or 3 seeds the sample sd can come out near 0 by chance (two seeds whose scores move
+    by the same 0.6 points), which would call a difference far below one evaluation's noise
+    real; the interval uses the larger of the two."""
     from scipy import stats
 
     d = np.asarray(a, float) - np.asarray(b, float)
     n = len(d)
     if n < 2:
         return (float(d.mean()) if n else np.nan), np.nan, np.nan
-    half = stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / np.sqrt(n)
+    sd = max(float(d.std(ddof=1)), sd_floor)
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / np.sqrt(n)
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 

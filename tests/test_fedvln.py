@@ -985,6 +985,30 @@ def test_gains_are_paired_by_seed_and_pre_exploration_is_compared_with_its_start
     assert "+4.0 [" in markdown(t.reset_index())
 
 
+def test_a_gain_below_one_evaluations_noise_is_within_noise_even_if_the_seeds_agree(tmp_path):
+    """Two seeds whose augmented agents both beat their control by 0.6 SR: the seeds' own
+    spread is 0, but each SR is measured on 360 episodes (binomial sd ~2.4 points), so the
+    gains table floors the interval's sd and calls it noise."""
+    from experiments.fedvln.gains import binomial_sd, gains
+    from experiments.fedvln.runs import seed_dirs
+
+    for seed, (aug, ctl) in {0: (30.6, 30.0), 1: (28.3, 27.7)}.items():
+        for run, sr in (("augment", aug), ("augment-control", ctl)):
+            (tmp_path / f"seed{seed}" / run).mkdir(parents=True)
+            pd.DataFrame(
+                [{"round": 1, "local_steps": 24, "val_unseen_sr": sr, "val_unseen_n": 360}]
+            ).to_csv(tmp_path / f"seed{seed}" / run / "rounds.csv", index=False)
+            (tmp_path / f"seed{seed}" / run / "config.json").write_text('{"wall_s": 1.0}')
+    t = gains(seed_dirs(tmp_path, [0, 1])).set_index(["comparison", "checkpoint"])
+    ctl = t.loc[("augmentation vs its control (same restart, no routes), federated", "best")]
+    assert ctl["by_seed"] == "+0.6 / +0.6" and ctl["within_noise"]
+    assert ctl["low"] < 0 < ctl["high"]
+    sd = binomial_sd({0: (30.0, 360.0)}, {0: (30.0, float("nan"))}, [0])
+    assert sd == pytest.approx(
+        np.sqrt(2 * 30 * 70 / 360)
+    )  # a side without a count takes the other's
+
+
 def test_table4_carries_what_each_speaker_teaches_beside_its_floors(tmp_path):
     """Table 4's teaching columns come from the seed's teaching.csv: a floor and the true
     words have one row for both checkpoints, a speaker one per checkpoint."""

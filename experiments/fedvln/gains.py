@@ -4,7 +4,9 @@ with a paired interval").
 
 A seed's runs share their data, houses and initial follower, so a difference is taken seed by
 seed (`experiments.tables.paired_interval`) and a comparison whose interval holds 0 is within
-noise. Comparisons:
+noise. The interval's sd is at least the binomial sd of one paired difference (each side's SR
+over its val_unseen episodes, `binomial_sd`): with 2-3 seeds the seeds' own spread can come out
+near 0 by chance, and a difference below one evaluation's noise is not a finding. Comparisons:
 
 - augmentation (paper Table 2): FedEnvdrop_aug − FedEnvdrop, Envdrop_aug − Envdrop, and
   each augmented agent − its control (the pipeline's `augment-control`, federated and
@@ -76,10 +78,30 @@ def seed_scores(dirs: dict[int, Path]) -> pd.DataFrame:
             if df is None or not len(df) or "val_unseen_sr" not in df:
                 continue
             for ck, r in pick(df, "val_unseen_sr").items():
+                n = r.get("val_unseen_n", np.nan)
                 rows.append(
-                    {"seed": seed, "model": model, "checkpoint": ck, "sr": r["val_unseen_sr"]}
+                    {
+                        "seed": seed,
+                        "model": model,
+                        "checkpoint": ck,
+                        "sr": r["val_unseen_sr"],
+                        "n": float(n) if pd.notna(n) else np.nan,
+                    }
                 )
-    return pd.DataFrame(rows, columns=["seed", "model", "checkpoint", "sr"])
+    return pd.DataFrame(rows, columns=["seed", "model", "checkpoint", "sr", "n"])
+
+
+def binomial_sd(sa: dict, sb: dict, seeds: list[int]) -> float:
+    """The sd of one paired difference from evaluation noise alone: two independent success
+    rates over their episodes (SR in %, n episodes; a side with no count takes the other's),
+    averaged over the seeds. 0 when no count is known."""
+    var = []
+    for s in seeds:
+        (pa, na), (pb, nb) = sa[s], sb[s]
+        na, nb = (na if na == na else nb), (nb if nb == nb else na)
+        if na == na and nb == nb and na > 0 and nb > 0:
+            var.append(pa * (100 - pa) / na + pb * (100 - pb) / nb)
+    return float(np.sqrt(np.mean(var))) if var else 0.0
 
 
 def gains(dirs: dict[int, Path]) -> pd.DataFrame:
@@ -95,8 +117,9 @@ def gains(dirs: dict[int, Path]) -> pd.DataFrame:
             seeds = sorted(set(sa) & set(sb))
             if not seeds:
                 continue
-            x, y = [sa[s] for s in seeds], [sb[s] for s in seeds]
-            mean, lo, hi = paired_interval(x, y)
+            x, y = [sa[s][0] for s in seeds], [sb[s][0] for s in seeds]
+            floor = binomial_sd(sa, sb, seeds)
+            mean, lo, hi = paired_interval(x, y, sd_floor=floor)
             rows.append(
                 {
                     "comparison": what,
@@ -122,9 +145,10 @@ def _starts(a: str, b: str) -> bool:
     return b == STARTS_FROM and a in ("centralized", *VARIANTS)
 
 
-def _by_seed(scores: pd.DataFrame, model: str, ck: str) -> dict[int, float]:
+def _by_seed(scores: pd.DataFrame, model: str, ck: str) -> dict[int, tuple[float, float]]:
+    """seed -> (SR, episodes it was measured on)."""
     s = scores[(scores["model"] == model) & (scores["checkpoint"] == ck)]
-    return dict(zip(s["seed"], s["sr"]))
+    return dict(zip(s["seed"], zip(s["sr"], s["n"])))
 
 
 def markdown(t: pd.DataFrame) -> str:
