@@ -31,15 +31,16 @@ def paired_interval(a, b, level: float = 0.95, sd_floor: float = 0.0) -> tuple[f
     measurement noise known apart from the seeds (a success rate over n episodes: binomial).
     With 2 or 3 seeds the sample sd can come out near 0 by chance (two seeds whose scores move
     by the same 0.6 points), which would call a difference far below one evaluation's noise
-    real; the interval uses the larger of the two."""
+    real. The floor is a known sd, so it takes the normal quantile (z); the seeds' own sd,
+    estimated, takes t: the interval is the wider of the two."""
     from scipy import stats
 
     d = np.asarray(a, float) - np.asarray(b, float)
     n = len(d)
     if n < 2:
         return (float(d.mean()) if n else np.nan), np.nan, np.nan
-    sd = max(float(d.std(ddof=1)), sd_floor)
-    half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / np.sqrt(n)
+    q = 0.5 + level / 2
+    half = max(stats.t.ppf(q, n - 1) * d.std(ddof=1), stats.norm.ppf(q) * sd_floor) / np.sqrt(n)
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 

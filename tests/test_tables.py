@@ -41,11 +41,11 @@ def test_pipe_table_and_refuse_overwrite(tmp_path):
 def test_a_known_measurement_noise_floors_the_interval_when_seeds_agree_by_chance():
     """Two seeds whose scores both move by +0.6 have a sample sd of 0 and a zero-width
     interval; with the binomial sd of one difference as a floor, the interval is as wide as
-    that noise allows and the 0.6 is within noise."""
+    that noise allows (a known sd: the normal quantile) and the 0.6 is within noise."""
     mean, lo, hi = paired_interval([30.6, 28.3], [30.0, 27.7])
     assert lo == pytest.approx(hi) == pytest.approx(mean)  # the degenerate interval
     mean, lo, hi = paired_interval([30.6, 28.3], [30.0, 27.7], sd_floor=3.4)
     assert mean == pytest.approx(0.6) and lo < 0 < hi
-    assert hi - mean == pytest.approx(12.706 * 3.4 / np.sqrt(2), rel=1e-3)
+    assert hi - mean == pytest.approx(1.96 * 3.4 / np.sqrt(2), rel=1e-3)  # a known sd: z
     _, lo, _ = paired_interval([3.0, 5.0, 4.0, 6.0], [1.0, 2.0, 2.0, 3.0], sd_floor=0.1)
     assert lo > 0  # a floor below the seeds' own spread changes nothing
