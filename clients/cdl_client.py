@@ -22,7 +22,7 @@ import time
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults, policy
+from clients import costs, faults, policy
 from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     build_model,
     evaluate,
@@ -63,8 +63,10 @@ def train(msg: Message, context: Context) -> Message:
             "this silo sends its backbone only",
         )
     fault = faults.before_training(c, pid, rnd, "training")
-    data = silo_data(context)
-    with owned(stream_seed(c.run.seed, pid, rnd)):  # this silo's stream (models/rng)
+    with costs.phase("rebuild"):  # the silo's data (rendered per process), as FedAvg's silo
+        data = silo_data(context)
+    # this silo's stream (models/rng); the work phase as FedAvg's: models built, then trained
+    with owned(stream_seed(c.run.seed, pid, rnd)), costs.phase("work"):
         received = msg.content["arrays"].to_torch_state_dict()
         backbone = build_model(c, received)
         sub = None

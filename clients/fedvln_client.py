@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients import faults, policy
+from clients import costs, faults, policy
 from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import (
@@ -189,14 +189,16 @@ def _begin(msg: Message, context: Context):
     """(run config, message config, this house), with torch's threads set for this node."""
     c = parse(context.run_config)
     torch.set_num_threads(c.run.client_threads)
-    return c, msg.content["config"], house_of(context)
+    with costs.phase("rebuild"):  # the house's setup: features, splits, vocabulary
+        return c, msg.content["config"], house_of(context)
 
 
 def train(msg: Message, context: Context) -> Message:
     c, conf, h = _begin(msg, context)
     step = str(conf["step"])
     if step == "setup":
-        return Message(setup(msg, context, c, h), reply_to=msg)
+        with costs.phase("work"):
+            return Message(setup(msg, context, c, h), reply_to=msg)
     share, (allowed, key) = str(conf["share"]), allowed_share(c, context.node_config)
     if not within(share, allowed):
         raise policy.Refused(
@@ -206,7 +208,8 @@ def train(msg: Message, context: Context) -> Message:
     rnd = int(conf[SERVER_ROUND])
     fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")
     rng = np.random.default_rng(_seed(c, context, rnd))
-    with owned(_seed(c, context, rnd)):  # this house's torch stream (models/rng)
+    # this house's torch stream (models/rng); the work: the model built from the message, trained
+    with owned(_seed(c, context, rnd)), costs.phase("work"):
         return _train(msg, context, c, conf, h, step, share, rnd, fault, rng)
 
 
@@ -304,12 +307,20 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Metrics of this house's validation split, prefixed by it (`val_seen_sr`, ...)."""
     c, conf, h = _begin(msg, context)
     kind = str(conf["model"])
-    model = _model(kind, c, h)
-    _load(
-        model,
-        context.state.get(LOCAL) if conf.get("local", False) else None,
-        msg.content.get("arrays"),
-    )
+    with costs.phase("rebuild"):
+        model = _model(kind, c, h)
+        _load(
+            model,
+            context.state.get(LOCAL) if conf.get("local", False) else None,
+            msg.content.get("arrays"),
+        )
+    with costs.phase("work"):
+        return _scores(msg, c, h, kind, model)
+
+
+def _scores(msg: Message, c: Config, h: House, kind: str, model) -> Message:
+    """The evaluation itself: the follower's navigation metrics or the speaker's BLEU and
+    route fidelity on this house's validation split."""
     if not h.val:
         metrics = {f"{h.val_split}_n": 0}
     elif kind == "follower":
