@@ -94,5 +94,5 @@ def test_message_cost_run_for_one_method_keeps_the_other_methods_rows(tmp_path):
     assert _with_other_methods(new, csv).equals(new)  # nothing committed yet
     old.to_csv(csv, index=False)
     merged = _with_other_methods(new, csv)
-    assert list(merged["method"]) == ["cdl", "fedvln", "fedrl", "fedrl"]
-    assert list(merged["message_s"]) == [1.0, 2.0, 0.25, 7.0]  # the old cdl row is replaced
+    assert list(merged["method"]) == ["fedrl", "fedrl", "cdl", "fedvln"]  # committed order
+    assert list(merged["message_s"]) == [0.25, 7.0, 1.0, 2.0]  # the old cdl row is replaced

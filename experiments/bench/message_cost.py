@@ -261,13 +261,17 @@ def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) 
 
 
 def _with_other_methods(table: pd.DataFrame, csv: Path) -> pd.DataFrame:
-    """The committed rows of the methods not run this time, kept after this run's: each
-    method's ratios are within one invocation, so one method can be measured again alone."""
+    """This run's rows with the committed rows of the methods not run this time, in the
+    committed order: each method's ratios are within one invocation, so one method can be
+    measured again alone."""
     if not csv.is_file():
         return table
     old = pd.read_csv(csv)
     kept = old[~old["method"].isin(set(table["method"]))]
-    return pd.concat([table, kept], ignore_index=True) if len(kept) else table
+    merged = pd.concat([kept, table], ignore_index=True)
+    order = {m: k for k, m in enumerate(dict.fromkeys([*old["method"], *table["method"]]))}
+    rank = merged["method"].map(order)  # the committed order of methods, new ones last
+    return merged.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
 
 
 def main(argv=None) -> int:
