@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.simulate import RESULTS, ROOT, simulate
+from experiments.tables import pipe_table
 
 # name: (run config beyond the speaker stage, round cap, eval every, patience in evaluations)
 SCHEDULES = {
@@ -180,21 +181,25 @@ def markdown(table: pd.DataFrame) -> str:
     """The best-checkpoint rows, per seed: where each schedule's val_seen fidelity peaked, in
     sequential steps, out of how many it ran."""
     best = table[table["checkpoint"] == "best"]
-    lines = [
-        "| seed | schedule | houses a round | sequential steps at best / run | best val_seen "
-        "fidelity | val_unseen fidelity | rooms on route | goal room | stop object | "
-        "val_unseen BLEU |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    head = ["seed", "schedule", "houses a round", "sequential steps at best / run"]
+    head += ["best val_seen fidelity", "val_unseen fidelity", "rooms on route", "goal room"]
+    head += ["stop object", "val_unseen BLEU"]
+    rows = [
+        [
+            r["seed"],
+            r["schedule"],
+            r["houses_per_round"],
+            f"{r['seq_steps']:,} / {r['seq_steps_cap']:,}",
+            r["val_seen_fidelity"],
+            r["val_unseen_fidelity"],
+            _cell(r.get("val_unseen_rooms_on_route")),
+            r["val_unseen_goal_room"],
+            _cell(r.get("val_unseen_stop_object")),
+            r["val_unseen_bleu"],
+        ]
+        for _, r in best.iterrows()
     ]
-    for _, r in best.iterrows():
-        lines.append(
-            f"| {r['seed']} | {r['schedule']} | {r['houses_per_round']} | "
-            f"{r['seq_steps']:,} / {r['seq_steps_cap']:,} | {r['val_seen_fidelity']} | "
-            f"{r['val_unseen_fidelity']} | {_cell(r.get('val_unseen_rooms_on_route'))} | "
-            f"{r['val_unseen_goal_room']} | {_cell(r.get('val_unseen_stop_object'))} | "
-            f"{r['val_unseen_bleu']} |"
-        )
-    return "\n".join(lines)
+    return pipe_table(head, rows)
 
 
 def _pipeline_seeds() -> set[int]:

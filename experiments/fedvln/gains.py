@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from config.fedvln import VARIANTS
-from experiments.fedvln.runs import curve, pick
+from experiments.fedvln.runs import curve, pick, se_eval
 from experiments.tables import paired_interval
 
 MODELS = {
@@ -100,7 +100,7 @@ def binomial_sd(sa: dict, sb: dict, seeds: list[int]) -> float:
         (pa, na), (pb, nb) = sa[s], sb[s]
         na, nb = (na if na == na else nb), (nb if nb == nb else na)
         if na == na and nb == nb and na > 0 and nb > 0:
-            var.append(pa * (100 - pa) / na + pb * (100 - pb) / nb)
+            var.append(se_eval(pa, na) ** 2 + se_eval(pb, nb) ** 2)
     return float(np.sqrt(np.mean(var))) if var else 0.0
 
 
