@@ -706,6 +706,8 @@ def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
         fp.main(["--jobs", "0", "--tables-only"])
     with pytest.raises(SystemExit, match="may not set fedvln.aug-routes"):
         fp.main(["--run-config", "fedvln.aug-routes=8", "--tables-only"])
+    with pytest.raises(SystemExit, match="--speaker-server-lr must be in"):
+        fp.main(["--speaker-server-lr", "-1", "--tables-only"])
 
 
 def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_bad_flags():

@@ -986,6 +986,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
     if a.aug_routes is not None and a.aug_routes < 1:
         raise SystemExit("fedvln_pipeline: --aug-routes must be >= 1")
+    if not 0 < a.speaker_server_lr <= 100:  # fedvln.server-lr's range; 0 would mean the recipe's
+        raise SystemExit("fedvln_pipeline: --speaker-server-lr must be in (0, 100]")
     if "fedvln.aug-routes" in parse_overrides(a.run_config):
         raise SystemExit(
             "fedvln_pipeline: --run-config may not set fedvln.aug-routes (augmentation's "
