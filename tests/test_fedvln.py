@@ -928,6 +928,59 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
             ft.parse_args(bad)
 
 
+def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin(
+    tmp_path, monkeypatch
+):
+    """Issue 41: the arms that pull apart 'routes' and 'half the updates' are the pipeline's own
+    augment and control launches with only fedvln.local-epochs scaled (x2 for augment, /2 for
+    the control); the comparisons pair an arm with the one of equal updates, seed by seed."""
+    import json
+
+    import experiments.fedvln.augment_budget as ab
+
+    pipe = tmp_path / "pipe"
+    a = ab.parse_args(["--pipeline-out", str(pipe), "--seeds", "0", "1"])
+    for seed in (0, 1):
+        for run, extra in (("augment", "fedvln.speaker-init=x"), ("augment-control", "")):
+            f = pipe / f"seed{seed}" / run
+            f.mkdir(parents=True)
+            rows = [{"round": 3, "local_steps": 12, "val_unseen_sr": 30.0, "val_unseen_n": 360}]
+            pd.DataFrame(rows).to_csv(f / "rounds.csv", index=False)
+            (f / "config.json").write_text(json.dumps({"wall_s": 1, "fedvln.local-epochs": 3.0}))
+            args = ["fedvln", "--rounds", "90", "--run-config", f'fedvln.stage="augment" {extra}']
+            (f / "study.json").write_text(json.dumps({"args": args}))
+    launched = []
+    monkeypatch.setattr(ab, "simulate", lambda *x, **k: launched.append((x[1], k)))
+    ab._run(a, 1, "augment at control's updates")
+    ab._run(a, 0, "control at augment's updates")
+    (run1, k1), (run0, k0) = launched
+    assert k1["rounds"] == 90 and k1["seed"] == 1 and run1.parent == ab.OWN
+    assert k1["run_config"] == 'fedvln.stage="augment" fedvln.speaker-init=x fedvln.local-epochs=6'
+    assert (
+        k0["run_config"].endswith("fedvln.local-epochs=1.5") and "speaker" not in k0["run_config"]
+    )
+    assert ab.run_dir(a, 0, "augment") == pipe / "seed0" / "augment"
+
+    sr = {"augment": (28, 27), "control": (33, 30), "control at augment's updates": (29, 27),
+          "augment at control's updates": (31, 31)}  # fmt: skip
+    runs = pd.DataFrame(
+        [
+            {"seed": s, "arm": arm, "checkpoint": "best", "sr": v[s] + s, "n": 360.0}
+            for arm, v in sr.items()
+            for s in (0, 1)
+        ]  # fmt: skip
+    )
+    t = ab.comparisons(runs).set_index("b")
+    assert t.loc["control at augment's updates", "by_seed"] == "-1.0 / +0.0"
+    assert t.loc["control at augment's updates", "within_noise"]
+    assert t.loc["control", "a"].tolist() == [
+        "augment",
+        "augment at control's updates",
+        "control at augment's updates",
+    ]
+    assert "| routes at augment's updates" in ab.markdown(t.reset_index())
+
+
 def test_centralized_patience_spans_the_federated_stages_sequential_steps():
     """Issue 41: the centralized baseline stops by the federated rule, P evaluations spanning
     the same sequential steps: evaluated every E * S steps, not at the federated summed counts

@@ -1,0 +1,212 @@
+"""Why does federated augmentation lose to its control? Its update budget, measured apart from
+its routes (issue 41: "a gain that does not appear is reported as measured, with what was
+tried").
+
+    python -m experiments.fedvln.augment_budget            # embedded houses, seeds 0 1 2
+
+The pipeline's augment stage and its control restart from the same agent (`agent/best.pt`),
+with the same houses, patience and cap; the control has no speaker routes. They do not get
+the same updates: as the official code counts them (`training.vln_house.follower_steps`,
+official train.py l. 478-495) an augmenting house makes half the labelled batches' steps of
+tau passes, each step one labelled plus one route batch, while the control makes every
+labelled batch's step. So "augment − control" mixes two things: what the routes add, and
+half the optimizer updates (and labelled batches). Two more arms, each the pipeline's own
+launch with only `fedvln.local-epochs` (tau) changed, pull them apart:
+
+- *control at augment's updates*: no routes, tau / 2, so the same optimizer updates and
+  labelled batches per round as the augmented agent;
+- *augment at control's updates*: routes, 2 tau, so the same updates and labelled batches as
+  the control, plus one route batch each.
+
+If the routes are worth nothing either way, augment ≈ control at augment's updates and augment
+at control's updates ≈ control; if the routes hurt, both comparisons are negative. Every
+difference is paired by seed, best and last val_unseen SR, its interval floored by one
+evaluation's binomial noise (`experiments.fedvln.gains.binomial_sd`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.fedvln.gains import binomial_sd
+from experiments.fedvln.runs import curve, pick
+from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
+from experiments.tables import mean_sd, paired_interval, pipe_table
+
+OWN = ROOT / "runs" / "fedvln-augment-budget"
+# arm -> (the pipeline run it copies, factor on its tau); factor 1 is the pipeline's run itself
+ARMS = {
+    "augment": ("augment", 1.0),
+    "control": ("augment-control", 1.0),
+    "control at augment's updates": ("augment-control", 0.5),
+    "augment at control's updates": ("augment", 2.0),
+}
+# (what it tests, a, b): the difference is a − b
+COMPARISONS = [
+    ("augment vs control (the pipeline's: routes and half the updates)", "augment", "control"),
+    (
+        "routes at augment's updates (same updates and labelled batches)",
+        "augment",
+        "control at augment's updates",
+    ),
+    (
+        "routes at control's updates (same updates and labelled batches)",
+        "augment at control's updates",
+        "control",
+    ),
+    ("half the updates, no routes", "control at augment's updates", "control"),
+]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    p.add_argument("--pipeline-out", default=str(ROOT / "runs" / "fedvln"))
+    p.add_argument("--tables-only", action="store_true", help="tabulate finished runs only")
+    p.add_argument("--results-dir", default=str(RESULTS))
+    a = p.parse_args(argv)
+    if a.jobs < 1:
+        p.error("--jobs must be at least 1")
+    return a
+
+
+def launch(a, seed: int, arm: str) -> tuple[list[str], dict] | None:
+    """The pipeline run an arm copies: its `study.json` arguments and `config.json`; None when
+    that run has not finished."""
+    base, _ = ARMS[arm]
+    run = Path(a.pipeline_out) / f"seed{seed}" / base
+    if curve(run.parent, run.name) is None or not (run / "study.json").is_file():
+        return None
+    return json.loads((run / "study.json").read_text())["args"], json.loads(
+        (run / "config.json").read_text()
+    )
+
+
+def run_dir(a, seed: int, arm: str) -> Path:
+    base, factor = ARMS[arm]
+    if factor == 1.0:
+        return Path(a.pipeline_out) / f"seed{seed}" / base
+    return OWN / f"{arm.replace(' ', '-').replace(chr(39), '')}-s{seed}"
+
+
+def _run(a, seed: int, arm: str) -> Path:
+    """Train an arm the pipeline does not have: its run config with tau scaled, nothing else."""
+    args, cfg = launch(a, seed, arm)
+    _, factor = ARMS[arm]
+    rounds = int(args[args.index("--rounds") + 1])
+    tau = cfg["fedvln.local-epochs"] * factor
+    config = f"{args[args.index('--run-config') + 1]} fedvln.local-epochs={tau:g}"
+    return simulate("fedvln", run_dir(a, seed, arm), rounds=rounds, seed=seed, run_config=config)
+
+
+def rows_of(a, seed: int, arm: str) -> list[dict]:
+    """One arm of one seed: its best and last val_unseen SR with the steps each took."""
+    run = run_dir(a, seed, arm)
+    df = curve(run.parent, run.name)
+    if df is None or not len(df):
+        print(f"fedvln_augment_budget: {run} is missing or unfinished; left out")
+        return []
+    return [
+        {
+            "seed": seed,
+            "arm": arm,
+            "checkpoint": ck,
+            "sr": float(r["val_unseen_sr"]),
+            "n": float(r["val_unseen_n"]),
+            "steps": int(r["steps"]),
+            "run": str(run.relative_to(ROOT)) if run.is_relative_to(ROOT) else str(run),
+        }
+        for ck, r in pick(df, "val_unseen_sr").items()
+    ]
+
+
+def comparisons(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each comparison, best and last: both arms' means, the paired difference and interval."""
+    out = []
+    for what, a, b in COMPARISONS:
+        for ck in ("best", "last"):
+            side = {
+                arm: {
+                    r.seed: (r.sr, r.n)
+                    for r in runs[(runs.arm == arm) & (runs.checkpoint == ck)].itertuples()
+                }
+                for arm in (a, b)
+            }
+            seeds = sorted(set(side[a]) & set(side[b]))
+            if not seeds:
+                continue
+            x, y = [side[a][s][0] for s in seeds], [side[b][s][0] for s in seeds]
+            m, lo, hi = paired_interval(x, y, sd_floor=binomial_sd(side[a], side[b], seeds))
+            out.append(
+                {
+                    "comparison": what,
+                    "a": a,
+                    "b": b,
+                    "checkpoint": ck,
+                    "n_seeds": len(seeds),
+                    "a_sr": float(np.mean(x)),
+                    "b_sr": float(np.mean(y)),
+                    "gain": m,
+                    "low": lo,
+                    "high": hi,
+                    "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
+                    "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def arms_table(runs: pd.DataFrame) -> str:
+    """Per arm and checkpoint: seeds, val_unseen SR and the optimizer steps (all houses)."""
+    rows = []
+    for (arm, ck), g in runs.groupby(["arm", "checkpoint"], sort=False):
+        rows.append([arm, ck, len(g), mean_sd(g["sr"]), mean_sd(g["steps"], 0)])
+    return pipe_table(["arm", "checkpoint", "seeds", "val_unseen SR", "steps (all houses)"], rows)
+
+
+def markdown(t: pd.DataFrame) -> str:
+    rows = [
+        [
+            r.comparison,
+            r.checkpoint,
+            int(r.n_seeds),
+            f"{r.a_sr:.1f}",
+            f"{r.b_sr:.1f}",
+            f"{r.gain:+.1f}" + ("" if r.low != r.low else f" [{r.low:+.1f}, {r.high:+.1f}]"),
+            r.by_seed,
+        ]
+        for r in t.itertuples()
+    ]
+    head = ["comparison (val_unseen SR)", "checkpoint", "seeds", "a", "b", "a − b [95%]", "by seed"]
+    return pipe_table(head, rows)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    ready = [s for s in a.seeds if all(launch(a, s, arm) for arm in ARMS)]
+    for s in sorted(set(a.seeds) - set(ready)):
+        print(f"fedvln_augment_budget: seed {s} has no finished augment and augment-control")
+    jobs = [(s, arm) for s in ready for arm, (_, f) in ARMS.items() if f != 1.0]
+    if not a.tables_only:
+        in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_augment_budget")
+    runs = pd.DataFrame([r for s in ready for arm in ARMS for r in rows_of(a, s, arm)])
+    if runs.empty:
+        print("fedvln_augment_budget: no finished runs")
+        return 1
+    table = comparisons(runs)
+    dest = Path(a.results_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    runs.round({"sr": 2}).to_csv(dest / "fedvln_augment_budget_runs.csv", index=False)
+    table.round(2).to_csv(dest / "fedvln_augment_budget.csv", index=False)
+    print(arms_table(runs), "", markdown(table), sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
