@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import shlex
 import shutil
 import subprocess
@@ -70,7 +71,7 @@ def simulate(
     if starts := _starts(run_config):
         launch["starts"] = starts
     recorded = json.loads(done_file.read_text()) if done_file.is_file() else None
-    same = recorded is not None and _used(recorded, run_config) == _used(launch, run_config)
+    same = recorded is not None and operator.eq(*_pair(recorded, launch, run_config))
     same = same and not _recipe_changed(run_dir, method, run_config)
     if (run_dir / "rounds.csv").exists():
         raised = _raised_cap(recorded, launch, run_config, run_dir)
@@ -109,7 +110,7 @@ def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:
     depends on the cap); else ""."""
     if recorded is None or not recorded.get("finished", True):
         return ""
-    old, new = _used(recorded, run_config), _used(launch, run_config)
+    old, new = _pair(recorded, launch, run_config)
     old_rounds, new_rounds = _rounds_arg(old["args"]), _rounds_arg(new["args"])
     if old_rounds is None or new_rounds is None or new_rounds <= old_rounds:
         return ""
@@ -127,7 +128,7 @@ def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:
 def _only_starts_changed(recorded: dict, launch: dict, run_config: str) -> bool:
     """The same launch but for the checkpoints it starts from (`*-init`): an earlier stage was
     trained again, so what this run had done is stale whatever it was."""
-    old, new = _used(recorded, run_config), _used(launch, run_config)
+    old, new = _pair(recorded, launch, run_config)
     return old["starts"] != new["starts"] and {**old, "starts": {}} == {**new, "starts": {}}
 
 
@@ -155,6 +156,18 @@ def _without_rounds(args) -> list:
         k = args.index("--rounds")
         del args[k : k + 2]
     return args
+
+
+def _pair(recorded: dict, launch: dict, run_config: str) -> tuple[dict, dict]:
+    """What decides the recorded run and this launch (`_used`), compared on the defaults both
+    know: a run-config key added since the run was made (or removed) is no change, because a
+    new key's default keeps what the code did before the key existed (the rule every setting
+    in config/ follows); a key both know with another default is another launch."""
+    old, new = _used(recorded, run_config), _used(launch, run_config)
+    both = old["defaults"].keys() & new["defaults"].keys()
+    for u in (old, new):
+        u["defaults"] = {k: v for k, v in u["defaults"].items() if k in both}
+    return old, new
 
 
 def _used(launch: dict, run_config: str) -> dict:

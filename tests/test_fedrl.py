@@ -617,9 +617,23 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     monkeypatch.setattr(sim, "defaults", lambda: {**real, "driving.lr": 0.5})
     sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
     assert len(launched) == 5
-    monkeypatch.setattr(sim, "defaults", lambda: {**real, "driving.lr": 0.5, "driving.mu": 9.0})
+    monkeypatch.setattr(
+        sim, "defaults", lambda: {**real, "driving.lr": 0.5, "driving.weight-decay": 9.0}
+    )
     sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
     assert len(launched) == 6
+    # a key added since the run was made, or removed, is no change (its default keeps the old
+    # behaviour); another value of a key both know still is
+    mu9 = {**real, "driving.lr": 0.5, "driving.weight-decay": 9.0}
+    monkeypatch.setattr(sim, "defaults", lambda: {**mu9, "driving.new-knob": 1})
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 6
+    monkeypatch.setattr(sim, "defaults", lambda: {k: v for k, v in mu9.items() if k != "seed"})
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 6
+    monkeypatch.setattr(sim, "defaults", lambda: {**mu9, "driving.weight-decay": 1.0})
+    sim.simulate("fedavg", run, rounds=2, seed=0, run_config="driving.lr=0.05")
+    assert len(launched) == 7
     # a run that starts from a checkpoint is another launch once that file holds another one
     monkeypatch.setattr(sim, "defaults", lambda: real)
     start = tmp_path / "best.pt"
@@ -627,10 +641,10 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     rc = f'fedvln.stage="augment" fedvln.speaker-init="{start}"'
     sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
     sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
-    assert len(launched) == 7
+    assert len(launched) == 8
     start.write_bytes(b"speaker 2")  # the speaker stage was trained again
     sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
-    assert len(launched) == 8
+    assert len(launched) == 9
 
 
 def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path, monkeypatch):
