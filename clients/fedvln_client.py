@@ -57,6 +57,7 @@ from training.progress import StepLog, timed
 from training.vln_house import (
     House,
     follower_steps,
+    grammar_words,
     house_names,
     house_of_partition,
     local_iterations,
@@ -143,14 +144,17 @@ def routes_of(context: Context, h: House) -> list[Episode]:
     if ROUTES not in context.state:
         return []
     rec = context.state[ROUTES]
+    words = rec["instructions"] if "instructions" in rec else [""] * len(rec["paths"])
     return [
-        Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), "", 10**7 + k)
-        for k, (p, hd) in enumerate(zip(rec["paths"], rec["headings"]))
+        Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), w, 10**7 + k)
+        for k, (p, hd, w) in enumerate(zip(rec["paths"], rec["headings"], words))
     ]
 
 
 def back_translation(context: Context, c: Config, h: House) -> vln_agent.BackTranslation | None:
-    if SPEAKER not in context.state:
+    """The house's speaker, to write its routes' words batch by batch; None when it has no
+    speaker or its routes carry their own words (`fedvln.route-words = "grammar"`)."""
+    if SPEAKER not in context.state or c.fedvln.route_words == "grammar":
         return None
     speaker = _model("speaker", c, h)
     _load(speaker, context.state[SPEAKER])
@@ -173,12 +177,13 @@ def setup(msg: Message, context: Context, c: Config, h: House) -> RecordDict:
     if "speaker" in msg.content:
         context.state[SPEAKER] = msg.content["speaker"]
         routes = speaker_routes(h, int(msg.content["config"]["routes"]), c.run.seed)
-        context.state[ROUTES] = ConfigRecord(
-            {
-                "paths": [" ".join(e.path) for e in routes],
-                "headings": [float(e.heading) for e in routes],
-            }
-        )
+        rec = {
+            "paths": [" ".join(e.path) for e in routes],
+            "headings": [float(e.heading) for e in routes],
+        }
+        if c.fedvln.route_words == "grammar":  # a perfect speaker, kept on the house's disk
+            rec["instructions"] = grammar_words(h, routes, spec_of(c), c.run.seed)
+        context.state[ROUTES] = ConfigRecord(rec)
         n_aug = len(routes)
     return RecordDict(
         {"metrics": MetricRecord({NUM_EXAMPLES: len(h.train) + n_aug, NUM_AUGMENTED: n_aug})}

@@ -10,6 +10,7 @@ STAGES = ("agent", "speaker", "augment", "preexplore")
 VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 RECIPES = ("cpu", "official")  # config/fedvln_recipe.py: OFFICIAL, CPU
 OPTIMIZERS = ("rms", "adam")  # training/vln_loop.py
+ROUTE_WORDS = ("speaker", "grammar")  # clients/fedvln_client.route_instructions
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,20 @@ class FedVLNSettings(Section):
     preexplore_routes: int = setting(
         "routes each unseen house samples for back-translation (preexplore)", lo=1, hi=10**5
     )
+    route_words: str = setting(
+        "who writes the sampled routes' instructions (augment, preexplore): speaker "
+        "(back-translation, the paper) | grammar (the embedded houses' own grammar, once per "
+        "route: a perfect speaker, a diagnostic; embedded houses only)",
+        choices=ROUTE_WORDS,
+    )
 
     def validate(self) -> None:
+        if self.route_words == "grammar" and self.data_dir:
+            raise ConfigError(
+                "run config 'fedvln.route-words' = \"grammar\" needs the embedded houses "
+                '(fedvln.data-dir = ""): only they have a grammar that wrote their '
+                f"instructions, and {self.data_dir!r} is a data folder"
+            )
         if self.stage == "preexplore" and self.variant == "centralized":
             raise ConfigError(
                 "fedvln.variant 'centralized' pools every house's data in one place "

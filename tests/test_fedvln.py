@@ -319,6 +319,19 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
     assert ctl_rounds["local_steps"].sum() > 0
     assert (ctl / "best.pt").is_file()
 
+    # a perfect speaker (fedvln.route-words = "grammar", a diagnostic): each route carries the
+    # houses' own words, kept in the house like the routes; nothing is back-translated or sent
+    grid, gram = _run(
+        tmp_path,
+        "grammar",
+        **{"fedvln.stage": "augment", "fedvln.route-words": "grammar", "num-server-rounds": 1},
+        **inits,
+    )
+    _audit(grid, None)
+    words = grid.contexts[5000].state["fedvln-routes"]["instructions"]
+    assert len(words) == 4 and all(len(w.split()) > 5 for w in words)
+    assert pd.read_csv(gram / "rounds.csv")["local_steps"].sum() > 0
+
     grid, lan = _run(
         tmp_path,
         "fed-lan",
@@ -782,6 +795,37 @@ def test_sampled_routes_never_hold_a_scored_route_of_the_house():
     drawn = sample_routes(scan, 400, np.random.default_rng(0))
     ends = {(e.path[0], e.path[-1]) for e in house.val}
     assert any((scan.ids[p[0]], scan.ids[p[-1]]) in ends for p, _ in drawn)
+
+
+def test_grammar_route_words_describe_each_route_as_the_data_does():
+    """fedvln.route-words = "grammar" gives each sampled route the houses' own instruction for
+    it: route fidelity at the true references' level, far above a constant's; refused on a
+    data folder, which has no grammar."""
+    from config.schema import ConfigError, merged
+    from envs.vln_houses import HouseSpec
+    from training.vln_house import (
+        grammar_words,
+        house_names,
+        open_house,
+        open_setup,
+        speaker_routes,
+    )
+    from training.vln_speaker_quality import fidelity
+
+    setup = open_setup("", "", HouseSpec())
+    seen, unseen = house_names(setup)
+    for name in (seen[0], unseen[0]):
+        house = open_house(setup, name)
+        routes = speaker_routes(house, 30, seed=0)
+        words = grammar_words(house, routes, HouseSpec(), seed=0)
+        assert words == grammar_words(house, routes, HouseSpec(), seed=0)
+        good = fidelity(setup.data, routes, words)
+        const = fidelity(setup.data, routes, [house.val[0].instruction] * len(routes))
+        assert good["rooms_on_route"] > 90 and good["goal_room"] > 80
+        assert good["fidelity"] > const["fidelity"] + 30
+    rc = {"method": "fedvln", "fedvln.route-words": "grammar", "fedvln.data-dir": "/data/r2r"}
+    with pytest.raises(ConfigError, match="fedvln.route-words"):
+        parse(merged(rc))
 
 
 def test_a_house_that_lost_its_setup_refuses_to_train_without_it():

@@ -329,7 +329,8 @@ def train_batches(
     back-translation, official train.py l. 492-508), each step adds the gradients of one
     labelled batch (mlWeight `ml_weight`) and one back-translated route batch (`aug_ml_weight`).
     With routes only (pre-exploration in an unseen house, l. 708-711), each step is one
-    back-translated batch."""
+    back-translated batch. Routes that carry their own words (`fedvln.route-words = "grammar"`)
+    are trained on those, weighed as back-translated ones."""
     if not routes:
         return train_steps(
             model,
@@ -341,7 +342,7 @@ def train_batches(
             lambda b: _mixed_loss(model, world, b, tokens, s, s.ml_weight, None),
             progress,
         )
-    if back_translate is None:
+    if back_translate is None and not all(e.instruction for e in routes):
         raise ValueError("speaker-made routes need a BackTranslation (the house's speaker)")
     aug = lambda b: _mixed_loss(model, world, b, tokens, s, s.aug_ml_weight, back_translate)  # noqa: E731
     if not episodes:

@@ -108,6 +108,29 @@ def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0)
     return min(it, cap) if cap > 0 else it
 
 
+@lru_cache(maxsize=2)
+def _grammar_houses(spec: HouseSpec) -> dict:
+    from envs.vln_houses import houses_of
+
+    return houses_of(spec)
+
+
+def grammar_words(house: House, routes: list[Episode], spec: HouseSpec, seed: int) -> list[str]:
+    """One instruction per route written by the embedded houses' own grammar
+    (`envs.vln_houses.grammar_instruction`, the grammar that wrote every instruction of the
+    data): a perfect speaker (`fedvln.route-words = "grammar"`). A diagnostic, not FedVLN: it
+    tells what a stage's routes teach from what our speaker's words do
+    (`experiments.fedvln.augment_budget`). Written once per route, where the speaker writes new
+    words for every batch through its dropout; the same (house, routes, seed) gives the same
+    words."""
+    from envs.vln_houses import grammar_instruction
+
+    scan = house.setup.world.scan(house.name)
+    rng = np.random.default_rng([seed, zlib.crc32(house.name.encode()), 1])
+    g = _grammar_houses(spec)[house.name]
+    return [grammar_instruction(g, [scan.index[v] for v in e.path], e.heading, rng) for e in routes]
+
+
 def follower_steps(
     n_labelled: int, n_routes: int, epochs: float, batch_size: int, cap: int = 0
 ) -> int:
