@@ -977,7 +977,8 @@ def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin
 ):
     """Issue 41: the arms that pull apart 'routes' and 'half the updates' are the pipeline's own
     augment and control launches with only fedvln.local-epochs scaled (x2 for augment, /2 for
-    the control); the comparisons pair an arm with the one of equal updates, seed by seed."""
+    the control), and the perfect-words arm only its route words; the comparisons pair an arm
+    with the one of equal updates, seed by seed."""
     import json
 
     import experiments.fedvln.augment_budget as ab
@@ -997,7 +998,9 @@ def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin
     monkeypatch.setattr(ab, "simulate", lambda *x, **k: launched.append((x[1], k)))
     ab._run(a, 1, "augment at control's updates")
     ab._run(a, 0, "control at augment's updates")
-    (run1, k1), (run0, k0) = launched
+    ab._run(a, 0, "augment, perfect words")
+    (run1, k1), (run0, k0), (_, kg) = launched
+    assert kg["run_config"].endswith('speaker-init=x fedvln.route-words="grammar"')
     assert k1["rounds"] == 90 and k1["seed"] == 1 and run1.parent == ab.OWN
     assert k1["run_config"] == 'fedvln.stage="augment" fedvln.speaker-init=x fedvln.local-epochs=6'
     assert (

@@ -19,7 +19,12 @@ launch with only `fedvln.local-epochs` (tau) changed, pull them apart:
   the control, plus one route batch each.
 
 If the routes are worth nothing either way, augment ≈ control at augment's updates and augment
-at control's updates ≈ control; if the routes hurt, both comparisons are negative. Every
+at control's updates ≈ control; if the routes hurt, both comparisons are negative. A fifth arm
+asks whether it is our speaker's words or the routes themselves:
+
+- *augment, perfect words*: the pipeline's augment launch with `fedvln.route-words="grammar"`,
+  the embedded houses' own grammar writing each route's words (`training.vln_house.
+  grammar_words`; the data's instructions were written by it, so no speaker can do better). Every
 difference is paired by seed, best and last val_unseen SR, its interval floored by one
 evaluation's binomial noise (`experiments.fedvln.gains.binomial_sd`).
 """
@@ -39,12 +44,15 @@ from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
 from experiments.tables import mean_sd, paired_interval, pipe_table
 
 OWN = ROOT / "runs" / "fedvln-augment-budget"
-# arm -> (the pipeline run it copies, factor on its tau); factor 1 is the pipeline's run itself
+# arm -> (the pipeline run it copies, factor on its tau, more run config); (run, 1, "") is the
+# pipeline's run itself
+GRAMMAR = 'fedvln.route-words="grammar"'
 ARMS = {
-    "augment": ("augment", 1.0),
-    "control": ("augment-control", 1.0),
-    "control at augment's updates": ("augment-control", 0.5),
-    "augment at control's updates": ("augment", 2.0),
+    "augment": ("augment", 1.0, ""),
+    "control": ("augment-control", 1.0, ""),
+    "control at augment's updates": ("augment-control", 0.5, ""),
+    "augment at control's updates": ("augment", 2.0, ""),
+    "augment, perfect words": ("augment", 1.0, GRAMMAR),
 }
 # (what it tests, a, b): the difference is a − b
 COMPARISONS = [
@@ -60,6 +68,12 @@ COMPARISONS = [
         "control",
     ),
     ("half the updates, no routes", "control at augment's updates", "control"),
+    (
+        "routes with perfect words at augment's updates",
+        "augment, perfect words",
+        "control at augment's updates",
+    ),
+    ("our speaker's words vs perfect words", "augment", "augment, perfect words"),
 ]
 
 
@@ -79,7 +93,7 @@ def parse_args(argv=None):
 def launch(a, seed: int, arm: str) -> tuple[list[str], dict] | None:
     """The pipeline run an arm copies: its `study.json` arguments and `config.json`; None when
     that run has not finished."""
-    base, _ = ARMS[arm]
+    base = ARMS[arm][0]
     run = Path(a.pipeline_out) / f"seed{seed}" / base
     if curve(run.parent, run.name) is None or not (run / "study.json").is_file():
         return None
@@ -89,19 +103,24 @@ def launch(a, seed: int, arm: str) -> tuple[list[str], dict] | None:
 
 
 def run_dir(a, seed: int, arm: str) -> Path:
-    base, factor = ARMS[arm]
-    if factor == 1.0:
+    """The pipeline's own run, or this study's folder for an arm the pipeline does not run."""
+    base, factor, extra = ARMS[arm]
+    if factor == 1.0 and not extra:
         return Path(a.pipeline_out) / f"seed{seed}" / base
-    return OWN / f"{arm.replace(' ', '-').replace(chr(39), '')}-s{seed}"
+    name = arm.replace(" ", "-").replace(",", "").replace("'", "")
+    return OWN / f"{name}-s{seed}"
 
 
 def _run(a, seed: int, arm: str) -> Path:
-    """Train an arm the pipeline does not have: its run config with tau scaled, nothing else."""
+    """Train an arm the pipeline does not have: its run config with tau scaled (or the routes'
+    words changed), nothing else."""
     args, cfg = launch(a, seed, arm)
-    _, factor = ARMS[arm]
+    _, factor, extra = ARMS[arm]
     rounds = int(args[args.index("--rounds") + 1])
-    tau = cfg["fedvln.local-epochs"] * factor
-    config = f"{args[args.index('--run-config') + 1]} fedvln.local-epochs={tau:g}"
+    config = args[args.index("--run-config") + 1]
+    if factor != 1.0:
+        config += f" fedvln.local-epochs={cfg['fedvln.local-epochs'] * factor:g}"
+    config += f" {extra}" if extra else ""
     return simulate("fedvln", run_dir(a, seed, arm), rounds=rounds, seed=seed, run_config=config)
 
 
@@ -192,7 +211,7 @@ def main(argv=None) -> int:
     ready = [s for s in a.seeds if all(launch(a, s, arm) for arm in ARMS)]
     for s in sorted(set(a.seeds) - set(ready)):
         print(f"fedvln_augment_budget: seed {s} has no finished augment and augment-control")
-    jobs = [(s, arm) for s in ready for arm, (_, f) in ARMS.items() if f != 1.0]
+    jobs = [(s, arm) for s in ready for arm, (_, f, x) in ARMS.items() if f != 1.0 or x]
     if not a.tables_only:
         in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_augment_budget")
     runs = pd.DataFrame([r for s in ready for arm in ARMS for r in rows_of(a, s, arm)])
