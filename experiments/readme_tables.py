@@ -56,6 +56,12 @@ def _fedvln_finetune_lr() -> str:
     return markdown(pd.read_csv(RESULTS / "fedvln_finetune_lr.csv", dtype=str).fillna(""))
 
 
+def _fedvln_augment_budget() -> str:
+    from experiments.fedvln.augment_budget import report
+
+    return report(_csv("fedvln_augment_budget_runs.csv"), _csv("fedvln_augment_budget.csv"))
+
+
 def _fedvln_speaker(split: str = "") -> str:
     from experiments.fedvln.speaker import markdown
 
@@ -172,6 +178,7 @@ BLOCKS = {
     "fedvln-gains": _fedvln_gains,
     "fedvln-gap": _fedvln_gap,
     "fedvln-finetune-lr": _fedvln_finetune_lr,
+    "fedvln-augment-budget": _fedvln_augment_budget,
     "fedvln-speaker": _fedvln_speaker,
     "fedvln-speaker-unseen": lambda: _fedvln_speaker("val_unseen"),
     "fedvln-speaker-augment": _fedvln_speaker_augment,

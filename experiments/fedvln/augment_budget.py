@@ -206,6 +206,11 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, rows)
 
 
+def report(runs: pd.DataFrame, table: pd.DataFrame) -> str:
+    """The arms' table, then the paired comparisons (what the docs show)."""
+    return f"{arms_table(runs)}\n\n{markdown(table)}"
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     ready = [s for s in a.seeds if all(launch(a, s, arm) for arm in ARMS)]
@@ -223,7 +228,7 @@ def main(argv=None) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     runs.round({"sr": 2}).to_csv(dest / "fedvln_augment_budget_runs.csv", index=False)
     table.round(2).to_csv(dest / "fedvln_augment_budget.csv", index=False)
-    print(arms_table(runs), "", markdown(table), sep="\n")
+    print(report(runs, table))
     return 0
 
 
