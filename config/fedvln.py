@@ -10,7 +10,7 @@ STAGES = ("agent", "speaker", "augment", "preexplore")
 VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 RECIPES = ("cpu", "official")  # config/fedvln_recipe.py: OFFICIAL, CPU
 OPTIMIZERS = ("rms", "adam")  # training/vln_loop.py
-ROUTE_WORDS = ("speaker", "grammar")  # clients/fedvln_client.route_instructions
+ROUTE_WORDS = ("speaker", "grammar")  # training.vln_house.grammar_words
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,11 @@ class FedVLNSettings(Section):
     )
 
     def validate(self) -> None:
+        if self.route_words == "grammar" and self.stage not in ("augment", "preexplore"):
+            raise ConfigError(
+                "run config 'fedvln.route-words' = \"grammar\" writes the routes of the augment "
+                f"and preexplore stages; stage {self.stage!r} samples none"
+            )
         if self.route_words == "grammar" and self.data_dir:
             raise ConfigError(
                 "run config 'fedvln.route-words' = \"grammar\" needs the embedded houses "

@@ -42,7 +42,8 @@ def simulate(
     trained again, any other unfinished run is refused. Finished:
     all `rounds` done, or stopped by its convergence rule (FedVLN's `fedvln.patience`).
     `study.json` records the launch: the command's arguments, the run config's defaults (a
-    changed default changes the run) and the policy file's bytes; a finished run of another
+    changed default of a key the run recorded changes the run; a key added since does not,
+    `_pair`) and the policy file's bytes; a finished run of another
     launch is trained again. A data folder named in run_config is keyed by its path, not its
     bytes; a checkpoint a run starts from (`*-init`) by its bytes, so that a retrained earlier
     stage retrains the stages that start from it."""
@@ -164,6 +165,8 @@ def _pair(recorded: dict, launch: dict, run_config: str) -> tuple[dict, dict]:
     new key's default keeps what the code did before the key existed (the rule every setting
     in config/ follows); a key both know with another default is another launch."""
     old, new = _used(recorded, run_config), _used(launch, run_config)
+    if not recorded.get("defaults"):  # made before study.json kept the defaults: unknown
+        return old, new
     both = old["defaults"].keys() & new["defaults"].keys()
     for u in (old, new):
         u["defaults"] = {k: v for k, v in u["defaults"].items() if k in both}

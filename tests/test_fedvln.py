@@ -797,10 +797,10 @@ def test_sampled_routes_never_hold_a_scored_route_of_the_house():
     assert any((scan.ids[p[0]], scan.ids[p[-1]]) in ends for p, _ in drawn)
 
 
-def test_grammar_route_words_describe_each_route_as_the_data_does():
+def test_grammar_route_words_name_each_routes_rooms_and_goal():
     """fedvln.route-words = "grammar" gives each sampled route the houses' own instruction for
     it: route fidelity at the true references' level, far above a constant's; refused on a
-    data folder, which has no grammar."""
+    data folder, which has no grammar, and in a stage that samples no routes."""
     from config.schema import ConfigError, merged
     from envs.vln_houses import HouseSpec
     from training.vln_house import (
@@ -823,9 +823,11 @@ def test_grammar_route_words_describe_each_route_as_the_data_does():
         const = fidelity(setup.data, routes, [house.val[0].instruction] * len(routes))
         assert good["rooms_on_route"] > 90 and good["goal_room"] > 80
         assert good["fidelity"] > const["fidelity"] + 30
-    rc = {"method": "fedvln", "fedvln.route-words": "grammar", "fedvln.data-dir": "/data/r2r"}
-    with pytest.raises(ConfigError, match="fedvln.route-words"):
-        parse(merged(rc))
+    rc = {"method": "fedvln", "fedvln.route-words": "grammar", "fedvln.stage": "augment"}
+    parse(merged(rc))
+    for bad in ({"fedvln.data-dir": "/data/r2r"}, {"fedvln.stage": "agent"}):
+        with pytest.raises(ConfigError, match="fedvln.route-words"):
+            parse(merged({**rc, **bad}))
 
 
 def test_a_house_that_lost_its_setup_refuses_to_train_without_it():
@@ -1007,6 +1009,11 @@ def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin
         k0["run_config"].endswith("fedvln.local-epochs=1.5") and "speaker" not in k0["run_config"]
     )
     assert ab.run_dir(a, 0, "augment") == pipe / "seed0" / "augment"
+    capped = pipe / "seed1" / "augment" / "config.json"  # a step cap breaks the equal updates
+    capped.write_text(json.dumps({"wall_s": 1, "fedvln.local-epochs": 3.0,
+                                  "fedvln.max-local-steps": 4}))  # fmt: skip
+    with pytest.raises(SystemExit, match="max-local-steps"):
+        ab._run(a, 1, "augment at control's updates")
 
     sr = {"augment": (28, 27), "control": (33, 30), "control at augment's updates": (29, 27),
           "augment at control's updates": (31, 31)}  # fmt: skip

@@ -120,9 +120,10 @@ def grammar_words(house: House, routes: list[Episode], spec: HouseSpec, seed: in
     (`envs.vln_houses.grammar_instruction`, the grammar that wrote every instruction of the
     data): a perfect speaker (`fedvln.route-words = "grammar"`). A diagnostic, not FedVLN: it
     tells what a stage's routes teach from what our speaker's words do
-    (`experiments.fedvln.augment_budget`). Written once per route, where the speaker writes new
-    words for every batch through its dropout; the same (house, routes, seed) gives the same
-    words."""
+    (`experiments.fedvln.augment_budget`). One instruction per route, in one of the grammar's
+    styles, written once and reused every time the route is drawn, where the speaker writes
+    new words for every batch through its dropout: the two differ in the words' truth *and*
+    in their variety. The same (house, routes, seed) gives the same words."""
     from envs.vln_houses import grammar_instruction
 
     scan = house.setup.world.scan(house.name)

@@ -24,7 +24,16 @@ asks whether it is our speaker's words or the routes themselves:
 
 - *augment, perfect words*: the pipeline's augment launch with `fedvln.route-words="grammar"`,
   the embedded houses' own grammar writing each route's words (`training.vln_house.
-  grammar_words`; the data's instructions were written by it, so no speaker can do better). Every
+  grammar_words`; the data's instructions were written by it, so they are true of the route).
+  Caveat: the grammar writes one instruction per route, reused each time the route is drawn,
+  where our speaker writes new words every batch; so "our speaker's words vs perfect words"
+  differs in the words' truth and in their variety.
+
+The equal-update arithmetic holds without a local step cap (`fedvln.max-local-steps = 0`, the
+pipeline's): a cap would clip both to the same count and halve the augmenting one again, so a
+pipeline run with a cap is refused. `best` is the highest val_unseen SR of a run, picked on
+the split it is scored on, so a run with more evaluations gets more of that optimistic pick;
+`last` carries none. Every
 difference is paired by seed, best and last val_unseen SR, its interval floored by one
 evaluation's binomial noise (`experiments.fedvln.gains.binomial_sd`).
 """
@@ -97,9 +106,13 @@ def launch(a, seed: int, arm: str) -> tuple[list[str], dict] | None:
     run = Path(a.pipeline_out) / f"seed{seed}" / base
     if curve(run.parent, run.name) is None or not (run / "study.json").is_file():
         return None
-    return json.loads((run / "study.json").read_text())["args"], json.loads(
-        (run / "config.json").read_text()
-    )
+    cfg = json.loads((run / "config.json").read_text())
+    if cfg.get("fedvln.max-local-steps", 0):
+        raise SystemExit(
+            f"fedvln_augment_budget: {run} caps local steps (fedvln.max-local-steps = "
+            f"{cfg['fedvln.max-local-steps']}): tau x2 / x0.5 then gives no equal updates"
+        )
+    return json.loads((run / "study.json").read_text())["args"], cfg
 
 
 def run_dir(a, seed: int, arm: str) -> Path:
