@@ -44,13 +44,12 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from experiments.fedvln.gains import binomial_sd
+from experiments.fedvln.gains import paired
 from experiments.fedvln.runs import curve, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
-from experiments.tables import mean_sd, paired_interval, pipe_table
+from experiments.tables import mean_sd, pipe_table
 
 OWN = ROOT / "runs" / "fedvln-augment-budget"
 # arm -> (the pipeline run it copies, factor on its tau, more run config); (run, 1, "") is the
@@ -170,27 +169,8 @@ def comparisons(runs: pd.DataFrame) -> pd.DataFrame:
                 }
                 for arm in (a, b)
             }
-            seeds = sorted(set(side[a]) & set(side[b]))
-            if not seeds:
-                continue
-            x, y = [side[a][s][0] for s in seeds], [side[b][s][0] for s in seeds]
-            m, lo, hi = paired_interval(x, y, sd_floor=binomial_sd(side[a], side[b], seeds))
-            out.append(
-                {
-                    "comparison": what,
-                    "a": a,
-                    "b": b,
-                    "checkpoint": ck,
-                    "n_seeds": len(seeds),
-                    "a_sr": float(np.mean(x)),
-                    "b_sr": float(np.mean(y)),
-                    "gain": m,
-                    "low": lo,
-                    "high": hi,
-                    "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
-                    "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
-                }
-            )
+            if pair := paired(side[a], side[b]):
+                out.append({"comparison": what, "a": a, "b": b, "checkpoint": ck} | pair)
     return pd.DataFrame(out)
 
 

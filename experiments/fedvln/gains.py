@@ -114,30 +114,33 @@ def gains(dirs: dict[int, Path]) -> pd.DataFrame:
             ck_b = "best" if _starts(a, b) else ck
             sa = _by_seed(scores, a, ck)
             sb = _by_seed(scores, b, ck_b)
-            seeds = sorted(set(sa) & set(sb))
-            if not seeds:
-                continue
-            x, y = [sa[s][0] for s in seeds], [sb[s][0] for s in seeds]
-            floor = binomial_sd(sa, sb, seeds)
-            mean, lo, hi = paired_interval(x, y, sd_floor=floor)
-            rows.append(
-                {
-                    "comparison": what,
-                    "a": a,
-                    "b": b,
-                    "checkpoint": ck,
-                    "b_checkpoint": ck_b,
-                    "n_seeds": len(seeds),
-                    "a_sr": float(np.mean(x)),
-                    "b_sr": float(np.mean(y)),
-                    "gain": mean,
-                    "low": lo,
-                    "high": hi,
-                    "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
-                    "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
-                }
-            )
+            if pair := paired(sa, sb):
+                rows.append(
+                    {"comparison": what, "a": a, "b": b, "checkpoint": ck, "b_checkpoint": ck_b}
+                    | pair
+                )
     return pd.DataFrame(rows)
+
+
+def paired(sa: dict, sb: dict) -> dict | None:
+    """Two sides' {seed: (SR, episodes)} paired over the seeds both have: their means, the
+    mean difference a − b with its interval (sd floored by `binomial_sd`), whether it is
+    within noise, and the difference seed by seed; None when no seed is shared."""
+    seeds = sorted(set(sa) & set(sb))
+    if not seeds:
+        return None
+    x, y = [sa[s][0] for s in seeds], [sb[s][0] for s in seeds]
+    mean, lo, hi = paired_interval(x, y, sd_floor=binomial_sd(sa, sb, seeds))
+    return {
+        "n_seeds": len(seeds),
+        "a_sr": float(np.mean(x)),
+        "b_sr": float(np.mean(y)),
+        "gain": mean,
+        "low": lo,
+        "high": hi,
+        "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
+        "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
+    }
 
 
 def _starts(a: str, b: str) -> bool:
