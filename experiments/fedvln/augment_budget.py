@@ -208,7 +208,10 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     ready = [s for s in a.seeds if all(launch(a, s, arm) for arm in ARMS)]
     for s in sorted(set(a.seeds) - set(ready)):
-        print(f"fedvln_augment_budget: seed {s} has no finished augment and augment-control")
+        print(
+            f"fedvln_augment_budget: seed {s} has no finished augment and augment-control in "
+            f"{a.pipeline_out}: run `python -m experiments.fedvln.pipeline --seeds {s}` first"
+        )
     jobs = [(s, arm) for s in ready for arm, (_, f, x) in ARMS.items() if f != 1.0 or x]
     if not a.tables_only:
         in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_augment_budget")
