@@ -190,3 +190,70 @@ def test_speaker_experiment_names_a_missing_data_folder(tmp_path, capsys):
     assert rc == 2
     assert f"--data-dir {missing}" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_r2r_floors_become_rows_of_the_r2r_speaker_table(tmp_path):
+    """experiments/fedvln/speaker_floors.into_table4: the constant and other-path floors join a
+    committed Table 4 under the pipeline's names, after the untrained floor, replacing any
+    earlier floor rows; the docs' renderer shows their BLEU and fidelity beside the speakers."""
+    import pandas as pd
+
+    from experiments.fedvln.pipeline import markdown
+    from experiments.fedvln.speaker_floors import into_table4, table4_rows
+
+    csv = tmp_path / "fedvln_table4_r2r-x.csv"
+    ours = [("untrained (floor)", 0.0), ("Cent", 28.3), ("Fed", 24.1)]
+    rows = [
+        {
+            "speaker": s,
+            "checkpoint": ck,
+            "n_seeds": 3,
+            "val_seen_bleu": b,
+            "val_unseen_bleu": b,
+            "steps": 0,
+            "source": "ours",
+        }  # fmt: skip
+        for s, b in ours
+        for ck in ("best", "last")
+    ] + [{"speaker": s, "source": "paper"} for s, _ in ours]
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    runs = pd.DataFrame(
+        [
+            {
+                "data": "R2R",
+                "floor": f,
+                "split": sp,
+                "seed": seed,
+                "bleu": b + seed,
+                "fidelity": 15.0,
+                "rooms_on_route": 40.0,
+                "room_f1": 1.0,
+                "goal_room": 11.0,
+                "stop_object": 0.0,
+                "first_turn": 26.0,
+            }  # fmt: skip
+            for f, b in (("constant", 17.0), ("other path", 10.0), ("true", np.nan))
+            for sp in ("val_seen", "val_unseen")
+            for seed in (0, 1, 2)
+        ]
+    )
+    floors = table4_rows(runs, "R2R")
+    assert set(floors.speaker) == {"constant sentence (floor)", "other path's instruction (floor)"}
+    for _ in range(2):  # a rerun replaces the rows, it does not add more
+        into_table4(csv, floors).to_csv(csv, index=False)
+    t = pd.read_csv(csv)
+    mine = t[t.source == "ours"]
+    assert list(mine.speaker.drop_duplicates()) == [
+        "untrained (floor)",
+        "constant sentence (floor)",
+        "other path's instruction (floor)",
+        "Cent",
+        "Fed",
+    ]
+    const = mine[mine.speaker == "constant sentence (floor)"].set_index("checkpoint")
+    assert const.loc["best", "val_unseen_bleu"] == pytest.approx(18.0)  # mean of 17, 18, 19
+    assert const.loc["best", "val_unseen_bleu_sd"] == pytest.approx(1.0)
+    assert const.loc["last", "val_unseen_fidelity"] == pytest.approx(15.0)
+    assert len(t[t.speaker == "constant sentence (floor)"]) == 3  # best, last, its paper row
+    text = markdown({k: pd.DataFrame() for k in ("table2", "table5", "table9")} | {"table4": t})
+    assert "| constant sentence (floor) | best | 3 |" in text and "18.0 ± 1.0" in text

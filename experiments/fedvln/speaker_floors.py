@@ -17,6 +17,12 @@ fidelity (`envs.vln_fidelity`; on R2R it reads the real houses' region labels an
 human instructions name rooms in more words than the grammar's, so its `true` row is the
 ceiling to read the others against). Results: experiments/results/fedvln_speaker_floors.csv
 (mean ± sd over seeds), generated into README.md and docs/fedvln.md.
+
+The R2R floors also become rows of every committed R2R Table 4
+(experiments/results/fedvln_table4_r2r*.csv, the pipeline's speaker tables), under the names
+and columns the pipeline gives the embedded houses' floors, so each trained speaker is read
+against them in its own table (issue 41). The pipeline writes these rows itself for the
+embedded houses; for R2R its runs are not on every machine, and the floors need none.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import sys
 import pandas as pd
 
 from envs.vln_setup import open_vln
+from experiments.fedvln.runs import summary
 from experiments.simulate import RESULTS, ROOT, command_line
 from experiments.tables import mean_sd, pipe_table, refuse_overwrite
 from training import vln_speaker_quality as quality
@@ -71,6 +78,43 @@ def floors(source: str, data_dir: str, seeds: list[int]) -> list[dict]:
     return rows
 
 
+# a floor's name in the pipeline's Table 4 (experiments/fedvln/pipeline.table4)
+TABLE4_NAMES = {
+    "constant": "constant sentence (floor)",
+    "other path": "other path's instruction (floor)",
+}
+
+
+def table4_rows(runs: pd.DataFrame, data: str) -> pd.DataFrame:
+    """`data`'s floors as Table 4 rows: the pipeline's speaker names and columns (BLEU and route
+    fidelity per val split, val_unseen's rooms on route, goal room and stop object), mean and
+    sd over seeds; a floor trains nothing, so its best and last checkpoints are the same row."""
+    from experiments.fedvln.pipeline import T4_METRICS, T4_PARTS
+
+    mine = runs[(runs["data"] == data) & runs["floor"].isin(TABLE4_NAMES)]
+    per_seed = []
+    for (floor, seed), g in mine.groupby(["floor", "seed"], sort=False):
+        row = {"speaker": TABLE4_NAMES[floor], "seed": seed, "steps": 0}
+        for r in g.itertuples():
+            row |= {f"{r.split}_bleu": r.bleu, f"{r.split}_fidelity": r.fidelity}
+            row |= {f"{r.split}_{k}": getattr(r, k) for k in METRICS if k != "bleu"}
+        per_seed += [row | {"checkpoint": ck} for ck in ("best", "last")]
+    cols = [*T4_METRICS, *T4_PARTS, "steps"]
+    return summary(per_seed, ["speaker", "checkpoint"], cols).assign(source="ours")
+
+
+def into_table4(csv, floors: pd.DataFrame) -> pd.DataFrame:
+    """`csv`'s Table 4 with `floors` in place of any floor rows it had, right after the
+    untrained floor (and one empty paper row each, as the pipeline writes)."""
+    t = pd.read_csv(csv)
+    t = t[~t["speaker"].isin(floors["speaker"])]
+    ours, paper = t[t["source"] == "ours"], t[t["source"] != "ours"]
+    untrained = ours["speaker"].str.startswith("untrained")
+    papers = floors.drop_duplicates("speaker")[["speaker"]].assign(source="paper")
+    out = pd.concat([ours[untrained], floors, ours[~untrained], paper, papers], ignore_index=True)
+    return out[[c for c in out.columns if c != "source"] + ["source"]]
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (data, floor, split), g in runs.groupby(["data", "floor", "split"], sort=False):
@@ -108,8 +152,14 @@ def main(argv=None) -> int:
     rows = floors("embedded houses", "", a.seeds)
     if a.r2r:
         rows += floors("R2R", a.r2r, a.seeds)
-    table = summarize(pd.DataFrame(rows))
+    runs = pd.DataFrame(rows)
+    table = summarize(runs)
     table.to_csv(dest, index=False)
+    if a.r2r:
+        floors4 = table4_rows(runs, "R2R")
+        for csv in sorted(RESULTS.glob("fedvln_table4_r2r*.csv")):
+            into_table4(csv, floors4).round(4).to_csv(csv, index=False)  # no double rounding
+            print(f"  floor rows written into {csv.name}")
     print(f"\n{command_line(__file__, argv)}\n\n{markdown(table)}")
     return 0
 
