@@ -160,6 +160,10 @@ def one_run(job: dict) -> list[dict]:
                     "envs": s.envs,
                     "lr": s.lr,
                     "act_steps": s.act_steps,
+                    "sigma": s.sigma,
+                    # each party's own ledger at the end (0: a method that releases nothing)
+                    "eps_alpha": float(last.get("alpha-privacy-epsilon", 0.0)),
+                    "eps_beta": float(last.get("beta-privacy-epsilon", 0.0)),
                     "exchange": EXCHANGE,
                     "fingerprint": fp,
                     "wall_s": round(last["wall_s"], 1),

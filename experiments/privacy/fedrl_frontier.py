@@ -1,0 +1,273 @@
+"""FedRL's privacy-utility frontier at the Table-1 budget: test SuccRate against the run's
+epsilon over sigma, with DQN-alpha (alpha alone, nothing shared) and the random policies as
+lines (issue 44 item 3).
+
+    python -m experiments.privacy.fedrl_frontier --map-dir ../shared/data/gridworld
+           [--sigmas 0 0.25 1 2 4 8 16 64] [--seeds 0 1 2] [--rounds 200] [--jobs 2]
+           [--work runs/fedrl_table1] [--name fedrl_frontier] [--force]
+
+The runs are Table 1's (experiments/fedrl/table1.py: the same maps and split, the paper's
+rules, 8x8, 200 rounds as docs/fedrl.md's Table 1, model selection, caching in --work and
+resume); only `fedrl.sigma` changes, the std of the Gaussian noise on every released Q output
+(Eq. 1-2, `training.fedrl_privacy.release`). sigma = 0 is the undefended point
+(`fedrl.insecure-no-noise`, epsilon infinite). DQN-alpha and the floors release nothing and do
+not depend on sigma: trained once per seed, epsilon 0.
+
+Epsilon is each party's own ledger at the end of the run (`Party.privacy`: RDP composition over
+the releases of its most-released transition, delta 1e-5); the x axis is the larger of alpha's
+and beta's, the weaker guarantee of the two. FedRL is scored with test_noise=on, the paper's
+FedRL-1: at test time the parties still release noised outputs, so the score is that of the
+protected run.
+
+"Beats DQN-alpha" is the paired difference FedRL(sigma, seed) - DQN-alpha(seed) over seeds with
+its 95% interval, the sd floored at the binomial sd of two SuccRates over the test maps
+(`experiments.fedvln.gains.paired`): FedRL beats DQN-alpha at a sigma when the interval lies
+above 0. `crossing` names the largest sigma (smallest epsilon) at which it still does.
+
+Writes experiments/results/<name>.csv (one row per sigma or baseline and checkpoint, the paper's
+number beside), <name>_runs.csv (one row per run) and <name>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+
+from experiments.fedrl.table1 import PAPER, check_common, common_args, run_jobs, splits_for
+from experiments.fedvln.gains import paired
+from experiments.simulate import RESULTS, command_line
+from experiments.tables import mean_sd, pipe_table, refuse_overwrite, save_study, study_files
+
+SIZE, RULES = 8, "paper"
+BASELINES = {
+    "dqn-alpha": "DQN-alpha (α alone)",
+    "random-both": "random α and β",
+    "random-alpha": "random α, β stays",
+}
+# the paper's 8x8 SuccRate %: FedRL at its sigma = 1 (FedRL-1 / FedRL-2 as printed), DQN-alpha
+PAPER_FEDRL = f"{PAPER[('fedrl-1', 'succ')][0]:g} / {PAPER[('fedrl-2', 'succ')][0]:g}"
+PAPER_DQN = PAPER[("dqn-alpha", "succ")][0]
+
+
+def jobs_for(args, extra: dict, map_file: str, ranges: dict) -> list[dict]:
+    """Table 1's job dicts: FedRL at every sigma, the baselines once per seed."""
+    base = {
+        "rules": RULES,
+        "size": SIZE,
+        "rounds": args.rounds,
+        "eval_every": args.eval_every,
+        "map_file": map_file,
+        "ranges": ranges,
+        "work": args.work,
+    }
+    jobs = []
+    for seed in args.seeds:
+        for sigma in args.sigmas:
+            noise = {"fedrl.sigma": float(sigma)}
+            if sigma == 0:  # the undefended point, said so explicitly as the policy requires
+                noise["fedrl.insecure-no-noise"] = True
+            jobs.append(base | {"method": "fedrl", "seed": seed, "extra": extra | noise})
+        for m in BASELINES:
+            jobs.append(base | {"method": m, "seed": seed, "extra": dict(extra)})
+    return jobs
+
+
+def scored(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, sigma, seed, checkpoint): SuccRate % (FedRL with test_noise=on), the
+    number of test maps it was scored on and the run's epsilon (the larger party's; 0 for a
+    method that releases nothing)."""
+    r = runs[(runs.method != "fedrl") | (runs.test_noise == "on")].copy()
+    r["succ"] = 100.0 * r.succ_rate
+    r["episodes"] = [json.loads(m).get(s, 0) for m, s in zip(r.maps_used, r.split)]
+    fed = r.method == "fedrl"
+    r["epsilon"] = np.where(fed, np.maximum(r.eps_alpha, r.eps_beta), 0.0)
+    r["sigma"] = np.where(fed, r["sigma"], np.nan)
+    return r
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per sigma and checkpoint: epsilon, SuccRate mean ± sd, and FedRL - DQN-alpha paired over
+    seeds; then the baselines' rows."""
+    r = scored(runs)
+    rows = []
+    for ck in ("best", "last"):
+        at = r[r.checkpoint == ck]
+        dqn = at[at.method == "dqn-alpha"]
+        dqn_by_seed = dict(zip(dqn.seed, zip(dqn.succ, dqn.episodes)))
+        for sigma, g in at[at.method == "fedrl"].groupby("sigma", sort=True):
+            pair = paired(dict(zip(g.seed, zip(g.succ, g.episodes))), dqn_by_seed) or {}
+            low, high = pair.get("low", np.nan), pair.get("high", np.nan)
+            rows.append(
+                {
+                    "method": "fedrl",
+                    "sigma": sigma,
+                    "checkpoint": ck,
+                    "seeds": len(g),
+                    "eps_alpha": g.eps_alpha.mean(),
+                    "eps_beta": g.eps_beta.mean(),
+                    "epsilon": g.epsilon.mean(),
+                    "succ": mean_sd(g.succ),
+                    "succ_mean": g.succ.mean(),
+                    "succ_sd": g.succ.std(ddof=1) if len(g) > 1 else 0.0,
+                    "vs_dqn_alpha": pair.get("gain", np.nan),
+                    "vs_low": low,
+                    "vs_high": high,
+                    "beats_dqn_alpha": bool(low > 0),
+                    "vs_by_seed": pair.get("by_seed", ""),
+                    "paper": PAPER_FEDRL if sigma == 1 else "",
+                }
+            )
+        for m, label in BASELINES.items():
+            g = at[at.method == m]
+            if len(g):
+                rows.append(
+                    {
+                        "method": m,
+                        "sigma": np.nan,
+                        "checkpoint": ck,
+                        "seeds": len(g),
+                        "eps_alpha": 0.0,
+                        "eps_beta": 0.0,
+                        "epsilon": 0.0,
+                        "succ": mean_sd(g.succ),
+                        "succ_mean": g.succ.mean(),
+                        "succ_sd": g.succ.std(ddof=1) if len(g) > 1 else 0.0,
+                        "paper": f"{PAPER_DQN:g}" if m == "dqn-alpha" else "",
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def crossing(t: pd.DataFrame, checkpoint: str = "best") -> dict:
+    """The largest sigma at which FedRL still beats DQN-alpha (interval above 0) and the smallest
+    at which it no longer does, with their epsilons; None where there is none."""
+    f = t[(t.method == "fedrl") & (t.checkpoint == checkpoint) & (t.sigma > 0)].sort_values("sigma")
+    beats = f[f.beats_dqn_alpha.astype(bool)]
+    last = beats.iloc[-1] if len(beats) else None
+    after = f[f.sigma > last.sigma] if last is not None else f
+    first_not = after[~after.beats_dqn_alpha.astype(bool)]
+    first_not = first_not.iloc[0] if len(first_not) else None
+    return {
+        "last_sigma": None if last is None else float(last.sigma),
+        "last_epsilon": None if last is None else float(last.epsilon),
+        "first_not_sigma": None if first_not is None else float(first_not.sigma),
+        "first_not_epsilon": None if first_not is None else float(first_not.epsilon),
+    }
+
+
+def _eps(v: float) -> str:
+    return "∞" if not math.isfinite(v) else ("0" if v == 0 else f"{v:.3g}")
+
+
+def markdown(t: pd.DataFrame) -> str:
+    head = [
+        "setting",
+        "checkpoint",
+        "seeds",
+        "ε (α / β), δ = 1e-5",
+        "test SuccRate %",
+        "− DQN-alpha [95%]",
+        "by seed",
+        "paper",
+    ]
+    body = []
+    for r in t.itertuples():
+        if r.method == "fedrl":
+            name = f"FedRL σ = {r.sigma:g}" + (" (paper's)" if r.sigma == 1 else "")
+            eps = f"{_eps(r.eps_alpha)} / {_eps(r.eps_beta)}"
+            vs = f"{r.vs_dqn_alpha:+.1f} [{r.vs_low:+.1f}, {r.vs_high:+.1f}]"
+            by = r.vs_by_seed
+        else:
+            name, eps, vs, by = BASELINES[r.method], "0 (releases nothing)", "", ""
+        paper = r.paper if isinstance(r.paper, str) else ""  # read back from the CSV: NaN
+        body.append([name, r.checkpoint, int(r.seeds), eps, r.succ, vs, by, paper])
+    c = crossing(t)
+    if c["last_sigma"] is None:
+        said = "FedRL beats DQN-alpha at no σ > 0 measured (best checkpoint)."
+    else:
+        said = (
+            f"FedRL beats DQN-alpha (interval above 0, best checkpoint) up to σ = "
+            f"{c['last_sigma']:g} (ε = {_eps(c['last_epsilon'])})"
+            + (
+                f"; from σ = {c['first_not_sigma']:g} (ε = {_eps(c['first_not_epsilon'])}) it "
+                "no longer does."
+                if c["first_not_sigma"] is not None
+                else ", the largest σ measured."
+            )
+        )
+    return pipe_table(head, body) + "\n\n" + said
+
+
+def plot(runs: pd.DataFrame, png) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = summarize(runs)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, ck in zip(axes, ("best", "last")):
+        f = t[(t.method == "fedrl") & (t.checkpoint == ck)].sort_values("epsilon")
+        finite = f[np.isfinite(f.epsilon)]
+        right = finite.epsilon.max() * 10 if len(finite) else 1.0
+        x = np.where(np.isfinite(f.epsilon), f.epsilon, right)
+        ax.errorbar(x, f.succ_mean, yerr=f.succ_sd, fmt="o-", capsize=3, label="FedRL (ours)")
+        for xi, y, s in zip(x, f.succ_mean, f.sigma):
+            ax.annotate(f"σ={s:g}", (xi, y), textcoords="offset points", xytext=(3, 5), fontsize=7)
+        for m, style in (("dqn-alpha", "-"), ("random-both", "--"), ("random-alpha", ":")):
+            b = t[(t.method == m) & (t.checkpoint == ck)]
+            if len(b):
+                y, sd = float(b.succ_mean.iloc[0]), float(b.succ_sd.iloc[0])
+                ax.axhline(y, color="grey" if m != "dqn-alpha" else "C1", ls=style,
+                           label=f"{BASELINES[m]} (ours, ε = 0)")  # fmt: skip
+                if m == "dqn-alpha":
+                    ax.axhspan(y - sd, y + sd, color="C1", alpha=0.12)
+        ax.axhline(PAPER_DQN, color="C1", ls="-.", lw=1, label=f"DQN-alpha paper {PAPER_DQN:g}")
+        one = f[f.sigma == 1]
+        if len(one):
+            for v in PAPER_FEDRL.split(" / "):
+                ax.plot(one.epsilon, [float(v)], "r*", ms=9)
+            ax.plot([], [], "r*", label=f"FedRL paper at σ = 1: {PAPER_FEDRL}")
+        ax.set(xscale="log", title=f"8x8, paper rules, {ck} checkpoint",
+               xlabel="ε of the run (larger party's, δ = 1e-5); σ = 0 drawn at the right")  # fmt: skip
+        ax.set_ylabel("test SuccRate % (mean ± sd, 3 seeds)")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sigmas", type=float, nargs="+", default=[0, 0.25, 1, 2, 4, 8, 16, 64])
+    ap.add_argument("--rounds", type=int, default=200, help="Table 1's 8x8 budget")
+    ap.add_argument("--name", default="fedrl_frontier")
+    common_args(ap)
+    args = ap.parse_args(argv)
+    cmd = command_line(__file__, argv)
+    outs = study_files(RESULTS, args.name)
+    try:
+        if args.rounds <= 0 or min(args.sigmas) < 0:
+            raise ValueError("--rounds must be positive and --sigmas >= 0")
+        extra, files = check_common(args, [SIZE])
+        if "fedrl.sigma" in extra or "fedrl.insecure-no-noise" in extra:
+            raise ValueError("--run-config: sigma is this study's knob, set it with --sigmas")
+        refuse_overwrite(outs, args.force)
+        ranges = splits_for(files[SIZE], args)
+    except (ValueError, OSError) as e:
+        print(f"fedrl_frontier: {e}", file=sys.stderr)
+        return 2
+    runs = run_jobs(jobs_for(args, extra, files[SIZE], ranges), args.jobs)
+    t = summarize(runs)
+    save_study(outs, runs, t, cmd, plot)
+    print(f"\n{cmd}\n\n" + markdown(t))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
