@@ -133,6 +133,14 @@ def one_run(job: dict) -> list[dict]:
     last = rows[-1]
     score = "test" if len(s.test) else "valid"
     maps = s.map_report()
+    # each party's own ledger at the end of the run (a FedRL row must carry it: KeyError, never
+    # a silent 0); a method that releases nothing spends nothing
+    fed = job["method"] == "fedrl"
+    ledger = {
+        f"{col}_{party}": float(last[f"{party}-{key}"]) if fed else 0.0
+        for party in ("alpha", "beta")
+        for col, key in (("eps", "privacy-epsilon"), ("releases", "max-releases"))
+    }
     out = []
     for noise in ("on", "off") if job["method"] == "fedrl" else ("",):
         sfx = f"-test_noise={noise}" if noise else ""
@@ -161,9 +169,7 @@ def one_run(job: dict) -> list[dict]:
                     "lr": s.lr,
                     "act_steps": s.act_steps,
                     "sigma": s.sigma,
-                    # each party's own ledger at the end (0: a method that releases nothing)
-                    "eps_alpha": float(last.get("alpha-privacy-epsilon", 0.0)),
-                    "eps_beta": float(last.get("beta-privacy-epsilon", 0.0)),
+                    **ledger,
                     "exchange": EXCHANGE,
                     "fingerprint": fp,
                     "wall_s": round(last["wall_s"], 1),

@@ -144,19 +144,22 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def crossing(t: pd.DataFrame, checkpoint: str = "best") -> dict:
-    """The largest sigma at which FedRL still beats DQN-alpha (interval above 0) and the smallest
-    at which it no longer does, with their epsilons; None where there is none."""
+    """Where FedRL stops beating DQN-alpha (interval above 0): the largest sigma at which it
+    still does, the smallest above that at which it no longer does, with their epsilons, and
+    every smaller sigma that does not beat it (the curve need not be monotone: one seed's
+    checkpoint can sink a low sigma). None where there is none."""
     f = t[(t.method == "fedrl") & (t.checkpoint == checkpoint) & (t.sigma > 0)].sort_values("sigma")
-    beats = f[f.beats_dqn_alpha.astype(bool)]
-    last = beats.iloc[-1] if len(beats) else None
-    after = f[f.sigma > last.sigma] if last is not None else f
-    first_not = after[~after.beats_dqn_alpha.astype(bool)]
-    first_not = first_not.iloc[0] if len(first_not) else None
+    won = f.beats_dqn_alpha.astype(bool)
+    last = f[won].iloc[-1] if won.any() else None
+    above = f[(f.sigma > last.sigma) & ~won] if last is not None else f[~won]
+    first_not = above.iloc[0] if len(above) else None
     return {
         "last_sigma": None if last is None else float(last.sigma),
         "last_epsilon": None if last is None else float(last.epsilon),
         "first_not_sigma": None if first_not is None else float(first_not.sigma),
         "first_not_epsilon": None if first_not is None else float(first_not.epsilon),
+        "beats": [float(x) for x in f[won].sigma],
+        "not_below": [float(x) for x in f[~won].sigma if last is not None and x < last.sigma],
     }
 
 
@@ -190,9 +193,15 @@ def markdown(t: pd.DataFrame) -> str:
     if c["last_sigma"] is None:
         said = "FedRL beats DQN-alpha at no σ > 0 measured (best checkpoint)."
     else:
+        listed = ", ".join(f"{x:g}" for x in c["beats"])
         said = (
-            f"FedRL beats DQN-alpha (interval above 0, best checkpoint) up to σ = "
-            f"{c['last_sigma']:g} (ε = {_eps(c['last_epsilon'])})"
+            f"FedRL beats DQN-alpha (interval above 0, best checkpoint) at σ = {listed}, up "
+            f"to σ = {c['last_sigma']:g} (ε = {_eps(c['last_epsilon'])}, the larger party's)"
+            + (
+                f" (not at σ = {', '.join(f'{x:g}' for x in c['not_below'])})"
+                if c["not_below"]
+                else ""
+            )
             + (
                 f"; from σ = {c['first_not_sigma']:g} (ε = {_eps(c['first_not_epsilon'])}) it "
                 "no longer does."
@@ -232,10 +241,13 @@ def plot(runs: pd.DataFrame, png) -> None:
         if len(one):
             for v in PAPER_FEDRL.split(" / "):
                 ax.plot(one.epsilon, [float(v)], "r*", ms=9)
-            ax.plot([], [], "r*", label=f"FedRL paper at σ = 1: {PAPER_FEDRL}")
+            ax.plot([], [], "r*", label=f"FedRL paper at σ = 1: {PAPER_FEDRL} (at our ε for σ = 1)")
         ax.set(xscale="log", title=f"8x8, paper rules, {ck} checkpoint",
-               xlabel="ε of the run (larger party's, δ = 1e-5); σ = 0 drawn at the right")  # fmt: skip
-        ax.set_ylabel("test SuccRate % (mean ± sd, 3 seeds)")
+               xlabel="ε of the run (larger party's, δ = 1e-5); σ = 0 (ε = ∞) drawn at the right")  # fmt: skip
+        if not np.isfinite(f.epsilon).all():
+            ax.annotate("ε = ∞", (right, 0), xycoords=("data", "axes fraction"), ha="center",
+                        va="bottom", fontsize=7)  # fmt: skip
+        ax.set_ylabel(f"test SuccRate % (mean ± sd, {int(t.seeds.max())} seeds)")
         ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
