@@ -110,12 +110,17 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
     """Ctrl-C mid-run: exit 130, and no process of the run is left, Ray's daemons included
     (its DashboardAgent and RuntimeEnvAgent outlived SIGINT, deaf to SIGTERM)."""
     import glob
+    import shutil
     import signal
+    import tempfile
     import time
 
     from launch.superlink import processes_holding
 
-    before, token = set(glob.glob("/tmp/fe-ray-*")), f"test-{uuid.uuid4().hex}"
+    token = f"test-{uuid.uuid4().hex}"
+    # the run's own temp folder, short (Ray's socket paths stay under 107 bytes): the launcher
+    # makes its private Ray temp dir in it, so another test's concurrent run is never counted
+    mine = tempfile.mkdtemp(prefix="fe-t-", dir="/tmp")
     # 20,000 rounds: the run cannot finish before the interrupt, whatever the machine's load.
     # (Started from a background job, pytest and this child inherit SIGINT ignored; the
     # launcher re-arms it, else this run went on to its last round and exited 0.)
@@ -123,11 +128,11 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
         [PYTHON, str(ROOT / "simulation.py"), "fedavg", "--rounds", "20000", "--num-clients",
          "2", "--out", str(tmp_path / "run"), "--no-plots", "--run-config", SMALL],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token},
+        env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token, "TMPDIR": mine},
     )  # fmt: skip
     ours = set()
     for line in proc.stdout:  # interrupt once round 2 is done: Ray runs in full then
-        ours |= set(glob.glob("/tmp/fe-ray-*")) - before
+        ours |= set(glob.glob(f"{mine}/fe-ray-*"))
         if line.startswith("round 2/"):
             break
     assert ours, "the run made no private Ray temp dir"
@@ -136,6 +141,7 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
     time.sleep(2)
     assert run_tokens_alive(token) == []
     assert all(processes_holding(d) == [] and not os.path.exists(d) for d in ours)
+    shutil.rmtree(mine, ignore_errors=True)
 
 
 def test_simulation_engine_cdl_on_a_ring(tmp_path):
