@@ -44,6 +44,45 @@ def paired_interval(a, b, level: float = 0.95, sd_floor: float = 0.0) -> tuple[f
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
+def se_eval(sr: float, n: float) -> float:
+    """Binomial standard error (SR points) of one evaluation on n episodes."""
+    return float(np.sqrt(sr * (100 - sr) / n)) if n and n == n else float("nan")
+
+
+def binomial_sd(sa: dict, sb: dict, seeds: list[int]) -> float:
+    """The sd of one paired difference from evaluation noise alone: two independent success
+    rates over their episodes (SR in %, n episodes; a side with no count takes the other's),
+    averaged over the seeds. 0 when no count is known."""
+    var = []
+    for s in seeds:
+        (pa, na), (pb, nb) = sa[s], sb[s]
+        na, nb = (na if na == na else nb), (nb if nb == nb else na)
+        if na == na and nb == nb and na > 0 and nb > 0:
+            var.append(se_eval(pa, na) ** 2 + se_eval(pb, nb) ** 2)
+    return float(np.sqrt(np.mean(var))) if var else 0.0
+
+
+def paired(sa: dict, sb: dict) -> dict | None:
+    """Two sides' {seed: (SR, episodes)} paired over the seeds both have: their means, the
+    mean difference a − b with its interval (sd floored by `binomial_sd`), whether it is
+    within noise, and the difference seed by seed; None when no seed is shared."""
+    seeds = sorted(set(sa) & set(sb))
+    if not seeds:
+        return None
+    x, y = [sa[s][0] for s in seeds], [sb[s][0] for s in seeds]
+    mean, lo, hi = paired_interval(x, y, sd_floor=binomial_sd(sa, sb, seeds))
+    return {
+        "n_seeds": len(seeds),
+        "a_sr": float(np.mean(x)),
+        "b_sr": float(np.mean(y)),
+        "gain": mean,
+        "low": lo,
+        "high": hi,
+        "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
+        "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
+    }
+
+
 def pipe_table(head: list[str], rows: list[list]) -> str:
     """A markdown table: one header row, then one row per list of cells."""
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -1098,8 +1098,9 @@ def test_a_gain_below_one_evaluations_noise_is_within_noise_even_if_the_seeds_ag
     """Two seeds whose augmented agents both beat their control by 0.6 SR: the seeds' own
     spread is 0, but each SR is measured on 360 episodes (binomial sd ~2.4 points), so the
     gains table floors the interval's sd and calls it noise."""
-    from experiments.fedvln.gains import binomial_sd, gains
+    from experiments.fedvln.gains import gains
     from experiments.fedvln.runs import seed_dirs
+    from experiments.tables import binomial_sd
 
     for seed, (aug, ctl) in {0: (30.6, 30.0), 1: (28.3, 27.7)}.items():
         for run, sr in (("augment", aug), ("augment-control", ctl)):

@@ -142,7 +142,7 @@ def one_run(job: dict) -> list[dict]:
         for col, key in (("eps", "privacy-epsilon"), ("releases", "max-releases"))
     }
     out = []
-    for noise in ("on", "off") if job["method"] == "fedrl" else ("",):
+    for noise in ("on", "off") if fed else ("",):
         sfx = f"-test_noise={noise}" if noise else ""
         for ckpt, pre in (("best", "best-"), ("last", "")):
             out.append(

@@ -35,7 +35,7 @@ pipeline run with a cap is refused. `best` is the highest val_unseen SR of a run
 the split it is scored on, so a run with more evaluations gets more of that optimistic pick;
 `last` carries none. Every
 difference is paired by seed, best and last val_unseen SR, its interval floored by one
-evaluation's binomial noise (`experiments.fedvln.gains.binomial_sd`).
+evaluation's binomial noise (`experiments.tables.binomial_sd`).
 """
 
 from __future__ import annotations
@@ -46,10 +46,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.fedvln.gains import paired
 from experiments.fedvln.runs import curve, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
-from experiments.tables import mean_sd, pipe_table
+from experiments.tables import mean_sd, paired, pipe_table
 
 OWN = ROOT / "runs" / "fedvln-augment-budget"
 # arm -> (the pipeline run it copies, factor on its tau, more run config); (run, 1, "") is the

@@ -5,7 +5,7 @@ with a paired interval").
 A seed's runs share their data, houses and initial follower, so a difference is taken seed by
 seed (`experiments.tables.paired_interval`) and a comparison whose interval holds 0 is within
 noise. The interval's sd is at least the binomial sd of one paired difference (each side's SR
-over its val_unseen episodes, `binomial_sd`): with 2-3 seeds the seeds' own spread can come out
+over its val_unseen episodes, `experiments.tables.binomial_sd`): with 2-3 seeds the seeds' own spread can come out
 near 0 by chance, and a difference below one evaluation's noise is not a finding. Comparisons:
 
 - augmentation (paper Table 2): FedEnvdrop_aug − FedEnvdrop, Envdrop_aug − Envdrop, and
@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from config.fedvln import VARIANTS
-from experiments.fedvln.runs import curve, pick, se_eval
-from experiments.tables import paired_interval
+from experiments.fedvln.runs import curve, pick
+from experiments.tables import paired
 
 MODELS = {
     "Envdrop": "central/agent",
@@ -91,19 +91,6 @@ def seed_scores(dirs: dict[int, Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["seed", "model", "checkpoint", "sr", "n"])
 
 
-def binomial_sd(sa: dict, sb: dict, seeds: list[int]) -> float:
-    """The sd of one paired difference from evaluation noise alone: two independent success
-    rates over their episodes (SR in %, n episodes; a side with no count takes the other's),
-    averaged over the seeds. 0 when no count is known."""
-    var = []
-    for s in seeds:
-        (pa, na), (pb, nb) = sa[s], sb[s]
-        na, nb = (na if na == na else nb), (nb if nb == nb else na)
-        if na == na and nb == nb and na > 0 and nb > 0:
-            var.append(se_eval(pa, na) ** 2 + se_eval(pb, nb) ** 2)
-    return float(np.sqrt(np.mean(var))) if var else 0.0
-
-
 def gains(dirs: dict[int, Path]) -> pd.DataFrame:
     """The paired-gain table: one row per (comparison, checkpoint) with both sides' means, the
     mean paired difference, its interval, the seeds used and whether it is within noise."""
@@ -120,27 +107,6 @@ def gains(dirs: dict[int, Path]) -> pd.DataFrame:
                     | pair
                 )
     return pd.DataFrame(rows)
-
-
-def paired(sa: dict, sb: dict) -> dict | None:
-    """Two sides' {seed: (SR, episodes)} paired over the seeds both have: their means, the
-    mean difference a − b with its interval (sd floored by `binomial_sd`), whether it is
-    within noise, and the difference seed by seed; None when no seed is shared."""
-    seeds = sorted(set(sa) & set(sb))
-    if not seeds:
-        return None
-    x, y = [sa[s][0] for s in seeds], [sb[s][0] for s in seeds]
-    mean, lo, hi = paired_interval(x, y, sd_floor=binomial_sd(sa, sb, seeds))
-    return {
-        "n_seeds": len(seeds),
-        "a_sr": float(np.mean(x)),
-        "b_sr": float(np.mean(y)),
-        "gain": mean,
-        "low": lo,
-        "high": hi,
-        "within_noise": bool(lo <= 0 <= hi) if lo == lo else True,
-        "by_seed": " / ".join(f"{u - v:+.1f}" for u, v in zip(x, y)),
-    }
 
 
 def _starts(a: str, b: str) -> bool:

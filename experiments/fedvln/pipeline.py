@@ -71,9 +71,10 @@ from config.schema import parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size, spec_of
 from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
-from experiments.fedvln.runs import curve, pick, se_eval, seed_dirs, summary
+from experiments.fedvln.runs import curve, pick, seed_dirs, summary
 from experiments.fedvln.teaching import teaching
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, path_digest, simulate
+from experiments.tables import se_eval
 from models import vln_checkpoint
 from models.envdrop import Follower
 from models.speaker import Speaker

@@ -77,11 +77,6 @@ def pick(df: pd.DataFrame, key: str) -> dict[str, pd.Series]:
     return {"best": df.loc[df[key].idxmax()], "last": df.iloc[-1]}
 
 
-def se_eval(sr: float, n: float) -> float:
-    """Binomial standard error (SR points) of one evaluation on n episodes."""
-    return float(np.sqrt(sr * (100 - sr) / n)) if n and n == n else float("nan")
-
-
 def summary(rows: list[dict], keys: list[str], metrics: list[str]) -> pd.DataFrame:
     """Mean, sd and n over seeds of `metrics`, grouped by `keys`."""
     df = pd.DataFrame(rows)

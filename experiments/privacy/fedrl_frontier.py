@@ -21,7 +21,7 @@ protected run.
 
 "Beats DQN-alpha" is the paired difference FedRL(sigma, seed) - DQN-alpha(seed) over seeds with
 its 95% interval, the sd floored at the binomial sd of two SuccRates over the test maps
-(`experiments.fedvln.gains.paired`): FedRL beats DQN-alpha at a sigma when the interval lies
+(`experiments.tables.paired`): FedRL beats DQN-alpha at a sigma when the interval lies
 above 0. `crossing` names the largest sigma (smallest epsilon) at which it still does.
 
 Writes experiments/results/<name>.csv (one row per sigma or baseline and checkpoint, the paper's
@@ -39,9 +39,15 @@ import numpy as np
 import pandas as pd
 
 from experiments.fedrl.table1 import PAPER, check_common, common_args, run_jobs, splits_for
-from experiments.fedvln.gains import paired
 from experiments.simulate import RESULTS, command_line
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite, save_study, study_files
+from experiments.tables import (
+    mean_sd,
+    paired,
+    pipe_table,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
 
 SIZE, RULES = 8, "paper"
 BASELINES = {
