@@ -83,6 +83,13 @@ def parse_args(argv=None):
         default=HouseSpec.unseen_houses,
         help="embedded data: unseen houses",
     )
+    p.add_argument(
+        "--only-house",
+        default="",
+        help="train on this one seen house's instructions alone (a scan name, e.g. house000): "
+        "the house that does not federate, the single-house floor of "
+        "experiments/privacy/fedvln_frontier.py; evaluation keeps every house",
+    )
     p.add_argument("--tag", default="", help="suffix of the results files (e.g. r2r)")
     p.add_argument("--out", default="", help="run folder (default runs/vln-central[-TAG])")
     p.add_argument(
@@ -351,6 +358,14 @@ def run(a) -> int:
         HouseSpec(train_houses=a.train_houses, unseen_houses=a.unseen_houses),
     )
     train = vln.split("train")
+    if a.only_house:
+        houses = sorted({e.scan for e in train})
+        if a.only_house not in houses:
+            raise DataError(
+                f"--only-house {a.only_house!r} is not a seen house of {vln.source}: one of "
+                f"{', '.join(houses[:5])}{', ...' if len(houses) > 5 else ''}"
+            )
+        train = [e for e in train if e.scan == a.only_house]
     evals = {s: _subset(vln.split(s), a.eval_size, a.seed) for s in ("val_seen", "val_unseen")}
     print(
         f"data: {vln.source}; train {len(train)} instructions in "

@@ -1,0 +1,389 @@
+"""FedVLN's privacy-utility frontier, agent stage (FedEnvdrop) on the embedded houses: val_unseen
+SR against the run's epsilon, with the single-house floor (issue 44 item 3).
+
+    python -m experiments.privacy.fedvln_frontier [--seeds 0 1 2] [--z 0.002 0.02 0.2]
+           [--local-eps 10000 1000] [--clip 1] [--jobs 2] [--name fedvln_frontier] [--force]
+
+The federated runs are Table 2's FedEnvdrop (experiments/fedvln/pipeline.py's agent stage: 12
+seen houses, r = 0.2, tau = 3, the CPU recipe, evaluated every 3 rounds, stopped once val_unseen
+SR has not improved for 8 evaluations, capped at 150 rounds); only what a house's update carries
+changes (config/dp.py), whole-model releases as in training:
+- central DP: each house clips its update to C, Flower's wrapper adds N(0, (zC/m)^2) to the
+  mean (m houses sampled a round); epsilon is the server's accountant;
+- local DP: each house's LocalDpMod clips to C and adds its own noise before sending;
+  epsilon is the most-released house's own ledger.
+Epsilon is the whole run's at delta 1e-5 (what was released, whichever checkpoint is scored).
+C = 1: a house's first-round update has L2 norm ~1.35 (docs/privacy.md, the property study),
+so C clips a little at the start and barely later. The noise levels are chosen to span the
+property attack's settings: std 0.001 and 0.01 per released number (local epsilon 10,000 and
+1,000; central z 0.002 and 0.02 with m = 2), where the attack is unchanged and at chance.
+
+The floor is a house that does not federate: each seen house trained alone
+(`experiments.fedvln.centralized --only-house`), the same recipe (optimizer, lr, batch, feedback),
+with the federated house's schedule in its own steps (12 local steps a round, evaluated every 3
+rounds' worth, the same patience and cap), scored on the same val_unseen houses. The 12 seen
+houses are split over the seeds (seed k trains houses k*n .. k*n+n-1, n = 12 / seeds), so every
+house is somebody's floor once; a seed's floor is the mean over its houses.
+
+Best checkpoint: the evaluation with the highest val_unseen SR, as Table 2 and the paper choose
+it (optimistic: chosen on the split it reports); last: the final evaluation. "Beats the single
+house" is the paired difference over seeds, its sd floored at the binomial sd of one evaluation
+(`experiments.tables.paired`); "crossing" names the smallest epsilon that still beats it.
+
+Writes experiments/results/<name>.csv (one row per setting and checkpoint), <name>_runs.csv (one
+row per run and checkpoint) and <name>.png; runs in runs/<name>/ (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.fedvln import centralized
+from experiments.fedvln.runs import curve, pick
+from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
+from experiments.tables import (
+    mean_sd,
+    paired,
+    pipe_table,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
+
+ROUNDS, EVERY, PATIENCE = 150, 3, 8  # Table 2's federated agent stage (pipeline defaults)
+SEEN_HOUSES, STEPS_A_ROUND = 12, 12  # tau = 3 epochs of 120 instructions in batches of 32
+CENTRAL_Z = (0.002, 0.02, 0.2)
+LOCAL_EPS = (10000.0, 1000.0)
+KEY = "val_unseen_sr"
+FLOOR = "single house"
+UNTRAINED = "untrained"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--z", type=float, nargs="*", default=list(CENTRAL_Z))
+    p.add_argument("--local-eps", type=float, nargs="*", default=list(LOCAL_EPS))
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--rounds", type=int, default=ROUNDS, help="round cap (with the patience)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    p.add_argument("--name", default="fedvln_frontier")
+    p.add_argument("--work", default="", help="runs folder (default runs/<name>)")
+    p.add_argument("--force", action="store_true", help="overwrite committed results")
+    return p.parse_args(argv)
+
+
+def settings(a) -> list[tuple[str, float, str]]:
+    """(mode, knob, the run config's DP part) of every federated row."""
+    base = f"dp.clip={a.clip}"
+    rows = [("none", 0.0, "")]
+    rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in a.z]
+    rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in a.local_eps]
+    return rows
+
+
+def tag(mode: str, knob: float) -> str:
+    return mode if mode == "none" else f"{mode}-{knob:g}"
+
+
+def houses_of_seed(seeds: list[int], seed: int) -> list[str]:
+    """The seen houses this seed's floor trains alone: the 12 split evenly over the seeds."""
+    n = max(1, SEEN_HOUSES // len(seeds))
+    k = sorted(seeds).index(seed)
+    return [f"house{h:03d}" for h in range(k * n, min(SEEN_HOUSES, (k + 1) * n))]
+
+
+def fed_job(job: dict) -> list[dict]:
+    """One federated run (resumed or reused when finished), read back at its best and last
+    evaluation. A run the noise stopped (NaN updates refused until max-empty-rounds) is scored
+    at its last evaluation."""
+    out, stopped = job["out"], False
+    config = f'fedvln.stage="agent" eval-every={EVERY} fedvln.patience={PATIENCE} {job["dp"]}'
+    try:
+        simulate("fedvln", out, rounds=job["rounds"], seed=job["seed"], run_config=config.strip())
+    except subprocess.CalledProcessError:
+        stopped = True
+    df = curve(out.parent, out.name)
+    if df is None:  # a stopped run has no config.json wall time: read its rounds directly
+        r = pd.read_csv(out / "rounds.csv")
+        df = r[r[KEY].notna()].reset_index(drop=True)
+        df["steps"] = np.nan
+    rounds = pd.read_csv(out / "rounds.csv")
+    eps = math.inf
+    if job["mode"] != "none":
+        eps = float(rounds["dp_epsilon"].max()) if "dp_epsilon" in rounds else math.nan
+    return [
+        {
+            "mode": job["mode"],
+            "knob": job["knob"],
+            "seed": job["seed"],
+            "checkpoint": ck,
+            "sr": float(r[KEY]),
+            "episodes": float(r["val_unseen_n"]),
+            "spl": float(r["val_unseen_spl"]),
+            "round": int(r["round"]),
+            "rounds_done": int(rounds["round"].max()),
+            "epsilon": eps,
+            "releases": float(rounds["dp_releases"].max()) if "dp_releases" in rounds else math.nan,
+            "stopped": stopped,
+        }
+        for ck, r in pick(df, KEY).items()
+    ]
+
+
+def floor_job(job: dict) -> list[dict]:
+    """One seen house trained alone (vln_centralized --only-house), read at best and last."""
+    out = job["out"]
+    args = [
+        "--stages", "agent", "--only-house", job["house"], "--seed", str(job["seed"]),
+        "--iters", str(job["rounds"] * STEPS_A_ROUND),
+        "--eval-every", str(EVERY * STEPS_A_ROUND), "--patience", str(PATIENCE),
+        "--out", str(out), "--results-dir", str(out),
+    ]  # fmt: skip
+    if centralized.main(args) != 0:
+        raise RuntimeError(f"the single-house run in {out} failed: see its output above")
+    df = pd.read_csv(out / "agent_log.csv")
+    return [
+        {
+            "mode": FLOOR,
+            "knob": np.nan,
+            "seed": job["seed"],
+            "house": job["house"],
+            "checkpoint": ck,
+            "sr": float(r[KEY]),
+            "episodes": float(r["val_unseen_n"]),
+            "spl": float(r["val_unseen_spl"]),
+            "round": int(r["iteration"]) // STEPS_A_ROUND,
+            "epsilon": 0.0,
+            "releases": 0.0,
+            "stopped": False,
+        }
+        for ck, r in pick(df, KEY).items()
+    ]
+
+
+def untrained(seed: int, run: Path) -> list[dict]:
+    """The follower before any training (this seed's initialisation, the federated run's
+    sizes) on val_unseen: the floor any trained agent must clear."""
+    import json
+
+    import torch
+
+    from config import parse
+    from contracts.fedvln import follower_size, spec_of
+    from models.envdrop import Follower
+    from training import vln_agent
+    from training.vln_house import open_setup
+
+    c = parse(json.loads((run / "config.json").read_text()))
+    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    torch.manual_seed(seed)
+    follower = Follower(follower_size(c, len(setup.vocab), setup.world.feature_dim))
+    s = vln_agent.AgentSettings.of(c)
+    eps = setup.split("val_unseen")
+    m, _ = vln_agent.evaluate(
+        follower, setup.world, eps, vln_agent.Tokens(setup.vocab, s.max_words), s
+    )
+    row = {"mode": UNTRAINED, "knob": np.nan, "seed": seed, "sr": m["sr"], "spl": m["spl"],
+           "episodes": float(len(eps)), "round": 0, "epsilon": 0.0, "releases": 0.0,
+           "stopped": False}  # fmt: skip
+    return [row | {"checkpoint": ck} for ck in ("best", "last")]
+
+
+def jobs_for(a, work: Path) -> tuple[list[dict], list[dict]]:
+    fed = [
+        {"mode": m, "knob": k, "dp": dp, "seed": s, "rounds": a.rounds,
+         "out": work / f"{tag(m, k)}-s{s}"}
+        for s in a.seeds for m, k, dp in settings(a)
+    ]  # fmt: skip
+    floor = [
+        {"house": h, "seed": s, "rounds": a.rounds, "out": work / f"{FLOOR.replace(' ', '-')}-{h}-s{s}"}
+        for s in a.seeds for h in houses_of_seed(a.seeds, s)
+    ]  # fmt: skip
+    return fed, floor
+
+
+def per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (setting, seed, checkpoint): the floor's houses averaged within a seed."""
+    keys = ["mode", "knob", "seed", "checkpoint"]
+    agg = {"sr": "mean", "episodes": "mean", "spl": "mean", "epsilon": "max", "stopped": "any"}
+    return runs.groupby(keys, dropna=False, sort=False).agg(agg).reset_index()
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and checkpoint: epsilon, val_unseen SR mean ± sd over seeds, and its paired
+    difference from the single-house floor and from FedEnvdrop without DP."""
+    s = per_seed(runs)
+    rows = []
+    for ck in ("best", "last"):
+        at = s[s.checkpoint == ck]
+        by_seed = lambda g: dict(zip(g.seed, zip(g.sr, g.episodes)))  # noqa: E731
+        floor = by_seed(at[at["mode"] == FLOOR])
+        none = by_seed(at[at["mode"] == "none"])
+        for (mode, knob), g in at.groupby(["mode", "knob"], dropna=False, sort=False):
+            vs_floor = paired(by_seed(g), floor) if mode not in (FLOOR, UNTRAINED) else None
+            vs_none = paired(by_seed(g), none) if mode in ("central", "local") else None
+            rows.append(
+                {
+                    "mode": mode,
+                    "knob": knob,
+                    "checkpoint": ck,
+                    "seeds": len(g),
+                    "epsilon": g.epsilon.mean(),
+                    "sr": mean_sd(g.sr),
+                    "sr_mean": g.sr.mean(),
+                    "sr_sd": g.sr.std(ddof=1) if len(g) > 1 else 0.0,
+                    "spl_mean": g.spl.mean(),
+                    "stopped": int(g.stopped.sum()),
+                    **_pair("vs_floor", vs_floor),
+                    **_pair("vs_no_dp", vs_none),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _pair(prefix: str, p: dict | None) -> dict:
+    p = p or {}
+    low = p.get("low", np.nan)
+    return {
+        prefix: p.get("gain", np.nan),
+        f"{prefix}_low": low,
+        f"{prefix}_high": p.get("high", np.nan),
+        f"{prefix}_by_seed": p.get("by_seed", ""),
+        **({"beats_floor": bool(low > 0)} if prefix == "vs_floor" else {}),
+    }
+
+
+def crossing(t: pd.DataFrame, checkpoint: str = "best") -> dict:
+    """The smallest finite epsilon whose row still beats the single house (interval above 0),
+    and the DP rows that do not, each with its epsilon."""
+    f = t[t["mode"].isin(["central", "local"]) & (t.checkpoint == checkpoint)]
+    won = f[f.beats_floor.astype(bool)]
+    lost = f[~f.beats_floor.astype(bool)]
+    best = next(won.sort_values("epsilon").itertuples(), None)  # a row: .mode is the column
+    return {
+        "smallest_epsilon": None if best is None else float(best.epsilon),
+        "setting": None if best is None else _name(best),
+        "not": [(_name(r), float(r.epsilon)) for r in lost.sort_values("epsilon").itertuples()],
+    }
+
+
+def _name(r) -> str:
+    if r.mode == "central":
+        return f"central DP z = {r.knob:g}"
+    if r.mode == "local":
+        return f"local DP ε = {r.knob:g} a release"
+    if r.mode == UNTRAINED:
+        return "untrained follower (floor)"
+    return "FedEnvdrop, no DP" if r.mode == "none" else "each seen house alone (floor)"
+
+
+def _eps(v: float) -> str:
+    return "∞" if not math.isfinite(v) else ("0" if v == 0 else f"{v:.3g}")
+
+
+def _interval(r, prefix: str) -> str:
+    g = getattr(r, prefix)
+    if g != g:
+        return ""
+    return f"{g:+.1f} [{getattr(r, prefix + '_low'):+.1f}, {getattr(r, prefix + '_high'):+.1f}]"
+
+
+def markdown(t: pd.DataFrame) -> str:
+    head = ["setting", "checkpoint", "seeds", "ε of the run (δ = 1e-5)", "val_unseen SR %",
+            "− single house [95%]", "− no DP [95%]"]  # fmt: skip
+    body = []
+    for r in t.itertuples():
+        stop = f" ({r.stopped} of {r.seeds} stopped)" if r.stopped else ""
+        body.append([_name(r), r.checkpoint, r.seeds, _eps(r.epsilon), r.sr + stop,
+                     _interval(r, "vs_floor"), _interval(r, "vs_no_dp")])  # fmt: skip
+    c = crossing(t)
+    if c["smallest_epsilon"] is None:
+        said = "No DP setting measured beats a house training alone (best checkpoint)."
+    else:
+        said = (
+            f"The smallest ε that still beats a house training alone (interval above 0, best "
+            f"checkpoint): {_eps(c['smallest_epsilon'])} ({c['setting']})."
+        )
+    if c["not"]:
+        said += " Not beating it: " + "; ".join(f"{n} (ε {_eps(e)})" for n, e in c["not"]) + "."
+    return pipe_table(head, body) + "\n\n" + said
+
+
+def plot(runs: pd.DataFrame, png) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = summarize(runs)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, ck in zip(axes, ("best", "last")):
+        at = t[t.checkpoint == ck]
+        finite = at[np.isfinite(at.epsilon) & (at.epsilon > 0)]
+        right = finite.epsilon.max() * 10 if len(finite) else 1.0
+        for mode, marker, color in (("central", "o", "tab:blue"), ("local", "s", "tab:red")):
+            part = at[at["mode"] == mode].sort_values("epsilon")
+            if len(part):
+                ax.errorbar(part.epsilon, part.sr_mean, yerr=part.sr_sd, marker=marker,
+                            color=color, capsize=3, label=f"FedEnvdrop + {mode} DP")  # fmt: skip
+                for r in part.itertuples():
+                    knob = f"z={r.knob:g}" if mode == "central" else f"ε₁={r.knob:g}"
+                    ax.annotate(knob, (r.epsilon, r.sr_mean), textcoords="offset points",
+                                xytext=(3, 5), fontsize=7)  # fmt: skip
+        for mode, style, color, label in (
+            ("none", "-", "black", "FedEnvdrop, no DP (ε = ∞)"),
+            (FLOOR, "--", "tab:green", "each seen house alone (ε = 0)"),
+            (UNTRAINED, ":", "grey", "untrained follower"),
+        ):
+            row = at[at["mode"] == mode]
+            if len(row):
+                y, sd = float(row.sr_mean.iloc[0]), float(row.sr_sd.iloc[0])
+                ax.axhline(y, ls=style, color=color, label=label)
+                ax.axhspan(y - sd, y + sd, color=color, alpha=0.1)
+        ax.set(xscale="log", title=f"FedVLN agent stage, embedded houses, {ck} checkpoint",
+               xlabel="ε of the run (δ = 1e-5, log scale)")  # fmt: skip
+        ax.set_ylabel(f"val_unseen SR % (mean ± sd, {int(t.seeds.max())} seeds)")
+        ax.set_xlim(right=right)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    cmd = command_line(__file__, argv)
+    outs = study_files(RESULTS, a.name)
+    try:
+        if a.rounds <= 0 or a.clip <= 0 or a.jobs < 1:
+            raise ValueError("--rounds, --clip and --jobs must be positive")
+        if min(a.z + a.local_eps, default=1) <= 0:
+            raise ValueError("--z and --local-eps must be positive")
+        if len(a.seeds) > SEEN_HOUSES:
+            raise ValueError(f"--seeds: at most {SEEN_HOUSES}, one seen house each at least")
+        refuse_overwrite(outs, a.force)
+    except ValueError as e:
+        print(f"fedvln_frontier: {e}", file=sys.stderr)
+        return 2
+    work = Path(a.work) if a.work else ROOT / "runs" / a.name
+    fed, floor = jobs_for(a, work)
+    rows = in_parallel(fed_job, fed, a.jobs, "federated runs")
+    rows += in_parallel(floor_job, floor, a.jobs, "single-house runs", processes=True)
+    rows += [untrained(s, work / f"none-s{s}") for s in a.seeds]
+    runs = pd.DataFrame([r for job in rows for r in job])
+    t = summarize(runs)
+    save_study(outs, runs, t, cmd, plot)
+    print(f"\n{cmd}\n\n" + markdown(t))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
