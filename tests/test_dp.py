@@ -285,3 +285,29 @@ def test_a_larger_delta_cannot_buy_less_noise_past_a_party_policy(tmp_path):
                                   "dp.delta": 0.5})))  # fmt: skip
     with pytest.raises(ConfigError, match="each party keeps its own"):
         parse(merged({**DRIVING, "dp.mode": "local", "dp.max-epsilon": 5.0}))
+
+
+def test_the_cdl_diagnosis_puts_back_the_statistics_a_noised_release_floored():
+    """experiments/privacy/cdl_dp_diagnosis.py: a BatchNorm variance noised down to the floor
+    amplifies its channel; re-estimating only that layer on the same images restores the model's
+    outputs and leaves every weight as it was."""
+    import torch
+
+    from experiments.privacy.cdl_dp_diagnosis import _reestimate
+    from models.resnet8 import ResNet8
+    from strategies.dp import VAR_FLOOR
+
+    torch.manual_seed(0)
+    x = torch.rand(64, 1, 32, 32).numpy()
+    ref = ResNet8(32, 1)
+    _reestimate(ref, x)  # statistics of these images
+    want = ref(torch.as_tensor(x)).detach()
+    hurt = ResNet8(32, 1)
+    hurt.load_state_dict(ref.state_dict())
+    hurt.blocks[0].bn1.running_var[:3] = VAR_FLOOR  # what the release's noise and floor did
+    hurt.eval()
+    assert not torch.allclose(hurt(torch.as_tensor(x)).detach(), want, atol=1e-3)
+    weights = {k: v.clone() for k, v in hurt.state_dict().items() if "running" not in k}
+    _reestimate(hurt, x, only="blocks.0.bn1")
+    assert torch.allclose(hurt(torch.as_tensor(x)).detach(), want, atol=1e-4)
+    assert all(torch.equal(v, hurt.state_dict()[k]) for k, v in weights.items())

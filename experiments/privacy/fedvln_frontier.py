@@ -133,9 +133,21 @@ def fed_job(job: dict) -> list[dict]:
             "epsilon": eps,
             "releases": float(rounds["dp_releases"].max()) if "dp_releases" in rounds else math.nan,
             "stopped": stopped,
+            "curve": _curve(df["round"], df[KEY]),
         }
         for ck, r in pick(df, KEY).items()
     ]
+
+
+def _curve(rounds, srs) -> str:
+    """A run's evaluations as 'round:SR;...' (kept in the runs CSV)."""
+    return ";".join(f"{int(r)}:{v:.4f}" for r, v in zip(rounds, srs))
+
+
+def best_upto(curve: str, last_round: float) -> float:
+    """The best SR of a curve among its evaluations at or before `last_round`."""
+    points = [(int(r), float(v)) for r, v in (x.split(":") for x in curve.split(";"))]
+    return max(v for r, v in points if r <= last_round)
 
 
 def floor_job(job: dict) -> list[dict]:
@@ -161,9 +173,11 @@ def floor_job(job: dict) -> list[dict]:
             "episodes": float(r["val_unseen_n"]),
             "spl": float(r["val_unseen_spl"]),
             "round": int(r["iteration"]) // STEPS_A_ROUND,
+            "rounds_done": int(df["iteration"].max()) // STEPS_A_ROUND,
             "epsilon": 0.0,
             "releases": 0.0,
             "stopped": False,
+            "curve": _curve(df["iteration"] // STEPS_A_ROUND, df[KEY]),
         }
         for ck, r in pick(df, KEY).items()
     ]
@@ -192,7 +206,7 @@ def untrained(seed: int, run: Path) -> list[dict]:
         follower, setup.world, eps, vln_agent.Tokens(setup.vocab, s.max_words), s
     )
     row = {"mode": UNTRAINED, "knob": np.nan, "seed": seed, "sr": m["sr"], "spl": m["spl"],
-           "episodes": float(len(eps)), "round": 0, "epsilon": 0.0, "releases": 0.0,
+           "episodes": float(len(eps)), "round": 0, "rounds_done": 0, "epsilon": 0.0, "releases": 0.0,
            "stopped": False}  # fmt: skip
     return [row | {"checkpoint": ck} for ck in ("best", "last")]
 
@@ -213,7 +227,8 @@ def jobs_for(a, work: Path) -> tuple[list[dict], list[dict]]:
 def per_seed(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per (setting, seed, checkpoint): the floor's houses averaged within a seed."""
     keys = ["mode", "knob", "seed", "checkpoint"]
-    agg = {"sr": "mean", "episodes": "mean", "spl": "mean", "epsilon": "max", "stopped": "any"}
+    agg = {"sr": "mean", "episodes": "mean", "spl": "mean", "epsilon": "max", "stopped": "any",
+           "rounds_done": "max", "curve": "first"}  # fmt: skip
     return runs.groupby(keys, dropna=False, sort=False).agg(agg).reset_index()
 
 
@@ -227,9 +242,15 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
         by_seed = lambda g: dict(zip(g.seed, zip(g.sr, g.episodes)))  # noqa: E731
         floor = by_seed(at[at["mode"] == FLOOR])
         none = by_seed(at[at["mode"] == "none"])
+        curves = at[at["mode"] == "none"].set_index("seed")["curve"] if ck == "best" else {}
         for (mode, knob), g in at.groupby(["mode", "knob"], dropna=False, sort=False):
             vs_floor = paired(by_seed(g), floor) if mode not in (FLOOR, UNTRAINED) else None
             vs_none = paired(by_seed(g), none) if mode in ("central", "local") else None
+            same = None  # no DP's best within the rounds this DP run trained before it stopped
+            if mode in ("central", "local") and len(curves):
+                upto = {r.seed: (best_upto(curves[r.seed], r.rounds_done), r.episodes)
+                        for r in g.itertuples() if r.seed in curves.index}  # fmt: skip
+                same = paired(by_seed(g), upto)
             rows.append(
                 {
                     "mode": mode,
@@ -244,6 +265,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                     "stopped": int(g.stopped.sum()),
                     **_pair("vs_floor", vs_floor),
                     **_pair("vs_no_dp", vs_none),
+                    **_pair("vs_no_dp_same_rounds", same),
+                    "rounds_done": g.rounds_done.mean(),
                 }
             )
     return pd.DataFrame(rows)
@@ -297,13 +320,15 @@ def _interval(r, prefix: str) -> str:
 
 
 def markdown(t: pd.DataFrame) -> str:
-    head = ["setting", "checkpoint", "seeds", "ε of the run (δ = 1e-5)", "val_unseen SR %",
-            "− single house [95%]", "− no DP [95%]"]  # fmt: skip
+    head = ["setting", "checkpoint", "seeds", "rounds", "ε of the run (δ = 1e-5)",
+            "val_unseen SR %", "− single house [95%]", "− no DP [95%]",
+            "− no DP within as many rounds [95%]"]  # fmt: skip
     body = []
     for r in t.itertuples():
         stop = f" ({r.stopped} of {r.seeds} stopped)" if r.stopped else ""
-        body.append([_name(r), r.checkpoint, r.seeds, _eps(r.epsilon), r.sr + stop,
-                     _interval(r, "vs_floor"), _interval(r, "vs_no_dp")])  # fmt: skip
+        body.append([_name(r), r.checkpoint, r.seeds, f"{r.rounds_done:.0f}", _eps(r.epsilon),
+                     r.sr + stop, _interval(r, "vs_floor"), _interval(r, "vs_no_dp"),
+                     _interval(r, "vs_no_dp_same_rounds")])  # fmt: skip
     c = crossing(t)
     if c["smallest_epsilon"] is None:
         said = "No DP setting measured beats a house training alone (best checkpoint)."
