@@ -84,8 +84,11 @@ def simulate(
         elif _finished(run_dir, rounds) or (
             recorded and recorded.get("finished", True) and not same
         ):
-            if same and recorded.get("finished", True):
-                return run_dir
+            if same:  # finished; study.json may still say unfinished if the study was killed
+                done_file.write_text(
+                    json.dumps({**launch, "finished": True}, indent=1, default=str)
+                )
+                return run_dir  # between the run's end and this mark
             print(f"{run_dir}: made by another launch (or before study.json); training again")
             shutil.rmtree(run_dir)
         elif same:  # this launch, interrupted: go on from its last finished round

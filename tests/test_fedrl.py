@@ -774,6 +774,11 @@ def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finishe
     (conv / "study.json").write_text(json.dumps({**record, "finished": True}))
     sim.simulate("fedvln", conv, rounds=9, seed=0)
     assert len(launched) == 5  # stopped by patience at 2 of 9: finished, not resumed
+    # the run converged, but the study was killed before it marked study.json finished
+    (conv / "study.json").write_text(json.dumps({**record, "finished": False}))
+    sim.simulate("fedvln", conv, rounds=9, seed=0)
+    assert len(launched) == 5 and (conv / "rounds.csv").is_file()  # kept, not trained again
+    assert json.loads((conv / "study.json").read_text())["finished"] is True
 
 
 def test_the_td_target_and_the_q_loss_are_the_papers():
