@@ -42,6 +42,7 @@ def test_every_seen_house_is_one_seeds_floor_once():
     assert len(got) == len(set(got)) == 12
     assert houses_of_seed(seeds, 1) == ["house004", "house005", "house006", "house007"]
     assert houses_of_seed([7, 3], 7) == [f"house{h:03d}" for h in range(6, 12)]  # by rank
+    assert houses_of_seed(seeds, 2, per_seed=1) == ["house008"]
 
 
 def test_the_floor_is_a_seeds_house_mean_and_beating_it_is_paired_by_seed():

@@ -23,7 +23,8 @@ The floor is a house that does not federate: each seen house trained alone
 with the federated house's schedule in its own steps (12 local steps a round, evaluated every 3
 rounds' worth, the same patience and cap), scored on the same val_unseen houses. The 12 seen
 houses are split over the seeds (seed k trains houses k*n .. k*n+n-1, n = 12 / seeds), so every
-house is somebody's floor once; a seed's floor is the mean over its houses.
+house is somebody's floor once; a seed's floor is the mean over its houses (`--floor-houses m`
+trains only the first m of each seed's share, for time).
 
 Best checkpoint: the evaluation with the highest val_unseen SR, as Table 2 and the paper choose
 it (optimistic: chosen on the split it reports); last: the final evaluation. "Beats the single
@@ -73,6 +74,12 @@ def parse_args(argv=None):
     p.add_argument("--local-eps", type=float, nargs="*", default=list(LOCAL_EPS))
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=ROUNDS, help="round cap (with the patience)")
+    p.add_argument(
+        "--floor-houses",
+        type=int,
+        default=0,
+        help="seen houses each seed trains alone for the floor (0: the 12 split over the seeds)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="runs at a time")
     p.add_argument("--name", default="fedvln_frontier")
     p.add_argument("--work", default="", help="runs folder (default runs/<name>)")
@@ -93,11 +100,13 @@ def tag(mode: str, knob: float) -> str:
     return mode if mode == "none" else f"{mode}-{knob:g}"
 
 
-def houses_of_seed(seeds: list[int], seed: int) -> list[str]:
-    """The seen houses this seed's floor trains alone: the 12 split evenly over the seeds."""
+def houses_of_seed(seeds: list[int], seed: int, per_seed: int = 0) -> list[str]:
+    """The seen houses this seed's floor trains alone: the 12 split evenly over the seeds, or
+    the first `per_seed` of this seed's share (0: all of it)."""
     n = max(1, SEEN_HOUSES // len(seeds))
     k = sorted(seeds).index(seed)
-    return [f"house{h:03d}" for h in range(k * n, min(SEEN_HOUSES, (k + 1) * n))]
+    share = [f"house{h:03d}" for h in range(k * n, min(SEEN_HOUSES, (k + 1) * n))]
+    return share[:per_seed] if per_seed else share
 
 
 def fed_job(job: dict) -> list[dict]:
@@ -219,7 +228,7 @@ def jobs_for(a, work: Path) -> tuple[list[dict], list[dict]]:
     ]  # fmt: skip
     floor = [
         {"house": h, "seed": s, "rounds": a.rounds, "out": work / f"{FLOOR.replace(' ', '-')}-{h}-s{s}"}
-        for s in a.seeds for h in houses_of_seed(a.seeds, s)
+        for s in a.seeds for h in houses_of_seed(a.seeds, s, a.floor_houses)
     ]  # fmt: skip
     return fed, floor
 
@@ -388,8 +397,8 @@ def main(argv=None) -> int:
     cmd = command_line(__file__, argv)
     outs = study_files(RESULTS, a.name)
     try:
-        if a.rounds <= 0 or a.clip <= 0 or a.jobs < 1:
-            raise ValueError("--rounds, --clip and --jobs must be positive")
+        if a.rounds <= 0 or a.clip <= 0 or a.jobs < 1 or a.floor_houses < 0:
+            raise ValueError("--rounds, --clip and --jobs must be positive, --floor-houses >= 0")
         if min(a.z + a.local_eps, default=1) <= 0:
             raise ValueError("--z and --local-eps must be positive")
         if len(a.seeds) > SEEN_HOUSES:
