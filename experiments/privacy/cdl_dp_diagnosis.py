@@ -11,7 +11,10 @@ training images, which removes the noise the release put on that layer's statist
 BatchNorm re-estimated on its own images; and, as a diagnostic only (it uses the other silos'
 images, which no silo holds), every BatchNorm on the pooled training images, which removes the
 non-IID mismatch of statistics fit to one silo's images. Also how many running variances the
-release noised down to the 1e-5 floor (strategies/dp.py VAR_FLOOR) and below 1e-3.
+release noised down to the 1e-5 floor (strategies/dp.py VAR_FLOOR, applied where CDL's relay
+takes a local-DP release: strategies/decentralized.py) and below 1e-3; as a control, block 0's
+bn1 restored on its floored channels only, and how much the floor scaled those channels up.
+Second output, <out>_rounds.csv: bn1's running variances in the server's round checkpoints.
 A silo "breaks down" when its RMSE as released is above 0.35 (the no-DP silos' worst is 0.41
 in seed 0: the threshold only sorts the rows, every silo is written).
 
@@ -92,12 +95,38 @@ def diagnose(run: Path, seed: int) -> list[dict]:
             m = model()
             _reestimate(m, x, only)
             row[col] = rmse(m)
+        # control: only the floored channels of block 0's bn1 get their own-data statistics
+        m = model()
+        with torch.no_grad():
+            h = m.pool(m.stem(torch.as_tensor(silo.x_train)))
+        true_var, true_mean = h.var(dim=(0, 2, 3)), h.mean(dim=(0, 2, 3))
+        bn = m.blocks[0].bn1
+        floored = bn.running_var <= VAR_FLOOR * 1.01
+        # BatchNorm divides by sqrt(var + eps): how much a floored channel is scaled up
+        amp = torch.sqrt((true_var + bn.eps) / (bn.running_var + bn.eps))[floored]
+        bn.running_var[floored], bn.running_mean[floored] = true_var[floored], true_mean[floored]
+        row["block0_bn1_floored_only"] = rmse(m) if bool(floored.any()) else row["as_released"]
+        row["block0_bn1_max_amplification"] = float(amp.max()) if len(amp) else 1.0
         row["vars_at_floor"] = int((var <= VAR_FLOOR * 1.01).sum())
         row["vars_below_1e-3"] = int((var < 1e-3).sum())
         row["block0_bn1_min_var"] = float(state["blocks.0.bn1.running_var"].min())
         row["broken"] = row["as_released"] > BROKEN
         rows.append(row)
         print(row, flush=True)
+    return rows
+
+
+def bn1_by_round(run: Path) -> list[dict]:
+    """Block 0's bn1 running variances round by round in the server's round checkpoints (the
+    mean of what the silos released that round): how far the statistics still have to travel
+    when the noise arrives."""
+    import torch
+
+    rows = []
+    for f in sorted((run / "checkpoints").glob("round_*.pt")):
+        v = torch.load(f, weights_only=False)["blocks.0.bn1.running_var"]
+        rows.append({"run": run.name, "round": int(f.stem.split("_")[1]),
+                     "bn1_var_median": float(v.median()), "bn1_var_min": float(v.min())})  # fmt: skip
     return rows
 
 
@@ -119,7 +148,13 @@ def main(argv=None) -> int:
         return 2
     df = pd.DataFrame(rows)
     df.to_csv(a.out, index=False, float_format="%.4g")
-    cols = ["as_released", "block0_bn1_own", "every_bn_own", "every_bn_pooled"]
+    by_round = [r for s in a.settings for seed in a.seeds
+                for r in bn1_by_round(Path(a.work) / f"{s}-s{seed}")]  # fmt: skip
+    pd.DataFrame(by_round).to_csv(
+        str(a.out).replace(".csv", "_rounds.csv"), index=False, float_format="%.4g"
+    )
+    cols = ["as_released", "block0_bn1_own", "block0_bn1_floored_only", "every_bn_own",
+            "every_bn_pooled"]  # fmt: skip
     print(df.assign(setting=df.run.str.rsplit("-s", n=1).str[0])
           .groupby(["setting", "broken"])[cols + ["vars_at_floor"]].mean().round(3).to_string())  # fmt: skip
     return 0
