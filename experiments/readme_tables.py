@@ -197,6 +197,7 @@ BLOCKS = {
     "dp-frontier-cdl": lambda: _dp_frontier("dp_frontier_cdl"),
     "fedrl-attack": lambda: _attack("fedrl_attack", "fedrl_attack"),
     "fedrl-frontier": lambda: _attack("fedrl_frontier", "fedrl_frontier"),
+    "fedvln-frontier": lambda: _attack("fedvln_frontier", "fedvln_frontier"),
     "driving-membership": lambda: _attack("driving_membership", "driving_membership"),
     "fedvln-property": lambda: _attack("fedvln_property", "fedvln_property"),
     "run-config": _run_config,
