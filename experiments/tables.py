@@ -7,6 +7,7 @@ Runs and seeds themselves live in experiments/simulate.py (`cached`, `in_paralle
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,12 @@ def paired_interval(a, b, level: float = 0.95, sd_floor: float = 0.0) -> tuple[f
     q = 0.5 + level / 2
     half = max(stats.t.ppf(q, n - 1) * d.std(ddof=1), stats.norm.ppf(q) * sd_floor) / np.sqrt(n)
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def epsilon_text(v: float) -> str:
+    """A run's epsilon as the privacy tables print it: ∞ (no noise), 0 (nothing released), or
+    three significant digits."""
+    return "∞" if not math.isfinite(v) else ("0" if v == 0 else f"{v:.3g}")
 
 
 def se_eval(sr: float, n: float) -> float:

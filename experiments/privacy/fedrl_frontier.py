@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 import numpy as np
@@ -41,6 +40,7 @@ import pandas as pd
 from experiments.fedrl.table1 import PAPER, check_common, common_args, run_jobs, splits_for
 from experiments.simulate import RESULTS, command_line
 from experiments.tables import (
+    epsilon_text,
     mean_sd,
     paired,
     pipe_table,
@@ -169,10 +169,6 @@ def crossing(t: pd.DataFrame, checkpoint: str = "best") -> dict:
     }
 
 
-def _eps(v: float) -> str:
-    return "∞" if not math.isfinite(v) else ("0" if v == 0 else f"{v:.3g}")
-
-
 def markdown(t: pd.DataFrame) -> str:
     head = [
         "setting",
@@ -188,7 +184,7 @@ def markdown(t: pd.DataFrame) -> str:
     for r in t.itertuples():
         if r.method == "fedrl":
             name = f"FedRL σ = {r.sigma:g}" + (" (paper's)" if r.sigma == 1 else "")
-            eps = f"{_eps(r.eps_alpha)} / {_eps(r.eps_beta)}"
+            eps = f"{epsilon_text(r.eps_alpha)} / {epsilon_text(r.eps_beta)}"
             vs = f"{r.vs_dqn_alpha:+.1f} [{r.vs_low:+.1f}, {r.vs_high:+.1f}]"
             by = r.vs_by_seed
         else:
@@ -202,14 +198,14 @@ def markdown(t: pd.DataFrame) -> str:
         listed = ", ".join(f"{x:g}" for x in c["beats"])
         said = (
             f"FedRL beats DQN-alpha (interval above 0, best checkpoint) at σ = {listed}, up "
-            f"to σ = {c['last_sigma']:g} (ε = {_eps(c['last_epsilon'])}, the larger party's)"
+            f"to σ = {c['last_sigma']:g} (ε = {epsilon_text(c['last_epsilon'])}, the larger party's)"
             + (
                 f" (not at σ = {', '.join(f'{x:g}' for x in c['not_below'])})"
                 if c["not_below"]
                 else ""
             )
             + (
-                f"; from σ = {c['first_not_sigma']:g} (ε = {_eps(c['first_not_epsilon'])}) it "
+                f"; from σ = {c['first_not_sigma']:g} (ε = {epsilon_text(c['first_not_epsilon'])}) it "
                 "no longer does."
                 if c["first_not_sigma"] is not None
                 else ", the largest σ measured."

@@ -50,6 +50,7 @@ from experiments.fedvln import centralized
 from experiments.fedvln.runs import curve, pick
 from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
 from experiments.tables import (
+    epsilon_text,
     mean_sd,
     paired,
     pipe_table,
@@ -317,10 +318,6 @@ def _name(r) -> str:
     return "FedEnvdrop, no DP" if r.mode == "none" else "each seen house alone (floor)"
 
 
-def _eps(v: float) -> str:
-    return "∞" if not math.isfinite(v) else ("0" if v == 0 else f"{v:.3g}")
-
-
 def _interval(r, prefix: str) -> str:
     g = getattr(r, prefix)
     if g != g:
@@ -335,7 +332,7 @@ def markdown(t: pd.DataFrame) -> str:
     body = []
     for r in t.itertuples():
         stop = f" ({r.stopped} of {r.seeds} stopped)" if r.stopped else ""
-        body.append([_name(r), r.checkpoint, r.seeds, f"{r.rounds_done:.0f}", _eps(r.epsilon),
+        body.append([_name(r), r.checkpoint, r.seeds, f"{r.rounds_done:.0f}", epsilon_text(r.epsilon),
                      r.sr + stop, _interval(r, "vs_floor"), _interval(r, "vs_no_dp"),
                      _interval(r, "vs_no_dp_same_rounds")])  # fmt: skip
     c = crossing(t)
@@ -344,10 +341,12 @@ def markdown(t: pd.DataFrame) -> str:
     else:
         said = (
             f"The smallest ε that still beats a house training alone (interval above 0, best "
-            f"checkpoint): {_eps(c['smallest_epsilon'])} ({c['setting']})."
+            f"checkpoint): {epsilon_text(c['smallest_epsilon'])} ({c['setting']})."
         )
     if c["not"]:
-        said += " Not beating it: " + "; ".join(f"{n} (ε {_eps(e)})" for n, e in c["not"]) + "."
+        said += (
+            " Not beating it: " + "; ".join(f"{n} (ε {epsilon_text(e)})" for n, e in c["not"]) + "."
+        )
     return pipe_table(head, body) + "\n\n" + said
 
 
