@@ -9,8 +9,9 @@ The sub-network starts as a copy of the backbone after the silo's first round (t
 "the sub-network initially adopts the same weights as the backbone during the initial
 communication round"): the first round trains the backbone on L_lr alone, then copies it.
 BatchNorm: the backbone's running statistics are part of the backbone and are accumulated with
-its weights (a silo's backbone is evaluated on other silos' data, so it must carry them); the
-sub-network's statistics stay local like the rest of it.
+its weights (a silo's backbone is evaluated on other silos' data, so it must carry them), unless
+`driving.batchnorm-statistics = "local"` keeps them home (models/state.py); the sub-network's
+statistics stay local like the rest of it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     kept_optimizers,
     local_optimizer,
     silo_data,
+    statistics_travel,
 )
 from config import parse
 from contracts.messages import CD_LOSS, FIT_S, NUM_EXAMPLES, TRAIN_LOSS, round_of
@@ -72,7 +74,11 @@ def train(msg: Message, context: Context) -> Message:
         sub = None
         if variant == "reference" and any(k.startswith("sub.") for k in received) and rnd > 1:
             sub = build_model(c)
-            load_shared_state(sub, {k[4:]: v for k, v in received.items() if k.startswith("sub.")})
+            load_shared_state(
+                sub,
+                {k[4:]: v for k, v in received.items() if k.startswith("sub.")},
+                statistics_travel(c),
+            )
         elif variant == "paper" and SUB_STATE in context.state:
             sub = build_model(c, context.state[SUB_STATE].to_torch_state_dict())
         resume, step0 = kept_optimizers(c, context)
@@ -100,11 +106,13 @@ def train(msg: Message, context: Context) -> Message:
     keep_optimizers(c, context, stats, step0)
     if sub is None:
         sub = copy.deepcopy(backbone)
-    out = shared_state(backbone)
+    out = shared_state(backbone, statistics_travel(c))
     if variant == "paper":
-        context.state[SUB_STATE] = ArrayRecord(shared_state(sub))
+        # kept as it would travel: its running statistics are never read (training runs
+        # BatchNorm on batch statistics, and the sub-network is never scored)
+        context.state[SUB_STATE] = ArrayRecord(shared_state(sub, statistics_travel(c)))
     else:
-        out.update({f"sub.{k}": v for k, v in shared_state(sub).items()})
+        out.update({f"sub.{k}": v for k, v in shared_state(sub, statistics_travel(c)).items()})
     out = faults.nan_state(out, fault)
     metrics = {
         NUM_EXAMPLES: len(data.y_train),

@@ -22,7 +22,12 @@ from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
 from models.rng import owned, stream_seed
 from models.state import load_shared_state, shared_state
-from training.steering import LocalOptimizer, evaluate_steering, train_steering
+from training.steering import (
+    LocalOptimizer,
+    estimate_statistics,
+    evaluate_steering,
+    train_steering,
+)
 
 OPTIMIZER_STATE = "driving-optimizer"  # + "-<network>": kept here when optimizer-state = silo
 LOCAL_STEPS = "driving-local-steps"  # this silo's updates so far (the sqrt decay's clock)
@@ -98,13 +103,29 @@ def keep_optimizers(c: Config, context: Context, stats: dict, steps_before: int)
             context.state[f"{OPTIMIZER_STATE}-{name}"] = ArrayRecord(arrays)
 
 
+def statistics_travel(c: Config) -> bool:
+    """Whether BatchNorm running statistics travel with the weights (models/state.py)."""
+    return c.driving.batchnorm_statistics == "shared"
+
+
 def build_model(c: Config, state: dict | None = None) -> ResNet8:
     """A ResNet-8 for this run's input size, loaded with `state` (keys of other networks, such
     as a CDL sub-network's `sub.*`, are ignored)."""
     model = ResNet8(c.driving.image_size, c.driving.channels)
     if state is not None:
-        load_shared_state(model, {k: v for k, v in state.items() if not k.startswith("sub.")})
+        load_shared_state(
+            model,
+            {k: v for k, v in state.items() if not k.startswith("sub.")},
+            statistics_travel(c),
+        )
     return model
+
+
+def scored(c: Config, state: dict, data: SiloData) -> ResNet8:
+    """The model as this silo scores it: with the statistics it carries, or (statistics kept
+    local) with statistics re-estimated on this silo's training images."""
+    model = build_model(c, state)
+    return model if statistics_travel(c) else estimate_statistics(model, data.x_train)
 
 
 def models_in(arrays: ArrayRecord) -> list[dict]:
@@ -146,7 +167,7 @@ def train(msg: Message, context: Context) -> Message:
         )
     fit_s = time.perf_counter() - t0
     keep_optimizers(c, context, stats, step0)
-    state = faults.nan_state(shared_state(model), fault)
+    state = faults.nan_state(shared_state(model, statistics_travel(c)), fault)
     return Message(
         RecordDict(
             {
@@ -168,7 +189,7 @@ def evaluate(msg: Message, context: Context) -> Message:
         data = silo_data(context)
     states = models_in(msg.content["arrays"])
     with costs.phase("work"):
-        errors = [evaluate_steering(build_model(c, s), data.x_test, data.y_test) for s in states]
+        errors = [evaluate_steering(scored(c, s, data), data.x_test, data.y_test) for s in states]
     if len(states) == 1:
         metrics = {"mse": errors[0][0], "mae": errors[0][1]}
     else:

@@ -48,6 +48,12 @@ class DrivingSettings(Section):
         "never sent; the official code)",
         choices=("round", "silo"),
     )
+    batchnorm_statistics: str = setting(
+        "shared (the papers': running means and variances travel with the weights) | local "
+        "(they never leave a silo; every model is normalised with statistics of the data it "
+        "runs on: models/state.py)",
+        choices=("shared", "local"),
+    )
     grad_clip: float = setting("> 0: clip each local gradient at this norm (0 = off)", lo=0, hi=1e6)
     non_iid: float = setting(
         "embedded silos: 1 = default non-IID silos, 0 = IID (every silo the same distribution)",

@@ -192,6 +192,64 @@ def test_party_side_dp_on_a_peer_topology_noises_what_each_silo_sends(
     assert last["releases"] == 2 and last["epsilon"] == pytest.approx(dp.spent(c, 2))
 
 
+@pytest.mark.slow
+def test_statistics_kept_local_never_travel_and_each_silo_scores_with_its_own(tmp_path):
+    """driving.batchnorm-statistics = "local" under party-side DP (models/state.py): no message
+    either way carries a running mean or variance, so none is clipped, noised or floored; the
+    noise still has the ledger's std; and a silo scores a model with statistics re-estimated on
+    its own training images (its rmse_own is exactly that), not with the initial ones."""
+    from clients import dp
+    from clients.driving_client import build_model, silo_data
+    from training.steering import estimate_statistics, evaluate_steering
+
+    extra = {
+        "dp.mode": "local",
+        "dp.clip": 0.5,
+        "dp.local-epsilon": 50.0,
+        "topology": "ring",
+        "driving.batchnorm-statistics": "local",
+    }
+    grid, out = _run(tmp_path, extra, method="cdl")
+    sent = [a for m in grid.sent for r in m.content.array_records.values() for a in r]
+    back = [a for m in grid.replies for r in m.content.array_records.values() for a in r]
+    assert (
+        sent and back and not any(k.endswith(("running_mean", "running_var")) for k in sent + back)
+    )
+    assert any(k.endswith("bn1.weight") for k in back)  # the affine parameters do travel
+    c = parse(merged({**DRIVING, "method": "cdl", **extra}))
+    for down, up in _updates(grid):
+        big = max(up, key=lambda k: up[k].size)
+        assert np.std((up[big] - down[big]).astype(np.float64)) == pytest.approx(
+            dp.local_std(c), rel=0.1
+        )
+    final = torch.load(out / "checkpoints" / "final_silo_001.pt")
+    assert not any("running" in k for k in final)
+    context = type("Ctx", (), {})()
+    context.run_config = merged({**DRIVING, "method": "cdl", **extra})
+    context.node_config = {"partition-id": 1, "num-partitions": 3}
+    data = silo_data(context)
+    own = estimate_statistics(build_model(c, final), data.x_train)
+    want = math.sqrt(evaluate_steering(own, data.x_test, data.y_test)[0])
+    silos = pd.read_csv(out / "silos.csv")
+    got = silos[(silos["round"] == 2) & (silos["partition"] == 1)]["rmse_own"].iloc[0]
+    assert got == pytest.approx(want, rel=1e-5)
+    untouched = math.sqrt(evaluate_steering(build_model(c, final), data.x_test, data.y_test)[0])
+    assert abs(untouched - want) > 1e-4  # the initial statistics would score differently
+
+
+def test_central_dp_with_statistics_kept_local_releases_only_weights(tmp_path):
+    """FedAvg under central DP with driving.batchnorm-statistics = "local": the global model the
+    server noises and sends, and every clipped update, hold no running statistics."""
+    extra = {"dp.mode": "central", "dp.clip": 0.5, "dp.noise-multiplier": 0.1}
+    grid, out = _run(tmp_path, {**extra, "driving.batchnorm-statistics": "local"})
+    sent = [a for m in grid.sent for r in m.content.array_records.values() for a in r]
+    back = [a for m in grid.replies for r in m.content.array_records.values() for a in r]
+    assert sent and back and not any("running" in k for k in sent + back)
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert len(rounds) == 2 and (rounds["dp_epsilon"] > 0).all()
+    assert np.isfinite(rounds["rmse"]).all()
+
+
 @pytest.mark.parametrize(
     "asks,says",
     [
@@ -293,14 +351,14 @@ def test_the_cdl_diagnosis_puts_back_the_statistics_a_noised_release_floored():
     outputs and leaves every weight as it was."""
     import torch
 
-    from experiments.privacy.cdl_dp_diagnosis import _reestimate
     from models.resnet8 import ResNet8
     from strategies.dp import VAR_FLOOR
+    from training.steering import estimate_statistics
 
     torch.manual_seed(0)
     x = torch.rand(64, 1, 32, 32).numpy()
     ref = ResNet8(32, 1)
-    _reestimate(ref, x)  # statistics of these images
+    estimate_statistics(ref, x)  # statistics of these images
     want = ref(torch.as_tensor(x)).detach()
     hurt = ResNet8(32, 1)
     hurt.load_state_dict(ref.state_dict())
@@ -308,6 +366,6 @@ def test_the_cdl_diagnosis_puts_back_the_statistics_a_noised_release_floored():
     hurt.eval()
     assert not torch.allclose(hurt(torch.as_tensor(x)).detach(), want, atol=1e-3)
     weights = {k: v.clone() for k, v in hurt.state_dict().items() if "running" not in k}
-    _reestimate(hurt, x, only="blocks.0.bn1")
+    estimate_statistics(hurt, x, only="blocks.0.bn1")
     assert torch.allclose(hurt(torch.as_tensor(x)).detach(), want, atol=1e-4)
     assert all(torch.equal(v, hurt.state_dict()[k]) for k, v in weights.items())

@@ -135,6 +135,37 @@ def train_steering(
 
 
 @torch.no_grad()
+def estimate_statistics(
+    model: nn.Module, x: np.ndarray, only: str | None = None, batch_size: int = 32
+) -> nn.Module:
+    """Replace the running mean and variance of every BatchNorm (or of the one named `only`)
+    with those of the model's own activations on `x`, in place; weights untouched.
+
+    For `driving.batchnorm-statistics = "local"` (models/state.py): statistics never travel, so
+    a model is scored with statistics of the data it runs on (the scoring silo's training
+    images). A plain mean over minibatches of the training size (momentum None), not the
+    training EMA; only the chosen BatchNorms run in train mode, so no other layer's statistics
+    move and the dropout before the head stays off."""
+    dev = device()
+    model.to(dev).eval()
+    chosen = [
+        m
+        for name, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and only in (None, name)
+    ]
+    momenta = [m.momentum for m in chosen]
+    for m in chosen:
+        m.reset_running_stats()
+        m.momentum = None
+        m.train()
+    for i in range(0, len(x), batch_size):
+        model(torch.from_numpy(np.ascontiguousarray(x[i : i + batch_size])).to(dev))
+    for m, momentum in zip(chosen, momenta):
+        m.momentum = momentum
+    return model.eval()
+
+
+@torch.no_grad()
 def evaluate_steering(
     model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 256
 ) -> tuple[float, float]:

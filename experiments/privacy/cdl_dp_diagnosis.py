@@ -35,24 +35,6 @@ from experiments.simulate import RESULTS, ROOT
 BROKEN = 0.35
 
 
-def _reestimate(model, x, only: str | None = None) -> None:
-    """BatchNorm running statistics recomputed as the plain mean over `x` (no momentum): the
-    chosen layers alone are put in training mode, so no other layer's statistics move."""
-    import torch
-
-    model.eval()
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.BatchNorm2d) and (only is None or name == only):
-            mod.reset_running_stats()
-            mod.momentum = None
-            mod.train()
-    with torch.no_grad():
-        xs = torch.as_tensor(x)
-        for b in range(0, len(xs), 32):
-            model.features(xs[b : b + 32])
-    model.eval()
-
-
 def diagnose(run: Path, seed: int) -> list[dict]:
     import torch
 
@@ -60,7 +42,7 @@ def diagnose(run: Path, seed: int) -> list[dict]:
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
     from strategies.dp import VAR_FLOOR
-    from training.steering import evaluate_steering
+    from training.steering import estimate_statistics, evaluate_steering
 
     d = parse({}).driving
     files = sorted((run / "checkpoints").glob("final_silo_*.pt"))
@@ -92,9 +74,7 @@ def diagnose(run: Path, seed: int) -> list[dict]:
             ("every_bn_own", silo.x_train, None),
             ("every_bn_pooled", pooled, None),
         ):
-            m = model()
-            _reestimate(m, x, only)
-            row[col] = rmse(m)
+            row[col] = rmse(estimate_statistics(model(), x, only))
         # control: only the floored channels of block 0's bn1 get their own-data statistics
         m = model()
         with torch.no_grad():

@@ -8,6 +8,12 @@ noises the backbone it sends its neighbours; a peer topology has no aggregate fo
 scored as each silo's own model on the pooled test set (`rmse`), beside the same floors;
 written as dp_frontier_cdl*.
 
+With `--batchnorm local` every row, floors included, keeps BatchNorm running statistics on the
+silo (run config `driving.batchnorm-statistics = "local"`, models/state.py): they are neither
+released, clipped nor noised, and every model is scored on a silo's test split with statistics
+re-estimated on that silo's training images; written as <name>_bnlocal*. The no-DP row is then
+FedBN-style FedAvg/CDL, the fair ceiling for the DP rows beside it.
+
 Same silos, rounds, seeds and local training for every row; only what the parties' updates
 carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrapper adds
 N(0, (zC/m)^2) to the mean) over noise multipliers z, and local DP (Flower's LocalDpMod on each
@@ -46,19 +52,37 @@ LABEL = {"fedavg": "FedAvg", "cdl": "CDL"}
 FAILED = "stopped.txt"  # a run the noise stopped (every update NaN): its last round is scored
 
 
-def name_of(method: str) -> str:
-    return NAME if method == "fedavg" else f"{NAME}_{method}"
+def name_of(method: str, batchnorm: str = "shared") -> str:
+    name = NAME if method == "fedavg" else f"{NAME}_{method}"
+    return name if batchnorm == "shared" else f"{name}_bnlocal"
 
 
 def settings(args) -> list[tuple[str, float, str]]:
     """(mode, knob, run config) of every row: z for central, per-release epsilon for local
     (CDL: local only, the party-side DP of a peer topology)."""
-    base = f"dp.clip={args.clip}"
-    rows = [("none", 0.0, "")]
+    bn = 'driving.batchnorm-statistics="local"' if args.batchnorm == "local" else ""
+    base = f"dp.clip={args.clip} {bn}".strip()
+    rows = [("none", 0.0, bn)]
     zs = args.z if args.method == "fedavg" else []
     rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in zs]
     rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in args.local_eps]
     return rows
+
+
+def pooled_rmse(model, silos, batchnorm: str = "shared") -> float:
+    """A model's RMSE on the union of the silos' test splits; with statistics kept local, each
+    silo scores it with statistics re-estimated on its own training images (as the run's
+    evaluate handler does: clients/driving_client.scored)."""
+    from training.steering import estimate_statistics, evaluate_steering
+
+    if batchnorm == "shared":
+        xt = np.concatenate([s.x_test for s in silos])
+        yt = np.concatenate([s.y_test for s in silos])
+        return float(np.sqrt(evaluate_steering(model, xt, yt)[0]))
+    mse = [evaluate_steering(estimate_statistics(model, s.x_train), s.x_test, s.y_test)[0]
+           for s in silos]  # fmt: skip
+    n = [len(s.y_test) for s in silos]
+    return float(np.sqrt(np.average(mse, weights=n)))
 
 
 def local_only(args, seed: int) -> dict:
@@ -69,14 +93,13 @@ def local_only(args, seed: int) -> dict:
     from config import parse
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
-    from training.steering import LocalOptimizer, evaluate_steering, train_steering
+    from training.steering import LocalOptimizer, train_steering
 
     d = parse({}).driving
     silos = [
         make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
         for i in range(args.num_clients)
     ]
-    xt = np.concatenate([s.x_test for s in silos])
     yt = np.concatenate([s.y_test for s in silos])
     torch.set_num_threads(2)
     rmse = []
@@ -92,7 +115,7 @@ def local_only(args, seed: int) -> dict:
             batch_size=d.batch_size,
             seed=seed * 1000 + i,
         )
-        rmse.append(float(np.sqrt(evaluate_steering(model, xt, yt)[0])))
+        rmse.append(pooled_rmse(model, silos, args.batchnorm))
     y = np.concatenate([s.y_train for s in silos])
     return {
         "seed": seed,
@@ -108,12 +131,18 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--num-clients", type=int, default=10)
     p.add_argument("--clip", type=float, default=2.0)
+    p.add_argument(
+        "--batchnorm",
+        choices=("shared", "local"),
+        default="shared",
+        help="local: statistics never leave a silo, in every row (module docstring)",
+    )
     p.add_argument("--z", type=float, nargs="+", default=list(CENTRAL_Z))
     p.add_argument("--local-eps", type=float, nargs="+", default=list(LOCAL_EPS))
     p.add_argument("--work", default="", help="runs folder (default runs/<results name>)")
     p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
     args = p.parse_args(argv)
-    name = name_of(args.method)
+    name = name_of(args.method, args.batchnorm)
     work = args.work or str(ROOT / "runs" / name)
     if args.plot_only:
         draw(pd.read_csv(RESULTS / f"{name}.csv"), name)
@@ -172,6 +201,7 @@ def main(argv=None) -> int:
     table.insert(3, "rounds", args.rounds)
     table.insert(4, "silos", args.num_clients)
     table.insert(0, "method", args.method)
+    table.insert(1, "batchnorm", args.batchnorm)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / f"{name}.csv", index=False, float_format="%.6g")
     runs.to_csv(RESULTS / f"{name}_runs.csv", index=False, float_format="%.6g")
@@ -182,6 +212,10 @@ def main(argv=None) -> int:
 
 def method_label(table: pd.DataFrame) -> str:
     return LABEL[table["method"].iloc[0]] if "method" in table else "FedAvg"  # older CSV: FedAvg
+
+
+def local_statistics(table: pd.DataFrame) -> bool:
+    return "batchnorm" in table and table["batchnorm"].iloc[0] == "local"  # older CSV: shared
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -197,6 +231,8 @@ def markdown(table: pd.DataFrame) -> str:
             what = f"central DP, z = {r.knob:g} (noise std {r.knob * r.clip / r.silos:.2g})"
         elif r.mode == "local":
             what = f"local DP, LocalDpMod epsilon = {r.knob:g} per release"
+        elif r.mode == "none" and local_statistics(table):
+            what = f"{label}, no DP (statistics local)"
         elif r.mode == "none":
             what = f"{label}, no DP (the papers')"
         else:
@@ -240,8 +276,9 @@ def draw(table: pd.DataFrame, name: str = NAME) -> None:
     ax.set_xlabel("epsilon after all rounds (delta = 1e-5, log scale); stopped runs: NaN model")
     ax.set_ylabel("steering RMSE on the pooled test set (rad)")
     clip, rounds, silos = (table[c].iloc[0] for c in ("clip", "rounds", "silos"))
+    where = ", statistics local" if local_statistics(table) else ""
     ax.set_title(f"{label} driving: privacy vs utility ({silos:g} silos, {rounds:g} rounds, "
-                 f"C = {clip:g})", fontsize=10)  # fmt: skip
+                 f"C = {clip:g}{where})", fontsize=10)  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(RESULTS / f"{name}.png", dpi=120)
