@@ -195,6 +195,7 @@ BLOCKS = {
     "message-cost": _message_cost,
     "dp-frontier": _dp_frontier,
     "dp-frontier-cdl": lambda: _dp_frontier("dp_frontier_cdl"),
+    "dp-frontier-cdl-bnlocal": lambda: _dp_frontier("dp_frontier_cdl_bnlocal"),
     "fedrl-attack": lambda: _attack("fedrl_attack", "fedrl_attack"),
     "fedrl-frontier": lambda: _attack("fedrl_frontier", "fedrl_frontier"),
     "fedvln-frontier": lambda: _attack("fedvln_frontier", "fedvln_frontier"),

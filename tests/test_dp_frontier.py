@@ -1,0 +1,70 @@
+"""experiments/privacy/dp_frontier.py with `--batchnorm local`: every row runs with statistics
+kept on the silo, and the floors are scored by the same rule as the runs."""
+
+import argparse
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from envs.driving_silos import SiloData
+from experiments.privacy import dp_frontier
+from models.resnet8 import ResNet8
+from training.steering import estimate_statistics, evaluate_steering
+
+
+def _args(batchnorm: str) -> argparse.Namespace:
+    return argparse.Namespace(
+        method="cdl", clip=2.0, z=[0.1], local_eps=[1000.0], batchnorm=batchnorm
+    )
+
+
+def test_local_statistics_reach_every_row_and_a_separate_result_name():
+    rows = dp_frontier.settings(_args("local"))
+    assert [r[0] for r in rows] == ["none", "local"]  # CDL: no central row
+    assert all('driving.batchnorm-statistics="local"' in r[2] for r in rows)
+    assert not any("batchnorm" in r[2] for r in dp_frontier.settings(_args("shared")))
+    assert dp_frontier.name_of("cdl", "local") == "dp_frontier_cdl_bnlocal"
+    assert dp_frontier.name_of("cdl") == "dp_frontier_cdl"  # the papers' runs keep their folder
+
+
+def test_a_floor_with_local_statistics_is_scored_as_each_silo_would_score_it():
+    """Two silos whose images differ in brightness: with statistics kept local, each silo
+    normalises the model with its own images' statistics, so the pooled error is the
+    example-weighted mean of the per-silo errors under those statistics, not the error
+    under the model's trained statistics."""
+    rng = np.random.default_rng(0)
+
+    def silo(scale: float, n_test: int) -> SiloData:
+        x = lambda n: (scale * rng.random((n, 1, 16, 16))).astype(np.float32)  # noqa: E731
+        return SiloData(x(40), rng.random(40).astype(np.float32), x(n_test),
+                        rng.random(n_test).astype(np.float32))  # fmt: skip
+
+    silos = [silo(1.0, 10), silo(5.0, 30)]
+    torch.manual_seed(0)
+    model = ResNet8(16, 1)
+    estimate_statistics(model, silos[0].x_train)  # "trained" on silo 0's images
+    shared = dp_frontier.pooled_rmse(model, silos)
+    local = dp_frontier.pooled_rmse(model, silos, "local")
+    torch.manual_seed(0)
+    fresh = ResNet8(16, 1)  # the same weights: statistics are the only difference
+    mse = [
+        evaluate_steering(estimate_statistics(fresh, s.x_train), s.x_test, s.y_test)[0]
+        for s in silos
+    ]
+    assert local == pytest.approx(math.sqrt((10 * mse[0] + 30 * mse[1]) / 40), rel=1e-5)
+    assert abs(local - shared) > 1e-3
+
+
+def test_the_table_says_when_its_statistics_stayed_local():
+    table = pd.DataFrame(
+        [
+            {"method": "cdl", "batchnorm": "local", "mode": "none", "knob": 0.0, "clip": 2.0,
+             "rounds": 10, "silos": 10, "epsilon": np.inf, "rmse": 0.25, "rmse_sd": 0.01,
+             "best_rmse": 0.24, "seeds": 3, "stopped": 0},
+        ]
+    )  # fmt: skip
+    assert "CDL, no DP (statistics local)" in dp_frontier.markdown(table)
+    assert "(the papers')" in dp_frontier.markdown(table.drop(columns="batchnorm"))
