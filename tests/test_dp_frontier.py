@@ -68,3 +68,20 @@ def test_the_table_says_when_its_statistics_stayed_local():
     )  # fmt: skip
     assert "CDL, no DP (statistics local)" in dp_frontier.markdown(table)
     assert "(the papers')" in dp_frontier.markdown(table.drop(columns="batchnorm"))
+
+
+@pytest.mark.parametrize("size,n", [(24, 33), (64, 33), (32, 65), (64, 300)])
+def test_estimated_statistics_are_the_mean_over_every_image_whatever_the_last_batch(size, n):
+    """The first block's BatchNorm sees the stem's output, which no other statistic changes:
+    its estimated running mean must be that output's mean over all n images, each image
+    counted once, even when n leaves a remainder of one image (a 1x1 feature map at 24 px)."""
+    torch.manual_seed(0)
+    x = torch.rand(n, 1, size, size)
+    model = ResNet8(size, 1)
+    estimate_statistics(model, x.numpy())
+    with torch.no_grad():
+        h = model.pool(model.stem(x))
+    assert torch.allclose(model.blocks[0].bn1.running_mean, h.mean(dim=(0, 2, 3)), atol=1e-5)
+    assert model.blocks[0].bn1.momentum == 0.1  # the training momentum is put back
+    with pytest.raises(ValueError, match="no BatchNorm named 'blocks.0.bn9'"):
+        estimate_statistics(model, x.numpy(), only="blocks.0.bn9")

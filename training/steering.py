@@ -136,30 +136,41 @@ def train_steering(
 
 @torch.no_grad()
 def estimate_statistics(
-    model: nn.Module, x: np.ndarray, only: str | None = None, batch_size: int = 32
+    model: nn.Module, x: np.ndarray, only: str | None = None, batch_size: int = 256
 ) -> nn.Module:
     """Replace the running mean and variance of every BatchNorm (or of the one named `only`)
     with those of the model's own activations on `x`, in place; weights untouched.
 
     For `driving.batchnorm-statistics = "local"` (models/state.py): statistics never travel, so
     a model is scored with statistics of the data it runs on (the scoring silo's training
-    images). A plain mean over minibatches of the training size (momentum None), not the
-    training EMA; only the chosen BatchNorms run in train mode, so no other layer's statistics
-    move and the dropout before the head stays off."""
-    dev = device()
-    model.to(dev).eval()
+    images). `x` is cut into near-equal batches of at most `batch_size` (no one-image batch,
+    which BatchNorm cannot normalise at a 1x1 feature map), and each batch's statistics count
+    by its size (momentum n_k / n_seen), not the training EMA. Large batches, not the training
+    minibatch: a batch's variance misses the spread between batch means, so the fewer the
+    batches the closer to the images' own variance (a silo of a few hundred images is one or
+    two batches). Only the chosen BatchNorms
+    run in train mode, so no other layer's statistics move and the dropout stays off."""
+    if len(x) < 2:
+        raise ValueError(f"BatchNorm statistics need at least 2 images, got {len(x)}")
     chosen = [
         m
         for name, m in model.named_modules()
         if isinstance(m, nn.modules.batchnorm._BatchNorm) and only in (None, name)
     ]
+    if only is not None and not chosen:
+        raise ValueError(f"no BatchNorm named {only!r} in the model")
+    dev = device()
+    model.to(dev).eval()
     momenta = [m.momentum for m in chosen]
     for m in chosen:
         m.reset_running_stats()
-        m.momentum = None
         m.train()
-    for i in range(0, len(x), batch_size):
-        model(torch.from_numpy(np.ascontiguousarray(x[i : i + batch_size])).to(dev))
+    seen = 0
+    for part in np.array_split(np.arange(len(x)), math.ceil(len(x) / batch_size)):
+        seen += len(part)
+        for m in chosen:
+            m.momentum = len(part) / seen
+        model(torch.from_numpy(np.ascontiguousarray(x[part])).to(dev))
     for m, momentum in zip(chosen, momenta):
         m.momentum = momentum
     return model.eval()

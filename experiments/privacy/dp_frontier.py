@@ -2,6 +2,8 @@
 
     python -m experiments.privacy.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
     python -m experiments.privacy.dp_frontier --method cdl   # CDL on its peer topology
+    python -m experiments.privacy.dp_frontier --method cdl --batchnorm local --clip 0.25
+    python -m experiments.privacy.dp_frontier --calibrate    # the update norms that set C
 
 With `--method cdl` the rows are CDL with no DP and with party-side DP (each silo's LocalDpMod
 noises the backbone it sends its neighbours; a peer topology has no aggregate for central DP),
@@ -12,7 +14,8 @@ With `--batchnorm local` every row, floors included, keeps BatchNorm running sta
 silo (run config `driving.batchnorm-statistics = "local"`, models/state.py): they are neither
 released, clipped nor noised, and every model is scored on a silo's test split with statistics
 re-estimated on that silo's training images; written as <name>_bnlocal*. The no-DP row is then
-FedBN-style FedAvg/CDL, the fair ceiling for the DP rows beside it.
+FedAvg/CDL with statistics kept local (FedBN's rule for the statistics; the affine parameters
+still travel), the fair ceiling for the DP rows beside it.
 
 Same silos, rounds, seeds and local training for every row; only what the parties' updates
 carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrapper adds
@@ -23,9 +26,14 @@ rounds.csv. A run whose noise wrecks the model (NaN updates, refused until
 `max-empty-rounds` stops it) is scored at its last recorded round and counted in `stopped`.
 Floors beside them, scored on the same pooled test set: FedAvg with no DP (the ceiling of
 this study), each silo trained alone for as many epochs as the run trains
-(local-only, no release at all: epsilon 0), and the constant predictor. C = 2 is about the
-median update norm after round 1 (the norm counts batch-norm statistics, which are shared
-and noised too).
+(local-only, no release at all: epsilon 0), and the constant predictor.
+
+The clip C: about the median norm of a silo's round-2 update (FedAvg: trained from the mean
+of the round-1 models), the usual choice (Andrew et al. 2021 adapt C towards the median). What
+is released decides it: `--calibrate` measures both and writes dp_frontier_clip.csv. With
+statistics shared the norm is ~2 (round 1's ~15 is almost all the statistics leaving their
+initial values): C = 2. With statistics local only the weights travel, ~0.25: C = 0.25 (a
+C of 2 there would never bind and would only scale the noise up 8x).
 
 Writes experiments/results/dp_frontier.csv (one row per setting, mean and sd over seeds),
 dp_frontier_runs.csv (one row per run) and dp_frontier.png.
@@ -85,6 +93,44 @@ def pooled_rmse(model, silos, batchnorm: str = "shared") -> float:
     return float(np.sqrt(np.average(mse, weights=n)))
 
 
+def update_norms(args, seed: int) -> list[dict]:
+    """Each silo's L2 update norm with and without BatchNorm statistics, in round 1 (from the
+    initial model) and round 2 (from the mean of the round-1 models): what sets C."""
+    import torch
+
+    from config import parse
+    from envs.driving_silos import make_silo
+    from models.resnet8 import ResNet8
+    from models.state import STATISTICS, initial_state, shared_state
+    from training.steering import LocalOptimizer, train_steering
+
+    d = parse({}).driving
+    torch.set_num_threads(2)
+    silos = [
+        make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
+        for i in range(args.num_clients)
+    ]
+    start = {k: v.clone() for k, v in initial_state(d.image_size, d.channels, seed).items()}
+    rows = []
+    for rnd in (1, 2):
+        ends = []
+        for i, s in enumerate(silos):
+            model = ResNet8(d.image_size, d.channels)
+            model.load_state_dict(start, strict=False)
+            train_steering(model, s.x_train, s.y_train, epochs=d.local_epochs,
+                           optim=LocalOptimizer(lr=d.lr), batch_size=d.batch_size,
+                           seed=seed * 1000 + 100 * rnd + i)  # fmt: skip
+            end = shared_state(model)
+            sq = {k: float(((end[k] - start[k]).double() ** 2).sum()) for k in end}
+            weights = sum(v for k, v in sq.items() if not k.endswith(STATISTICS))
+            rows.append({"seed": seed, "round": rnd, "silo": i,
+                         "norm_with_statistics": sum(sq.values()) ** 0.5,
+                         "norm_weights_only": weights**0.5})  # fmt: skip
+            ends.append(end)
+        start = {k: sum(e[k] for e in ends) / len(ends) for k in ends[0]}
+    return rows
+
+
 def local_only(args, seed: int) -> dict:
     """Each silo trains alone (rounds x local epochs on its own data, no release), scored on
     the pooled test set; the mean over silos. And the constant predictor (pooled train mean)."""
@@ -141,9 +187,20 @@ def main(argv=None) -> int:
     p.add_argument("--local-eps", type=float, nargs="+", default=list(LOCAL_EPS))
     p.add_argument("--work", default="", help="runs folder (default runs/<results name>)")
     p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure the update norms that set C (dp_frontier_clip.csv), then stop",
+    )
     args = p.parse_args(argv)
     name = name_of(args.method, args.batchnorm)
     work = args.work or str(ROOT / "runs" / name)
+    if args.calibrate:
+        norms = pd.DataFrame([r for s in args.seeds for r in update_norms(args, s)])
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        norms.to_csv(RESULTS / f"{NAME}_clip.csv", index=False, float_format="%.6g")
+        print(norms.groupby("round")[["norm_with_statistics", "norm_weights_only"]].median())
+        return 0
     if args.plot_only:
         draw(pd.read_csv(RESULTS / f"{name}.csv"), name)
         return 0
