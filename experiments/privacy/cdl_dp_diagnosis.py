@@ -48,6 +48,11 @@ def diagnose(run: Path, seed: int) -> list[dict]:
     files = sorted((run / "checkpoints").glob("final_silo_*.pt"))
     if not files:
         raise FileNotFoundError(f"{run}/checkpoints: no final_silo_*.pt (run the frontier first)")
+    if "blocks.0.bn1.running_var" not in torch.load(files[0], weights_only=False):
+        raise SystemExit(
+            f"cdl_dp_diagnosis: {run} kept BatchNorm statistics local (--batchnorm local): "
+            "nothing was released to diagnose"
+        )
     silos = [
         make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
         for i in range(len(files))

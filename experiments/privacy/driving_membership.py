@@ -100,6 +100,12 @@ def attack_run(run: Path) -> dict:
     state, rnd = last_finite(run)
     if state is None:
         raise SystemExit(f"driving_membership: {run} has no finite checkpoint to attack")
+    if cfg.get("driving.batchnorm-statistics", "shared") != "shared":
+        raise SystemExit(
+            f"driving_membership: {run} kept BatchNorm statistics local "
+            "(driving.batchnorm-statistics); its release holds none, and this attack scores a "
+            "model with the statistics it was released with"
+        )
     model = ResNet8(cfg["driving.image-size"], cfg["driving.channels"])
     model.load_state_dict(state)
     rng = np.random.default_rng([cfg["seed"], 99])
