@@ -85,3 +85,25 @@ def test_estimated_statistics_are_the_mean_over_every_image_whatever_the_last_ba
     assert model.blocks[0].bn1.momentum == 0.1  # the training momentum is put back
     with pytest.raises(ValueError, match="no BatchNorm named 'blocks.0.bn9'"):
         estimate_statistics(model, x.numpy(), only="blocks.0.bn9")
+
+
+def test_settings_are_compared_with_each_silo_alone_and_no_dp_seed_by_seed():
+    """A setting 0.01 better than each silo alone in every seed, while the seeds themselves
+    spread by 0.1: paired, the interval excludes 0; and the table prints it."""
+    runs = pd.DataFrame(
+        [{"mode": m, "knob": k, "seed": s, "rmse": base + d}
+         for s, base in enumerate([0.2, 0.3, 0.4])
+         for m, k, d in (("none", 0.0, -0.02), ("local", 1000.0, -0.01))]
+    )  # fmt: skip
+    floors = pd.DataFrame({"seed": [0, 1, 2], "local_only_rmse": [0.2, 0.3, 0.4]})
+    vs = dp_frontier.versus(runs, floors).set_index("mode")
+    assert vs.loc["local", "vs_local_only"] == pytest.approx(-0.01)
+    assert vs.loc["local", "vs_local_only_high"] < 0  # paired: the seeds' spread cancels
+    assert vs.loc["local", "vs_no_dp"] == pytest.approx(0.01)
+    assert np.isnan(vs.loc["none"].get("vs_no_dp", np.nan))
+    table = pd.DataFrame(
+        [{"method": "cdl", "mode": "local", "knob": 1000.0, "clip": 0.25, "rounds": 10,
+          "silos": 10, "epsilon": 2e5, "rmse": 0.29, "rmse_sd": 0.1, "best_rmse": 0.28,
+          "seeds": 3, "stopped": 0, **vs.loc["local"].to_dict()}]
+    )  # fmt: skip
+    assert "| -0.010 [" in dp_frontier.markdown(table)

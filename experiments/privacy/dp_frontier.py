@@ -254,6 +254,7 @@ def main(argv=None) -> int:
             "rmse": floors[col].mean(), "rmse_sd": floors[col].std(),
             "best_rmse": np.nan, "seeds": len(floors), "stopped": 0,
         }  # fmt: skip
+    table = table.merge(versus(runs, floors), on=["mode", "knob"], how="left")
     table.insert(2, "clip", args.clip)
     table.insert(3, "rounds", args.rounds)
     table.insert(4, "silos", args.num_clients)
@@ -261,10 +262,44 @@ def main(argv=None) -> int:
     table.insert(1, "batchnorm", args.batchnorm)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / f"{name}.csv", index=False, float_format="%.6g")
+    seeded = [floors.assign(mode=mode, rmse=floors[col])[["mode", "seed", "rmse"]]
+              for mode, col in (("local-only (no release)", "local_only_rmse"),
+                                ("constant (pooled train mean)", "constant_rmse"))]  # fmt: skip
+    runs = pd.concat([runs, *seeded], ignore_index=True)  # the floors seed by seed too
     runs.to_csv(RESULTS / f"{name}_runs.csv", index=False, float_format="%.6g")
     draw(table, name)
     print(table.to_string(index=False))
     return 0
+
+
+def versus(runs: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: its last-round RMSE minus each silo alone's, and minus no DP's, paired by
+    seed, with 95% t-intervals (experiments.tables.paired_interval; below 0 = better)."""
+    from experiments.tables import paired_interval
+
+    alone = floors.set_index("seed")["local_only_rmse"]
+    none = runs[runs["mode"] == "none"].set_index("seed")["rmse"]
+    rows = []
+    for (mode, knob), g in runs.groupby(["mode", "knob"], sort=False):
+        g = g.sort_values("seed")
+        row = {"mode": mode, "knob": knob}
+        for col, other in (("vs_local_only", alone), ("vs_no_dp", none)):
+            if mode == "none" and col == "vs_no_dp":
+                continue
+            both = g[g["seed"].isin(other.index)]
+            row[col], row[f"{col}_low"], row[f"{col}_high"] = paired_interval(
+                both["rmse"], other.loc[both["seed"]]
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _interval(r, col: str) -> str:
+    """'+0.012 [-0.004, +0.028]' from a table row, '' where the CSV has no such column."""
+    v = getattr(r, col, np.nan)
+    if pd.isna(v):
+        return ""
+    return f"{v:+.3f} [{getattr(r, col + '_low'):+.3f}, {getattr(r, col + '_high'):+.3f}]"
 
 
 def method_label(table: pd.DataFrame) -> str:
@@ -279,9 +314,11 @@ def markdown(table: pd.DataFrame) -> str:
     """The frontier as the docs show it (experiments/readme_tables.py)."""
     seeds = int(table["seeds"].max())
     label = method_label(table)
+    vs = "vs_local_only" in table  # older CSVs: no paired columns
+    extra = " − each silo alone [95%] | − no DP [95%] |" if vs else ""
     lines = [
-        f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round (on test: optimistic) |",
-        "|---|---|---|---|",
+        f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round (on test: optimistic) |{extra}",
+        "|---|---|---|---|" + ("---|---|" if vs else ""),
     ]
     for r in table.itertuples():
         if r.mode == "central":
@@ -300,7 +337,8 @@ def markdown(table: pd.DataFrame) -> str:
         rmse = (
             f"{r.rmse:.3f} ± {r.rmse_sd:.3f}" if r.rmse < 10 else f"{r.rmse:.3g} ± {r.rmse_sd:.3g}"
         )
-        lines.append(f"| {what} | {eps} | {rmse}{stop} | {best} |")
+        pairs = f" {_interval(r, 'vs_local_only')} | {_interval(r, 'vs_no_dp')} |" if vs else ""
+        lines.append(f"| {what} | {eps} | {rmse}{stop} | {best} |{pairs}")
     return "\n".join(lines)
 
 
