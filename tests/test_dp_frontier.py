@@ -28,6 +28,8 @@ def test_local_statistics_reach_every_row_and_a_separate_result_name():
     assert not any("batchnorm" in r[2] for r in dp_frontier.settings(_args("shared")))
     assert dp_frontier.name_of("cdl", "local") == "dp_frontier_cdl_bnlocal"
     assert dp_frontier.name_of("cdl") == "dp_frontier_cdl"  # the papers' runs keep their folder
+    assert dp_frontier.name_of("cdl", "local", 0.25) == "dp_frontier_cdl_bnlocal"  # calibrated C
+    assert dp_frontier.name_of("cdl", "local", 2.0) == "dp_frontier_cdl_bnlocal_clip2"  # control
 
 
 def test_a_floor_with_local_statistics_is_scored_as_each_silo_would_score_it():

@@ -2,7 +2,7 @@
 
     python -m experiments.privacy.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
     python -m experiments.privacy.dp_frontier --method cdl   # CDL on its peer topology
-    python -m experiments.privacy.dp_frontier --method cdl --batchnorm local --clip 0.25
+    python -m experiments.privacy.dp_frontier --method cdl --batchnorm local   # C = 0.25
     python -m experiments.privacy.dp_frontier --calibrate    # the update norms that set C
 
 With `--method cdl` the rows are CDL with no DP and with party-side DP (each silo's LocalDpMod
@@ -60,9 +60,15 @@ LABEL = {"fedavg": "FedAvg", "cdl": "CDL"}
 FAILED = "stopped.txt"  # a run the noise stopped (every update NaN): its last round is scored
 
 
-def name_of(method: str, batchnorm: str = "shared") -> str:
+CLIP = {"shared": 2.0, "local": 0.25}  # C by what is released (module docstring, --calibrate)
+
+
+def name_of(method: str, batchnorm: str = "shared", clip: float | None = None) -> str:
+    """Results name: dp_frontier[_cdl][_bnlocal], plus _clip<C> when C is not the calibrated
+    one (a control, never written over the study)."""
     name = NAME if method == "fedavg" else f"{NAME}_{method}"
-    return name if batchnorm == "shared" else f"{name}_bnlocal"
+    name = name if batchnorm == "shared" else f"{name}_bnlocal"
+    return name if clip in (None, CLIP[batchnorm]) else f"{name}_clip{clip:g}"
 
 
 def settings(args) -> list[tuple[str, float, str]]:
@@ -176,7 +182,13 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--num-clients", type=int, default=10)
-    p.add_argument("--clip", type=float, default=2.0)
+    p.add_argument(
+        "--clip",
+        type=float,
+        default=None,
+        help="C (default: 2 with statistics shared, 0.25 local; another C is a "
+        "control written under its own name)",
+    )
     p.add_argument(
         "--batchnorm",
         choices=("shared", "local"),
@@ -193,7 +205,8 @@ def main(argv=None) -> int:
         help="measure the update norms that set C (dp_frontier_clip.csv), then stop",
     )
     args = p.parse_args(argv)
-    name = name_of(args.method, args.batchnorm)
+    name = name_of(args.method, args.batchnorm, args.clip)
+    args.clip = CLIP[args.batchnorm] if args.clip is None else args.clip
     work = args.work or str(ROOT / "runs" / name)
     if args.calibrate:
         norms = pd.DataFrame([r for s in args.seeds for r in update_norms(args, s)])
