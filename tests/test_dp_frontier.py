@@ -109,3 +109,17 @@ def test_settings_are_compared_with_each_silo_alone_and_no_dp_seed_by_seed():
           "seeds": 3, "stopped": 0, **vs.loc["local"].to_dict()}]
     )  # fmt: skip
     assert "| -0.010 [" in dp_frontier.markdown(table)
+
+
+def test_a_floor_is_computed_once_per_runs_folder_and_recomputed_when_its_settings_differ(
+    tmp_path, monkeypatch
+):
+    calls = []
+    monkeypatch.setattr(
+        dp_frontier, "local_only", lambda a, s: calls.append(s) or {"seed": s, "x": len(calls)}
+    )
+    args = argparse.Namespace(rounds=10, num_clients=10, batchnorm="local")
+    first = dp_frontier.kept_floor(args, tmp_path, 0)
+    assert dp_frontier.kept_floor(args, tmp_path, 0) == first and calls == [0]  # a control
+    args.rounds = 5
+    assert dp_frontier.kept_floor(args, tmp_path, 0) != first and calls == [0, 0]

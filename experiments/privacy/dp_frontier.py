@@ -137,6 +137,21 @@ def update_norms(args, seed: int) -> list[dict]:
     return rows
 
 
+def kept_floor(args, work, seed: int) -> dict:
+    """local_only, computed once per runs folder and seed (floors-s<seed>.json): it does not
+    depend on C, so a control reuses its study's."""
+    import json
+
+    key = {"rounds": args.rounds, "num_clients": args.num_clients, "batchnorm": args.batchnorm}
+    path = work / f"floors-s{seed}.json"
+    if path.is_file() and json.loads(path.read_text()).get("key") == key:
+        return json.loads(path.read_text())["floor"]
+    floor = local_only(args, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "floor": floor}))
+    return floor
+
+
 def local_only(args, seed: int) -> dict:
     """Each silo trains alone (rounds x local epochs on its own data, no release), scored on
     the pooled test set; the mean over silos. And the constant predictor (pooled train mean)."""
@@ -207,7 +222,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     name = name_of(args.method, args.batchnorm, args.clip)
     args.clip = CLIP[args.batchnorm] if args.clip is None else args.clip
-    work = args.work or str(ROOT / "runs" / name)
+    # a control shares its study's runs folder: the no-DP runs (no C) are the same runs
+    work = args.work or str(ROOT / "runs" / name_of(args.method, args.batchnorm))
+    control = args.clip != CLIP[args.batchnorm]
     if args.calibrate:
         norms = pd.DataFrame([r for s in args.seeds for r in update_norms(args, s)])
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -221,6 +238,7 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         for mode, knob, run_config in settings(args):
             tag = mode if mode == "none" else f"{mode}-{knob:g}"
+            tag += f"-clip{args.clip:g}" if control and mode != "none" else ""
             out = ROOT / work / f"{tag}-s{seed}"
             failed = (out / FAILED).is_file()
             if not failed:
@@ -246,7 +264,7 @@ def main(argv=None) -> int:
                 }  # fmt: skip
             )
             print(runs[-1], flush=True)
-    floors = pd.DataFrame([local_only(args, s) for s in args.seeds])
+    floors = pd.DataFrame([kept_floor(args, ROOT / work, s) for s in args.seeds])
     runs = pd.DataFrame(runs)
     table = (
         runs.groupby(["mode", "knob"], sort=False)
