@@ -105,7 +105,7 @@ def keep_optimizers(c: Config, context: Context, stats: dict, steps_before: int)
 
 def statistics_travel(c: Config) -> bool:
     """Whether BatchNorm running statistics travel with the weights (models/state.py)."""
-    return c.driving.batchnorm_statistics == "shared"
+    return c.driving.statistics_travel
 
 
 def build_model(c: Config, state: dict | None = None) -> ResNet8:

@@ -61,6 +61,11 @@ class DrivingSettings(Section):
         hi=1,
     )
 
+    @property
+    def statistics_travel(self) -> bool:
+        """Whether BatchNorm running statistics travel with the weights (models/state.py)."""
+        return self.batchnorm_statistics == "shared"
+
     def validate(self) -> None:
         from models.resnet8 import feature_map_size
 

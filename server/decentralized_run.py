@@ -47,7 +47,7 @@ def initial_arrays(c: Config, name: str) -> OrderedDict:
         d.channels,
         c.run.seed,
         with_sub=name.startswith("cdl") and c.cdl.variant == "reference",
-        statistics=c.driving.batchnorm_statistics == "shared",
+        statistics=c.driving.statistics_travel,
     )
 
 

@@ -71,7 +71,7 @@ def run(grid, c: Config, name: str) -> None:
             d.channels,
             c.run.seed,
             with_sub=name == "cdl-sfl" and c.cdl.variant == "reference",
-            statistics=d.batchnorm_statistics == "shared",
+            statistics=d.statistics_travel,
         )
     )
     done = recorder.last_round()
