@@ -257,3 +257,32 @@ def test_r2r_floors_become_rows_of_the_r2r_speaker_table(tmp_path):
     assert len(t[t.speaker == "constant sentence (floor)"]) == 3  # best, last, its paper row
     text = markdown({k: pd.DataFrame() for k in ("table2", "table5", "table9")} | {"table4": t})
     assert "| constant sentence (floor) | best | 3 |" in text and "18.0 ± 1.0" in text
+
+
+def test_speaker_study_pairs_augmentation_with_its_control_when_there_is_one():
+    """experiments/fedvln/speaker.summarize: augmentation's gain is paired by seed against the
+    start and, where the seed ran it, against the same fine-tuning without the speaker's routes
+    (a gain over the start that the control also makes is further training, not the speaker)."""
+    import pandas as pd
+
+    from experiments.fedvln.speaker import COLUMNS, summarize
+
+    def runs(with_control: bool) -> pd.DataFrame:
+        rows = []
+        for seed, (start, aug, control) in enumerate([(30, 34, 34.5), (31, 35, 35), (29, 33, 34)]):
+            rows.append({"seed": seed, "speaker": "true", "checkpoint": "", "split": "val_unseen",
+                         **dict.fromkeys(COLUMNS, 50.0), "taught_sr": start})  # fmt: skip
+            stages = [("agent", start), ("augment", aug)]
+            stages += [("augment-control", control)] if with_control else []
+            for stage, sr in stages:
+                for ck in ("best", "last"):
+                    rows.append({"seed": seed, "speaker": f"follower:{stage}",
+                                 "checkpoint": ck, "split": "val_unseen", "taught_sr": sr})  # fmt: skip
+        return pd.DataFrame(rows)
+
+    _, aug = summarize(runs(True))
+    best = aug.set_index("augmented checkpoint").loc["best"]
+    assert best["gain"].startswith("+4.0") and not best["within noise"]
+    assert best["gain over control"].startswith("-0.5") and best["over control within noise"]
+    _, old = summarize(runs(False))
+    assert "gain over control" not in old.columns and old["gain"].iloc[0].startswith("+4.0")

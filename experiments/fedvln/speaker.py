@@ -27,7 +27,8 @@ Floor rows on the same paths: `constant` (the train instruction with the best tr
 written for every path), `other path` (the next path's true instruction in the same house), and
 `true` (the first true reference: fidelity and SR; no BLEU, a reference is scored against the
 others). The augmentation rows give the follower's best and last val_unseen SR before and after
-the augment stage, with the paired interval over seeds.
+the augment stage and after its control (the same fine-tuning without the speaker's routes),
+with paired intervals over seeds.
 
 Results: experiments/results/fedvln_speaker{,_runs}.csv (mean ± sd over seeds; per seed) and
 fedvln_speaker_augment.csv; each speaker's words per val path stay in
@@ -78,7 +79,9 @@ def train(a, seed: int) -> Path:
 
     The follower and the speakers do not depend on each other, so with `--stage-jobs` > 1 they
     train at once, each in its own `experiments.fedvln.centralized` process; the augment stage
-    needs the follower and the grounded speaker and runs after them."""
+    needs the follower and the grounded speaker and runs after them, then its control (the
+    same fine-tuning from the same checkpoint on the labelled data alone), so that the gain
+    of augmentation is not the gain of training further."""
     base = Path(a.out) / f"seed{seed}"
     common = [
         *("--seed", str(seed), "--patience", str(a.patience), "--eval-every", str(a.eval_every)),
@@ -97,8 +100,9 @@ def train(a, seed: int) -> Path:
         first.append(stage("grounded", "speaker"))  # the augment stage back-translates with it
     with ThreadPoolExecutor(a.stage_jobs) as pool:
         failed = [c for c, rc in zip(first, pool.map(_centralized, first)) if rc != 0]
-    if not failed and _centralized(stage("grounded", "augment")) != 0:
-        failed = [stage("grounded", "augment")]
+    for then in ("augment", "augment-control"):
+        if not failed and _centralized(stage("grounded", then)) != 0:
+            failed = [stage("grounded", then)]
     if failed:
         raise SystemExit(f"fedvln_speaker: the centralized stages failed: {failed[0]}")
     return base
@@ -164,9 +168,8 @@ def _score(a, seed: int, base: Path) -> pd.DataFrame:
                 hyps = vln_speaker.write_instructions(speaker, inputs, paths, vln.vocab)
                 rows.append(row(variant, ck, hyps))
         print(f"  seed {seed} {split}: scored (follower SR on true {true_sr:.1f})", flush=True)
-    aug = pd.read_csv(base / "grounded" / "augment_log.csv")
-    agent = pd.read_csv(base / "grounded" / "agent_log.csv")
-    for stage, log in (("agent", agent), ("augment", aug)):
+    for stage in ("agent", "augment", "augment-control"):
+        log = pd.read_csv(base / "grounded" / f"{stage}_log.csv")
         for ck, r in (("best", log.loc[log.val_unseen_sr.idxmax()]), ("last", log.iloc[-1])):
             rows.append(
                 {
@@ -204,18 +207,34 @@ def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     aug = []
     for ck in ("best", "last"):
         before, after = fol[("follower:agent", "best")], fol[("follower:augment", ck)]
-        gain, lo, hi = paired_interval(after, before)
-        aug.append(
-            {
-                "augmented checkpoint": ck,
-                "seeds": len(fol),
-                "start (agent best) val_unseen SR": mean_sd(before),
-                "Envdrop_aug val_unseen SR": mean_sd(after),
-                "gain": f"{gain:+.1f} [{lo:+.1f}, {hi:+.1f}]",
-                "within noise": bool(lo <= 0 <= hi),
+        row = {
+            "augmented checkpoint": ck,
+            "seeds": len(fol),
+            "start (agent best) val_unseen SR": mean_sd(before),
+            "Envdrop_aug val_unseen SR": mean_sd(after),
+            "gain": _interval(after, before),
+            "within noise": _within(after, before),
+        }
+        if ("follower:augment-control", ck) in fol:  # runs made before the control have none
+            control = fol[("follower:augment-control", ck)]
+            row |= {
+                "control (no augmentation) val_unseen SR": mean_sd(control),
+                "gain over control": _interval(after, control),
+                "over control within noise": _within(after, control),
             }
-        )
+        aug.append(row)
     return pd.DataFrame(table), pd.DataFrame(aug)
+
+
+def _interval(a: pd.Series, b: pd.Series) -> str:
+    """Mean paired difference a - b over seeds with its 95% interval."""
+    gain, lo, hi = paired_interval(a, b)
+    return f"{gain:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def _within(a: pd.Series, b: pd.Series) -> bool:
+    _, lo, hi = paired_interval(a, b)
+    return bool(lo <= 0 <= hi)
 
 
 SHOWN = {
