@@ -385,13 +385,12 @@ def check_data(domain: str, cfg: dict) -> None:
 def vln_houses(cfg: dict) -> int:
     """FedVLN's number of clients: the data's seen plus unseen houses."""
     from config import parse
-    from contracts.fedvln import spec_of
     from envs.errors import DataError
-    from training.vln_house import house_names, open_setup
+    from training.vln_house import house_names, setup_of
 
     try:
         c = parse(cfg)
-        setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+        setup = setup_of(c)
         setup.data.validate()
         seen, unseen = house_names(setup)
     except (DataError, OSError) as e:

@@ -37,7 +37,6 @@ from contracts.fedvln import (
     follower_size,
     shared_part,
     speaker_size,
-    spec_of,
 )
 from contracts.messages import (
     FIT_S,
@@ -62,8 +61,9 @@ from training.vln_house import (
     house_of_partition,
     local_iterations,
     open_house,
-    open_setup,
+    setup_of,
     speaker_routes,
+    spec_of,
 )
 from training.vln_loop import make_optimizer
 
@@ -76,11 +76,7 @@ OPTIM = "fedvln-optimizer"  # this house's optimizer state (fedvln.optimizer-sta
 def house_of(context: Context) -> House:
     c = parse(context.run_config)
     nc = context.node_config
-    setup = open_setup(
-        str(nc.get("data-dir", "") or c.fedvln.data_dir),
-        c.fedvln.features_tsv,
-        spec_of(c),
-    )
+    setup = setup_of(c, str(nc.get("data-dir", "")))
     name = str(nc.get("house", "")) or house_of_partition(setup, int(nc["partition-id"]))
     return open_house(setup, name)
 

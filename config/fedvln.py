@@ -26,6 +26,12 @@ class FedVLNSettings(Section):
     )
     data_dir: str = setting('"" = embedded houses; else an R2R/Matterport folder (../shared/data)')
     features_tsv: str = setting('36-view feature TSV; "" = semantic view features')
+    appearance: float = setting(
+        "strength of each house's own look appended to the semantic view features "
+        "(envs/vln_appearance.py); 0 = off, the features alone",
+        lo=0,
+        hi=100,
+    )
     train_houses: int = setting("embedded houses: seen (one client each)", lo=1, hi=200)
     unseen_houses: int = setting(
         "embedded houses: unseen (clients that only evaluate, or pre-explore)", lo=1, hi=200
@@ -104,6 +110,12 @@ class FedVLNSettings(Section):
     )
 
     def validate(self) -> None:
+        if self.appearance and self.features_tsv:
+            raise ConfigError(
+                "run config 'fedvln.appearance' adds a house's look to the semantic view "
+                f"features; 'fedvln.features-tsv' = {self.features_tsv!r} are image features, "
+                "which have their own (set one of the two)"
+            )
         if self.route_words == "grammar" and self.stage not in ("augment", "preexplore"):
             raise ConfigError(
                 "run config 'fedvln.route-words' = \"grammar\" writes the routes of the augment "

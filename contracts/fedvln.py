@@ -7,7 +7,6 @@ from __future__ import annotations
 from flwr.app import ArrayRecord
 
 from config import Config
-from envs.vln_houses import HouseSpec
 from models.envdrop import FollowerSize
 from models.speaker import SpeakerSize
 
@@ -23,11 +22,6 @@ FOLLOWER_TO = "follower-to"
 # speaker's BLEU and the BLEU-best checkpoint was the most template-like one (issue 41).
 # val_seen, so the split the tables report (val_unseen) does not choose the checkpoint.
 SPEAKER_SELECTION = "val_seen_fidelity"
-
-
-def spec_of(c: Config) -> HouseSpec:
-    """The embedded houses this run generates (seen, unseen)."""
-    return HouseSpec(train_houses=c.fedvln.train_houses, unseen_houses=c.fedvln.unseen_houses)
 
 
 def follower_size(c: Config, vocab: int, feature: int) -> FollowerSize:

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from envs.errors import DataError
+from envs.vln_appearance import APPEARANCE_DIM, appearance
 from envs.vln_data import Episode, Scan, VLNData
 from envs.vln_features import (
     ANGLE_DIM,
@@ -34,8 +35,13 @@ from envs.vln_features import (
 class World:
     """Graphs and per-view features of the scans of one data folder, computed once each."""
 
-    def __init__(self, data: VLNData, features_tsv: str = ""):
+    def __init__(self, data: VLNData, features_tsv: str = "", appearance: float = 0.0):
+        """`appearance` > 0: each house's own look appended to the semantic view features
+        (envs/vln_appearance.py); image features (`features_tsv`) have their own."""
+        if appearance and features_tsv:
+            raise ValueError(f"{features_tsv}: image features take no added appearance")
         self.data = data
+        self.appearance = appearance
         self._tsv = read_tsv(features_tsv) if features_tsv else None
         self._feats: dict[str, np.ndarray] = {}
         self._moves: dict[tuple[str, int], tuple] = {}
@@ -48,7 +54,11 @@ class World:
         if name not in self._feats:
             scan = self.scan(name)
             if self._tsv is None:
-                self._feats[name] = semantic_features(self.data, name)
+                feats = semantic_features(self.data, name)
+                if self.appearance:
+                    look = appearance(name, scan.ids, self.appearance)
+                    feats = np.concatenate([feats, look], axis=-1)
+                self._feats[name] = feats
             else:
                 missing = [v for v in scan.ids if (name, v) not in self._tsv]
                 if missing:
@@ -76,7 +86,7 @@ class World:
     def feature_dim(self) -> int:
         if self._tsv is not None:
             return next(iter(self._tsv.values())).shape[1] + ANGLE_DIM
-        return VIEW_DIM + ANGLE_DIM
+        return VIEW_DIM + APPEARANCE_DIM * bool(self.appearance) + ANGLE_DIM
 
 
 def _wrap(a):

@@ -24,14 +24,18 @@ class VLNSetup:
 
 
 def open_vln(
-    data_dir: str | Path = "", features_tsv: str = "", spec: HouseSpec = HouseSpec()
+    data_dir: str | Path = "",
+    features_tsv: str = "",
+    spec: HouseSpec = HouseSpec(),
+    appearance: float = 0.0,
 ) -> VLNSetup:
     """`data_dir` "" means the embedded houses of `spec`. The vocabulary is the folder's
     `r2r/train_vocab.txt` when present (R2R's), else built from the train split with R2R's
-    min count of 5."""
+    min count of 5. `appearance`: each house's look added to the semantic view features
+    (envs/vln_appearance.py; 0 = off)."""
     root = Path(data_dir) if data_dir else embedded_dataset(spec)
     data = VLNData(root)
     vf = data.vocab_file()
     vocab = Vocab.read(vf) if vf else Vocab.build(e.instruction for e in data.episodes("train"))
     source = str(data_dir) if data_dir else f"embedded houses {spec}"
-    return VLNSetup(data, World(data, features_tsv), vocab, source)
+    return VLNSetup(data, World(data, features_tsv, appearance), vocab, source)

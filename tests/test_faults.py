@@ -325,11 +325,11 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
 def _untrained_inits(tmp_path, rc: dict) -> dict:
     """agent-init and speaker-init checkpoints of freshly drawn models of the run's sizes."""
     from config.schema import merged
-    from contracts.fedvln import follower_size, speaker_size, spec_of
+    from contracts.fedvln import follower_size, speaker_size
     from models import vln_checkpoint
     from models.envdrop import Follower
     from models.speaker import Speaker
-    from training.vln_house import open_setup
+    from training.vln_house import open_setup, spec_of
 
     c = parse(merged(rc))
     setup = open_setup("", "", spec_of(c))

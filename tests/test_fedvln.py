@@ -905,11 +905,11 @@ def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_
 
     from config import parse
     from config.schema import merged
-    from contracts.fedvln import speaker_size, spec_of
+    from contracts.fedvln import speaker_size
     from experiments.fedvln import pipeline as fp
     from models import vln_checkpoint
     from models.speaker import Speaker
-    from training.vln_house import open_setup
+    from training.vln_house import open_setup, spec_of
 
     run = tmp_path / "speaker"
     run.mkdir()

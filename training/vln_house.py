@@ -15,6 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from config import Config
 from envs.errors import DataError
 from envs.vln_data import Episode
 from envs.vln_houses import HouseSpec
@@ -33,10 +34,25 @@ class House:
 
 
 @lru_cache(maxsize=4)
-def open_setup(data_dir: str, features_tsv: str, spec: HouseSpec) -> VLNSetup:
+def open_setup(
+    data_dir: str, features_tsv: str, spec: HouseSpec, appearance: float = 0.0
+) -> VLNSetup:
     """Cached per process: building the world is the slow part, and it is the same for every
     house of a run (simulation nodes share processes)."""
-    return open_vln(data_dir, features_tsv, spec)
+    return open_vln(data_dir, features_tsv, spec, appearance)
+
+
+def spec_of(c: Config) -> HouseSpec:
+    """The embedded houses a run generates (seen, unseen)."""
+    return HouseSpec(train_houses=c.fedvln.train_houses, unseen_houses=c.fedvln.unseen_houses)
+
+
+def setup_of(c: Config, data_dir: str = "") -> VLNSetup:
+    """The run's VLN data, world and vocabulary (`data_dir`: a node's own folder instead of
+    fedvln.data-dir), cached per process."""
+    return open_setup(
+        data_dir or c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c), c.fedvln.appearance
+    )
 
 
 def house_names(setup: VLNSetup) -> tuple[list[str], list[str]]:

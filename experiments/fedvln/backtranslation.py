@@ -26,12 +26,11 @@ import pandas as pd
 import torch
 
 from config import parse
-from contracts.fedvln import spec_of
 from experiments.simulate import RESULTS, ROOT
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
-from training.vln_house import open_setup
+from training.vln_house import setup_of
 
 PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
 
@@ -40,7 +39,7 @@ def scores(out: Path, seed: int, draws: int) -> list[dict]:
     """Fidelity parts of the speaker's words without a mask and under `draws` follower masks."""
     torch.manual_seed(seed)
     c = parse(json.loads((out / "speaker" / "config.json").read_text()))
-    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    setup = setup_of(c)
     follower, _, _ = vln_checkpoint.load(out / "agent" / "best.pt")
     speaker, _, _ = vln_checkpoint.load(out / "speaker" / "best.pt")
     max_words = vln_agent.AgentSettings.of(c).max_words

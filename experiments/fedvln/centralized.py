@@ -72,6 +72,13 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
     p.add_argument("--features-tsv", default="", help="36-view feature TSV (default: semantic)")
     p.add_argument(
+        "--appearance",
+        type=float,
+        default=0.0,
+        help="each house's own look added to the semantic view features, its strength "
+        "(envs/vln_appearance.py, as fedvln.appearance; 0 = off)",
+    )
+    p.add_argument(
         "--train-houses",
         type=int,
         default=HouseSpec.train_houses,
@@ -334,7 +341,10 @@ def stage_settings(a, stage: str) -> dict:
     other = set().union(*(ONLY[s] for s in ONLY if s not in USES[stage]))
     if stage == "augment-control":
         other -= CONTROL_FROM_AUGMENT
-    return {k: v for k, v in sorted(vars(a).items()) if k not in NOT_SETTINGS | other}
+    kept = {k: v for k, v in sorted(vars(a).items()) if k not in NOT_SETTINGS | other}
+    if not kept.get("appearance"):  # off, as in every run made before the flag: those resume
+        kept.pop("appearance", None)
+    return kept
 
 
 def run(a) -> int:
@@ -343,6 +353,13 @@ def run(a) -> int:
         return 2
     if not 0 <= a.speaker_word_dropout < 1:
         print("vln_centralized: --speaker-word-dropout must be in [0, 1)", file=sys.stderr)
+        return 2
+    if not 0 <= a.appearance <= 100 or (a.appearance and a.features_tsv):
+        print(
+            "vln_centralized: --appearance must be in [0, 100], and 0 with --features-tsv "
+            "(image features have their own look)",
+            file=sys.stderr,
+        )
         return 2
     if a.threads < 1 or a.patience < 0:
         print("vln_centralized: --threads must be >= 1 and --patience >= 0", file=sys.stderr)
@@ -356,6 +373,7 @@ def run(a) -> int:
         a.data_dir,
         a.features_tsv,
         HouseSpec(train_houses=a.train_houses, unseen_houses=a.unseen_houses),
+        a.appearance,
     )
     train = vln.split("train")
     if a.only_house:

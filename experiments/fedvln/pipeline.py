@@ -68,7 +68,7 @@ from config import parse
 from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import recipe_of
 from config.schema import parse_overrides
-from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size, spec_of
+from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size
 from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
 from experiments.fedvln.runs import curve, pick, seed_dirs, summary
@@ -82,7 +82,13 @@ from strategies.screened_fedavg import sample_size
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
 from training.convergence import Patience
-from training.vln_house import follower_steps, house_names, open_house, open_setup, speaker_routes
+from training.vln_house import (
+    follower_steps,
+    house_names,
+    open_house,
+    setup_of,
+    speaker_routes,
+)
 from training.vln_loop import make_optimizer
 
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw"]
@@ -268,7 +274,7 @@ def speaker_said(run: Path) -> None:
     if dest.is_file() or not (run / "config.json").is_file():
         return
     c = parse(json.loads((run / "config.json").read_text()))
-    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    setup = setup_of(c)
     inputs, rows = vln_speaker.PathInputs(setup.world), []
     for ck, file in (("best", "best.pt"), ("last", "model.pt")):
         if not (run / file).is_file():
@@ -292,7 +298,7 @@ def floor(out: Path, seed: int) -> None:
         return
     cfg = json.loads(configs[0].read_text())
     c = parse(cfg)
-    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    setup = setup_of(c)
     if dest.is_file():  # made before the speaker floors existed
         speaker_floors(out, setup, seed)
         return
@@ -370,7 +376,7 @@ def central_every(patience: int, every: int, cfg: dict) -> int:
     if patience <= 0:
         return every
     c = parse(cfg)
-    n_seen = len(house_names(open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c)))[0])
+    n_seen = len(house_names(setup_of(c))[0])
     houses = sample_size(n_seen, c.fedvln.seen_rate)
     return max(1, math.ceil(every / houses))
 
@@ -446,6 +452,9 @@ def _central_stage(a, out: Path, seed: int, cfg: dict, args: list[str]) -> None:
     ]
     if a.data_dir:
         args += ["--data-dir", str(Path(a.data_dir).resolve())]
+    if cfg.get("fedvln.features-tsv"):
+        args += ["--features-tsv", str(Path(cfg["fedvln.features-tsv"]).resolve())]
+    args += ["--appearance", str(cfg.get("fedvln.appearance", 0.0))]
     if vln_centralized.main(args) != 0:
         raise SystemExit(f"centralized baselines failed in {out / 'central'}")
 
@@ -479,7 +488,7 @@ def centralized_preexplore(a, out: Path, seed: int) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "starts.json").write_text(json.dumps(starts, indent=1))
     torch.manual_seed(seed)
-    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    setup = setup_of(c)
     follower, _, _ = vln_checkpoint.load(c.fedvln.agent_init)
     speaker, _, _ = vln_checkpoint.load(c.fedvln.speaker_init)
     houses = [open_house(setup, h) for h in house_names(setup)[1]]

@@ -24,11 +24,10 @@ import pandas as pd
 import torch
 
 from config import parse
-from contracts.fedvln import spec_of
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
-from training.vln_house import open_setup
+from training.vln_house import setup_of
 
 # Table 4's row names, and each speaker's (checkpoint label, file) pairs under a seed's folder
 SPEAKERS = {
@@ -56,7 +55,7 @@ def teaching(out: Path, seed: int) -> pd.DataFrame | None:
             return kept
     torch.set_num_threads(1)
     c = parse(json.loads(config.read_text()))
-    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    setup = setup_of(c)
     follower, _, _ = vln_checkpoint.load(follower_ck)
     settings = vln_agent.AgentSettings.of(c)
     tokens = vln_agent.Tokens(setup.vocab, settings.max_words)

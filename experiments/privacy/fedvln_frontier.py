@@ -201,13 +201,13 @@ def untrained(seed: int, run: Path) -> list[dict]:
     import torch
 
     from config import parse
-    from contracts.fedvln import follower_size, spec_of
+    from contracts.fedvln import follower_size
     from models.envdrop import Follower
     from training import vln_agent
-    from training.vln_house import open_setup
+    from training.vln_house import setup_of
 
     c = parse(json.loads((run / "config.json").read_text()))
-    setup = open_setup(c.fedvln.data_dir, c.fedvln.features_tsv, spec_of(c))
+    setup = setup_of(c)
     torch.manual_seed(seed)
     follower = Follower(follower_size(c, len(setup.vocab), setup.world.feature_dim))
     s = vln_agent.AgentSettings.of(c)

@@ -1,0 +1,48 @@
+"""A house's own look, appended to the semantic view features (no flwr; issue 41, item 5).
+
+The semantic view features (`envs.vln_features`) are house-agnostic: a kitchen is the same
+one-hot in every house and an object the same vector, so an unseen house looks like a seen one.
+On the embedded houses Envdrop's val_seen and val_unseen SR are level (docs/fedvln.md), and
+pre-exploration, which adapts a follower to an unseen house, has no appearance gap to close.
+Real houses differ: the ResNet features of two kitchens differ, a follower trained on the seen
+houses learns their looks, and it meets looks it never saw in an unseen house (the paper's
+seen/unseen gap, and what its pre-exploration adapts to).
+
+With `strength` s > 0 every view of viewpoint v in house h gets APPEARANCE_DIM more numbers,
+
+    a(h, v, k) = s * (style(h) + detail(h, v, k)) / sqrt(2)
+
+- `style(h)`: one standard-normal vector per house, in every view of it (its paint, its light);
+- `detail(h, v, k)`: one per view k of each viewpoint (what that camera sees there), so, as with
+  image features, a follower can tell the places of a seen house apart and remember them.
+
+Choices the paper cannot make for us (it uses ResNet-152 features of real images), written
+here: Gaussian, 32 dimensions (a quarter of the 126 semantic ones), and one draw per house
+name: a generator seeded by the SHA-256 of the scan name. Appearance is a property of the
+house, the same in every run, seed, party and process, never of the run's seed. With s = 0
+nothing is appended, so the features, model sizes and checkpoints are those without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+
+APPEARANCE_DIM = 32
+
+
+def _rng(*names: str) -> np.random.Generator:
+    digest = hashlib.sha256("\x1f".join(("appearance", *names)).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def appearance(scan: str, viewpoints: list[str], strength: float) -> np.ndarray:
+    """(len(viewpoints), 36, APPEARANCE_DIM) float32: house `scan`'s look at its viewpoints
+    (module docstring)."""
+    if not (math.isfinite(strength) and strength > 0):
+        raise ValueError(f"appearance strength must be a finite number > 0, not {strength}")
+    style = _rng(scan).standard_normal(APPEARANCE_DIM)
+    detail = np.stack([_rng(scan, v).standard_normal((36, APPEARANCE_DIM)) for v in viewpoints])
+    return (strength * (style + detail) / math.sqrt(2)).astype(np.float32)

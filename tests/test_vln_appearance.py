@@ -1,0 +1,90 @@
+"""A house's own look added to the semantic view features (envs/vln_appearance.py, issue 41)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from config import parse
+from config.schema import ConfigError, merged
+from envs.vln_appearance import APPEARANCE_DIM
+from envs.vln_data import VLNData
+from envs.vln_env import NavBatch, World
+from envs.vln_features import ANGLE_DIM, VIEW_DIM
+from envs.vln_houses import HouseSpec, embedded_dataset
+
+
+@pytest.fixture(scope="module")
+def houses(tmp_path_factory) -> VLNData:
+    spec = HouseSpec(train_houses=3, unseen_houses=2, train_paths=6, val_seen_paths=2, seed=5)
+    return VLNData(embedded_dataset(spec, tmp_path_factory.mktemp("cache")))
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_off_leaves_the_features_as_they_were_and_on_appends_a_look_per_house(houses):
+    plain, looked = World(houses), World(houses, appearance=1.0)
+    assert plain.feature_dim == VIEW_DIM + ANGLE_DIM == World(houses, "", 0.0).feature_dim
+    assert looked.feature_dim == VIEW_DIM + APPEARANCE_DIM + ANGLE_DIM
+    scans = sorted({e.scan for s in ("train", "val_unseen") for e in houses.episodes(s)})
+    for name in scans:
+        a, b = plain.features(name), looked.features(name)
+        assert b.shape == (*a.shape[:2], VIEW_DIM + APPEARANCE_DIM)
+        np.testing.assert_array_equal(b[..., :VIEW_DIM], a)  # the semantic part untouched
+        # a property of the house: the same in another process, run or party
+        np.testing.assert_array_equal(b, World(houses, appearance=1.0).features(name))
+    look = {n: looked.features(n)[..., VIEW_DIM:].reshape(-1, APPEARANCE_DIM) for n in scans}
+    # views of one house share its style (cosine 1/2 in expectation), of two houses nothing
+    rng = np.random.default_rng(0)
+    within, across = [], []
+    for k, n in enumerate(scans):
+        m = scans[(k + 1) % len(scans)]
+        for _ in range(200):
+            i, j = rng.integers(len(look[n]), size=2)
+            if i != j:
+                within.append(_cos(look[n][i], look[n][j]))
+            across.append(_cos(look[n][i], look[m][rng.integers(len(look[m]))]))
+    assert np.mean(within) > 0.35 and abs(np.mean(across)) < 0.1
+    # every view of a place looks different: a follower can tell places apart
+    assert len({tuple(np.round(v, 4)) for v in look[scans[0]]}) == len(look[scans[0]])
+    # twice the strength, twice the look; the environment hands the model every number
+    np.testing.assert_allclose(
+        World(houses, appearance=2.0).features(scans[0])[..., VIEW_DIM:],
+        2 * looked.features(scans[0])[..., VIEW_DIM:],
+        rtol=1e-6,
+    )
+    nb = NavBatch(looked, houses.episodes("train")[:2])
+    assert nb.cand_feat.shape[-1] == looked.feature_dim
+
+
+def test_appearance_is_refused_on_image_features_and_below_zero():
+    rc = {"method": "fedvln", "fedvln.appearance": 1.0}
+    assert parse(merged(rc)).fedvln.appearance == 1.0
+    with pytest.raises(ConfigError, match="fedvln.appearance"):
+        parse(merged({**rc, "fedvln.features-tsv": "/data/resnet.tsv"}))
+    with pytest.raises(ConfigError, match="fedvln.appearance"):
+        parse(merged({**rc, "fedvln.appearance": -1.0}))
+    with pytest.raises(ValueError, match="resnet.tsv"):
+        World(None, "/data/resnet.tsv", appearance=1.0)
+
+
+def test_centralized_refuses_appearance_with_image_features(tmp_path, capsys):
+    from experiments.fedvln import centralized
+
+    rc = centralized.main(
+        ["--appearance", "1", "--features-tsv", "x.tsv", "--out", str(tmp_path / "run")]
+    )
+    assert rc == 2 and "--appearance" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_made_before_the_flag_resumes_with_it_off():
+    """`appearance` 0 is not written into a stage's settings, so runs made before the flag
+    existed (their settings have no such key) are reused, not trained again."""
+    from experiments.fedvln import centralized
+
+    off = centralized.stage_settings(centralized.parse_args([]), "agent")
+    on = centralized.stage_settings(centralized.parse_args(["--appearance", "1"]), "agent")
+    assert "appearance" not in off and on["appearance"] == 1.0
