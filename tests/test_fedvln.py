@@ -708,6 +708,16 @@ def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_
     assert flag["augment-control"] == flag["augment"]
     cap = got["augment"][got["augment"].index("--aug-iters") + 1]
     assert got["augment-control"][got["augment-control"].index("--aug-iters") + 1] == cap
+    # the centralized baselines see what the federated houses saw: the same added look
+    assert all(c[c.index("--appearance") + 1] == "0.0" for c in calls)
+    assert not any("--features-tsv" in c for c in calls)
+    for stage in rates:
+        cfg = json.loads((tmp_path / stage / "config.json").read_text())
+        cfg["fedvln.appearance"] = 1.5
+        (tmp_path / stage / "config.json").write_text(json.dumps(cfg))
+    calls.clear()
+    fp.centralized(a, tmp_path, 0)
+    assert calls and all(c[c.index("--appearance") + 1] == "1.5" for c in calls)
 
 
 def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
