@@ -88,3 +88,21 @@ def test_a_run_made_before_the_flag_resumes_with_it_off():
     off = centralized.stage_settings(centralized.parse_args([]), "agent")
     on = centralized.stage_settings(centralized.parse_args(["--appearance", "1"]), "agent")
     assert "appearance" not in off and on["appearance"] == 1.0
+
+
+def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_flags(tmp_path, capsys):
+    import pandas as pd
+
+    from experiments.fedvln import appearance_gap as gap
+
+    rows = [{"strength": s, "seed": k, "checkpoint": "best", "iteration": 1000,
+             "val_seen_sr": 40 + d + k, "val_unseen_sr": 40 + k}
+            for s, d in ((0.0, 0.0), (1.0, 8.0)) for k in range(3)]  # fmt: skip
+    rows[0]["val_seen_sr"] += 1  # seed 0 of the plain features: +1, the others 0
+    t = gap.summarize(pd.DataFrame(rows)).set_index("appearance")
+    assert t.loc[0.0, "gap within noise"] and not t.loc[1.0, "gap within noise"]
+    assert t.loc[1.0, "gap seen - unseen [95%]"].startswith("+8.0")
+    for bad in (["--strengths", "-1"], ["--jobs", "0"]):
+        assert gap.main([*bad, "--out", str(tmp_path / "r"), "--name", "x"]) == 2
+        assert bad[0] in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -66,23 +67,25 @@ def untrained(strength: float, seed: int) -> dict[str, float]:
 
 
 def run_rows(a) -> pd.DataFrame:
+    runs = [(strength, seed) for strength in a.strengths for seed in a.seeds]
+    with ThreadPoolExecutor(a.jobs) as pool:  # each run is its own process, one core each
+        outs = list(pool.map(lambda r: train(a, *r), runs))
     rows = []
-    for strength in a.strengths:
-        for seed in a.seeds:
-            log = pd.read_csv(train(a, strength, seed) / "agent_log.csv")
-            picks = {"best": log.loc[log.val_unseen_sr.idxmax()], "last": log.iloc[-1]}
-            picks["untrained (floor)"] = pd.Series({"iteration": 0, **untrained(strength, seed)})
-            for ck, r in picks.items():
-                rows.append(
-                    {
-                        "strength": strength,
-                        "seed": seed,
-                        "checkpoint": ck,
-                        "iteration": int(r["iteration"]),
-                        "val_seen_sr": float(r["val_seen_sr"]),
-                        "val_unseen_sr": float(r["val_unseen_sr"]),
-                    }
-                )
+    for (strength, seed), out in zip(runs, outs):
+        log = pd.read_csv(out / "agent_log.csv")
+        picks = {"best": log.loc[log.val_unseen_sr.idxmax()], "last": log.iloc[-1]}
+        picks["untrained (floor)"] = pd.Series({"iteration": 0, **untrained(strength, seed)})
+        for ck, r in picks.items():
+            rows.append(
+                {
+                    "strength": strength,
+                    "seed": seed,
+                    "checkpoint": ck,
+                    "iteration": int(r["iteration"]),
+                    "val_seen_sr": float(r["val_seen_sr"]),
+                    "val_unseen_sr": float(r["val_unseen_sr"]),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -116,6 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=3000, help="follower cap")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--patience", type=int, default=6)
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-appearance"))
     ap.add_argument("--name", default=NAME, help="results name")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
@@ -124,8 +128,8 @@ def main(argv=None) -> int:
     try:
         if any(not 0 <= s <= 100 for s in a.strengths):
             raise ValueError("--strengths must be in [0, 100]")
-        if min(a.iters, a.eval_every) <= 0 or a.patience < 0:
-            raise ValueError("--iters and --eval-every must be > 0, --patience >= 0")
+        if min(a.iters, a.eval_every, a.jobs) <= 0 or a.patience < 0:
+            raise ValueError("--iters, --eval-every and --jobs must be > 0, --patience >= 0")
         refuse_overwrite(files, a.force)
     except ValueError as e:
         print(f"appearance_gap: {e}", file=sys.stderr)
