@@ -62,16 +62,22 @@ def _fedvln_augment_budget() -> str:
     return report(_csv("fedvln_augment_budget_runs.csv"), _csv("fedvln_augment_budget.csv"))
 
 
-def _fedvln_speaker(split: str = "") -> str:
+def _fedvln_speaker(split: str = "", name: str = "fedvln_speaker") -> str:
     from experiments.fedvln.speaker import markdown
 
-    return markdown(_csv("fedvln_speaker.csv"), split)
+    return markdown(_csv(f"{name}.csv"), split)
 
 
-def _fedvln_speaker_augment() -> str:
+def _fedvln_speaker_augment(name: str = "fedvln_speaker") -> str:
     from experiments.fedvln.speaker import markdown_augment
 
-    return markdown_augment(pd.read_csv(RESULTS / "fedvln_speaker_augment.csv", dtype=str))
+    return markdown_augment(pd.read_csv(RESULTS / f"{name}_augment.csv", dtype=str))
+
+
+def _fedvln_appearance() -> str:
+    from experiments.fedvln.appearance_gap import markdown
+
+    return markdown(_csv("fedvln_appearance.csv"))
 
 
 def _fedvln_speaker_floors() -> str:
@@ -183,6 +189,11 @@ BLOCKS = {
     "fedvln-speaker-unseen": lambda: _fedvln_speaker("val_unseen"),
     "fedvln-speaker-augment": _fedvln_speaker_augment,
     "fedvln-speaker-floors": _fedvln_speaker_floors,
+    "fedvln-speaker-r2r": lambda: _fedvln_speaker(name="fedvln_speaker_r2r"),
+    "fedvln-speaker-r2r-augment": lambda: _fedvln_speaker_augment("fedvln_speaker_r2r"),
+    "fedvln-speaker-r2r-long": lambda: _fedvln_speaker(name="fedvln_speaker_r2r_long"),
+    "fedvln-speaker-r2r-long-augment": lambda: _fedvln_speaker_augment("fedvln_speaker_r2r_long"),
+    "fedvln-appearance": _fedvln_appearance,
     "fedvln-oracle": _fedvln_oracle,
     "fedvln-fed-speaker": _fedvln_fed_speaker,
     "fedrl-table1": _fedrl_table1,
