@@ -19,7 +19,9 @@ With `strength` s > 0 every view of viewpoint v in house h gets APPEARANCE_DIM m
 Choices the paper cannot make for us (it uses ResNet-152 features of real images), written
 here: Gaussian, 32 dimensions (a quarter of the 126 semantic ones), and one draw per house
 name: a generator seeded by the SHA-256 of the scan name. Appearance is a property of the
-house, the same in every run, seed, party and process, never of the run's seed. With s = 0
+house, the same in every run, seed, party and process, never of the run's seed (two embedded
+house sets generated from different seeds name their houses alike, `house000`, ..., and share
+those looks; nothing mixes two such sets in one run). With s = 0
 nothing is appended, so the features, model sizes and checkpoints are those without it.
 """
 
@@ -44,5 +46,7 @@ def appearance(scan: str, viewpoints: list[str], strength: float) -> np.ndarray:
     if not (math.isfinite(strength) and strength > 0):
         raise ValueError(f"appearance strength must be a finite number > 0, not {strength}")
     style = _rng(scan).standard_normal(APPEARANCE_DIM)
-    detail = np.stack([_rng(scan, v).standard_normal((36, APPEARANCE_DIM)) for v in viewpoints])
+    detail = np.zeros((len(viewpoints), 36, APPEARANCE_DIM))
+    for i, v in enumerate(viewpoints):
+        detail[i] = _rng(scan, v).standard_normal((36, APPEARANCE_DIM))
     return (strength * (style + detail) / math.sqrt(2)).astype(np.float32)

@@ -906,6 +906,14 @@ def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_c
     for run in ("constant", "other-path"):
         floor = pd.read_csv(out / run / "log.csv").iloc[0]
         assert floor["val_unseen_bleu"] > 10 and floor["val_unseen_fidelity"] < 50
+    # kept on a rerun with the same run; made again when the run's features change
+    made = (out / "untrained" / "log.csv").stat().st_mtime_ns
+    fp.floor(out, 0)
+    assert (out / "untrained" / "log.csv").stat().st_mtime_ns == made
+    (out / "speaker" / "config.json").write_text(json.dumps({**cfg, "fedvln.appearance": 1.0}))
+    fp.floor(out, 0)
+    assert json.loads((out / "untrained" / "made_from.json").read_text())["fedvln.appearance"] == 1
+    assert (out / "untrained" / "log.csv").stat().st_mtime_ns != made
 
 
 def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_path):

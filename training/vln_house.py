@@ -33,12 +33,16 @@ class House:
     val: list[Episode]
 
 
-@lru_cache(maxsize=4)
 def open_setup(
     data_dir: str, features_tsv: str, spec: HouseSpec, appearance: float = 0.0
 ) -> VLNSetup:
     """Cached per process: building the world is the slow part, and it is the same for every
     house of a run (simulation nodes share processes)."""
+    return _cached_setup(data_dir, features_tsv, spec, float(appearance))
+
+
+@lru_cache(maxsize=4)
+def _cached_setup(data_dir: str, features_tsv: str, spec: HouseSpec, appearance: float):
     return open_vln(data_dir, features_tsv, spec, appearance)
 
 

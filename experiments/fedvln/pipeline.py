@@ -287,19 +287,32 @@ def speaker_said(run: Path) -> None:
     pd.DataFrame(rows).to_csv(dest, index=False)
 
 
+# what the floors are made from: a rerun into the same folder with other data, features or
+# sizes makes them again (the federated and centralized stages are retrained too)
+FLOOR_FROM = ("fedvln.data-dir", "fedvln.features-tsv", "fedvln.appearance",
+              "fedvln.train-houses", "fedvln.unseen-houses", "fedvln.embedding", "fedvln.hidden",
+              "seed")  # fmt: skip
+
+
 def floor(out: Path, seed: int) -> None:
     """The floor row of Tables 2, 4 and 5: an untrained follower and speaker (this seed's
     initialisation, the run's sizes) scored on every house's validation split, written as a
     one-evaluation run `untrained/log.csv`."""
-    dest = out / "untrained" / "log.csv"
+    dest, made = out / "untrained" / "log.csv", out / "untrained" / "made_from.json"
     configs = [out / s / "config.json" for s in ("agent", "speaker")]
     configs = [f for f in configs if f.is_file()]
-    if not configs or (dest.is_file() and (out / "other-path" / "log.csv").is_file()):
+    if not configs:
         return
     cfg = json.loads(configs[0].read_text())
+    now = {k: cfg.get(k) for k in FLOOR_FROM}
+    then = json.loads(made.read_text()) if made.is_file() else None
+    # floors made before `made_from.json` existed were made without an added look
+    same = then == now if then is not None else not now["fedvln.appearance"]
+    if same and dest.is_file() and (out / "other-path" / "log.csv").is_file():
+        return
     c = parse(cfg)
     setup = setup_of(c)
-    if dest.is_file():  # made before the speaker floors existed
+    if same and dest.is_file():  # made before the speaker floors existed
         speaker_floors(out, setup, seed)
         return
     v, f = len(setup.vocab), setup.world.feature_dim
@@ -321,6 +334,7 @@ def floor(out: Path, seed: int) -> None:
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([row]).to_csv(dest, index=False)
+    made.write_text(json.dumps(now))
     speaker_floors(out, setup, seed)
 
 
@@ -450,8 +464,9 @@ def _central_stage(a, out: Path, seed: int, cfg: dict, args: list[str]) -> None:
         "--unseen-houses",
         str(cfg["fedvln.unseen-houses"]),
     ]
-    if a.data_dir:
-        args += ["--data-dir", str(Path(a.data_dir).resolve())]
+    data_dir = a.data_dir or cfg.get("fedvln.data-dir", "")  # --run-config may name it
+    if data_dir:
+        args += ["--data-dir", str(Path(data_dir).resolve())]
     if cfg.get("fedvln.features-tsv"):
         args += ["--features-tsv", str(Path(cfg["fedvln.features-tsv"]).resolve())]
     args += ["--appearance", str(cfg.get("fedvln.appearance", 0.0))]
