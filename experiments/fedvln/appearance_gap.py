@@ -30,6 +30,7 @@ import torch
 
 from envs.vln_setup import open_vln
 from experiments.fedvln import centralized
+from experiments.fedvln.runs import pick
 from experiments.simulate import RESULTS, ROOT, command_line
 from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
 from models.envdrop import Follower, FollowerSize
@@ -73,7 +74,7 @@ def run_rows(a) -> pd.DataFrame:
     rows = []
     for (strength, seed), out in zip(runs, outs):
         log = pd.read_csv(out / "agent_log.csv")
-        picks = {"best": log.loc[log.val_unseen_sr.idxmax()], "last": log.iloc[-1]}
+        picks = pick(log, "val_unseen_sr")
         picks["untrained (floor)"] = pd.Series({"iteration": 0, **untrained(strength, seed)})
         for ck, r in picks.items():
             rows.append(
