@@ -778,6 +778,41 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     assert t.loc["constant", "gain over none"].startswith("-1.0")
 
 
+def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house():
+    """On R2R the human arm adapts on real val_unseen paths: they alternate with the scored
+    ones, keep all their references, and none shares nodes or start and goal with a scored
+    path, so no arm trains on what it is scored on (issue 41, item 4)."""
+    from envs.vln_data import Episode
+    from experiments.fedvln.oracle import split_paths
+
+    def ep(pid, k, path):
+        return Episode(f"{pid}_{k}", "h", tuple(path), 0.0, f"go {pid} {k}", pid)
+
+    val = [ep(pid, k, path) for pid, path in [
+        (1, "abc"), (2, "ade"), (3, "fgh"), (4, "fxh"),  # 4 has 3's start and goal
+        (5, "ijk"), (6, "ijk"), (7, "lmn"), (8, "opq"),  # 6 is 5's path
+    ] for k in range(3)]  # fmt: skip
+    scored, adapt_on = split_paths(val)
+    assert sorted({e.path_id for e in scored}) == [1, 3, 5, 7]
+    assert sorted(adapt_on) == [2, 8]
+    assert all(len(v) == 3 for v in adapt_on.values())  # every reference of a path
+    ends = {(e.path[0], e.path[-1]) for e in scored}
+    for eps in adapt_on.values():
+        assert eps[0].path not in {e.path for e in scored}
+        assert (eps[0].path[0], eps[0].path[-1]) not in ends
+
+
+def test_r2r_oracle_names_the_flag_when_the_r2r_speaker_study_is_missing(tmp_path, capsys):
+    from experiments.fedvln import oracle
+
+    code = oracle.main(["--data-dir", str(tmp_path), "--speaker-out", str(tmp_path / "none"),
+                        "--seeds", "0", "--name", "x", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--speaker-out" in err and "agent_best.pt" in err
+    assert "experiments.fedvln.speaker --data-dir" in err
+
+
 def test_sampled_routes_never_hold_a_scored_route_of_the_house():
     """Routes a house samples for augmentation or pre-exploration share neither the path nor
     the (start, goal) of an episode the house is scored on, in seen and unseen houses alike:

@@ -2,6 +2,8 @@
 ones, instructed by a perfect speaker, by ours and by a constant, same budget.
 
     python -m experiments.fedvln.oracle [--seeds 0 1 2] [--steps 180] [--routes 120] [--force]
+    python -m experiments.fedvln.oracle --data-dir ../shared/data --name fedvln_oracle_r2r \
+        --speaker-out runs/fedvln-speaker-r2r --out runs/fedvln-oracle-r2r --steps 60
 
 FedVLN's pre-exploration (paper Sec. 4.2) fine-tunes the agent in each unseen house on routes
 it samples there, instructed by the speaker. Per seed, from the centralized follower (best
@@ -29,6 +31,15 @@ scored (+32.9 SR, mostly memorising); it is gone. Results:
 experiments/results/fedvln_oracle{,_runs}.csv (gain over `none`, mean ± sd over seeds, and the
 paired 95% interval); each seed's house rows are kept in OUT/seed<S>/oracle.csv and a rerun
 with the same settings skips them.
+
+On real R2R (`--data-dir`) no grammar writes a house's routes; its people do. So each unseen
+house's val_unseen paths are split in two, alternately in path-id order (seed-independent): the
+house adapts on one half and every arm is scored on the other; an adapt path that shares its
+start and goal with a scored one is dropped. The adapt half's paths are the routes of every
+arm, so the arms again differ only in the words: `human` (their three R2R instructions, the
+perfect speaker), `speaker` (the R2R speaker study's grounded speaker, `--speaker-out`),
+`constant`. Real paths rather than sampled ones, because only they have true words; a route
+count is then what the house has (`--routes` does not apply).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import copy
 import dataclasses
 import json
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +60,7 @@ from config.fedvln_recipe import CPU
 from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
 from experiments.simulate import RESULTS, ROOT, command_line, path_digest
-from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
+from experiments.tables import mean_sd, paired, pipe_table, refuse_overwrite
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
@@ -56,13 +68,15 @@ from training.vln_house import house_names, open_house, open_setup, speaker_rout
 from training.vln_loop import make_optimizer
 
 ARMS = ("none", "grammar", "speaker", "constant")
+R2R_ARMS = ("none", "human", "speaker", "constant")
 # what decides a seed's rows: a kept oracle.csv is reused only if these match
 KEYED = ("steps", "routes", "batch_size", "lr")
 
 
-def adapt(follower, house, arm: str, speaker, routes, words: dict, a, seed: int) -> dict:
-    """One unseen house, one arm: a copy of the follower adapted `--steps` steps on `routes`,
-    scored on the house's val_unseen episodes."""
+def adapt(follower, house, arm: str, speaker, routes, labelled, a, seed: int) -> dict:
+    """One unseen house, one arm: a copy of the follower adapted `--steps` steps (on `routes`
+    through the speaker, or on `labelled[arm]`, the same routes with the arm's words), scored
+    on the house's val_unseen episodes (`house.val`)."""
     model = copy.deepcopy(follower)
     s = vln_agent.AgentSettings(batch_size=a.batch_size)
     world, vocab = house.setup.world, house.setup.vocab
@@ -88,10 +102,9 @@ def adapt(follower, house, arm: str, speaker, routes, words: dict, a, seed: int)
                 back_translate=bt,
             )
         else:
-            labelled = [dataclasses.replace(r, instruction=words[arm][r.instr_id]) for r in routes]
             s_lab = dataclasses.replace(s, ml_weight=s.aug_ml_weight)
             vln_agent.train_batches(
-                model, opt, world, labelled, tokens, s_lab, iterations=a.steps, rng=rng
+                model, opt, world, labelled[arm], tokens, s_lab, iterations=a.steps, rng=rng
             )
     m, _ = vln_agent.evaluate(model, world, list(house.val), tokens, s)
     return {"n": len(house.val), "sr": m["sr"], "spl": m["spl"]}
@@ -100,48 +113,38 @@ def adapt(follower, house, arm: str, speaker, routes, words: dict, a, seed: int)
 def run_seed(a, seed: int) -> pd.DataFrame:
     out = Path(a.out) / f"seed{seed}"
     rows_csv, made_by = out / "oracle.csv", out / "oracle.json"
-    base = fedvln_speaker.train(fedvln_speaker.parse_args([]), seed)
-    ck = base / "grounded" / "checkpoints"
+    ck = _models(a, seed)
     # the follower and the speaker it adapts with are part of what made the rows
     launch = {k: getattr(a, k) for k in KEYED} | {
         f: path_digest(ck / f) for f in ("agent_best.pt", "speaker.pt")
     }
+    if a.data_dir:
+        launch["data_dir"] = a.data_dir
     if rows_csv.is_file() and not a.redo:
         if made_by.is_file() and json.loads(made_by.read_text()) == launch:
             return pd.read_csv(rows_csv)
         print(f"  seed {seed}: {rows_csv} was made with other settings or models; adapting again")
     follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
     speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
-    spec = HouseSpec()  # vln_centralized's default houses
-    setup, grammar = open_setup("", "", spec), houses_of(spec)
+    setup = open_setup(a.data_dir, "", HouseSpec())  # vln_centralized's default houses
     constant = quality.best_constant(setup.split("train"), seed)
+    arms, houses = (R2R_ARMS, _r2r_houses) if a.data_dir else (ARMS, _embedded_houses)
     rows = []
-    for name in house_names(setup)[1]:
-        house = open_house(setup, name)
-        routes = speaker_routes(house, a.routes, seed)  # disjoint from the scored ones
-        scan, rng = setup.world.scan(name), np.random.default_rng([seed, 11])
-        words = {
-            "grammar": {
-                r.instr_id: grammar_instruction(
-                    grammar[name], [scan.index[v] for v in r.path], r.heading, rng
-                )
-                for r in routes
-            },
-            "constant": {r.instr_id: constant for r in routes},
-        }
-        for arm in ARMS:
-            r = adapt(follower, house, arm, speaker, routes, words, a, seed)
+    for house, routes, labelled in houses(setup, a, seed):
+        labelled["constant"] = [dataclasses.replace(r, instruction=constant) for r in routes]
+        for arm in arms:
+            r = adapt(follower, house, arm, speaker, routes, labelled, a, seed)
             rows.append(
                 {
                     "seed": seed,
-                    "house": name,
+                    "house": house.name,
                     "arm": arm,
                     "steps": a.steps,
                     "routes": len(routes),
                     **r,
                 }
             )
-            print(f"  seed {seed} {name} {arm:10s} SR {r['sr']:.1f}", flush=True)
+            print(f"  seed {seed} {house.name} {arm:10s} SR {r['sr']:.1f}", flush=True)
     df = pd.DataFrame(rows)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(rows_csv, index=False)
@@ -149,28 +152,103 @@ def run_seed(a, seed: int) -> pd.DataFrame:
     return df
 
 
+def _models(a, seed: int) -> Path:
+    """The seed's follower and grounded speaker from `experiments.fedvln.speaker` (trained
+    there if missing; on R2R its checkpoints are used as they are, never retrained here)."""
+    ck = Path(a.speaker_out) / f"seed{seed}" / "grounded" / "checkpoints"
+    if a.data_dir:
+        missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
+        if missing:
+            raise ValueError(
+                f"--speaker-out: {ck} has no {', '.join(missing)}; train them first with "
+                f"python -m experiments.fedvln.speaker --data-dir {a.data_dir} "
+                f"--out {a.speaker_out} --seeds {seed}"
+            )
+        return ck
+    args = fedvln_speaker.parse_args(["--out", a.speaker_out])
+    return fedvln_speaker.train(args, seed) / "grounded" / "checkpoints"
+
+
+def _embedded_houses(setup, a, seed: int):
+    """Per unseen house: (the house, routes sampled away from every scored episode, {"grammar":
+    the routes with the grammar's words}, a perfect speaker)."""
+    grammar = houses_of(HouseSpec())
+    for name in house_names(setup)[1]:
+        house = open_house(setup, name)
+        routes = speaker_routes(house, a.routes, seed)  # disjoint from the scored ones
+        scan, rng = setup.world.scan(name), np.random.default_rng([seed, 11])
+        words = [
+            grammar_instruction(grammar[name], [scan.index[v] for v in r.path], r.heading, rng)
+            for r in routes
+        ]
+        yield (
+            house,
+            routes,
+            {"grammar": [dataclasses.replace(r, instruction=w) for r, w in zip(routes, words)]},
+        )
+
+
+def _r2r_houses(setup, a, seed: int):
+    """Per unseen R2R house: (the house scored on one half of its val_unseen paths, the other
+    half's paths as routes, {"human": every R2R instruction of those paths})."""
+    for name in house_names(setup)[1]:
+        house = open_house(setup, name)
+        scored, adapt_on = split_paths(house.val)
+        routes = [dataclasses.replace(eps[0], instruction="") for eps in adapt_on.values()]
+        human = [e for eps in adapt_on.values() for e in eps]
+        yield dataclasses.replace(house, val=scored), routes, {"human": human}
+
+
+def split_paths(val: list) -> tuple[list, dict]:
+    """(scored episodes, {path_id: episodes to adapt on}): paths alternate in path-id order;
+    an adapt path with the start and goal, or the nodes, of a scored path is dropped."""
+    by_path: dict[int, list] = {}
+    for e in val:
+        by_path.setdefault(e.path_id, []).append(e)
+    ids = sorted(by_path)
+    scored = [e for pid in ids[0::2] for e in by_path[pid]]
+    taken = {e.path for e in scored} | {(e.path[0], e.path[-1]) for e in scored}
+    adapt_on = {
+        pid: by_path[pid]
+        for pid in ids[1::2]
+        if by_path[pid][0].path not in taken
+        and (by_path[pid][0].path[0], by_path[pid][0].path[-1]) not in taken
+    }
+    return scored, adapt_on
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Per arm: pooled SR over the unseen houses (episode-weighted) per seed, mean ± sd, and
-    the gain over `none` with its paired interval."""
+    the gain over `none` with its paired interval (`experiments.tables.paired`: its sd is at
+    least one evaluation's binomial noise, so two seeds that agree by chance make no finding)."""
     pooled = (
         runs.assign(w=runs.sr * runs.n)
         .groupby(["arm", "seed"])
-        .apply(lambda g: g.w.sum() / g.n.sum(), include_groups=False)
-        .unstack("arm")
+        .apply(lambda g: pd.Series({"sr": g.w.sum() / g.n.sum(), "n": g.n.sum()}))
     )
+    side = {
+        arm: {s: (r.sr, r.n) for s, r in pooled.loc[arm].iterrows()}
+        for arm in pooled.index.get_level_values("arm").unique()
+    }
     rows = []
-    for arm in ARMS:
-        gain, lo, hi = paired_interval(pooled[arm], pooled["none"])
+    for arm in [a for a in (R2R_ARMS if "human" in side else ARMS) if a in side]:
+        p = paired(side[arm], side["none"])
         rows.append(
             {
                 "arm": arm,
-                "seeds": len(pooled),
-                "val_unseen SR": mean_sd(pooled[arm]),
-                "gain over none": "" if arm == "none" else f"{gain:+.1f} [{lo:+.1f}, {hi:+.1f}]",
-                "within noise": "" if arm == "none" else bool(lo <= 0 <= hi),
+                "seeds": len(side[arm]),
+                "val_unseen SR": mean_sd([sr for sr, _ in side[arm].values()]),
+                "gain over none": "" if arm == "none" else _interval(p),
+                "within noise": "" if arm == "none" else p["within_noise"],
             }
         )
     return pd.DataFrame(rows)
+
+
+def _interval(p: dict) -> str:
+    if p["low"] != p["low"]:  # one seed: no interval
+        return f"{p['gain']:+.1f}"
+    return f"{p['gain']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]"
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -189,6 +267,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--routes", type=int, default=120, help="sampled routes per house")
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
+    ap.add_argument(
+        "--speaker-out",
+        default=str(ROOT / "runs" / "fedvln-speaker"),
+        help="the experiments.fedvln.speaker run folder whose follower and grounded speaker "
+        "adapt (R2R: runs/fedvln-speaker-r2r, trained beforehand)",
+    )
+    ap.add_argument("--jobs", type=int, default=1, help="seeds adapted at once (one core each)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-oracle"))
     ap.add_argument("--name", default="fedvln_oracle")
     ap.add_argument("--redo", action="store_true", help="redo the adaptation of finished seeds")
@@ -203,7 +289,12 @@ def main(argv=None) -> int:
         print(f"fedvln_oracle: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    runs = pd.concat([run_seed(a, s) for s in a.seeds], ignore_index=True)
+    try:
+        with ProcessPoolExecutor(max(1, a.jobs)) as pool:
+            runs = pd.concat(pool.map(run_seed, [a] * len(a.seeds), a.seeds), ignore_index=True)
+    except ValueError as e:
+        print(f"fedvln_oracle: {e}", file=sys.stderr)
+        return 2
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)
