@@ -776,12 +776,15 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     assert t.loc["none", "val_unseen SR"] == "23.0 ± 10.0"  # 10 + 3, 20 + 3, 30 + 3
     assert t.loc["grammar", "gain over none"].startswith("+12.0")
     assert t.loc["constant", "gain over none"].startswith("-1.0")
+    # what the words add over the same routes with a constant sentence
+    assert t.loc["grammar", "gain over constant (same routes)"].startswith("+13.0")
+    assert t.loc["constant", "gain over constant (same routes)"] == ""
 
 
 def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house():
     """On R2R the human arm adapts on real val_unseen paths: they alternate with the scored
-    ones, keep all their references, and none shares nodes or start and goal with a scored
-    path, so no arm trains on what it is scored on (issue 41, item 4)."""
+    ones, keep all their references, and none has the nodes (in order) or the start and goal
+    of a scored path, so no arm trains on what it is scored on (issue 41, item 4)."""
     from envs.vln_data import Episode
     from experiments.fedvln.oracle import split_paths
 
