@@ -92,10 +92,10 @@ def _fedvln_fed_speaker() -> str:
     return markdown(_csv("fedvln_fed_speaker.csv"))
 
 
-def _fedvln_oracle() -> str:
+def _fedvln_oracle(name: str = "fedvln_oracle") -> str:
     from experiments.fedvln.oracle import markdown
 
-    return markdown(pd.read_csv(RESULTS / "fedvln_oracle.csv", dtype=str))
+    return markdown(pd.read_csv(RESULTS / f"{name}.csv", dtype=str))
 
 
 def _fedrl_table1() -> str:
@@ -195,6 +195,7 @@ BLOCKS = {
     "fedvln-speaker-r2r-long-augment": lambda: _fedvln_speaker_augment("fedvln_speaker_r2r_long"),
     "fedvln-appearance": _fedvln_appearance,
     "fedvln-oracle": _fedvln_oracle,
+    "fedvln-oracle-r2r": lambda: _fedvln_oracle("fedvln_oracle_r2r"),
     "fedvln-fed-speaker": _fedvln_fed_speaker,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
