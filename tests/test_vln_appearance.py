@@ -96,12 +96,16 @@ def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_flags(tmp_p
     from experiments.fedvln import appearance_gap as gap
 
     rows = [{"strength": s, "seed": k, "checkpoint": "best", "iteration": 1000,
-             "val_seen_sr": 40 + d + k, "val_unseen_sr": 40 + k}
+             "val_seen_sr": 40 + d + k, "val_unseen_sr": 40 + k,
+             "val_seen_n": 360, "val_unseen_n": 360}
             for s, d in ((0.0, 0.0), (1.0, 8.0)) for k in range(3)]  # fmt: skip
     rows[0]["val_seen_sr"] += 1  # seed 0 of the plain features: +1, the others 0
     t = gap.summarize(pd.DataFrame(rows)).set_index("appearance")
     assert t.loc[0.0, "gap within noise"] and not t.loc[1.0, "gap within noise"]
     assert t.loc[1.0, "gap seen - unseen [95%]"].startswith("+8.0")
+    # the interval is at least two 360-episode evaluations' binomial noise, not the seeds'
+    # near-zero sd: 1.96 * sqrt(se(48)^2 + se(40)^2) / sqrt(3) = 4.2 points each side
+    assert t.loc[1.0, "gap seen - unseen [95%]"] == "+8.0 [+3.8, +12.2]"
     for bad in (["--strengths", "-1"], ["--jobs", "0"]):
         assert gap.main([*bad, "--out", str(tmp_path / "r"), "--name", "x"]) == 2
         assert bad[0] in capsys.readouterr().err

@@ -13,7 +13,8 @@ follower of each seed and strength is scored as the floor.
 
 Reported per strength, at the best checkpoint (chosen on val_unseen SR, Table 2's rule) and the
 last: val_seen SR, val_unseen SR and the gap seen - unseen, mean ± sd over seeds with the gap's
-95% paired interval; the gap is real only where that interval excludes 0.
+95% paired interval (`experiments.tables.paired`: its sd is at least the binomial sd of two
+evaluations); the gap is real only where that interval excludes 0.
 Results: experiments/results/fedvln_appearance{,_runs}.csv.
 """
 
@@ -32,7 +33,7 @@ from envs.vln_setup import open_vln
 from experiments.fedvln import centralized
 from experiments.fedvln.runs import pick
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
+from experiments.tables import mean_sd, paired, pipe_table, refuse_overwrite
 from models.envdrop import Follower, FollowerSize
 from training import vln_agent
 
@@ -59,12 +60,12 @@ def untrained(strength: float, seed: int) -> dict[str, float]:
     model = Follower(FollowerSize(len(vln.vocab), vln.world.feature_dim, c.embedding, c.hidden))
     settings = vln_agent.AgentSettings(batch_size=c.batch_size, max_actions=c.max_actions)
     tokens = vln_agent.Tokens(vln.vocab, settings.max_words)
-    return {
-        f"{split}_sr": vln_agent.evaluate(model, vln.world, vln.split(split), tokens, settings)[0][
-            "sr"
-        ]
-        for split in ("val_seen", "val_unseen")
-    }
+    out = {}
+    for split in ("val_seen", "val_unseen"):
+        episodes = vln.split(split)
+        m, _ = vln_agent.evaluate(model, vln.world, episodes, tokens, settings)
+        out |= {f"{split}_sr": m["sr"], f"{split}_n": len(episodes)}
+    return out
 
 
 def run_rows(a) -> pd.DataFrame:
@@ -85,6 +86,8 @@ def run_rows(a) -> pd.DataFrame:
                     "iteration": int(r["iteration"]),
                     "val_seen_sr": float(r["val_seen_sr"]),
                     "val_unseen_sr": float(r["val_unseen_sr"]),
+                    "val_seen_n": int(r["val_seen_n"]),
+                    "val_unseen_n": int(r["val_unseen_n"]),
                 }
             )
     return pd.DataFrame(rows)
@@ -93,7 +96,10 @@ def run_rows(a) -> pd.DataFrame:
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     table = []
     for (strength, ck), g in runs.groupby(["strength", "checkpoint"], sort=False):
-        gap, lo, hi = paired_interval(g.val_seen_sr, g.val_unseen_sr)
+        seen = {r.seed: (r.val_seen_sr, r.val_seen_n) for r in g.itertuples()}
+        unseen = {r.seed: (r.val_unseen_sr, r.val_unseen_n) for r in g.itertuples()}
+        p = paired(seen, unseen)
+        gap, lo, hi = p["gain"], p["low"], p["high"]
         table.append(
             {
                 "appearance": strength,
