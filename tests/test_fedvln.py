@@ -816,6 +816,21 @@ def test_r2r_oracle_names_the_flag_when_the_r2r_speaker_study_is_missing(tmp_pat
     assert "experiments.fedvln.speaker --data-dir" in err
 
 
+def test_oracle_with_appearance_needs_models_trained_with_it(tmp_path, capsys):
+    """A house's own look changes the follower's input, so the oracle never trains or reuses
+    the speaker study's models for it: --appearance needs --models, and missing ones are named
+    with the flag."""
+    from experiments.fedvln import oracle
+
+    out = ["--seeds", "0", "--name", "x", "--out", str(tmp_path / "o")]
+    assert oracle.main(["--appearance", "1", *out]) == 2
+    assert "--appearance" in capsys.readouterr().err
+    models = str(tmp_path / "a1-s{seed}" / "checkpoints")
+    assert oracle.main(["--appearance", "1", "--models", models, *out]) == 2
+    err = capsys.readouterr().err
+    assert "--models" in err and "a1-s0" in err and "speaker.pt" in err
+
+
 def test_sampled_routes_never_hold_a_scored_route_of_the_house():
     """Routes a house samples for augmentation or pre-exploration share neither the path nor
     the (start, goal) of an episode the house is scored on, in seen and unseen houses alike:

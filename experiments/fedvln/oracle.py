@@ -40,6 +40,18 @@ arm, so the arms again differ only in the words: `human` (their three R2R instru
 perfect speaker), `speaker` (the R2R speaker study's grounded speaker, `--speaker-out`),
 `constant`. Real paths rather than sampled ones, because only they have true words; a route
 count is then what the house has (`--routes` does not apply).
+
+With a house's own look (`--appearance S`, envs/vln_appearance.py), where the embedded houses
+have a seen/unseen gap for adaptation to close (`experiments.fedvln.appearance_gap`), the
+follower and speaker must have been trained with it; `--models` names them, e.g. the gap
+study's follower with a speaker trained beside it:
+
+    python -m experiments.fedvln.appearance_gap --jobs 2          # followers a1-s<seed>
+    python -m experiments.fedvln.centralized --stages speaker --appearance 1 --seed 0 \
+        --speaker-iters 3000 --patience 6 --eval-every 250 \
+        --out runs/fedvln-appearance/a1-s0 --results-dir runs/fedvln-appearance/a1-s0
+    python -m experiments.fedvln.oracle --appearance 1 --name fedvln_oracle_appearance \
+        --models 'runs/fedvln-appearance/a1-s{seed}/checkpoints' --out runs/fedvln-oracle-a1
 """
 
 from __future__ import annotations
@@ -121,13 +133,15 @@ def run_seed(a, seed: int) -> pd.DataFrame:
     }
     if a.data_dir:
         launch["data_dir"] = a.data_dir
+    if a.appearance:
+        launch["appearance"] = a.appearance
     if rows_csv.is_file() and not a.redo:
         if made_by.is_file() and json.loads(made_by.read_text()) == launch:
             return pd.read_csv(rows_csv)
         print(f"  seed {seed}: {rows_csv} was made with other settings or models; adapting again")
     follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
     speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
-    setup = open_setup(a.data_dir, "", HouseSpec())  # vln_centralized's default houses
+    setup = open_setup(a.data_dir, "", HouseSpec(), a.appearance)  # vln_centralized's houses
     constant = quality.best_constant(setup.split("train"), seed)
     arms, houses = (R2R_ARMS, _r2r_houses) if a.data_dir else (ARMS, _embedded_houses)
     rows = []
@@ -156,14 +170,22 @@ def run_seed(a, seed: int) -> pd.DataFrame:
 def _models(a, seed: int) -> Path:
     """The seed's follower and grounded speaker from `experiments.fedvln.speaker` (trained
     there if missing; on R2R its checkpoints are used as they are, never retrained here)."""
-    ck = Path(a.speaker_out) / f"seed{seed}" / "grounded" / "checkpoints"
-    if a.data_dir:
+    if a.models:
+        ck = Path(a.models.format(seed=seed))
+    else:
+        ck = Path(a.speaker_out) / f"seed{seed}" / "grounded" / "checkpoints"
+    if a.data_dir or a.models:
         missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
         if missing:
+            flag = "--models" if a.models else "--speaker-out"
             raise ValueError(
-                f"--speaker-out: {ck} has no {', '.join(missing)}; train them first with "
-                f"python -m experiments.fedvln.speaker --data-dir {a.data_dir} "
-                f"--out {a.speaker_out} --seeds {seed}"
+                f"{flag}: {ck} has no {', '.join(missing)}; train them first with "
+                + (
+                    "experiments.fedvln.centralized --stages agent speaker (module docstring)"
+                    if a.models
+                    else f"python -m experiments.fedvln.speaker --data-dir {a.data_dir} "
+                    f"--out {a.speaker_out} --seeds {seed}"
+                )
             )
         return ck
     args = fedvln_speaker.parse_args(["--out", a.speaker_out])
@@ -285,6 +307,19 @@ def main(argv=None) -> int:
         help="the experiments.fedvln.speaker run folder whose follower and grounded speaker "
         "adapt (R2R: runs/fedvln-speaker-r2r, trained beforehand)",
     )
+    ap.add_argument(
+        "--models",
+        default="",
+        help="a folder with agent_best.pt and speaker.pt, '{seed}' standing for the seed "
+        "(instead of --speaker-out; used as they are, never trained here)",
+    )
+    ap.add_argument(
+        "--appearance",
+        type=float,
+        default=0.0,
+        help="fedvln.appearance of the houses (envs/vln_appearance.py); the models must have "
+        "been trained with it",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="seeds adapted at once (one core each)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-oracle"))
     ap.add_argument("--name", default="fedvln_oracle")
@@ -295,6 +330,8 @@ def main(argv=None) -> int:
     try:
         if min(a.steps, a.routes, a.batch_size, a.lr) <= 0:
             raise ValueError("--steps, --routes, --batch-size and --lr must be > 0")
+        if not 0 <= a.appearance <= 100 or (a.appearance and not a.models):
+            raise ValueError("--appearance must be in [0, 100], and needs --models trained with it")
         refuse_overwrite([out_csv, runs_csv], a.force)
     except ValueError as e:
         print(f"fedvln_oracle: {e}", file=sys.stderr)
