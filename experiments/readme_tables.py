@@ -196,6 +196,7 @@ BLOCKS = {
     "fedvln-appearance": _fedvln_appearance,
     "fedvln-oracle": _fedvln_oracle,
     "fedvln-oracle-r2r": lambda: _fedvln_oracle("fedvln_oracle_r2r"),
+    "fedvln-oracle-appearance": lambda: _fedvln_oracle("fedvln_oracle_appearance"),
     "fedvln-fed-speaker": _fedvln_fed_speaker,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
