@@ -45,6 +45,12 @@ def paired_interval(a, b, level: float = 0.95, sd_floor: float = 0.0) -> tuple[f
     return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
+def gain_text(gain: float, low: float, high: float) -> str:
+    """A paired difference as the tables print it: `+1.2 [-0.3, +2.7]`, the gain alone when
+    there is no interval (one seed)."""
+    return f"{gain:+.1f}" + ("" if low != low else f" [{low:+.1f}, {high:+.1f}]")
+
+
 def epsilon_text(v: float) -> str:
     """A run's epsilon as the privacy tables print it: ∞ (no noise), 0 (nothing released), or
     three significant digits."""

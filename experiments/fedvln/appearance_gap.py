@@ -33,7 +33,7 @@ from envs.vln_setup import open_vln
 from experiments.fedvln import centralized
 from experiments.fedvln.runs import pick
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, paired, pipe_table, refuse_overwrite
+from experiments.tables import gain_text, mean_sd, paired, pipe_table, refuse_overwrite
 from models.envdrop import Follower, FollowerSize
 from training import vln_agent
 
@@ -108,7 +108,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                 "updates": mean_sd(g.iteration, 0),
                 "val_seen SR": mean_sd(g.val_seen_sr),
                 "val_unseen SR": mean_sd(g.val_unseen_sr),
-                "gap seen - unseen [95%]": f"{gap:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+                "gap seen - unseen [95%]": gain_text(gap, lo, hi),
                 "gap within noise": bool(lo <= 0 <= hi),
             }
         )

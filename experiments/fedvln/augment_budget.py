@@ -48,7 +48,7 @@ import pandas as pd
 
 from experiments.fedvln.runs import curve, pick
 from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
-from experiments.tables import mean_sd, paired, pipe_table
+from experiments.tables import gain_text, mean_sd, paired, pipe_table
 
 OWN = ROOT / "runs" / "fedvln-augment-budget"
 # arm -> (the pipeline run it copies, factor on its tau, more run config); (run, 1, "") is the
@@ -189,7 +189,7 @@ def markdown(t: pd.DataFrame) -> str:
             int(r.n_seeds),
             f"{r.a_sr:.1f}",
             f"{r.b_sr:.1f}",
-            f"{r.gain:+.1f}" + ("" if r.low != r.low else f" [{r.low:+.1f}, {r.high:+.1f}]"),
+            gain_text(r.gain, r.low, r.high),
             r.by_seed,
         ]
         for r in t.itertuples()

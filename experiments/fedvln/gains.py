@@ -34,7 +34,7 @@ import pandas as pd
 
 from config.fedvln import VARIANTS
 from experiments.fedvln.runs import curve, pick
-from experiments.tables import paired
+from experiments.tables import gain_text, paired
 
 MODELS = {
     "Envdrop": "central/agent",
@@ -134,9 +134,9 @@ def markdown(t: pd.DataFrame) -> str:
             if r["b_checkpoint"] == r["checkpoint"]
             else f"{r['checkpoint']} vs best"
         )
-        iv = "" if r["low"] != r["low"] else f" [{r['low']:+.1f}, {r['high']:+.1f}]"
+        gain = gain_text(r["gain"], r["low"], r["high"])
         lines.append(
             f"| {r['comparison']} | {ck} | {int(r['n_seeds'])} | {r['a']} {r['a_sr']:.1f} | "
-            f"{r['b']} {r['b_sr']:.1f} | {r['gain']:+.1f}{iv} | {r['by_seed']} |"
+            f"{r['b']} {r['b_sr']:.1f} | {gain} | {r['by_seed']} |"
         )
     return "\n".join(lines)

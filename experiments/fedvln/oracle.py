@@ -73,7 +73,7 @@ from envs.errors import DataError
 from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
 from experiments.simulate import RESULTS, ROOT, command_line, path_digest
-from experiments.tables import mean_sd, paired, pipe_table, refuse_overwrite
+from experiments.tables import gain_text, mean_sd, paired, pipe_table, refuse_overwrite
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
@@ -260,28 +260,28 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
         arm: {s: (r.sr, r.n) for s, r in pooled.loc[arm].iterrows()}
         for arm in pooled.index.get_level_values("arm").unique()
     }
+
+    def gain(arm: str, over: str) -> str:
+        p = paired(side[arm], side[over])
+        return gain_text(p["gain"], p["low"], p["high"])
+
     rows = []
     for arm in [a for a in (R2R_ARMS if "human" in side else ARMS) if a in side]:
-        p = paired(side[arm], side["none"])
         rows.append(
             {
                 "arm": arm,
                 "seeds": len(side[arm]),
                 "val_unseen SR": mean_sd([sr for sr, _ in side[arm].values()]),
-                "gain over none": "" if arm == "none" else _interval(p),
-                "within noise": "" if arm == "none" else p["within_noise"],
+                "gain over none": "" if arm == "none" else gain(arm, "none"),
+                "within noise": ""
+                if arm == "none"
+                else paired(side[arm], side["none"])["within_noise"],
                 "gain over constant (same routes)": ""
                 if arm in ("none", "constant")
-                else _interval(paired(side[arm], side["constant"])),
+                else gain(arm, "constant"),
             }
         )
     return pd.DataFrame(rows)
-
-
-def _interval(p: dict) -> str:
-    if p["low"] != p["low"]:  # one seed: no interval
-        return f"{p['gain']:+.1f}"
-    return f"{p['gain']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]"
 
 
 def markdown(table: pd.DataFrame) -> str:
