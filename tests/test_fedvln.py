@@ -969,6 +969,53 @@ def test_pipeline_floor_scores_an_untrained_follower_and_speaker_from_a_stages_c
     assert (out / "untrained" / "log.csv").stat().st_mtime_ns != made
 
 
+def test_pipeline_starts_pre_exploration_from_given_models_and_scores_that_start(tmp_path):
+    """--start-models (issue 41: Table 5 with a house's own look, from the appearance study's
+    centralized follower and speaker): refused with other stages or a folder that lacks a
+    model; the start row is that follower's val_unseen SR, made again when it changes."""
+    import json
+
+    import torch
+
+    from config.schema import merged
+    from contracts.fedvln import follower_size
+    from experiments.fedvln import pipeline as fp
+    from models import vln_checkpoint
+    from models.envdrop import Follower
+    from training.vln_house import setup_of
+
+    with pytest.raises(SystemExit, match="--stages preexplore alone"):
+        fp.main(["--stages", "agent", "preexplore", "--start-models", "x", "--tables-only"])
+    ck = tmp_path / "models" / "s0"
+    ck.mkdir(parents=True)
+    with pytest.raises(SystemExit, match="has no agent_best.pt, speaker.pt"):
+        fp.main(["--stages", "preexplore", "--start-models", str(tmp_path / "models" / "s{seed}"),
+                 "--seeds", "0", "--tables-only"])  # fmt: skip
+    cfg = merged(
+        {**TINY, "fedvln.stage": "preexplore", "fedvln.agent-init": str(ck / "agent_best.pt")}
+    )
+    c = parse(cfg)
+    setup = setup_of(c)
+    v, f = len(setup.vocab), setup.world.feature_dim
+    torch.manual_seed(0)
+    vln_checkpoint.save(ck / "agent_best.pt", Follower(follower_size(c, v, f)), None)
+    out = tmp_path / "seed0"
+    (out / "preexplore-env-based").mkdir(parents=True)
+    (out / "preexplore-env-based" / "config.json").write_text(json.dumps(cfg))
+    assert fp.start_curve(out) is None
+    fp.start_eval(out)
+    start = fp.start_curve(out)
+    assert len(start) == 1 and start["val_unseen_n"].iloc[0] > 0
+    assert 0 <= start["val_unseen_sr"].iloc[0] <= 100
+    made = (out / "start" / "log.csv").stat().st_mtime_ns
+    fp.start_eval(out)  # the same checkpoint: kept
+    assert (out / "start" / "log.csv").stat().st_mtime_ns == made
+    torch.manual_seed(1)
+    vln_checkpoint.save(ck / "agent_best.pt", Follower(follower_size(c, v, f)), None)
+    fp.start_eval(out)  # another follower at the same path: scored again
+    assert (out / "start" / "log.csv").stat().st_mtime_ns != made
+
+
 def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_path):
     import json
 

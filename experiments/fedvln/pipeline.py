@@ -21,6 +21,11 @@ in Flower's simulation engine):
 3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
    back-translated by the same speaker, with as many steps per round as env-based makes.
 
+`--stages preexplore --start-models 'DIR/{seed}'` runs Table 5 alone from a given follower
+(`agent_best.pt`) and speaker (`speaker.pt`), e.g. the centralized ones of the appearance study
+(issue 41: with `--run-config fedvln.appearance=1` there is a seen/unseen gap to close); the
+start row is then that follower scored once on val_unseen (`start/log.csv`).
+
 Budgets: by default every stage trains till convergence, as the paper trains all its models
 (`--patience 8`; `--patience 0` gives fixed budgets, the --*-rounds, with the centralized
 stages step-matched to each federated stage). With `--patience P`:
@@ -191,6 +196,14 @@ def parse_args(argv=None):
         help="the stages to run (with their centralized baselines); augment needs agent and "
         "speaker, preexplore needs augment and speaker",
     )
+    p.add_argument(
+        "--start-models",
+        default="",
+        help="a folder with agent_best.pt and speaker.pt, '{seed}' standing for the seed (e.g. "
+        "experiments.fedvln.centralized's checkpoints): pre-exploration starts from this "
+        "follower and speaker instead of the pipeline's augmented agent and speaker; only with "
+        "--stages preexplore",
+    )
     p.add_argument("--jobs", type=int, default=2, help="seeds at a time (one process each)")
     p.add_argument("--run-config", default="", help="extra run config for every stage")
     p.add_argument("--tables-only", action="store_true", help="only rebuild tables from runs")
@@ -235,6 +248,11 @@ def run_seed(a, out: Path, seed: int) -> None:
         speaker_said(out / "speaker")
     spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
     agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
+    pre_agent = out / "augment" / "best.pt"
+    if a.start_models:
+        ck = start_models(a, seed)
+        spk = f'fedvln.speaker-init="{ck / "speaker.pt"}"'
+        pre_agent = ck / "agent_best.pt"
     if "augment" in a.stages:
         routes = "" if a.aug_routes is None else f" fedvln.aug-routes={a.aug_routes}"
         aug = stage_config(a, "augment", f"{agent} {spk}{routes}")
@@ -242,7 +260,7 @@ def run_seed(a, out: Path, seed: int) -> None:
         # augmentation's control: the same restart, patience and cap without speaker routes
         ctl = f"{agent} fedvln.aug-routes=0"
         _stage(a, out / "augment-control", a.aug_rounds, seed, stage_config(a, "augment", ctl))
-    pre = f'fedvln.agent-init="{out / "augment" / "best.pt"}" {spk}'
+    pre = f'fedvln.agent-init="{pre_agent}" {spk}'
     for v in VARIANTS if "preexplore" in a.stages else ():
         _stage(
             a,
@@ -254,7 +272,55 @@ def run_seed(a, out: Path, seed: int) -> None:
     centralized(a, out, seed)
     if "preexplore" in a.stages:
         centralized_preexplore(a, out, seed)
+        if a.start_models:
+            start_eval(out)
     floor(out, seed)
+
+
+def start_models(a, seed: int) -> Path:
+    """The seed's folder of --start-models, refused if it lacks the follower or speaker."""
+    ck = Path(a.start_models.format(seed=seed)).resolve()
+    missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
+    if missing:
+        raise SystemExit(
+            f"fedvln_pipeline: --start-models: {ck} has no {', '.join(missing)} (train them "
+            "with experiments.fedvln.centralized --stages agent speaker)"
+        )
+    return ck
+
+
+def start_eval(out: Path) -> None:
+    """Where pre-exploration starts when it starts from --start-models (there is no augment
+    run to read it from): the start follower scored once on val_unseen with the env-based
+    run's houses and settings, as a one-evaluation run `start/log.csv`, remade if the
+    checkpoint changed."""
+    c = parse(json.loads((out / "preexplore-env-based" / "config.json").read_text()))
+    dest, made = out / "start" / "log.csv", {"agent": path_digest(c.fedvln.agent_init)}
+    kept = out / "start" / "starts.json"
+    if dest.is_file() and kept.is_file() and json.loads(kept.read_text()) == made:
+        return
+    setup = setup_of(c)
+    follower, _, _ = vln_checkpoint.load(c.fedvln.agent_init)
+    s = vln_agent.AgentSettings.of(c)
+    val = [e for h in house_names(setup)[1] for e in open_house(setup, h).val]
+    m, _ = vln_agent.evaluate(
+        follower, setup.world, val, vln_agent.Tokens(setup.vocab, s.max_words), s
+    )
+    row = {
+        "round": 0,
+        "steps": 0,
+        "val_unseen_n": len(val),
+        **{f"val_unseen_{k}": v for k, v in m.items()},
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([row]).to_csv(dest, index=False)
+    kept.write_text(json.dumps(made))
+
+
+def start_curve(out: Path) -> pd.DataFrame | None:
+    """Where this seed's pre-exploration starts: the augmented agent, or --start-models."""
+    aug = curve(out, "augment")
+    return aug if aug is not None else curve(out, "start")
 
 
 def run_seed_then_tables(a, out: Path, seed: int) -> None:
@@ -689,7 +755,7 @@ def _pre_run(v: str) -> str:
 def table5(dirs: dict[int, Path]) -> pd.DataFrame:
     rows = []
     for seed, out in dirs.items():
-        start = curve(out, "augment")
+        start = start_curve(out)
         for v in ("centralized",) + VARIANTS:
             df = curve(out, _pre_run(v))
             if df is None or not len(df):
@@ -744,9 +810,9 @@ def table9(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
         start = 0.0
         if phase == "preexplore":
             starts = [
-                curve(out, "augment")["val_unseen_sr"].max()
+                start_curve(out)["val_unseen_sr"].max()
                 for out in dirs.values()
-                if curve(out, "augment") is not None
+                if start_curve(out) is not None
             ]
             start = float(np.mean(starts)) if starts else 0.0
         # 90% of the way to the lowest mean best; if some method never beats the start, to
@@ -966,13 +1032,13 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
         _band(axes[2], dirs, _pre_run(v), "val_unseen_sr", v)
     starts = [
         c["val_unseen_sr"].max()
-        for c in (curve(o, "augment") for o in dirs.values())
+        for c in (start_curve(o) for o in dirs.values())
         if c is not None and len(c)
     ]
     if starts:  # where every pre-exploration starts: the augmented agent's best checkpoint
         axes[2].axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
         axes[2].annotate(
-            "start (augmented agent, best)",
+            "start (augmented agent's best, or --start-models)",
             (0.01, float(np.mean(starts))),
             xycoords=("axes fraction", "data"),
             fontsize=7,
@@ -1018,7 +1084,17 @@ def main(argv=None) -> int:
             "fedvln_pipeline: --run-config may not set fedvln.aug-routes (augmentation's "
             "control sets it to 0); use --aug-routes"
         )
-    needs = {"augment": ("agent", "speaker"), "preexplore": ("augment", "speaker")}
+    if a.start_models and a.stages != ["preexplore"]:
+        raise SystemExit(
+            "fedvln_pipeline: --start-models replaces the agent, speaker and augment stages: "
+            "use it with --stages preexplore alone"
+        )
+    needs = {"augment": ("agent", "speaker")}
+    if a.start_models:
+        for seed in a.seeds:
+            start_models(a, seed)
+    else:
+        needs["preexplore"] = ("augment", "speaker")
     for stage, wanted in needs.items():
         missing = [w for w in wanted if stage in a.stages and w not in a.stages]
         if missing:

@@ -29,7 +29,7 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
             if f"{split}_n" not in df:
                 df[f"{split}_n"] = np.nan
         return df
-    if run in ("untrained", "constant", "other-path"):
+    if run in ("untrained", "constant", "other-path", "start"):
         f = out / run / "log.csv"
         return pd.read_csv(f) if f.is_file() else None
     if run == "preexplore-centralized":
