@@ -1212,6 +1212,28 @@ def test_gains_are_paired_by_seed_and_pre_exploration_is_compared_with_its_start
     assert "+4.0 [" in markdown(t.reset_index())
 
 
+def test_pre_exploration_from_given_models_is_compared_with_that_start(tmp_path):
+    """With --start-models there is no augmented agent: each variant's best and last are
+    paired with the given follower's one evaluation (`start/log.csv`), and no augmentation row
+    appears."""
+    from experiments.fedvln.gains import gains
+    from experiments.fedvln.runs import seed_dirs
+
+    for seed, (start, env) in {0: (25.0, [28, 31, 30]), 1: (31.0, [33, 36, 35])}.items():
+        out = tmp_path / f"seed{seed}"
+        _fake_run(out, "preexplore-env-based", env)
+        (out / "start").mkdir()
+        pd.DataFrame(
+            [{"round": 0, "steps": 0, "val_unseen_sr": start, "val_unseen_n": 360}]
+        ).to_csv(out / "start" / "log.csv", index=False)
+    t = gains(seed_dirs(tmp_path, [0, 1])).set_index(["comparison", "checkpoint"])
+    best = t.loc[("pre-exploration, env-based, from --start-models", "best")]
+    assert best["by_seed"] == "+6.0 / +5.0" and best["n_seeds"] == 2
+    last = t.loc[("pre-exploration, env-based, from --start-models", "last")]
+    assert last["b_checkpoint"] == "best" and last["by_seed"] == "+5.0 / +4.0"
+    assert not any("augmentation" in c for c, _ in t.index)
+
+
 def test_a_gain_below_one_evaluations_noise_is_within_noise_even_if_the_seeds_agree(tmp_path):
     """Two seeds whose augmented agents both beat their control by 0.6 SR: the seeds' own
     spread is 0, but each SR is measured on 360 episodes (binomial sd ~2.4 points), so the

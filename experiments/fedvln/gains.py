@@ -15,8 +15,8 @@ near 0 by chance, and a difference below one evaluation's noise is not a finding
   (the agent's run is longer) and the augmented run also restarts its optimizer; against the
   control only the speaker's routes differ;
 - federation's cost: FedEnvdrop − Envdrop, FedEnvdrop_aug − Envdrop_aug (step-matched);
-- pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug),
-  and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
+- pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug)
+  or the pipeline's `--start-models` follower (`start`), and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
   loses nothing) and fed-lan − env-based (what federating the encoder adds).
 
 Both checkpoints: `best` (the paper's: highest val_unseen SR of a run, chosen on the split it
@@ -45,6 +45,7 @@ MODELS = {
     "Envdrop_control": "central/augment-control",
     "centralized": "preexplore-centralized",
     **{v: f"preexplore-{v}" for v in VARIANTS},
+    "start": "start",  # the pipeline's --start-models follower, scored once
 }
 # (what it tests, a, b): the gain is a − b
 COMPARISONS = [
@@ -63,10 +64,15 @@ COMPARISONS = [
     ("federation's cost, agent", "FedEnvdrop", "Envdrop"),
     ("federation's cost, augmented", "FedEnvdrop_aug", "Envdrop_aug"),
     *[(f"pre-exploration, {v}", v, "FedEnvdrop_aug") for v in ("centralized", *VARIANTS)],
+    *[
+        (f"pre-exploration, {v}, from --start-models", v, "start")
+        for v in ("centralized", *VARIANTS)
+    ],
     ("sharing only the language encoder vs the whole model", "fed-lan", "fed-full"),
     ("federating the language encoder vs each house alone", "fed-lan", "env-based"),
 ]
-STARTS_FROM = "FedEnvdrop_aug"  # every pre-exploration starts from its best checkpoint
+# every pre-exploration starts from the augmented agent's best checkpoint, or --start-models
+STARTS_FROM = ("FedEnvdrop_aug", "start")
 
 
 def seed_scores(dirs: dict[int, Path]) -> pd.DataFrame:
@@ -111,7 +117,7 @@ def gains(dirs: dict[int, Path]) -> pd.DataFrame:
 
 def _starts(a: str, b: str) -> bool:
     """True when b is the checkpoint a starts from (a pre-exploration and its augmented agent)."""
-    return b == STARTS_FROM and a in ("centralized", *VARIANTS)
+    return b in STARTS_FROM and a in ("centralized", *VARIANTS)
 
 
 def _by_seed(scores: pd.DataFrame, model: str, ck: str) -> dict[int, tuple[float, float]]:
