@@ -977,7 +977,7 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
         if len(t):
             t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
             print(f"\n{name}\n{t.round(1).to_string(index=False)}")
-    plot(dirs, dest / f"fedvln_pipeline{suffix}.png")
+    plot(dirs, dest / f"fedvln_pipeline{suffix}.png", a.stages)
     print("\n" + markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"]))
     return result
 
@@ -994,13 +994,32 @@ def _band(ax, dirs, run, col, label, style="-"):
     ax.fill_between(x, wide.min(axis=1), wide.max(axis=1), color=line.get_color(), alpha=0.15)
 
 
-def plot(dirs: dict[int, Path], png: Path) -> None:
+def plot(dirs: dict[int, Path], png: Path, stages=STAGES) -> None:
+    """One panel per table the study made (--stages): Table 2's follower, Table 4's speaker,
+    Table 5's pre-exploration, each with the paper's R2R numbers drawn beside ours."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    panels = [
+        draw
+        for draw, wanted in (
+            (_plot_follower, {"agent", "augment"}),
+            (_plot_speaker, {"speaker"}),
+            (_plot_preexplore, {"preexplore"}),
+        )
+        if wanted & set(stages)
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(16 * len(panels) / 3 + 1, 4.2))
+    for draw, ax in zip(panels, np.atleast_1d(axes)):
+        draw(ax, dirs)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def _plot_follower(ax, dirs: dict[int, Path]) -> None:
     for run, label, style in (
         ("agent", "FedEnvdrop", "-"),
         ("central/agent", "Envdrop", "--"),
@@ -1009,57 +1028,60 @@ def plot(dirs: dict[int, Path], png: Path) -> None:
         ("augment-control", "FedEnvdrop fine-tuned again", ":"),
         ("central/augment-control", "Envdrop fine-tuned again", ":"),
     ):
-        _band(axes[0], dirs, run, "val_unseen_sr", label, style)
+        _band(ax, dirs, run, "val_unseen_sr", label, style)
     for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
-        axes[0].axhline(
+        ax.axhline(
             PAPER_T2[(model, "val_unseen")][3],
             color="grey",
             ls=ls,
             lw=0.8,
             label=f"paper {model} (R2R)",
         )
-    axes[0].set(
+    ax.set(
         xlabel="optimizer steps, all houses (augment: from its start)",
         ylabel="val_unseen SR (%)",
         title="Table 2: follower",
     )
+    ax.legend(fontsize=7)
+
+
+def _plot_speaker(ax, dirs: dict[int, Path]) -> None:
     for run, label, style in (("speaker", "Fed", "-"), ("central/speaker", "Cent", "--")):
-        _band(axes[1], dirs, run, "val_unseen_bleu", label, style)
+        _band(ax, dirs, run, "val_unseen_bleu", label, style)
     for name, ls in (("Cent", "--"), ("Fed", "-")):
-        axes[1].axhline(PAPER_T4[name][1], color="grey", ls=ls, lw=0.8, label=f"paper {name}")
-    axes[1].set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
+        ax.axhline(PAPER_T4[name][1], color="grey", ls=ls, lw=0.8, label=f"paper {name}")
+    ax.set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
+    ax.legend(fontsize=7)
+
+
+def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
     for v in ("centralized",) + VARIANTS:
-        _band(axes[2], dirs, _pre_run(v), "val_unseen_sr", v)
+        _band(ax, dirs, _pre_run(v), "val_unseen_sr", v)
     starts = [
         c["val_unseen_sr"].max()
         for c in (start_curve(o) for o in dirs.values())
         if c is not None and len(c)
     ]
-    if starts:  # where every pre-exploration starts: the augmented agent's best checkpoint
-        axes[2].axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
-        axes[2].annotate(
+    if starts:  # where every pre-exploration starts
+        ax.axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
+        ax.annotate(
             "start (augmented agent's best, or --start-models)",
             (0.01, float(np.mean(starts))),
             xycoords=("axes fraction", "data"),
             fontsize=7,
             va="bottom",
         )
-    axes[2].set(
+    ax.set(
         xlabel="optimizer steps, all houses",
         ylabel="val_unseen SR (%)",
         title="Table 5: pre-exploration (paper R2R SR in legend)",
     )
-    handles, labels = axes[2].get_legend_handles_labels()
-    axes[2].legend(
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(
         handles,
         [f"{lab}; paper {PAPER_T5[lab.split(' (')[0]][0][3]}" for lab in labels],
         fontsize=7,
     )
-    for ax in axes[:2]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:
