@@ -5,7 +5,8 @@
   `none`, `central` or a larger epsilon is refused naming the key; a policy with
   `dp.max-epsilon` refuses the release that would take the party's total above it.
 - `central`: Flower's `fixedclipping_mod` clips the update to L2 norm C before it leaves (the
-  server adds the noise: strategies/dp.py).
+  server adds the noise: strategies/dp.py); with `dp.clipping = "adaptive"` Flower's
+  `adaptiveclipping_mod` does, with the C the server sent this round, and adds the clip bit.
 - `local`: Flower's `LocalDpMod` clips it and adds Gaussian noise on this machine, with
   sensitivity 2C: the protected unit is the party's whole data in the round, and two updates
   in the C-ball differ by at most 2C (the same choice as FedRL's Q outputs,
@@ -30,7 +31,8 @@ from __future__ import annotations
 import math
 
 from flwr.app import ConfigRecord, Context, Message, MetricRecord
-from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod
+from flwr.clientapp.mod import LocalDpMod, adaptiveclipping_mod, fixedclipping_mod
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from clients.policy import Policy
 from config import Config
@@ -39,6 +41,15 @@ from training.fedrl_privacy import epsilon
 
 LEDGER = "dp-ledger"  # ConfigRecord in context.state: this party's local-DP releases so far
 EPSILON = DP_EPSILON  # reply metric: the party's total epsilon after this release
+CLIPPED_TO = "dp-clip"  # ConfigRecord in context.state: the C of this party's last update
+
+
+def sent_clip(msg: Message) -> float:
+    """The C the server sent with this round's model (central DP; adaptive: it changes)."""
+    for record in msg.content.config_records.values():
+        if KEY_CLIPPING_NORM in record:
+            return float(record[KEY_CLIPPING_NORM])
+    return float("nan")  # Flower's mod then refuses the message, naming the missing key
 
 
 def check(p: Policy, c: Config) -> None:
@@ -85,7 +96,9 @@ def spent(c: Config, k: int) -> float:
 def train(call, msg: Message, context: Context, c: Config, p: Policy) -> Message:
     """The method's training handler behind the mod the run's DP mode needs."""
     if c.dp.mode == "central":
-        return fixedclipping_mod(msg, context, call)
+        mod = adaptiveclipping_mod if c.dp.clipping == "adaptive" else fixedclipping_mod
+        context.state[CLIPPED_TO] = ConfigRecord({"clip": float(sent_clip(msg))})
+        return mod(msg, context, call)
     if c.dp.mode != "local":
         return call(msg, context)
     k = releases(context) + 1
@@ -110,7 +123,9 @@ def train(call, msg: Message, context: Context, c: Config, p: Policy) -> Message
 def privacy(context: Context, c: Config) -> dict | None:
     """For the audit log: the mechanism every update of this party carries, and its total."""
     if c.dp.mode == "central":
-        return {"mechanism": "clip (central DP: the server adds the noise)", "clip": c.dp.clip}
+        clip = context.state[CLIPPED_TO]["clip"] if CLIPPED_TO in context.state else c.dp.clip
+        how = "adaptive clip, clip bit sent" if c.dp.clipping == "adaptive" else "clip"
+        return {"mechanism": f"{how} (central DP: the server adds the noise)", "clip": clip}
     if c.dp.mode != "local":
         return None
     k = releases(context)

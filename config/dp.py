@@ -7,6 +7,9 @@ clients/dp.py):
   to the mean (Flower's `DifferentialPrivacyClientSideFixedClipping`); the server sees clipped,
   un-noised updates. Accounted by Flower's `RdpAccountant`, client-level, no sampling
   amplification.
+  With `clipping = "adaptive"` C moves each round toward the `clip-quantile` of the parties'
+  update norms (Andrew et al. 2021, Flower's `adaptiveclipping_mod`): each party also sends
+  whether it clipped, the server counts those bits with noise and steps C geometrically.
 - `local`: each party clips and noises its own update before it leaves (Flower's
   `LocalDpMod`, epsilon `local-epsilon` and `delta` per release), so the server never sees an
   un-noised update. Each party accounts its own releases and reports them.
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from config.schema import ConfigError, Section, setting
 
 MODES = ("none", "central", "local")
+CLIPPINGS = ("fixed", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,25 @@ class DPSettings(Section):
         hi=1e4,
         lo_open=True,
     )
+    clipping: str = setting(
+        "central: fixed (C = dp.clip every round) | adaptive (dp.clip is the first C; each "
+        "round C moves toward the dp.clip-quantile of the parties' update norms)",
+        choices=CLIPPINGS,
+    )
+    clip_quantile: float = setting(
+        "central, adaptive: gamma, the share of the parties' updates C aims to leave unclipped "
+        "(Andrew et al.'s 0.5: C tracks the median update norm)",
+        lo=0,
+        hi=1,
+        lo_open=True,
+    )
+    clip_lr: float = setting(
+        "central, adaptive: eta_C, the geometric step C <- C exp(-eta_C (u - gamma)), u the "
+        "noised share of unclipped updates (Andrew et al. and Flower: 0.2)",
+        lo=0,
+        hi=10,
+        lo_open=True,
+    )
     local_epsilon: float = setting(
         "local: epsilon of one party's release (Flower's LocalDpMod: std = 2C "
         "sqrt(2 ln(1.25/delta)) / epsilon)",
@@ -66,6 +89,11 @@ class DPSettings(Section):
     )
 
     def validate(self) -> None:
+        if self.clipping == "adaptive" and self.mode != "central":
+            raise ConfigError(
+                "run config 'dp.clipping' = \"adaptive\" is central DP's (the server adapts C "
+                'from the parties\' noised clip bits); set dp.mode = "central"'
+            )
         if self.mode != "central" and self.max_epsilon > 0:
             raise ConfigError(
                 "run config 'dp.max-epsilon' is central DP's budget; under local DP each party "

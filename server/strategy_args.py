@@ -34,15 +34,24 @@ def central_dp(strategy, c: Config, recorder):
     the releases of the rounds a resumed run already holds."""
     from strategies.dp import NORM_SLACK, CentralDP
 
-    # the parties' clipping, checked: an update farther than C from the global model is refused
-    bound = c.dp.clip * (1 + NORM_SLACK)
-    strategy.max_update_norm = min(strategy.max_update_norm or bound, bound)
     done = max(
         (int(r["dp_releases"]) for r in recorder.rounds if r.get("dp_releases", 0) > 0),
         default=0,
     )
+    # adaptive clipping: a resumed run goes on with the C the last round stepped to
+    clip = next(
+        (r["dp_clip_next"] for r in reversed(recorder.rounds) if r.get("dp_clip_next")), c.dp.clip
+    )
+    # the parties' clipping, checked: an update farther than C from the global model is refused
+    bound = clip * (1 + NORM_SLACK)
+    strategy.max_update_norm = min(strategy.max_update_norm or bound, bound)
     return CentralDP(
-        strategy, c, strategy.sampled_per_round(), strategy.num_clients, done_releases=done
+        strategy,
+        c,
+        strategy.sampled_per_round(),
+        strategy.num_clients,
+        done_releases=done,
+        clip=clip,
     )
 
 

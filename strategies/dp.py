@@ -19,21 +19,46 @@ Two choices Flower's wrapper leaves to us, and why:
   computed from the data, so they leak too); a negative variance would make the model
   undefined, so they are floored at 1e-5 after the noise. Post-processing spends no privacy.
 
+**Adaptive clipping** (`dp.clipping = "adaptive"`; Andrew et al. 2021, "Differentially Private
+Learning with Adaptive Clipping", Algorithm 1). Each party clips with the C the server sent
+and also sends b_i = 1 if it clipped (Flower's `adaptiveclipping_mod`). The server noises the
+count with std sigma_b = m / 20 (the paper's and Flower's default), and steps
+C <- C exp(-eta_C (u - gamma)), u the noised share of *unclipped* updates and gamma
+`dp.clip-quantile`, so C tracks the gamma-quantile of the update norms. The update noise is
+z_Delta C / m with z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2 (Flower's
+`compute_adaptive_noise_params`), so that the two releases together are worth one Gaussian
+release of multiplier z (the paper's Theorem 1), which is what the accountant composes. Two
+choices differ from Flower 1.41's `DifferentialPrivacyClientSideAdaptiveClipping`, and why:
+- Its bit is 1 for a *clipped* update, but it steps C with the paper's formula, which takes
+  the *unclipped* share: when most updates are clipped it shrinks C, and C runs away from the
+  quantile (tests/test_dp.py shows it). We keep its bit and use 1 - its share.
+- It steps C before noising the round's mean with the new C; the round's updates were clipped
+  to the old C, so we noise with the C they were clipped to (the paper's order).
+The server's norm check (`max-update-norm`) follows C.
+
 A party re-checks nothing here: whether a party may send a clipped but un-noised update at all
 is its policy's (clients/dp.py); a policy that requires local DP refuses central runs.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from flwr.app import Array, ArrayRecord
 from flwr.serverapp import NeighboringRelation, PrivacyConfig, RdpAccountant, SamplingMethod
 from flwr.serverapp.exception import PrivacyBudgetExhausted
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
-from flwr.supercore.differential_privacy import add_gaussian_noise_inplace, compute_stdv
+from flwr.supercore.differential_privacy import (
+    KEY_NORM_BIT,
+    add_gaussian_noise_inplace,
+    compute_adaptive_noise_params,
+    compute_stdv,
+)
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 
 from config import Config
+from config.schema import ConfigError
 
 VAR_FLOOR = 1e-5
 NORM_SLACK = 1e-3  # float32 rounding: a clipped update's norm may read a little above C
@@ -76,10 +101,23 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
     """Flower's client-side-clipping DP wrapper around a ScreenedFedAvg (or a subclass) whose
     mean is `fixed_denominator_mean`; accounted by Flower's RdpAccountant (module docstring)."""
 
-    def __init__(self, inner, c: Config, sampled: int, population: int, done_releases: int = 0):
-        super().__init__(inner, c.dp.noise_multiplier, c.dp.clip, sampled)
+    def __init__(
+        self,
+        inner,
+        c: Config,
+        sampled: int,
+        population: int,
+        done_releases: int = 0,
+        clip: float | None = None,
+    ):
+        super().__init__(inner, c.dp.noise_multiplier, clip or c.dp.clip, sampled)
         inner.dp_denominator = sampled
         self.accountant = accountant(c, population)
+        self.adaptive = c.dp.clipping == "adaptive"
+        self.update_multiplier = self.noise_multiplier  # z_Delta: all of z when C is fixed
+        if self.adaptive:
+            self.quantile, self.clip_lr = c.dp.clip_quantile, c.dp.clip_lr
+            self.count_std, self.update_multiplier = adaptive_noise(self.noise_multiplier, sampled)
         if done_releases:  # a resumed run: what the rounds before it released
             self.accountant.compose(self.event(), done_releases)
 
@@ -118,6 +156,7 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
         noised release, so the next round steps from what was released, never from the
         un-noised model (which would let the noise of successive rounds cancel)."""
         event = self._pop_pending_event(server_round)
+        replies = list(replies)
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         if arrays is None and event is not None and self.strategy.current is not None:
             arrays = self.strategy.current  # the empty round's mean: the model as sent
@@ -128,15 +167,39 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
                 self.strategy.global_arrays = arrays
             spent = self.accountant.get_privacy_spent()
             self.strategy.recorder.add_metrics(
-                {"dp_epsilon": spent.epsilon, "dp_releases": spent.num_releases}
+                {
+                    "dp_epsilon": spent.epsilon,
+                    "dp_releases": spent.num_releases,
+                    "dp_clip": self.clipping_norm,  # the C this round's updates were clipped to
+                }
             )
+        if self.adaptive and event is not None:
+            self._step_clip(replies)
         return arrays, metrics
+
+    def _step_clip(self, replies) -> None:
+        """Andrew et al.'s geometric step of C from the noised share of unclipped updates
+        (module docstring); the server's norm check follows it."""
+        bits = [
+            int(record[KEY_NORM_BIT])
+            for rep in replies
+            if not rep.has_error()
+            for record in rep.content.metric_records.values()
+            if KEY_NORM_BIT in record
+        ]
+        if not bits:
+            return
+        clipped = float(np.random.normal(sum(bits), self.count_std))
+        unclipped = 1 - clipped / len(bits)
+        self.clipping_norm = next_clip(self.clipping_norm, unclipped, self.quantile, self.clip_lr)
+        self.strategy.max_update_norm = self.clipping_norm * (1 + NORM_SLACK)
+        self.strategy.recorder.add_metrics({"dp_clip_next": self.clipping_norm})  # for a resume
 
     def _noised(self, arrays: ArrayRecord) -> ArrayRecord:
         """Flower's Gaussian noise, std z C / m times the strategy's step scale (FedVLN's
         Eq. 7 moves the model by eta_t times the mean: its sensitivity is eta_t C / m)."""
         nd = arrays.to_numpy_ndarrays()
-        std = compute_stdv(self.noise_multiplier, self.clipping_norm, self.num_sampled_clients)
+        std = compute_stdv(self.update_multiplier, self.clipping_norm, self.num_sampled_clients)
         add_gaussian_noise_inplace(nd, std * abs(self.strategy.dp_step_scale()))
         return ArrayRecord({k: Array(np.asarray(v)) for k, v in zip(arrays.keys(), nd)})
 
@@ -144,6 +207,24 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
         if name == "strategy":
             raise AttributeError(name)
         return getattr(self.strategy, name)
+
+
+def adaptive_noise(z: float, sampled: int) -> tuple[float, float]:
+    """(sigma_b, z_Delta) of adaptive clipping at overall multiplier z with m parties a round
+    (Flower's `compute_adaptive_noise_params`, sigma_b = m / 20); z must be below 2 sigma_b."""
+    try:
+        return compute_adaptive_noise_params(z, sampled, None)
+    except ValueError:
+        raise ConfigError(
+            f"run config 'dp.noise-multiplier' = {z:g} is too large for adaptive clipping "
+            f"with {sampled} parties a round: it must be below 2 sigma_b = {sampled / 10:g} "
+            "(the clip bits' count noise, m / 20; Andrew et al. 2021)"
+        ) from None
+
+
+def next_clip(clip: float, unclipped: float, quantile: float, lr: float) -> float:
+    """C exp(-eta_C (u - gamma)): C grows while fewer than gamma of the updates fit in it."""
+    return clip * math.exp(-lr * (unclipped - quantile))
 
 
 def floor_variances(arrays: ArrayRecord) -> ArrayRecord:

@@ -369,3 +369,76 @@ def test_the_cdl_diagnosis_puts_back_the_statistics_a_noised_release_floored():
     estimate_statistics(hurt, x, only="blocks.0.bn1")
     assert torch.allclose(hurt(torch.as_tensor(x)).detach(), want, atol=1e-4)
     assert all(torch.equal(v, hurt.state_dict()[k]) for k, v in weights.items())
+
+
+def test_adaptive_clipping_moves_c_toward_the_quantile_where_flowers_wrapper_runs_away():
+    """Andrew et al.'s step C exp(-eta (u - gamma)) takes the share u of *unclipped* updates;
+    Flower 1.41's wrapper feeds it the share of clipped ones (its mod's bit), so with every
+    update above C it shrinks C further. Ours grows C toward the updates' median norm."""
+    from flwr.serverapp.strategy import DifferentialPrivacyClientSideAdaptiveClipping, FedAvg
+
+    from strategies.dp import next_clip
+
+    norms = np.full(10, 10.0)  # every party's update has norm 10
+    ours = 1.0
+    flower = DifferentialPrivacyClientSideAdaptiveClipping(FedAvg(), 0.0, 10, 1.0)
+    for _ in range(40):
+        ours = next_clip(ours, float(np.mean(norms <= ours)), 0.5, 0.2)
+        flower._geometric_update(float(np.mean(norms > flower.clipping_norm)))
+    assert 10 / 1.2 < ours < 10 * 1.2  # at the median norm, within one step
+    assert flower.clipping_norm < 0.02  # 1 exp(-0.2 (1 - 0.5) 40): ran away from it
+    norms = np.arange(1, 11.0)  # a spread: C settles about the gamma = 0.3 quantile
+    c = 50.0
+    for _ in range(200):
+        c = next_clip(c, float(np.mean(norms <= c)), 0.3, 0.2)
+    assert 2 <= c <= 4.5
+
+
+def test_adaptive_clipping_refuses_a_multiplier_its_count_noise_cannot_carry():
+    from strategies.dp import CentralDP
+
+    c = parse(merged({**DRIVING, "dp.mode": "central", "dp.clipping": "adaptive",
+                      "dp.noise-multiplier": 0.5}))  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"'dp.noise-multiplier' = 0.5 is too large .*below 2 sigma_b = 0.3"
+    ):
+        CentralDP(FedAvgStub(), c, sampled=3, population=3)
+
+
+class FedAvgStub:
+    def __init__(self):
+        self.dp_denominator = None
+
+
+@pytest.mark.slow
+def test_adaptive_clipping_clips_each_round_to_the_c_sent_and_accounts_z(tmp_path):
+    """Central DP with adaptive clipping on the in-process grid: every party clips to the C the
+    server sent that round (each update's norm at or below it, and it logs that C); with every
+    update above a tiny first C, C grows each round; the accountant composes z, the noise on
+    the updates is z_Delta < z."""
+    from flwr.serverapp import NeighboringRelation, PrivacyConfig, RdpAccountant, SamplingMethod
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+    extra = {"dp.mode": "central", "dp.clipping": "adaptive", "dp.clip": 0.01,
+             "dp.noise-multiplier": 0.1, "num-server-rounds": 3}  # fmt: skip
+    grid, out = _run(tmp_path, extra)
+    rounds = pd.read_csv(out / "rounds.csv")
+    rounds = rounds[rounds["round"] > 0].reset_index(drop=True)
+    clips = rounds["dp_clip"].tolist()
+    assert clips[0] == pytest.approx(0.01) and clips[0] < clips[1] < clips[2]
+    assert rounds["dp_clip_next"].tolist()[:2] == pytest.approx(clips[1:])
+    ups = _updates(grid)
+    assert len(ups) == 9
+    for k, (d, u) in enumerate(ups):
+        assert _norm(d, u) <= clips[k // 3] * 1.001  # clipped to that round's C
+    ref = RdpAccountant(PrivacyConfig(1e-5, 3, NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                      SamplingMethod.NO_AMPLIFICATION))  # fmt: skip
+    ref.compose(GaussianPrivacyEvent(noise_multiplier=0.1, sample_size=3, population_size=3), 3)
+    assert rounds["dp_epsilon"].iloc[-1] == pytest.approx(ref.get_privacy_spent().epsilon)
+    for node in range(3):
+        log = audit.read(tmp_path / "node-state" / "fedembodied" / "audit" /
+                         f"partition-{node}.jsonl")  # fmt: skip
+        train = [r for r in log if r.get("kind") == "train"]
+        assert all(r["mechanism"].startswith("adaptive clip") for r in train)
+        assert [r["clip"] for r in train] == pytest.approx(clips)
+    assert_logged_as_sent(grid)
