@@ -123,3 +123,20 @@ def test_a_floor_is_computed_once_per_runs_folder_and_recomputed_when_its_settin
     assert dp_frontier.kept_floor(args, tmp_path, 0) == first and calls == [0]  # a control
     args.rounds = 5
     assert dp_frontier.kept_floor(args, tmp_path, 0) != first and calls == [0, 0]
+
+
+def test_adaptive_clipping_rows_are_central_only_below_two_sigma_b_under_their_own_name():
+    args = argparse.Namespace(method="fedavg", clip=2.0, z=[0.1, 0.3, 1.0], local_eps=[1000.0],
+                              batchnorm="shared", clipping="adaptive", clip_lr=0.2,
+                              num_clients=10)  # fmt: skip
+    rows = dp_frontier.settings(args)
+    assert [(r[0], r[1]) for r in rows] == [("none", 0.0), ("central", 0.1), ("central", 0.3)]
+    assert all('dp.clipping="adaptive"' in r[2] for r in rows[1:])
+    assert "adaptive" not in rows[0][2]  # the same no-DP runs as the fixed-C study
+    assert dp_frontier.name_of("fedavg", clipping="adaptive") == "dp_frontier_adaptive"
+    assert (
+        dp_frontier.name_of("fedavg", clipping="adaptive", clip_lr=1.0)
+        == "dp_frontier_adaptive_lr1"
+    )
+    with pytest.raises(SystemExit, match="--clipping adaptive is central DP's"):
+        dp_frontier.main(["--method", "cdl", "--clipping", "adaptive"])

@@ -4,6 +4,7 @@
     python -m experiments.privacy.dp_frontier --method cdl   # CDL on its peer topology
     python -m experiments.privacy.dp_frontier --method cdl --batchnorm local   # C = 0.25
     python -m experiments.privacy.dp_frontier --calibrate    # the update norms that set C
+    python -m experiments.privacy.dp_frontier --clipping adaptive   # central rows, C adapted
 
 With `--method cdl` the rows are CDL with no DP and with party-side DP (each silo's LocalDpMod
 noises the backbone it sends its neighbours; a peer topology has no aggregate for central DP),
@@ -27,6 +28,12 @@ rounds.csv. A run whose noise wrecks the model (NaN updates, refused until
 Floors beside them, scored on the same pooled test set: FedAvg with no DP (the ceiling of
 this study), each silo trained alone for as many epochs as the run trains
 (local-only, no release at all: epsilon 0), and the constant predictor.
+
+With `--clipping adaptive` the central rows adapt C each round toward the median update norm
+(run config `dp.clipping = "adaptive"`, Andrew et al. 2021; strategies/dp.py), starting from
+the calibrated C below, and there are no local rows (LocalDpMod's C is fixed); written as
+<name>_adaptive*, beside the same no-DP runs and floors. A z at or above 2 sigma_b = m / 10
+cannot be split between the update and the clip bits' count, and is left out, saying so.
 
 The clip C: about the median norm of a silo's round-2 update (FedAvg: trained from the mean
 of the round-1 models), the usual choice (Andrew et al. 2021 adapt C towards the median). What
@@ -61,14 +68,24 @@ FAILED = "stopped.txt"  # a run the noise stopped (every update NaN): its last r
 
 
 CLIP = {"shared": 2.0, "local": 0.25}  # C by what is released (module docstring, --calibrate)
+CLIP_LR = 0.2  # adaptive clipping's eta_C: Andrew et al.'s and the run config's default
 
 
-def name_of(method: str, batchnorm: str = "shared", clip: float | None = None) -> str:
+def name_of(
+    method: str,
+    batchnorm: str = "shared",
+    clip: float | None = None,
+    clipping: str = "fixed",
+    clip_lr: float = CLIP_LR,
+) -> str:
     """Results name: dp_frontier[_cdl][_bnlocal], plus _clip<C> when C is not the calibrated
-    one (a control, never written over the study)."""
+    one (a control, never written over the study), plus _adaptive[_lr<eta>] for adaptive C."""
     name = NAME if method == "fedavg" else f"{NAME}_{method}"
     name = name if batchnorm == "shared" else f"{name}_bnlocal"
-    return name if clip in (None, CLIP[batchnorm]) else f"{name}_clip{clip:g}"
+    name = name if clip in (None, CLIP[batchnorm]) else f"{name}_clip{clip:g}"
+    if clipping == "adaptive":
+        name += "_adaptive" + ("" if clip_lr == CLIP_LR else f"_lr{clip_lr:g}")
+    return name
 
 
 def settings(args) -> list[tuple[str, float, str]]:
@@ -78,8 +95,13 @@ def settings(args) -> list[tuple[str, float, str]]:
     base = f"dp.clip={args.clip} {bn}".strip()
     rows = [("none", 0.0, bn)]
     zs = args.z if args.method == "fedavg" else []
+    adaptive = getattr(args, "clipping", "fixed") == "adaptive"
+    if adaptive:
+        base += f' dp.clipping="adaptive" dp.clip-lr={args.clip_lr}'
+        zs = [z for z in zs if z < args.num_clients / 10]  # below 2 sigma_b (module docstring)
     rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in zs]
-    rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in args.local_eps]
+    eps = [] if adaptive else args.local_eps  # LocalDpMod's C is fixed
+    rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in eps]
     return rows
 
 
@@ -210,6 +232,14 @@ def main(argv=None) -> int:
         default="shared",
         help="local: statistics never leave a silo, in every row (module docstring)",
     )
+    p.add_argument(
+        "--clipping",
+        choices=("fixed", "adaptive"),
+        default="fixed",
+        help="adaptive: the central rows adapt C toward the median update norm, from --clip "
+        "(module docstring)",
+    )
+    p.add_argument("--clip-lr", type=float, default=CLIP_LR, help="adaptive clipping's eta_C")
     p.add_argument("--z", type=float, nargs="+", default=list(CENTRAL_Z))
     p.add_argument("--local-eps", type=float, nargs="+", default=list(LOCAL_EPS))
     p.add_argument("--work", default="", help="runs folder (default runs/<results name>)")
@@ -220,7 +250,14 @@ def main(argv=None) -> int:
         help="measure the update norms that set C (dp_frontier_clip.csv), then stop",
     )
     args = p.parse_args(argv)
-    name = name_of(args.method, args.batchnorm, args.clip)
+    if args.clipping == "adaptive" and args.method != "fedavg":
+        raise SystemExit("dp_frontier: --clipping adaptive is central DP's: --method fedavg")
+    if args.clipping == "adaptive":
+        dropped = [z for z in args.z if z >= args.num_clients / 10]
+        if dropped:
+            print(f"dp_frontier: z {dropped} left out: adaptive clipping needs z below "
+                  f"2 sigma_b = {args.num_clients / 10:g} with {args.num_clients} silos")  # fmt: skip
+    name = name_of(args.method, args.batchnorm, args.clip, args.clipping, args.clip_lr)
     args.clip = CLIP[args.batchnorm] if args.clip is None else args.clip
     # a control shares its study's runs folder: the no-DP runs (no C) are the same runs
     work = args.work or str(ROOT / "runs" / name_of(args.method, args.batchnorm))
@@ -239,6 +276,8 @@ def main(argv=None) -> int:
         for mode, knob, run_config in settings(args):
             tag = mode if mode == "none" else f"{mode}-{knob:g}"
             tag += f"-clip{args.clip:g}" if control and mode != "none" else ""
+            if args.clipping == "adaptive" and mode == "central":
+                tag += "-adaptive" + ("" if args.clip_lr == CLIP_LR else f"-lr{args.clip_lr:g}")
             out = ROOT / work / f"{tag}-s{seed}"
             failed = (out / FAILED).is_file()
             if not failed:
@@ -261,6 +300,10 @@ def main(argv=None) -> int:
                     "epsilon": eps,
                     "rounds_done": int(r["round"].max()),
                     "stopped": failed,
+                    # the C of the last round (adaptive clipping moves it; fixed: --clip)
+                    "clip_last": float(r["dp_clip"].dropna().iloc[-1])
+                    if "dp_clip" in r and r["dp_clip"].notna().any()
+                    else np.nan,
                 }  # fmt: skip
             )
             print(runs[-1], flush=True)
@@ -275,6 +318,7 @@ def main(argv=None) -> int:
             best_rmse=("best_rmse", "mean"),
             seeds=("seed", "nunique"),
             stopped=("stopped", "sum"),
+            clip_last=("clip_last", "mean"),
         )
         .reset_index()
     )
@@ -287,8 +331,9 @@ def main(argv=None) -> int:
         }  # fmt: skip
     table = table.merge(versus(runs, floors), on=["mode", "knob"], how="left")
     table.insert(2, "clip", args.clip)
-    table.insert(3, "rounds", args.rounds)
-    table.insert(4, "silos", args.num_clients)
+    table.insert(3, "clipping", args.clipping)
+    table.insert(4, "rounds", args.rounds)
+    table.insert(5, "silos", args.num_clients)
     table.insert(0, "method", args.method)
     table.insert(1, "batchnorm", args.batchnorm)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -352,7 +397,9 @@ def markdown(table: pd.DataFrame) -> str:
         "|---|---|---|---|" + ("---|---|" if vs else ""),
     ]
     for r in table.itertuples():
-        if r.mode == "central":
+        if r.mode == "central" and getattr(r, "clipping", "fixed") == "adaptive":
+            what = f"central DP, z = {r.knob:g}, adaptive C ({r.clip:g} → {r.clip_last:.3g} by the last round)"
+        elif r.mode == "central":
             what = f"central DP, z = {r.knob:g} (noise std {r.knob * r.clip / r.silos:.2g})"
         elif r.mode == "local":
             what = f"local DP, LocalDpMod epsilon = {r.knob:g} per release"
@@ -403,8 +450,10 @@ def draw(table: pd.DataFrame, name: str = NAME) -> None:
     ax.set_ylabel("steering RMSE on the pooled test set (rad)")
     clip, rounds, silos = (table[c].iloc[0] for c in ("clip", "rounds", "silos"))
     where = ", statistics local" if local_statistics(table) else ""
+    adaptive = "clipping" in table and table["clipping"].iloc[0] == "adaptive"
+    how = f"adaptive C from {clip:g}" if adaptive else f"C = {clip:g}"
     ax.set_title(f"{label} driving: privacy vs utility ({silos:g} silos, {rounds:g} rounds, "
-                 f"C = {clip:g}{where})", fontsize=10)  # fmt: skip
+                 f"{how}{where})", fontsize=10)  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(RESULTS / f"{name}.png", dpi=120)
