@@ -97,8 +97,10 @@ def train(call, msg: Message, context: Context, c: Config, p: Policy) -> Message
     """The method's training handler behind the mod the run's DP mode needs."""
     if c.dp.mode == "central":
         mod = adaptiveclipping_mod if c.dp.clipping == "adaptive" else fixedclipping_mod
-        context.state[CLIPPED_TO] = ConfigRecord({"clip": float(sent_clip(msg))})
-        return mod(msg, context, call)
+        reply = mod(msg, context, call)
+        if not reply.has_error():
+            context.state[CLIPPED_TO] = ConfigRecord({"clip": sent_clip(msg)})
+        return reply
     if c.dp.mode != "local":
         return call(msg, context)
     k = releases(context) + 1

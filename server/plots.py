@@ -78,6 +78,8 @@ MEANINGS = [
     ("consensus", "consensus: mean squared deviation of the silos' parameters", "param²"),
     ("privacy-epsilon", "privacy spent by the party so far (RDP, at the run's delta)", "ε"),
     ("dp_epsilon", "privacy spent so far (DP accountant or the parties' ledgers, delta 1e-5)", "ε"),
+    ("dp_clip_next", "central DP, adaptive clipping: the C the next round clips to", "L2 norm"),
+    ("dp_clip", "central DP: the C this round's updates were clipped to", "L2 norm"),
     ("_sr", "success rate (stops within 3 m of the goal)", "%"),
     ("_osr", "oracle success rate (passes within 3 m of the goal)", "%"),
     ("_spl", "success weighted by path length", "%"),

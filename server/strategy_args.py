@@ -5,6 +5,7 @@ empty-round rule and evaluation sampling."""
 from __future__ import annotations
 
 import contextlib
+import math
 from logging import WARNING
 
 from flwr.common import log
@@ -38,13 +39,11 @@ def central_dp(strategy, c: Config, recorder):
         (int(r["dp_releases"]) for r in recorder.rounds if r.get("dp_releases", 0) > 0),
         default=0,
     )
-    # adaptive clipping: a resumed run goes on with the C the last round stepped to
-    clip = next(
-        (r["dp_clip_next"] for r in reversed(recorder.rounds) if r.get("dp_clip_next")), c.dp.clip
-    )
+    clip = resumed_clip(c, recorder.rounds)
     # the parties' clipping, checked: an update farther than C from the global model is refused
+    user = strategy.max_update_norm
     bound = clip * (1 + NORM_SLACK)
-    strategy.max_update_norm = min(strategy.max_update_norm or bound, bound)
+    strategy.max_update_norm = min(user or bound, bound)
     return CentralDP(
         strategy,
         c,
@@ -52,7 +51,22 @@ def central_dp(strategy, c: Config, recorder):
         strategy.num_clients,
         done_releases=done,
         clip=clip,
+        user_bound=user,
     )
+
+
+def resumed_clip(c: Config, rounds: list[dict]) -> float:
+    """The C a run goes on with: dp.clip, or under adaptive clipping the C the last finished
+    round stepped to (`dp_clip_next`, written every adaptive round); a missing or broken value
+    (NaN from a CSV, 0) falls back to dp.clip."""
+    if c.dp.clipping != "adaptive" or not rounds:
+        return c.dp.clip
+    last = rounds[-1].get("dp_clip_next")
+    try:
+        last = float(last)
+    except (TypeError, ValueError):
+        return c.dp.clip
+    return last if math.isfinite(last) and last > 0 else c.dp.clip
 
 
 @contextlib.contextmanager

@@ -21,10 +21,11 @@ Two choices Flower's wrapper leaves to us, and why:
 
 **Adaptive clipping** (`dp.clipping = "adaptive"`; Andrew et al. 2021, "Differentially Private
 Learning with Adaptive Clipping", Algorithm 1). Each party clips with the C the server sent
-and also sends b_i = 1 if it clipped (Flower's `adaptiveclipping_mod`). The server noises the
-count with std sigma_b = m / 20 (the paper's and Flower's default), and steps
-C <- C exp(-eta_C (u - gamma)), u the noised share of *unclipped* updates and gamma
-`dp.clip-quantile`, so C tracks the gamma-quantile of the update norms. The update noise is
+and also sends b_i = 1 if it clipped (Flower's `adaptiveclipping_mod`). The server takes the
+noised share of *unclipped* updates, u = 1/2 + (sum(1/2 - b_i) + N(0, sigma_b^2)) / m with
+sigma_b = m / 20 (the paper's and Flower's default; centred, over the m parties sampled, as
+Theorem 1 accounts it), and steps C <- C exp(-eta_C (u - gamma)), gamma `dp.clip-quantile`,
+so C tracks the gamma-quantile of the update norms. A malformed bit is not counted. The update noise is
 z_Delta C / m with z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2 (Flower's
 `compute_adaptive_noise_params`), so that the two releases together are worth one Gaussian
 release of multiplier z (the paper's Theorem 1), which is what the accountant composes. Two
@@ -109,8 +110,10 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
         population: int,
         done_releases: int = 0,
         clip: float | None = None,
+        user_bound: float = 0.0,
     ):
         super().__init__(inner, c.dp.noise_multiplier, clip or c.dp.clip, sampled)
+        self.user_bound = user_bound  # run.max-update-norm, kept below C when C moves
         inner.dp_denominator = sampled
         self.accountant = accountant(c, population)
         self.adaptive = c.dp.clipping == "adaptive"
@@ -179,21 +182,22 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
 
     def _step_clip(self, replies) -> None:
         """Andrew et al.'s geometric step of C from the noised share of unclipped updates
-        (module docstring); the server's norm check follows it."""
-        bits = [
-            int(record[KEY_NORM_BIT])
-            for rep in replies
-            if not rep.has_error()
-            for record in rep.content.metric_records.values()
-            if KEY_NORM_BIT in record
-        ]
-        if not bits:
-            return
-        clipped = float(np.random.normal(sum(bits), self.count_std))
-        unclipped = 1 - clipped / len(bits)
-        self.clipping_norm = next_clip(self.clipping_norm, unclipped, self.quantile, self.clip_lr)
-        self.strategy.max_update_norm = self.clipping_norm * (1 + NORM_SLACK)
+        (module docstring); the server's norm check follows it. The count is centred and
+        divided by m, the parties sampled (public), as the paper's Theorem 1 accounts it:
+        u = 1/2 + (sum(b_i - 1/2) + N(0, sigma_b^2)) / m. Only a well-formed bit counts
+        (`clip_bit`), so a broken or hostile party moves the count by at most 1/2 a round."""
+        bits = [b for b in map(clip_bit, replies) if b is not None]
+        if bits:
+            centred = sum(0.5 - b for b in bits)  # b = 1: clipped, so 1 - b is the paper's bit
+            u = 0.5 + (centred + float(np.random.normal(0, self.count_std))) / self.m
+            self.clipping_norm = next_clip(self.clipping_norm, u, self.quantile, self.clip_lr)
+        bound = self.clipping_norm * (1 + NORM_SLACK)
+        self.strategy.max_update_norm = min(self.user_bound or math.inf, bound)
         self.strategy.recorder.add_metrics({"dp_clip_next": self.clipping_norm})  # for a resume
+
+    @property
+    def m(self) -> int:
+        return self.num_sampled_clients
 
     def _noised(self, arrays: ArrayRecord) -> ArrayRecord:
         """Flower's Gaussian noise, std z C / m times the strategy's step scale (FedVLN's
@@ -220,6 +224,15 @@ def adaptive_noise(z: float, sampled: int) -> tuple[float, float]:
             f"with {sampled} parties a round: it must be below 2 sigma_b = {sampled / 10:g} "
             "(the clip bits' count noise, m / 20; Andrew et al. 2021)"
         ) from None
+
+
+def clip_bit(reply) -> int | None:
+    """The clip bit of one reply (Flower's `adaptiveclipping_mod`: 1 = clipped), or None when
+    the reply failed or carries no single metric record with a bit of exactly 0 or 1."""
+    if reply.has_error() or len(reply.content.metric_records) != 1:
+        return None
+    bit = next(iter(reply.content.metric_records.values())).get(KEY_NORM_BIT)
+    return bit if isinstance(bit, int) and bit in (0, 1) else None
 
 
 def next_clip(clip: float, unclipped: float, quantile: float, lr: float) -> float:

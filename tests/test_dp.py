@@ -442,3 +442,48 @@ def test_adaptive_clipping_clips_each_round_to_the_c_sent_and_accounts_z(tmp_pat
         assert all(r["mechanism"].startswith("adaptive clip") for r in train)
         assert [r["clip"] for r in train] == pytest.approx(clips)
     assert_logged_as_sent(grid)
+
+
+def test_adaptive_clipping_counts_only_well_formed_bits_keeps_a_users_bound_and_resumes_safely():
+    """Review findings: a NaN, huge or repeated bit from one party crashed the server or drove
+    C to 0; the step overwrote a smaller run.max-update-norm; a resume could read C = NaN."""
+    from flwr.app import Message, MetricRecord, RecordDict
+
+    from server.strategy_args import resumed_clip
+    from strategies.dp import CentralDP, clip_bit
+
+    def reply(*records):
+        content = RecordDict({f"m{k}": MetricRecord(r) for k, r in enumerate(records)})
+        return Message(content, dst_node_id=1, message_type="train")
+
+    assert clip_bit(reply({"norm_bit": 1})) == 1 and clip_bit(reply({"norm_bit": 0})) == 0
+    for bad in ({"norm_bit": 1e6}, {"norm_bit": -3}, {"norm_bit": float("nan")}, {"x": 1}):
+        assert clip_bit(reply(bad)) is None
+    assert clip_bit(reply({"norm_bit": 1}, {"norm_bit": 1})) is None  # counted once at most
+
+    class Recorder:
+        def __init__(self):
+            self.metrics = {}
+
+        def add_metrics(self, m):
+            self.metrics.update(m)
+
+    class Inner:
+        max_update_norm, recorder, dp_denominator = 0.5, Recorder(), None
+
+    c = parse(merged({**DRIVING, "dp.mode": "central", "dp.clipping": "adaptive",
+                      "dp.noise-multiplier": 0.01}))  # fmt: skip
+    inner = Inner()
+    dp = CentralDP(inner, c, sampled=10, population=10, user_bound=0.5)
+    dp.count_std = 0.0  # the step itself, without the count's noise
+    dp._step_clip([reply({"norm_bit": 1})] * 10 + [reply({"norm_bit": float("nan")})])
+    assert dp.clipping_norm == pytest.approx(1.0 * math.exp(0.2 * 0.5))  # all clipped: C grows
+    assert inner.max_update_norm == 0.5  # the user's smaller bound stays
+    assert inner.recorder.metrics["dp_clip_next"] == dp.clipping_norm
+    dp._step_clip([])  # no bits: C stays, and is still written for a resume
+    assert inner.recorder.metrics["dp_clip_next"] == dp.clipping_norm
+    assert resumed_clip(c, [{"dp_clip_next": 3.0}]) == 3.0
+    for broken in (float("nan"), 0.0, None, "x"):
+        assert resumed_clip(c, [{"dp_clip_next": broken}]) == c.dp.clip
+    fixed = parse(merged({**DRIVING, "dp.mode": "central"}))
+    assert resumed_clip(fixed, [{"dp_clip_next": 3.0}]) == fixed.dp.clip
