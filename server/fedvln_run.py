@@ -252,7 +252,9 @@ def run(grid, c: Config, name: str) -> None:
     t0 = time.perf_counter()
     initial = shared
     if done:  # resume: the shared arrays after the last finished round, the best score so far
-        initial = ArrayRecord(load_round(recorder, done))
+        # env-based pre-exploration shares nothing: its round checkpoints are empty, and each
+        # house's own model comes back from its disk
+        initial = ArrayRecord(load_round(recorder, done)) if len(shared) else shared
         strategy.round_offset = done
         strategy.empty_rounds = trailing_empty_rounds(recorder)
         best = Patience.replay(

@@ -246,6 +246,9 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
         # a stage with a setup round: the speaker and its sampled routes that each seen house
         # got in round 0 come back from the house's own disk (none is sent again)
         ("fedvln", {"fedvln.stage": "augment", "fedvln.aug-routes": 4}),
+        # env-based pre-exploration shares nothing: an empty server checkpoint, each unseen
+        # house's own model on its disk (raising a finished run's cap resumes it too)
+        ("fedvln", {"fedvln.stage": "preexplore", "fedvln.variant": "env-based"}),
     ],
 )
 @pytest.mark.slow
@@ -261,7 +264,7 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
         method, {**DRIVING, "num-clients": 3, "driving.train-per-silo": 24}
     )
     base = {**base, **extra, "method": method}
-    if extra.get("fedvln.stage") == "augment":
+    if extra.get("fedvln.stage") in ("augment", "preexplore"):
         base.update(_untrained_inits(tmp_path, base))
     n = {"fedrl": 2, "fedvln": 5}.get(method, 3)
 
