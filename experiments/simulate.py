@@ -98,10 +98,16 @@ def simulate(
             shutil.rmtree(run_dir)
         else:
             raise SystemExit(f"{run_dir} holds an unfinished run; remove it to rerun")
+    extending = "--resume" in cmd and recorded is not None and recorded.get("finished", False)
     run_dir.mkdir(parents=True, exist_ok=True)
     done_file.write_text(json.dumps({**launch, "finished": False}, indent=1, default=str))
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    try:
+        subprocess.run(cmd, check=True, cwd=ROOT)
+    except subprocess.CalledProcessError:
+        if extending:  # a failed raise of the cap: the finished shorter run still stands (a
+            done_file.write_text(json.dumps(recorded, indent=1, default=str))  # rerun with
+        raise  # its cap reads it, never deletes it as another launch's)
     done_file.write_text(json.dumps({**launch, "finished": True}, indent=1, default=str))
     return run_dir
 

@@ -693,6 +693,36 @@ def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path,
     assert len(launched) == 7 and "--resume" not in launched[-1]
 
 
+def test_a_failed_raise_of_the_cap_keeps_the_finished_shorter_run(tmp_path, monkeypatch):
+    """Issue 41's pre-exploration: raising the cap failed at its start, and the rerun at the
+    old cap then deleted the finished run as another launch's. The shorter run now stands."""
+    import json
+    import subprocess
+
+    import experiments.simulate as sim
+
+    fail = []
+
+    def fake_run(cmd, check, cwd):
+        if fail:
+            raise subprocess.CalledProcessError(1, cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rounds.csv").write_text("round\n1\n2\n")
+        (out / "config.json").write_text(json.dumps({"convergence": {}, "eval-every": 2}))
+
+    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    run = tmp_path / "run"
+    sim.simulate("fedavg", run, rounds=2, seed=0)
+    (run / "kept.txt").write_text("finished")
+    fail.append(True)
+    with pytest.raises(subprocess.CalledProcessError):
+        sim.simulate("fedavg", run, rounds=4, seed=0)  # the extension fails
+    fail.clear()
+    sim.simulate("fedavg", run, rounds=2, seed=0)  # the old cap: read, not retrained
+    assert (run / "kept.txt").is_file()
+
+
 def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
     """The recipe is code, not a run-config default: a finished FedVLN run whose config.json
     records another resolved recipe than today's is trained again; the same one is reused."""
