@@ -140,3 +140,14 @@ def test_adaptive_clipping_rows_are_central_only_below_two_sigma_b_under_their_o
     )
     with pytest.raises(SystemExit, match="--clipping adaptive is central DP's"):
         dp_frontier.main(["--method", "cdl", "--clipping", "adaptive"])
+
+
+def test_adaptive_rows_are_paired_with_the_fixed_c_runs_of_the_same_z_and_seed():
+    runs = pd.DataFrame({"mode": ["central"] * 3 + ["none"], "knob": [0.1] * 3 + [0.0],
+                         "seed": [0, 1, 2, 0], "rmse": [0.30, 0.26, 0.28, 0.2]})  # fmt: skip
+    fixed = pd.DataFrame({"mode": ["central"] * 4, "knob": [0.1, 0.1, 0.1, 0.3],
+                          "seed": [0, 1, 2, 0], "rmse": [0.25, 0.25, 0.25, 9.0]})  # fmt: skip
+    t = dp_frontier.versus_fixed(runs, fixed)
+    assert len(t) == 1 and t["knob"].iloc[0] == 0.1
+    assert t["vs_fixed"].iloc[0] == pytest.approx(np.mean([0.05, 0.01, 0.03]))
+    assert t["vs_fixed_low"].iloc[0] < t["vs_fixed"].iloc[0] < t["vs_fixed_high"].iloc[0]

@@ -330,6 +330,9 @@ def main(argv=None) -> int:
             "best_rmse": np.nan, "seeds": len(floors), "stopped": 0,
         }  # fmt: skip
     table = table.merge(versus(runs, floors), on=["mode", "knob"], how="left")
+    fixed = RESULTS / f"{name_of(args.method, args.batchnorm, args.clip)}_runs.csv"
+    if args.clipping == "adaptive" and fixed.is_file():  # the same z with C fixed, by seed
+        table = table.merge(versus_fixed(runs, pd.read_csv(fixed)), on=["mode", "knob"], how="left")
     table.insert(2, "clip", args.clip)
     table.insert(3, "clipping", args.clipping)
     table.insert(4, "rounds", args.rounds)
@@ -370,6 +373,24 @@ def versus(runs: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def versus_fixed(runs: pd.DataFrame, fixed: pd.DataFrame) -> pd.DataFrame:
+    """Adaptive minus fixed C at the same z, paired by seed (the fixed-C study's runs CSV:
+    same silos, rounds, seeds and starting C), 95% t-interval; below 0 = adaptive better."""
+    from experiments.tables import paired_interval
+
+    rows = []
+    for knob, g in runs[runs["mode"] == "central"].groupby("knob"):
+        f = fixed[(fixed["mode"] == "central") & np.isclose(fixed["knob"], knob)]
+        f = f.set_index("seed")["rmse"]
+        both = g[g["seed"].isin(f.index)].sort_values("seed")
+        if len(both) < 2:
+            continue
+        d, lo, hi = paired_interval(both["rmse"], f.loc[both["seed"]])
+        rows.append({"mode": "central", "knob": knob, "vs_fixed": d, "vs_fixed_low": lo,
+                     "vs_fixed_high": hi})  # fmt: skip
+    return pd.DataFrame(rows, columns=["mode", "knob", "vs_fixed", "vs_fixed_low", "vs_fixed_high"])
+
+
 def _interval(r, col: str) -> str:
     """'+0.012 [-0.004, +0.028]' from a table row, '' where the CSV has no such column."""
     v = getattr(r, col, np.nan)
@@ -392,9 +413,11 @@ def markdown(table: pd.DataFrame) -> str:
     label = method_label(table)
     vs = "vs_local_only" in table  # older CSVs: no paired columns
     extra = " − each silo alone [95%] | − no DP [95%] |" if vs else ""
+    vs_fixed = "vs_fixed" in table
+    extra += " − fixed C, same z [95%] |" if vs_fixed else ""
     lines = [
         f"| setting | epsilon (delta 1e-5) | RMSE last round ({seeds} seeds) | best round (on test: optimistic) |{extra}",
-        "|---|---|---|---|" + ("---|---|" if vs else ""),
+        "|---|---|---|---|" + ("---|---|" if vs else "") + ("---|" if vs_fixed else ""),
     ]
     for r in table.itertuples():
         if r.mode == "central" and getattr(r, "clipping", "fixed") == "adaptive":
@@ -416,6 +439,7 @@ def markdown(table: pd.DataFrame) -> str:
             f"{r.rmse:.3f} ± {r.rmse_sd:.3f}" if r.rmse < 10 else f"{r.rmse:.3g} ± {r.rmse_sd:.3g}"
         )
         pairs = f" {_interval(r, 'vs_local_only')} | {_interval(r, 'vs_no_dp')} |" if vs else ""
+        pairs += f" {_interval(r, 'vs_fixed')} |" if vs_fixed else ""
         lines.append(f"| {what} | {eps} | {rmse}{stop} | {best} |{pairs}")
     return "\n".join(lines)
 
