@@ -189,15 +189,14 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
         bits = [b for b in map(clip_bit, replies) if b is not None]
         if bits:
             centred = sum(0.5 - b for b in bits)  # b = 1: clipped, so 1 - b is the paper's bit
-            u = 0.5 + (centred + float(np.random.normal(0, self.count_std))) / self.m
+            u = (
+                0.5
+                + (centred + float(np.random.normal(0, self.count_std))) / self.num_sampled_clients
+            )
             self.clipping_norm = next_clip(self.clipping_norm, u, self.quantile, self.clip_lr)
         bound = self.clipping_norm * (1 + NORM_SLACK)
         self.strategy.max_update_norm = min(self.user_bound or math.inf, bound)
         self.strategy.recorder.add_metrics({"dp_clip_next": self.clipping_norm})  # for a resume
-
-    @property
-    def m(self) -> int:
-        return self.num_sampled_clients
 
     def _noised(self, arrays: ArrayRecord) -> ArrayRecord:
         """Flower's Gaussian noise, std z C / m times the strategy's step scale (FedVLN's
