@@ -182,7 +182,7 @@ def record_reply(
     total = (
         0 if reply is None else sum(r.count_bytes() for r in reply.content.array_records.values())
     )
-    eps = [v for k, v in metrics.items() if k.endswith("privacy-epsilon")]
+    eps = [v for k, v in metrics.items() if k.endswith("claimed-epsilon")]
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run": int(msg.metadata.run_id),

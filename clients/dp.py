@@ -81,16 +81,14 @@ def multiplier(eps: float, delta: float) -> float:
     return math.sqrt(2 * math.log(1.25 / delta)) / eps
 
 
-def local_std(c: Config) -> float:
-    return 2 * c.dp.clip * math.sqrt(2 * math.log(1.25 / c.dp.delta)) / c.dp.local_epsilon
-
-
 def releases(context: Context) -> int:
     return int(context.state[LEDGER]["releases"]) if LEDGER in context.state else 0
 
 
 def spent(c: Config, k: int) -> float:
-    return epsilon(k, local_std(c), c.dp.clip, c.dp.delta)
+    """This party's own claim after k releases (the server computes its own:
+    strategies/dp.LocalDPLedger)."""
+    return epsilon(k, c.dp.local_std, c.dp.clip, c.dp.delta)
 
 
 def train(call, msg: Message, context: Context, c: Config, p: Policy) -> Message:
@@ -133,7 +131,7 @@ def privacy(context: Context, c: Config) -> dict | None:
     k = releases(context)
     return {
         "mechanism": "gaussian (local DP, Flower LocalDpMod)",
-        "sigma": local_std(c),
+        "sigma": c.dp.local_std,
         "clip": c.dp.clip,
         "sensitivity": 2 * c.dp.clip,
         "releases": k,

@@ -49,6 +49,13 @@ def enforce_policy(role: str, s: Settings, node_config) -> None:
             f"party {role}: the run asks fedrl.sigma={s.sigma:g}; this node releases Q outputs "
             f"only with sigma >= {p.fedrl.min_sigma:g}",
         )
+    if s.reproducible_noise and not p.fedrl.allow_reproducible_noise:
+        raise p.refuse(
+            "fedrl.allow-reproducible-noise",
+            f"party {role}: the run asks fedrl.reproducible-noise=true (noise drawn from the run "
+            "seed, which anyone with the run config can remove); this node draws its noise "
+            "only from its own secret key",
+        )
     most = p.fedrl.max_clip or DEFAULT_CLIP[s.domain]
     if s.clip_bound > most:
         raise p.refuse(
@@ -151,7 +158,7 @@ def privacy(context: Context) -> dict:
     live = _LIVE.get((context.run_id, context.node_id))
     if live is not None and live[0] == _token(context):
         spent = live[1].privacy()
-        out["epsilon"] = next(v for k, v in spent.items() if k.endswith("privacy-epsilon"))
+        out["epsilon"] = spent[f"{live[1].role}-claimed-epsilon"]
     return out
 
 

@@ -18,6 +18,7 @@ protection below, whatever the run asks.
     min-sigma = 1.0                 # least Gaussian noise on a released Q output (paper: 1)
     max-clip = 0.0                  # largest L2 bound C; 0 = the domain's paper value
     allow-no-noise = false          # never release un-noised Q outputs
+    allow-reproducible-noise = false  # never draw noise from the run seed (anyone could remove it)
     [fedvln]
     train-share = "*"               # federated agent/speaker training: the model (paper)
     preexplore-share = "lang_encoder."  # pre-exploration: language encoder only (fed-lan)
@@ -61,6 +62,7 @@ class FedRLPolicy:
     min_sigma: float = 1.0
     max_clip: float = 0.0  # 0: the domain's paper value (10 Grid-World, 1000 Text2Action)
     allow_no_noise: bool = False
+    allow_reproducible_noise: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,9 @@ def main(argv=None) -> int:
     print(
         f"policy {p.source}: methods {', '.join(p.methods)}; state in {p.state_root()}; "
         f"fedrl sigma >= {p.fedrl.min_sigma:g}, clip <= {p.fedrl.max_clip or 'paper'}, "
-        f"un-noised release {'allowed' if p.fedrl.allow_no_noise else 'never'}; fedvln shares "
+        f"un-noised release {'allowed' if p.fedrl.allow_no_noise else 'never'}, noise from "
+        f"{'the run seed if asked' if p.fedrl.allow_reproducible_noise else 'its own key only'}"
+        f"; fedvln shares "
         f"{p.fedvln.train_share!r} in training, {p.fedvln.preexplore_share!r} in "
         f"pre-exploration; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
         f"sub-network; weight updates {_dp_line(p.dp)}"

@@ -19,6 +19,7 @@ The papers (FedVLN, CDL) add no noise; `none` is theirs and the default.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from config.schema import ConfigError, Section, setting
@@ -87,6 +88,12 @@ class DPSettings(Section):
         lo=0,
         hi=1e9,
     )
+
+    @property
+    def local_std(self) -> float:
+        """Local DP: the std Flower's LocalDpMod adds, 2C sqrt(2 ln(1.25/delta)) / epsilon
+        (sensitivity 2C: clients/dp.py)."""
+        return 2 * self.clip * math.sqrt(2 * math.log(1.25 / self.delta)) / self.local_epsilon
 
     def validate(self) -> None:
         if self.clipping == "adaptive" and self.mode != "central":

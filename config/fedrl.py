@@ -90,6 +90,11 @@ class FedRLSettings(Section):
         lo=0,
         hi=1e6,
     )
+    reproducible_noise: bool = setting(
+        "study mode, NOT private: the noise is drawn from the run seed, so anyone with the run "
+        "config can regenerate and remove it; false (default) = each party's own secret key "
+        "from OS entropy. A party refuses it unless its policy sets allow-reproducible-noise"
+    )
     insecure_no_noise: bool = setting(
         "allow sigma = 0: Q outputs leave un-noised (config.json says so)"
     )

@@ -7,14 +7,17 @@ import pytest
 from clients.app import app
 from config import parse
 from server import fedrl_run as fedrl_server
-from tests.conftest import InProcessGrid
+from tests.conftest import RESEARCH, InProcessGrid
 from training.fedrl_protocol import DirectTransport, Selection
 from training.fedrl_setup import Settings
 
 
 def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
-    """Runs `cfg` both ways (results in `out`); returns (Flower's rounds.csv, its grid)."""
-    grid = InProcessGrid(app, cfg, 2)
+    """Runs `cfg` both ways (results in `out`), in the study mode that repeats to the digit
+    (fedrl.reproducible-noise, under the research policy that allows it); returns (Flower's
+    rounds.csv, its grid)."""
+    cfg = {**cfg, "fedrl.reproducible-noise": True}
+    grid = InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH)
     fedrl_server.run(grid, parse(cfg), "fedrl")
     flower = pd.read_csv(out / "rounds.csv")
     s = Settings.of(parse(cfg))
@@ -24,6 +27,7 @@ def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
         row = local.round(rnd % every == 0)
         if rnd % every == 0:
             row.update(select(local, rnd, rnd == rounds, True))
+            row.update(local.proto.privacy())  # as the ServerApp does after evaluating
         got = flower[flower["round"] == rnd].iloc[0]
         for k, v in row.items():
             assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k

@@ -134,7 +134,7 @@ def test_local_dp_noises_on_the_party_and_the_party_reports_its_epsilon(tmp_path
     extra = {"dp.mode": "local", "dp.clip": 0.5, "dp.local-epsilon": 50.0}
     grid, out = _run(tmp_path, extra, "[dp]\nlocal-epsilon = 50.0\n")
     c = parse(merged({**DRIVING, **extra}))
-    std = dp.local_std(c)
+    std = c.dp.local_std
     assert std == pytest.approx(2 * 0.5 * math.sqrt(2 * math.log(1.25e5)) / 50)
     for down, up in _updates(grid):  # what left: clipped update + N(0, std^2) per coordinate
         big = max(up, key=lambda k: up[k].size)
@@ -145,8 +145,17 @@ def test_local_dp_noises_on_the_party_and_the_party_reports_its_epsilon(tmp_path
                   for r in replies if dp.EPSILON in next(iter(r.content.metric_records.values()))})  # fmt: skip
     assert eps == [round(dp.spent(c, 1), 6), round(dp.spent(c, 2), 6)]
     assert dp.spent(c, 2) > dp.spent(c, 1) > 0
-    rounds = pd.read_csv(out / "rounds.csv")  # the server's figure is the parties' ledger
+    rounds = pd.read_csv(out / "rounds.csv")  # the server's own count = the parties' ledger
     assert rounds["dp_epsilon"].tolist() == pytest.approx([dp.spent(c, 1), dp.spent(c, 2)])
+    assert rounds["dp_epsilon_claimed"].tolist() == pytest.approx(rounds["dp_epsilon"].tolist())
+    import dp_accounting  # and an independent computation: 2 Gaussian releases, z = std / 2C
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    acc = rdp_privacy_accountant.RdpAccountant()
+    acc.compose(
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(std / (2 * 0.5)), 2)
+    )
+    assert rounds["dp_epsilon"].iloc[-1] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
     log = audit.read(tmp_path / "node-state" / "fedembodied" / "audit" / "partition-0.jsonl")
     last = [r for r in log if r.get("kind") == "train"][-1]
     assert last["releases"] == 2 and last["epsilon"] == pytest.approx(dp.spent(c, 2))
@@ -172,7 +181,7 @@ def test_party_side_dp_on_a_peer_topology_noises_what_each_silo_sends(
     extra = {"dp.mode": "local", "dp.clip": 0.5, "dp.local-epsilon": 50.0, "topology": "ring"}
     grid, out = _run(tmp_path, extra, "[dp]\nlocal-epsilon = 50.0\n", method=method)
     c = parse(merged({**DRIVING, "method": method, **extra}))
-    std = dp.local_std(c)
+    std = c.dp.local_std
     ups = _updates(grid)
     assert len(ups) == 6  # 3 silos x 2 rounds, every one noised
     for down, up in ups:
@@ -198,7 +207,6 @@ def test_statistics_kept_local_never_travel_and_each_silo_scores_with_its_own(tm
     either way carries a running mean or variance, so none is clipped, noised or floored; the
     noise still has the ledger's std; and a silo scores a model with statistics re-estimated on
     its own training images (its rmse_own is exactly that), not with the initial ones."""
-    from clients import dp
     from clients.driving_client import build_model, silo_data
     from training.steering import estimate_statistics, evaluate_steering
 
@@ -220,7 +228,7 @@ def test_statistics_kept_local_never_travel_and_each_silo_scores_with_its_own(tm
     for down, up in _updates(grid):
         big = max(up, key=lambda k: up[k].size)
         assert np.std((up[big] - down[big]).astype(np.float64)) == pytest.approx(
-            dp.local_std(c), rel=0.1
+            c.dp.local_std, rel=0.1
         )
     final = torch.load(out / "checkpoints" / "final_silo_001.pt")
     assert not any("running" in k for k in final)
@@ -487,3 +495,29 @@ def test_adaptive_clipping_counts_only_well_formed_bits_keeps_a_users_bound_and_
         assert resumed_clip(c, [{"dp_clip_next": broken}]) == c.dp.clip
     fixed = parse(merged({**DRIVING, "dp.mode": "central"}))
     assert resumed_clip(fixed, [{"dp_clip_next": 3.0}]) == fixed.dp.clip
+
+
+@pytest.mark.parametrize("lie", [float("nan"), -5.0, 1e308, "12", 0.001])
+def test_the_server_counts_local_dp_epsilon_itself_whatever_a_party_claims(lie, caplog):
+    """strategies/dp.LocalDPLedger: dp_epsilon is the server's count of the updates it got
+    (partition 0 twice, 1 once: partition 0's two releases); a party's claim never moves it.
+    A claim that cannot be a figure (NaN, negative, above every release's epsilon, not a
+    number) is dropped and named; a possible but wrong one is kept beside it and named."""
+    import logging
+
+    from clients import dp
+    from strategies.dp import LocalDPLedger
+
+    c = parse(merged({**DRIVING, "dp.mode": "local", "dp.clip": 0.5, "dp.local-epsilon": 50.0}))
+    ledger = LocalDPLedger(c)
+    ledger.received(0, {dp.EPSILON: dp.spent(c, 1)})
+    ledger.received(1, {dp.EPSILON: dp.spent(c, 1)})
+    assert ledger.report() == {"dp_epsilon": dp.spent(c, 1), "dp_epsilon_claimed": dp.spent(c, 1)}
+    with caplog.at_level(logging.WARNING):
+        ledger.received(0, {dp.EPSILON: lie})
+        got = ledger.report()
+    assert got["dp_epsilon"] == pytest.approx(dp.spent(c, 2))
+    if lie == 0.001:
+        assert got["dp_epsilon_claimed"] == 0.001 and "the server counts" in caplog.text
+    else:
+        assert "dp_epsilon_claimed" not in got and "partition 0 claims" in caplog.text

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
 
 import training.fedrl_party as party_mod
 from clients import policy
@@ -21,7 +22,7 @@ from server import fedrl_run as fedrl_server
 from tests.conftest import RESEARCH, InProcessGrid, assert_logged_as_sent
 from tests.fedrl_parity import assert_flower_equals_local
 from training.fedrl_party import Alpha, Beta
-from training.fedrl_privacy import Ledger, epsilon, release
+from training.fedrl_privacy import Ledger, SecretNoise, SeededNoise, epsilon, new_key, release
 from training.fedrl_protocol import DirectTransport, Protocol
 from training.fedrl_setup import Settings
 
@@ -45,11 +46,20 @@ def test_release_bounds_then_noises_and_keeps_the_ranking():
     clipped = release(q, clip=10.0, sigma=0.0)
     assert clipped[0].norm() == pytest.approx(10.0) and torch.equal(clipped[1], q[1])
     assert clipped.argmax(1).tolist() == q.argmax(1).tolist()
-    g = torch.Generator().manual_seed(0)
-    noisy = release(q.repeat(5000, 1), clip=10.0, sigma=2.0, generator=g)
-    noise = noisy - release(q.repeat(5000, 1), clip=10.0, sigma=0.0)
-    assert noise.std().item() == pytest.approx(2.0, rel=0.03)
-    assert abs(noise.mean().item()) < 0.05
+    base = release(q.repeat(5000, 1), clip=10.0, sigma=0.0)
+    key = new_key()
+    for source in (SecretNoise(key, 1), SeededNoise(0, 0, 1)):  # default, study mode
+        noise = release(q.repeat(5000, 1), clip=10.0, sigma=2.0, noise=source) - base
+        assert noise.std().item() == pytest.approx(2.0, rel=0.03)
+        assert abs(noise.mean().item()) < 0.05
+        assert abs(stats.kurtosis(noise.ravel().numpy())) < 0.2  # Gaussian, not uniform
+    # the same key, message and draw: the same noise (a resume continues); any other: not
+    a, b = SecretNoise(key, 1), SecretNoise(key, 1)
+    assert torch.equal(a.normal((3, 4)), b.normal((3, 4)))
+    assert not torch.equal(a.normal((3, 4)), SecretNoise(key, 2).normal((3, 4)))
+    assert not torch.equal(
+        SecretNoise(new_key(), 1).normal((3, 4)), SecretNoise(key, 1).normal((3, 4))
+    )
 
 
 def test_epsilon_grows_with_releases_and_shrinks_with_noise():
@@ -189,6 +199,10 @@ def test_state_survives_serialisation_and_targets_really_update():
     c2 = Alpha(s, restoring=True)
     c2.load_arrays(alpha.state_arrays())
     assert c2.counters == alpha.counters
+    # the secret noise key comes back with the party's state (a resume continues its noise);
+    # another party, or the same party created afresh, draws its own
+    assert c2.noise_key == alpha.noise_key and len(alpha.noise_key) == 32
+    assert Alpha(s).noise_key != alpha.noise_key != beta.noise_key
     assert np.array_equal(c2.replay.get(np.arange(48))["r"], alpha.replay.get(np.arange(48))["r"])
     assert np.array_equal(c2.world.pos, alpha.world.pos)
     ids = np.arange(8).reshape(1, 8)
@@ -843,3 +857,117 @@ def test_a_party_parses_its_run_config_and_builds_its_settings_once(monkeypatch,
     # one for the server (server/fedrl_run.py), one for both parties of this process (was 2 per
     # message: 260 here)
     assert len(grid.replies) > 4 and len(calls) == 2
+
+
+@pytest.mark.slow
+def test_two_default_runs_of_one_config_release_different_noise_and_their_logs_show_it(
+    tmp_path, monkeypatch
+):
+    """Same seed, same config, default noise (each party's own secret key): the parties release
+    different bytes, as their audit logs record; under the study flag (and a policy allowing
+    it) the same two runs release the same bytes. The server counts each party's epsilon itself
+    (training/fedrl_privacy.RelayLedger), evaluation releases included, and it equals the
+    party's own log and an independent RDP computation."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    def released(name: str, study: bool) -> tuple[list[str], pd.DataFrame, list[dict]]:
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / name / "state"))
+        cfg = merged({**SMALL, "fedrl.reproducible-noise": study, "out-dir": str(tmp_path / name)})
+        extra = RESEARCH if study else {}
+        fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=extra), parse(cfg), "fedrl")
+        log = read(policy.Policy().state_root() / "audit" / "partition-0.jsonl")
+        mine = [r for r in log if r["run"] and any(a["name"] == "c-alpha" for a in r["arrays"])]
+        return (
+            [r["payload_sha256"] for r in mine],
+            pd.read_csv(tmp_path / name / "rounds.csv"),
+            mine,
+        )
+
+    a, rounds, log = released("a", False)
+    b, _, _ = released("b", False)
+    assert len(a) == len(b) > 10 and not set(a) & set(b)  # no release repeated across the runs
+    s1, _, _ = released("c", True)
+    s2, _, _ = released("d", True)
+    assert s1 == s2  # the study flag repeats to the byte (so the check above can fail)
+    last = rounds.iloc[-1]  # the last round evaluated: its releases are in the ledger
+    k = int(last["alpha-max-releases"])
+    assert k > int(rounds.iloc[0]["alpha-max-releases"])
+    acc = rdp_privacy_accountant.RdpAccountant()
+    z = 1.0 / (2 * 10.0)  # sigma 1, clip 10: multiplier sigma / 2C
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), k))
+    independent = acc.get_epsilon(1e-5)
+    assert last["alpha-privacy-epsilon"] == pytest.approx(independent, rel=1e-9)
+    assert log[-1]["epsilon"] == pytest.approx(independent, rel=1e-9)  # the party's own log
+    assert last["alpha-claimed-epsilon"] == pytest.approx(independent, rel=1e-9)
+
+
+def test_the_relay_counts_every_release_as_the_party_does_evaluation_included():
+    """The server's ledger (RelayLedger, from the rows it relayed) and each party's own ledger
+    agree record by record, training transitions and evaluation plays alike; the evaluation's
+    releases are in both (a valid play releases each slot's first observation once per play)."""
+    s = Settings.of(parse(merged({**SMALL, "fedrl.reproducible-noise": True})))
+    run = DirectTransport(s)
+    for rnd in range(1, 3):
+        run.round(rnd == 2)
+    for _ in range(3):
+        run.evaluate("valid")  # 6 plays: noise on and off
+    relay = run.proto.ledger
+    for party in (run.alpha, run.beta):
+        mine = party.ledger.counts[: run.proto.transitions + s.envs]
+        theirs = relay.train[party.role][: len(mine)]
+        assert np.array_equal(np.pad(theirs, (0, len(mine) - len(theirs))), mine), party.role
+        assert set(party.eval_ledger.counts) == set(relay.eval[party.role].counts) == {"valid"}
+        assert np.array_equal(
+            party.eval_ledger.counts["valid"], relay.eval[party.role].counts["valid"]
+        )
+        assert party.eval_ledger.counts["valid"][:, 0].min() == 6
+        assert relay.max_releases(party.role) == max(
+            party.ledger.max_releases(), party.eval_ledger.max_releases()
+        )
+
+
+@pytest.mark.parametrize("lie", [float("nan"), -1.0, 1e308, 0.5])
+@pytest.mark.slow
+def test_a_party_lying_about_its_epsilon_cannot_move_the_servers_figure(tmp_path, lie, caplog):
+    """rounds.csv's epsilon is the server's own count; a party's claim is kept beside it only
+    when it can be a figure at all (a number in [0, epsilon of every row it sent]), and a
+    claim that differs is named in the round line. NaN, negative and absurd claims never
+    reach rounds.csv."""
+    import logging
+
+    honest_cfg = merged({**SMALL, "fedrl.reproducible-noise": True, "out-dir": str(tmp_path / "h")})
+    fedrl_server.run(
+        InProcessGrid(app, honest_cfg, 2, node_config_extra=RESEARCH), parse(honest_cfg), "fedrl"
+    )
+    honest = pd.read_csv(tmp_path / "h" / "rounds.csv")
+
+    from flwr.app import MetricRecord
+
+    def lying_alpha(msg, ctx):  # alpha's every reply from round 3 on claims `lie`
+        rep = app(msg, ctx)
+        conf = msg.content["config"]
+        if (
+            int(ctx.node_config["partition-id"]) == 0
+            and int(conf.get("server-round", 0)) >= 3
+            and "metrics" in rep.content
+            and "alpha-claimed-epsilon" in rep.content["metrics"]
+        ):
+            rep.content["metrics"] = MetricRecord(
+                {**dict(rep.content["metrics"]), "alpha-claimed-epsilon": lie}
+            )
+        return rep
+
+    cfg = merged({**SMALL, "fedrl.reproducible-noise": True, "out-dir": str(tmp_path / "l")})
+    grid = InProcessGrid(lying_alpha, cfg, 2, node_config_extra=RESEARCH)
+    with caplog.at_level(logging.INFO):
+        fedrl_server.run(grid, parse(cfg), "fedrl")
+    lied = pd.read_csv(tmp_path / "l" / "rounds.csv")
+    assert lied["alpha-privacy-epsilon"].tolist() == honest["alpha-privacy-epsilon"].tolist()
+    last = lied.iloc[-1]
+    if lie == 0.5:  # a possible figure, but not the server's: kept beside it, and named
+        assert last["alpha-claimed-epsilon"] == 0.5
+        assert "CLAIM MISMATCH: alpha claims epsilon 0.5" in caplog.text
+    else:
+        assert np.isnan(last.get("alpha-claimed-epsilon", np.nan))
+        assert "impossible" in caplog.text

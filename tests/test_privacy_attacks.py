@@ -123,3 +123,78 @@ def test_property_attack_reads_a_house_s_rooms_from_its_language_encoder_update(
         open_,
         defended,
     )
+
+
+def _relayed_alpha_releases(reproducible: bool, monkeypatch):
+    """A short FedRL run (3 rounds, an evaluation) seen as beta and the server see it: every
+    C_alpha that alpha sent, in order; and, for the referee only, alpha's un-noised clipped
+    output behind each (spied on the release, never available to the attacker)."""
+    import torch
+
+    import training.fedrl_party as party_mod
+    from config import parse
+    from config.schema import merged
+    from training.fedrl_protocol import DirectTransport
+    from training.fedrl_setup import Settings
+
+    torch.set_num_threads(1)
+    truth: dict[bytes, np.ndarray] = {}
+    real = party_mod.release
+
+    def spy(q, clip, sigma, noise=None):
+        out = real(q, clip, sigma, noise)
+        truth[out.detach().numpy().tobytes()] = real(q, clip, 0.0).detach().numpy()
+        return out
+
+    monkeypatch.setattr(party_mod, "release", spy)
+    cfg = {
+        "method": "fedrl",
+        "seed": 3,
+        "fedrl.sigma": 16.0,
+        "fedrl.envs": 32,
+        "fedrl.updates": 2,
+        "fedrl.batch-size": 8,
+        "fedrl.warmup": 32,
+        "fedrl.eval-episodes": 32,
+        "fedrl.reproducible-noise": reproducible,
+    }
+    s = Settings.of(parse(merged(cfg)))
+    runner = DirectTransport(s)
+    seen = []
+    send = runner.proto._send
+
+    def relay(role, step, data=None, theta_g=None, evaluation=False, **conf):
+        out = send(role, step, data, theta_g=theta_g, evaluation=evaluation, **conf)
+        if role == "alpha" and out[0].get("c-alpha") is not None:
+            seen.append(np.array(out[0]["c-alpha"]))
+        return out
+
+    runner.proto._send = relay
+    for rnd in range(1, 4):
+        runner.round(rnd == 3)
+    runner.evaluate("valid")
+    return s, seen, [truth[c.tobytes()] for c in seen]
+
+
+@pytest.mark.parametrize("reproducible", [True, False])
+def test_the_adversary_who_read_the_code_regenerates_alphas_noise_only_in_study_mode(
+    reproducible, monkeypatch
+):
+    """Kerckhoffs (issue 61): the attacker has the code, the run config (its seed) and every
+    C_alpha relayed, in order. It regenerates the study mode's noise for candidate message
+    counts (the first is the run's first message; each next within 4 of the last) and keeps
+    the candidate that leaves the least energy. In study mode it recovers alpha's un-noised
+    outputs to float32 rounding; in a default run (alpha's own secret key) it recovers
+    nothing: what it is left with is as far from alpha's outputs as the noise itself."""
+    from experiments.privacy.fedrl_derandomize import derandomize
+
+    s, seen, truth = _relayed_alpha_releases(reproducible, monkeypatch)
+    assert len(seen) > 50  # training and evaluation releases both
+    rest, _ = derandomize(seen, s.sigma, s.seed, guess=1, window=0, joint=1)
+    err = np.array([np.abs(r - t).max() for r, t in zip(rest, truth)])
+    if reproducible:
+        assert (err < 1e-3).all(), np.quantile(err, [0.5, 0.9, 1])
+    else:
+        assert (err > 1.0).all(), np.quantile(err, [0, 0.5])  # sigma 16: noise left everywhere
+        rms = np.sqrt(np.mean([np.square(r - t).mean() for r, t in zip(rest, truth)]))
+        assert rms > s.sigma  # worse than not subtracting at all (rms sigma)

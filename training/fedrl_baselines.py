@@ -281,6 +281,8 @@ def train(method: str, s: Settings, rounds: int, eval_every: int = 0, log=print)
         row = {"round": rnd, **runner.round(evaluating)}
         if evaluating:
             row.update(select(runner, rnd, last, bool(len(s.test))))
+            if method == "fedrl":  # the evaluation's releases counted too
+                row.update(runner.proto.privacy())
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         if log and (last or (eval_every and rnd % eval_every == 0)):

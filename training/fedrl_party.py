@@ -52,7 +52,7 @@ from torch import nn
 from envs.gridworld import STAY, GridWorld
 from models.fedrl_nets import N_ACTIONS, SharedMLP
 from models.rng import owned
-from training.fedrl_privacy import Ledger, release
+from training.fedrl_privacy import EvalLedger, Ledger, SecretNoise, SeededNoise, new_key, release
 from training.fedrl_replay import Replay, count_episodes, episode_report, explore
 from training.fedrl_setup import SPLITS, Settings
 
@@ -106,6 +106,9 @@ class Party:
         self._opt_arrays: dict[str, np.ndarray] = {}  # its saved state, until it is built
         self.replay = Replay(s.replay, replay_fields)
         self.ledger = Ledger(s.replay)
+        self.eval_ledger = EvalLedger()
+        # the party's noise key (training/fedrl_privacy.py): its own secret, None in study mode
+        self.noise_key = None if s.reproducible_noise else new_key()
         self.world = s.world("train", reset=not restoring)
         self.counters = {"transitions": 0, "updates": 0, "messages": 0, "opened": -1}
         self.eval_world: GridWorld | None = None
@@ -133,17 +136,29 @@ class Party:
         return self._opt
 
     # -- noise ------------------------------------------------------------------------------
-    def _generator(self) -> torch.Generator:
-        """A fresh generator per message, seeded by (seed, role, message count): reproducible
-        without storing RNG state between messages."""
+    def _generator(self) -> SecretNoise | SeededNoise:
+        """This message's noise: from the party's secret key (default), or in study mode
+        (`fedrl.reproducible-noise`) from (seed, role, message count), which anyone with the
+        run config can regenerate (training/fedrl_privacy.py)."""
         self.counters["messages"] += 1
-        g = torch.Generator()
+        if self.noise_key is not None:
+            return SecretNoise(self.noise_key, self.counters["messages"])
         role = 0 if self.role == "alpha" else 1
-        g.manual_seed((self.s.seed * 1_000_003 + role) * 1_000_000_007 + self.counters["messages"])
-        return g
+        return SeededNoise(self.s.seed, role, self.counters["messages"])
 
-    def released(self, q: torch.Tensor, gen: torch.Generator, noise: bool = True) -> torch.Tensor:
+    def released(self, q: torch.Tensor, gen, noise: bool = True) -> torch.Tensor:
         return release(q, self.s.clip_bound, self.s.sigma if noise else 0.0, gen)
+
+    def eval_released(self, q: torch.Tensor, gen) -> torch.Tensor:
+        """A release about a world other than the training one, counted in the evaluation
+        ledger: in an evaluation play its record is the split, the episode slot and the index
+        of this party's release in the play; outside one (a study's own world), `other`."""
+        playing = self.eval_world is not None
+        split, step = (self.eval_split, int(self.eval_step)) if playing else ("other", 0)
+        self.eval_ledger.add(split, step, len(q))
+        if playing:
+            self.eval_step = np.array(step + 1)
+        return self.released(q, gen)
 
     def _open(self) -> np.ndarray:
         """Ids of the transitions that start at the current observation; the first release
@@ -170,10 +185,12 @@ class Party:
             self.mlp_target.load_state_dict(self.mlp.state_dict())
 
     def privacy(self) -> dict[str, float]:
-        k = self.ledger.max_releases()
+        """The party's own claim: the epsilon of its most released record, training or
+        evaluation (the relay computes its own from the messages: training/fedrl_privacy.RelayLedger)."""
+        k = max(self.ledger.max_releases(), self.eval_ledger.max_releases())
         return {
-            f"{self.role}-max-releases": float(k),
-            f"{self.role}-privacy-epsilon": self.s.privacy_epsilon(k),
+            f"{self.role}-claimed-releases": float(k),
+            f"{self.role}-claimed-epsilon": self.s.privacy_epsilon(k),
         }
 
     # -- model selection --------------------------------------------------------------------
@@ -212,12 +229,16 @@ class Party:
         out.update({f"replay.{k}": v[:filled] for k, v in self.replay.data.items()})
         out["ledger.counts"] = self.ledger.counts[: filled + self.s.envs]
         out["ledger.retired"] = np.array(self.ledger.retired_max)
+        out.update(self.eval_ledger.arrays())
+        if self.noise_key is not None:  # context.state: the node's own, never a message
+            out["noise.key"] = np.frombuffer(self.noise_key, np.uint8).copy()
         out.update({f"world.{k}": v for k, v in self.world.state().items()})
         if self.eval_world is not None:
             out.update({f"eval.{k}": v for k, v in self.eval_world.state().items()})
             out["eval.split"] = np.array(SPLITS.index(self.eval_split))
             out["eval.best"] = np.array(self.eval_weights == "best")
             out["eval.score"] = self.eval_score
+            out["eval.step"] = np.asarray(self.eval_step)
         out.update({f"counter.{k}": np.array(v) for k, v in self.counters.items()})
         out.update(
             {f"extra.{k}": np.asarray(getattr(self, k)) for k in self.EXTRA if hasattr(self, k)}
@@ -236,6 +257,9 @@ class Party:
             v[: len(a[f"replay.{k}"])] = a[f"replay.{k}"]
         self.ledger.counts[: len(a["ledger.counts"])] = a["ledger.counts"]
         self.ledger.retired_max = _scalar(a["ledger.retired"])
+        self.eval_ledger.load(a)
+        if self.noise_key is not None and "noise.key" in a:  # a resume keeps its key
+            self.noise_key = np.asarray(a["noise.key"], np.uint8).tobytes()
         self.world.load_state({k[6:]: v for k, v in a.items() if k.startswith("world.")})
         if "eval.split" in a:
             self.eval_split = SPLITS[_scalar(a["eval.split"])]
@@ -249,6 +273,7 @@ class Party:
                 }
             )
             self.eval_score = a["eval.score"]
+            self.eval_step = np.array(_scalar(a["eval.step"]))
         self.counters = {k[8:]: _scalar(v) for k, v in a.items() if k.startswith("counter.")}
         for k in self.EXTRA:
             if f"extra.{k}" in a:
@@ -260,6 +285,7 @@ class Party:
         self.eval_split, self.eval_weights = split, weights
         self.eval_world = self.s.world(split)
         self.eval_score = np.zeros((2, self.eval_world.B), np.float64)  # reward sum, met
+        self.eval_step = np.array(0)  # this party's releases in this play so far
 
     def end_evaluation(self) -> None:
         self.eval_world = None
@@ -380,7 +406,7 @@ class Beta(Party):
         q_net, mlp = self.nets()
         with torch.no_grad():
             q = q_net(_t(w.obs_beta))
-            c = self.released(q, gen)
+            c = self.eval_released(q, gen)
             own = c if test_noise else self.released(q, gen, noise=False)
             self.eval_pending = self._greedy(mlp, c_alpha, own)
         return c.numpy(), self.eval_pending
@@ -419,11 +445,11 @@ class Alpha(Party):
         if self.s.mode == "joint-action":
             return None
         gen = self._generator()
-        q_net = self.nets()[0] if world is not None else self.q
         with torch.no_grad():
-            c = self.released(q_net(_t((world or self.world).obs_alpha)), gen)
-        if world is None:
-            self.ledger.add(self._open())
+            if world is not None:  # an evaluation play
+                return self.eval_released(self.nets()[0](_t(world.obs_alpha)), gen).numpy()
+            c = self.released(self.q(_t(self.world.obs_alpha)), gen)
+        self.ledger.add(self._open())
         return c.numpy()
 
     def act(

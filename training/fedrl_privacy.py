@@ -15,26 +15,90 @@ released transition: RDP composition of that many Gaussian mechanisms, from Goog
 dp-accounting, at delta (default 1e-5). Not covered, and said so in the README: an observation
 sits in H consecutive stacks (group privacy would multiply), the targets Y that alpha sends are
 not noised (the paper does not noise them), and theta_g itself is trained on both parties' data.
+Evaluation plays release C too: each is counted per (split, episode slot, step) across every play
+of that split (`EvalLedger`), and the party's epsilon is that of its most released record,
+training or evaluation.
+
+Where the noise comes from (Kerckhoffs: the other party and the server know this code, the run
+config and every message). `SecretNoise`: a 256-bit key drawn from the operating system's
+entropy (`os.urandom`) when the party is created, kept in its private state (context.state,
+written to its own state dir, never in a message, the run config, a log or a result), and
+expanded per message and draw with SHAKE-256, an extendable-output function that is a PRF
+under a secret key: without the key the noise is computationally unpredictable, whatever else
+is known. `SeededNoise` (`fedrl.reproducible-noise = true`) is the study mode: the old torch
+generator seeded from (seed, role, message count), so a study repeats to the digit. It is NOT
+private: anyone with the run config regenerates the noise and subtracts it
+(experiments/privacy/fedrl_derandomize.py). A party's policy refuses it unless its operator
+allows it (`allow-reproducible-noise`). Not covered: floating-point artefacts of the Gaussian
+sampler (Mironov 2012); the released values are float32 sums, not snapped to a grid.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 
 import numpy as np
 import torch
 
+KEY_BYTES = 32  # a party's noise key: 256 bits from os.urandom
+
+
+class SecretNoise:
+    """The Gaussian draws of one message, from the party's secret key (see the module doc).
+    Draw d of message m is SHAKE-256(key | m | d) read as 53-bit uniforms, turned into
+    standard normals by Box-Muller."""
+
+    def __init__(self, key: bytes, message: int):
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"a noise key is {KEY_BYTES} bytes, got {len(key)}")
+        self.key, self.message, self.draws = key, int(message), 0
+
+    def normal(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        n = math.prod(shape)
+        pairs = (n + 1) // 2
+        xof = hashlib.shake_256(
+            self.key + self.message.to_bytes(8, "little") + self.draws.to_bytes(8, "little")
+        )
+        self.draws += 1
+        words = np.frombuffer(xof.digest(16 * pairs), np.uint64) >> np.uint64(11)
+        u = words.astype(np.float64) * 2.0**-53  # in [0, 1)
+        u1, u2 = 1.0 - u[:pairs], u[pairs:]  # u1 in (0, 1]: log finite
+        r = np.sqrt(-2.0 * np.log(u1))
+        z = np.concatenate([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)])[:n]
+        return torch.from_numpy(z.reshape(shape)).to(dtype)
+
+
+class SeededNoise:
+    """Study mode (`fedrl.reproducible-noise`): one message's draws from a torch generator
+    seeded by public values. Repeatable, and therefore removable by anyone who has the run
+    config: never the default, refused by a policy that does not allow it."""
+
+    def __init__(self, seed: int, role: int, message: int):
+        self.gen = torch.Generator()
+        self.gen.manual_seed((seed * 1_000_003 + role) * 1_000_000_007 + message)
+
+    def normal(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, dtype=dtype)
+
+
+def new_key() -> bytes:
+    """A party's noise key, from the operating system's entropy."""
+    return os.urandom(KEY_BYTES)
+
 
 def release(
-    q: torch.Tensor, clip: float, sigma: float, generator: torch.Generator | None = None
+    q: torch.Tensor, clip: float, sigma: float, noise: SecretNoise | SeededNoise | None = None
 ) -> torch.Tensor:
-    """Rows of q with L2 norm clipped to `clip`, plus N(0, sigma^2) noise (sigma 0: no noise)."""
+    """Rows of q with L2 norm clipped to `clip`, plus N(0, sigma^2) noise (sigma 0: no noise).
+    Without `noise`, the draws come from a fresh secret key."""
     norm = q.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     bounded = q * (clip / norm).clamp(max=1.0)
     if sigma <= 0:
         return bounded
-    noise = torch.randn(bounded.shape, generator=generator, dtype=bounded.dtype)
-    return bounded + sigma * noise
+    noise = noise or SecretNoise(new_key(), 0)
+    return bounded + sigma * noise.normal(tuple(bounded.shape), bounded.dtype)
 
 
 def noise_multiplier(sigma: float, clip: float) -> float:
@@ -73,3 +137,121 @@ class Ledger:
 
     def max_releases(self) -> int:
         return max(self.retired_max, int(self.counts.max(initial=0)))
+
+
+class EvalLedger:
+    """Releases about evaluation observations: one count per (episode slot, step) of a split,
+    summed over every play of that split (valid and test, noise on and off, last and best).
+    A slot's t-th observation in two plays is counted as one record, which over-counts when
+    the plays differ (a safe bound), and every row released is counted, finished slots too."""
+
+    def __init__(self):
+        self.counts: dict[str, np.ndarray] = {}
+
+    def add(self, split: str, step: int, slots: int) -> None:
+        c = self.counts.setdefault(split, np.zeros((slots, 0), np.int64))
+        if c.shape[1] <= step:
+            c = np.pad(c, ((0, 0), (0, step + 1 - c.shape[1])))
+        c[:, step] += 1
+        self.counts[split] = c
+
+    def max_releases(self) -> int:
+        return max((int(c.max(initial=0)) for c in self.counts.values()), default=0)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {f"evalledger.{k}": v for k, v in self.counts.items()}
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        self.counts = {
+            k[len("evalledger.") :]: np.array(v, np.int64)
+            for k, v in arrays.items()
+            if k.startswith("evalledger.")
+        }
+
+
+class RelayLedger:
+    """Each party's epsilon as whoever relays the exchange computes it (the ServerApp, or the
+    one-process runner): from the run config (sigma, C, delta: public) and the rows of every
+    Q-output array it relayed, keyed as the party keys them (a transition id; an evaluation
+    play's split, slot and release index). It needs nothing a party says about itself, so a
+    party that lies about its spending cannot move it; the party's own figure is kept beside
+    it as a claim (`claims`), checked here."""
+
+    ROLES = ("alpha", "beta")
+
+    def __init__(self, sigma: float, clip: float, delta: float):
+        self.sigma, self.clip, self.delta = sigma, clip, delta
+        self.train = {r: np.zeros(0, np.int64) for r in self.ROLES}
+        self.eval = {r: EvalLedger() for r in self.ROLES}
+        self.rows = {r: 0 for r in self.ROLES}  # every row a party released, all records
+        self.claims: dict[str, float] = {}  # the last figure each party reported
+
+    def transitions(self, role: str, ids) -> None:
+        ids = np.asarray(ids, np.int64).ravel()
+        if ids.size and ids.max() >= len(self.train[role]):
+            grown = np.zeros(max(2 * len(self.train[role]), int(ids.max()) + 1), np.int64)
+            grown[: len(self.train[role])] = self.train[role]
+            self.train[role] = grown
+        np.add.at(self.train[role], ids, 1)
+        self.rows[role] += ids.size
+
+    def evaluation(self, role: str, split: str, index: int, rows: int) -> None:
+        self.eval[role].add(split, index, rows)
+        self.rows[role] += rows
+
+    def max_releases(self, role: str) -> int:
+        return max(int(self.train[role].max(initial=0)), self.eval[role].max_releases())
+
+    def epsilon(self, role: str) -> float:
+        return epsilon(self.max_releases(role), self.sigma, self.clip, self.delta)
+
+    def claim(self, role: str, value) -> None:
+        self.claims[role] = value
+
+    def checked_claim(self, role: str) -> tuple[float | None, str]:
+        """(the party's claim if it can be a figure at all, else None; what is wrong with it,
+        "" if it equals the server's). A claim that is not a number, negative, or above the
+        epsilon of every row the party released concerning one record (more than any
+        accounting of what it sent can give) never reaches rounds.csv."""
+        if role not in self.claims:
+            return None, ""
+        raw, ours = self.claims[role], self.epsilon(role)
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            return None, f"{role} claims a non-number epsilon {raw!r}"
+        v = float(raw)
+        most = epsilon(self.rows[role], self.sigma, self.clip, self.delta)
+        if math.isnan(v) or v < 0 or v > most:
+            return None, f"{role} claims epsilon {v!r}, impossible (0 to {most:.4g}); not recorded"
+        if not math.isclose(v, ours, rel_tol=1e-9) and not (math.isinf(v) and math.isinf(ours)):
+            return v, f"{role} claims epsilon {v:.6g}, the server counts {ours:.6g}"
+        return v, ""
+
+    def report(self) -> tuple[dict[str, float], list[str]]:
+        """rounds.csv's privacy columns (the server's figure under the party's name, the
+        checked claim beside it) and the problems with the claims, for the round line."""
+        out, problems = {}, []
+        for r in self.ROLES:
+            out[f"{r}-privacy-epsilon"] = self.epsilon(r)
+            out[f"{r}-max-releases"] = float(self.max_releases(r))
+            v, problem = self.checked_claim(r)
+            if v is not None:
+                out[f"{r}-claimed-epsilon"] = v
+            if problem:
+                problems.append(problem)
+        return out, problems
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for r in self.ROLES:
+            out[f"{r}/train"] = self.train[r]
+            out[f"{r}/rows"] = np.array(self.rows[r])
+            out.update({f"{r}/{k}": v for k, v in self.eval[r].arrays().items()})
+        return out
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        for r in self.ROLES:
+            self.train[r] = np.array(arrays[f"{r}/train"], np.int64)
+            self.rows[r] = int(np.asarray(arrays[f"{r}/rows"]).ravel()[0])
+            self.eval[r].load(
+                {k[len(r) + 1 :]: v for k, v in arrays.items() if k.startswith(r + "/")}
+            )

@@ -27,6 +27,7 @@ from contracts.errors import FederationError
 from contracts.fedrl import SENDS, sample_ids
 from contracts.messages import SAVE_STATE
 from training.fedrl_party import Alpha, Beta
+from training.fedrl_privacy import RelayLedger
 from training.fedrl_setup import Settings
 from training.progress import StepLog
 
@@ -83,7 +84,7 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
             if not active:
                 metrics.update(party.eval_result())
                 party.end_evaluation()
-    if step in ("observe", "act"):  # each release is accounted by the party that made it
+    if step in ("observe", "act", "eval-observe", "eval-act"):  # the party's own account
         metrics = {**(metrics or {}), **party.privacy()}
     return out, theta, metrics
 
@@ -97,7 +98,10 @@ class Protocol:
     """Algorithms 1-2 in rounds, model selection and evaluation, over any `send`."""
 
     def __init__(self, s: Settings, send, progress: bool = False):
-        self.s, self.send = s, send
+        self.s, self._send = s, send
+        # each party's epsilon as the relay counts it (training/fedrl_privacy.RelayLedger)
+        self.ledger = RelayLedger(s.sigma, s.clip_bound, s.delta)
+        self.claim_problems: list[str] = []
         self.progress = progress  # log evaluation steps (~700 messages on 32x32)
         self.rng = np.random.default_rng([s.seed, 99])
         self.theta_g = None
@@ -105,6 +109,28 @@ class Protocol:
         self.c_alpha = None  # C_alpha of alpha's current observation (paper action mode)
         self.pending = None  # alpha's last targets for beta: ids, Y, C_alpha(s_j), theta_g
         self.transitions = self.updates = self.samples = 0
+
+    def send(self, role: str, step: str, data=None, theta_g=None, evaluation=False, **conf):
+        """The transport's send, noting the figure the party claims for itself."""
+        out, theta, metrics = self._send(
+            role, step, data, theta_g=theta_g, evaluation=evaluation, **conf
+        )
+        for k in (f"{role}-claimed-epsilon",):
+            if metrics and k in metrics:
+                self.ledger.claim(role, metrics.pop(k))
+        if metrics:
+            metrics.pop(f"{role}-claimed-releases", None)
+        return out, theta, metrics
+
+    def privacy(self) -> dict:
+        """The server's count of each party's epsilon, the checked claims beside it; the
+        problems with the claims are kept for the round line (`claim_problems`)."""
+        out, self.claim_problems = self.ledger.report()
+        return out
+
+    def _opened(self, role: str, first: int, rows: int) -> None:
+        """`rows` Q outputs about the transitions that start at the current observation."""
+        self.ledger.transitions(role, np.arange(first, first + rows))
 
     def train_round(self, evaluating: bool = False) -> dict:
         """S acting steps, 2 messages each; the last step's two also carry the round's K
@@ -116,6 +142,7 @@ class Protocol:
         metrics: dict = {}
         if s.mode == "paper" and self.c_alpha is None:  # the run's first step only
             self.c_alpha = send("alpha", "observe")[0]["c-alpha"]
+            self._opened("alpha", self.transitions, len(self.c_alpha))
         for step in range(s.act_steps):
             last = step == s.act_steps - 1
             mark = {SAVE_STATE: True} if last and not evaluating else {}
@@ -128,6 +155,11 @@ class Protocol:
             if ids is not None:
                 data["ids"] = ids
             b, theta_b, mb = send("beta", "act", data, theta_g=theta, **mark)
+            base = self.transitions + s.envs * step  # the transitions this step opens
+            self._opened("beta", base, len(b["c-beta"]))
+            if ids is not None:  # C_beta(s_j) and C'_beta(s'_j): two releases per id
+                self.ledger.transitions("beta", ids)
+                self.ledger.transitions("beta", ids)
             self.pending = None if theta is not None else self.pending
             self.theta_g = theta_b if theta_b is not None else self.theta_g
             data = {"c-beta": b["c-beta"], "a-beta": b["a-beta"]}
@@ -148,6 +180,10 @@ class Protocol:
                 **mark,
             )
             self.prev, self.c_alpha = a["a-alpha"], a.get("c-alpha")
+            if "c-alpha-ids" in a:
+                self.ledger.transitions("alpha", ids)
+            if self.c_alpha is not None:  # about the observation after this step
+                self._opened("alpha", base + s.envs, len(self.c_alpha))
             if ids is not None:
                 self.pending = (
                     {"update-ids": ids, "y": a["y"], "c-alpha-ids": a["c-alpha-ids"]},
@@ -162,7 +198,7 @@ class Protocol:
         metrics.update(
             {"env-steps": self.transitions, "updates": self.updates, "train-samples": self.samples}
         )
-        return metrics
+        return {**metrics, **self.privacy()}
 
     def flush(self) -> dict:
         """Beta's deferred update alone (before an evaluation or keeping the best): its
@@ -185,10 +221,18 @@ class Protocol:
         send, paper = self.send, self.s.mode == "paper"
         conf = {"split": split, "weights": weights, "test-noise": test_noise}
         c_alpha, prev, first = None, None, True
+        index = {"alpha": 0, "beta": 0}  # each party's releases in this play so far
+
+        def count(role: str, c) -> None:
+            if c is not None:
+                self.ledger.evaluation(role, split, index[role], len(c))
+                index[role] += 1
+
         if paper:
             c_alpha = send(
                 "alpha", "eval-observe", theta_g=self.theta_g, evaluation=True, start=True, **conf
             )[0]["c-alpha"]
+            count("alpha", c_alpha)
         what = f"{split} episodes, test_noise={'on' if test_noise else 'off'}"
         tick = StepLog(what, self.s.horizon + 1) if self.progress else None
         for _ in range(self.s.horizon + 1):
@@ -202,6 +246,7 @@ class Protocol:
                 start=first,
                 **conf,
             )
+            count("beta", b["c-beta"])
             a, _, m = send(
                 "alpha",
                 "eval-act",
@@ -212,6 +257,7 @@ class Protocol:
                 **conf,
             )
             prev, c_alpha, first = a["a-alpha"], a.get("c-alpha"), False
+            count("alpha", c_alpha)
             if not m["active"]:
                 tag = "on" if test_noise else "off"
                 pre = "best-" if weights == "best" else ""

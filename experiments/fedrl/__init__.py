@@ -1,1 +1,10 @@
-"""FedRL's tables and studies (one script per table or study)."""
+"""FedRL's tables and studies (one script per table or study).
+
+Every study here runs in the named study mode `fedrl.reproducible-noise = true` (STUDY): the
+parties' noise is drawn from the run seed, so a table repeats to the digit and a resumed or
+cached run is the run it claims to be. That noise is NOT private (anyone with the run config
+removes it: experiments/privacy/fedrl_derandomize.py); it measures utility at a noise level,
+and the privacy a default run gets at that level is what its own secret noise gives.
+"""
+
+STUDY = {"fedrl.reproducible-noise": True}

@@ -16,6 +16,7 @@ import torch
 
 from config import parse
 from config.schema import merged, parse_overrides
+from experiments.fedrl import STUDY
 from training.fedrl_baselines import METHODS, train
 from training.fedrl_setup import Settings
 
@@ -36,7 +37,8 @@ def main(argv=None) -> int:
         print("--rounds and --eval-every must be positive", file=sys.stderr)
         return 2
     try:
-        s = Settings.of(parse(merged({**parse_overrides(args.run_config), "seed": args.seed})))
+        cfg = {**STUDY, **parse_overrides(args.run_config), "seed": args.seed}
+        s = Settings.of(parse(merged(cfg)))
         s.check_maps()
     except Exception as e:  # one line naming the key
         print(f"--run-config: {e}", file=sys.stderr)

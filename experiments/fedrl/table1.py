@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
+from experiments.fedrl import STUDY
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
@@ -193,6 +194,7 @@ def settings_of(job: dict):
         parse(
             merged(
                 {
+                    **STUDY,
                     "seed": job["seed"],
                     "fedrl.size": job["size"],
                     "fedrl.rules": job["rules"],

@@ -51,6 +51,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
+from experiments.fedrl import STUDY
 from experiments.fedrl.table1 import EXCHANGE  # noqa: E402
 from experiments.simulate import (  # noqa: E402
     RESULTS,
@@ -142,6 +143,7 @@ def settings_of(job: dict):
         parse(
             merged(
                 {
+                    **STUDY,
                     "seed": job["seed"],
                     "fedrl.domain": "text2action",
                     "fedrl.t2a-data": job["data"],

@@ -121,9 +121,10 @@ def _settings(sigma: float, seed: int):
     """The package's default FedRL run (8x8 embedded maps) at this sigma and seed."""
     from config import parse
     from config.schema import merged
+    from experiments.fedrl import STUDY
     from training.fedrl_setup import Settings
 
-    cfg = {"method": "fedrl", "seed": seed, "fedrl.sigma": sigma}
+    cfg = {**STUDY, "method": "fedrl", "seed": seed, "fedrl.sigma": sigma}
     if sigma == 0:  # the undefended point of the curve: no noise, said so explicitly
         cfg["fedrl.insecure-no-noise"] = True
     return Settings.of(parse(merged(cfg)))
