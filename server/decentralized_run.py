@@ -23,6 +23,7 @@ from server.recorder import (
     trailing_empty_rounds,
 )
 from strategies.decentralized import TopologyRelay
+from strategies.dp import LocalDPLedger
 from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build
 
@@ -95,7 +96,7 @@ def run(grid, c: Config, name: str) -> None:
         eval_fraction=c.run.fraction_evaluate,
         eval_cap=c.run.max_evaluate_clients,
         seed=c.run.seed,
-        dp_local=c.dp.mode == "local",
+        dp_local=LocalDPLedger(c, recorder.out) if c.dp.mode == "local" else None,
     )
     log(
         INFO,

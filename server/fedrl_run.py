@@ -20,6 +20,7 @@ is the valid score of the kept checkpoint. Each evaluation step costs two messag
 from __future__ import annotations
 
 import json
+import math
 import time
 from logging import INFO
 
@@ -225,10 +226,11 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
         send.round, send.up = rnd, {}
         evaluating = rnd == rounds or rnd % eval_every == 0
         metrics = proto.train_round(evaluating)
-        privacy.update({k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k})
         metrics["messages"] = send.messages
         if evaluating:
             metrics.update(select(proto, rnd, rnd == rounds, bool(len(s.test))))
+            metrics.update(proto.privacy())  # the evaluation's releases counted too
+        privacy.update({k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k})
         recorder.add_metrics(metrics)
         for role in ("alpha", "beta") if evaluating else ():  # each party writes its own state
             send(role, "checkpoint", evaluation=True, **{SAVE_STATE: True})
@@ -237,7 +239,7 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
                 node=roles[role], partition=role, bytes_up=send.up.get(role, 0), status="ok"
             )
         save_round(recorder, rnd, proto, select, send, privacy)  # before rounds.csv says rnd
-        _round_line(rnd, rounds, recorder.end_round(proto.theta_g), eps)
+        _round_line(rnd, rounds, recorder.end_round(proto.theta_g), eps, proto.claim_problems)
     recorder.write_config(
         privacy={
             **privacy,
@@ -256,17 +258,23 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
 
 
 def ledger_line(privacy: dict) -> str:
-    """The parties' own ledgers as they reported them (each release is accounted by the party
-    that made it, training/fedrl_protocol.py); a party whose figure never arrived is named as
-    such, never counted as having released nothing."""
+    """Each party's epsilon as the server counted it from what it relayed
+    (training/fedrl_privacy.RelayLedger), with the party's own claim where it differs or is
+    missing."""
     parts = []
     for role in ("alpha", "beta"):
         eps = privacy.get(f"{role}-privacy-epsilon")
         if eps is None:
-            parts.append(f"{role}: not reported by party {role}")
-        else:
-            k = privacy.get(f"{role}-max-releases", float("nan"))
-            parts.append(f"{role} epsilon {eps:.4g} ({k:.0f} releases of a transition at most)")
+            parts.append(f"{role}: released nothing")
+            continue
+        k = privacy.get(f"{role}-max-releases", float("nan"))
+        part = f"{role} epsilon {eps:.4g} ({k:.0f} releases of one record at most)"
+        claim = privacy.get(f"{role}-claimed-epsilon")
+        if claim is None:
+            part += f", no usable claim from party {role}"
+        elif not math.isclose(claim, eps, rel_tol=1e-9) and claim != eps:
+            part += f", party {role} claims {claim:.4g}"
+        parts.append(part)
     return ", ".join(parts)
 
 
@@ -295,10 +303,10 @@ def _announce(s: Settings) -> dict:
     return maps
 
 
-def _round_line(rnd: int, rounds: int, row: dict, eps: dict) -> None:
-    """The round's log line: its valid/test scores (when it evaluated) and the epsilon each
-    party has spent so far (`eps` keeps a party's last value through rounds it released
-    nothing in)."""
+def _round_line(rnd: int, rounds: int, row: dict, eps: dict, problems: list[str]) -> None:
+    """The round's log line: its valid/test scores (when it evaluated), the epsilon the server
+    counts for each party so far (`eps` keeps a party's last value through rounds it released
+    nothing in), and any party's claim that differs from it or is impossible."""
     scores = "  ".join(
         f"{k}={v:.3g}"
         for k, v in row.items()
@@ -310,12 +318,13 @@ def _round_line(rnd: int, rounds: int, row: dict, eps: dict) -> None:
             eps[r] = v
     log(
         INFO,
-        "[fedembodied] round %d/%d  %s  privacy epsilon alpha=%s beta=%s  wall=%.2fs",
+        "[fedembodied] round %d/%d  %s  privacy epsilon alpha=%s beta=%s  wall=%.2fs%s",
         rnd,
         rounds,
         scores or "(not evaluated this round)",
         *(f"{v:.3g}" if isinstance(v, float) else "not reported yet" for v in eps.values()),
         row["wall_s"],
+        "".join(f"  CLAIM MISMATCH: {p}" for p in problems),
     )
 
 
@@ -348,6 +357,7 @@ def save_round(
         "theta_shapes": json.dumps(getattr(send, "theta_shapes", None)),
         "select": json.dumps({"score": select.score, "best": select.best}),
         "privacy": json.dumps(privacy),
+        "ledger": _tensors(proto.ledger.arrays()),
     }
     save_by_parity(recorder, "fedrl", rnd, state)
 
@@ -373,6 +383,7 @@ def load_round(
     shapes = json.loads(st["theta_shapes"])
     if shapes:
         send.theta_shapes = {k: tuple(v) for k, v in shapes.items()}
+    proto.ledger.load({k: v.numpy() for k, v in st["ledger"].items()})
     sel = json.loads(st["select"])
     select.score, select.best = sel["score"], sel["best"]
     return json.loads(st["privacy"])

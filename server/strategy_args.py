@@ -11,6 +11,7 @@ from logging import WARNING
 from flwr.common import log
 
 from config import Config
+from strategies.dp import LocalDPLedger
 
 
 def screened_args(c: Config, recorder) -> dict:
@@ -26,7 +27,7 @@ def screened_args(c: Config, recorder) -> dict:
         min_evaluate_nodes=1,
         fraction_evaluate=c.run.fraction_evaluate,
         max_evaluate_nodes=c.run.max_evaluate_clients,
-        dp_local=c.dp.mode == "local",
+        dp_local=LocalDPLedger(c, recorder.out) if c.dp.mode == "local" else None,
     )
 
 

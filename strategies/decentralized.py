@@ -10,8 +10,9 @@ Under party-side DP (`dp.mode = "local"`, clients/dp.py) each silo clips and noi
 it sends on its own machine, so its neighbours only ever mix noised models. There is no
 server aggregate here for Flower's central-DP wrapper to noise, hence no central mode. The
 relay floors the noised BatchNorm variances of what it forwards (post-processing, as
-strategies/dp.py does for FedAvg) and records the largest of the silos' own
-epsilon totals (`dp_epsilon`, from their ledgers).
+strategies/dp.py does for FedAvg) and records the largest epsilon of a silo, as the server
+counts it from the updates it received (`dp_epsilon`, strategies/dp.LocalDPLedger), the silos'
+own claims beside it (`dp_epsilon_claimed`).
 
 Evaluation each round (all on the silos, no data leaves them): every silo scores the models it
 is sent on its own test split. With `cross_eval` it is sent every silo's model and the uniform
@@ -30,7 +31,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Rec
 from flwr.serverapp import Grid
 
 from contracts.messages import (
-    DP_EPSILON,
     FIT_S,
     NUM_EXAMPLES,
     SAVE_STATE,
@@ -69,7 +69,7 @@ class TopologyRelay:
         eval_fraction: float = 1.0,
         eval_cap: int = 0,
         seed: int = 0,
-        dp_local: bool = False,
+        dp_local=None,
     ):
         self.topology = topology
         self.dp_local = dp_local
@@ -118,9 +118,11 @@ class TopologyRelay:
             "train_loss": float(np.average(losses, weights=weights)) if losses else math.nan,
             "consensus": consensus_distance(new, parameter_names(new[0])),
         }
-        spent = [float(m[DP_EPSILON]) for m in accepted if DP_EPSILON in m]
-        if spent:  # the silos' own ledgers (clients/dp.py): the round shows the most spent
-            metrics["dp_epsilon"] = max(spent)
+        if self.dp_local:  # the server's own count of each silo's releases (strategies/dp.py)
+            for i, rep in replies:
+                if not rep.has_error() and rep.content.array_records:
+                    self.dp_local.received(i, dict(rep.content["metrics"]))
+            metrics.update(self.dp_local.report())
         metrics.update(mean_signals(accepted))
         self.recorder.add_metrics(metrics)
         self._count_empty(rnd, bool(losses), replies)

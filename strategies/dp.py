@@ -43,10 +43,15 @@ is its policy's (clients/dp.py); a policy that requires local DP refuses central
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from logging import WARNING
+from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
+from flwr.common import log
 from flwr.serverapp import NeighboringRelation, PrivacyConfig, RdpAccountant, SamplingMethod
 from flwr.serverapp.exception import PrivacyBudgetExhausted
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping
@@ -60,6 +65,8 @@ from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 
 from config import Config
 from config.schema import ConfigError
+from contracts.messages import DP_EPSILON as DP_CLAIM
+from training.fedrl_privacy import epsilon
 
 VAR_FLOOR = 1e-5
 NORM_SLACK = 1e-3  # float32 rounding: a clipped update's norm may read a little above C
@@ -250,3 +257,66 @@ def floor_variance_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray
         k: np.maximum(v, VAR_FLOOR).astype(v.dtype) if k.endswith("running_var") else v
         for k, v in arrays.items()
     }
+
+
+class LocalDPLedger:
+    """Local DP (`dp.mode = "local"`, clients/dp.py): each party's epsilon as the server computes
+    it, never as the party says. The server knows the mechanism (Flower's LocalDpMod at the run
+    config's dp.clip, dp.local-epsilon and dp.delta: std `c.dp.local_std`, sensitivity 2C) and
+    how many noised updates it received from each party (partition); a party's epsilon is the
+    RDP composition of that many at delta, and the round records the largest (`dp_epsilon`).
+    The party's own figure (its reply's `dp-epsilon`) is a claim: the largest possible one is
+    kept beside it (`dp_epsilon_claimed`), a claim that differs is named in the log, and one
+    that is not a number in [0, the epsilon of every update the server received] is dropped.
+    The counts are kept in <out>/dp_local_releases.json, so a resumed run goes on counting."""
+
+    FILE = "dp_local_releases.json"
+
+    def __init__(self, c: Config, out: str | Path | None = None):
+        self.std, self.clip, self.delta = c.dp.local_std, c.dp.clip, c.dp.delta
+        self.path = Path(out) / self.FILE if out else None
+        self.count: dict[int, int] = {}
+        if self.path is not None and self.path.exists():
+            self.count = {int(k): int(v) for k, v in json.loads(self.path.read_text()).items()}
+        self.claims: list[float] = []
+        self.problems: list[str] = []
+
+    def epsilon(self, releases: int) -> float:
+        return epsilon(releases, self.std, self.clip, self.delta)
+
+    def received(self, partition: int, metrics: dict) -> None:
+        """One noised update of `partition` reached the server; `metrics` its reply's."""
+        k = self.count[partition] = self.count.get(partition, 0) + 1
+        if DP_CLAIM not in metrics:
+            return
+        raw, ours = metrics[DP_CLAIM], self.epsilon(k)
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            self.problems.append(f"partition {partition} claims a non-number epsilon {raw!r}")
+            return
+        v = float(raw)
+        most = self.epsilon(sum(self.count.values()))
+        if math.isnan(v) or v < 0 or v > most:
+            self.problems.append(
+                f"partition {partition} claims epsilon {v!r}, impossible (0 to {most:.4g}); "
+                "not recorded"
+            )
+        else:
+            self.claims.append(v)
+            if not math.isclose(v, ours, rel_tol=1e-9):
+                self.problems.append(
+                    f"partition {partition} claims epsilon {v:.6g}, the server counts {ours:.6g}"
+                )
+
+    def report(self) -> dict:
+        """The round's figures (and the claims' problems, logged), then a fresh round."""
+        for problem in self.problems:
+            log(WARNING, "[fedembodied] local DP: %s", problem)
+        out = {"dp_epsilon": self.epsilon(max(self.count.values(), default=0))}
+        if self.claims:
+            out["dp_epsilon_claimed"] = max(self.claims)
+        self.claims, self.problems = [], []
+        if self.path is not None:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.count))
+            os.replace(tmp, self.path)
+        return out

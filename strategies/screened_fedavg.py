@@ -29,7 +29,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
-from contracts.messages import DP_EPSILON, FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
+from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
 from strategies.dp import fixed_denominator_mean, floor_variances
 from strategies.nodes import (
     answered,
@@ -74,7 +74,7 @@ class ScreenedFedAvg(FedAvg):
         trim: float = 0.2,
         max_update_norm: float = 0.0,
         max_evaluate_nodes: int = 0,
-        dp_local: bool = False,
+        dp_local=None,
         **kwargs,
     ):
         kwargs.setdefault("min_available_nodes", num_clients)
@@ -98,7 +98,9 @@ class ScreenedFedAvg(FedAvg):
         self.max_update_norm = max_update_norm  # 0 = no bound
         self.max_evaluate_nodes = max_evaluate_nodes  # 0 = no cap
         self.dp_denominator = 0  # > 0: central DP's fixed-denominator mean (strategies/dp.py)
-        self.dp_local = dp_local  # local DP: noised variances are floored (post-processing)
+        # local DP (strategies/dp.LocalDPLedger): the server's own count of what each party
+        # spent; noised variances are floored (post-processing)
+        self.dp_local = dp_local
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
@@ -214,6 +216,14 @@ class ScreenedFedAvg(FedAvg):
         server_round += self.round_offset
         pairs = answered(self.sent, list(replies))
         pairs.sort(key=lambda ir: self._partition(self.sent[ir[0]].metadata.dst_node_id))
+        if self.dp_local:  # every noised update that arrived was a release, used or not
+            for i, rep in pairs:
+                if not rep.has_error() and rep.content.array_records:
+                    metrics = next(iter(rep.content.metric_records.values()), {})
+                    self.dp_local.received(
+                        self._partition(self.sent[i].metadata.dst_node_id), dict(metrics)
+                    )
+            self.recorder.add_metrics(self.dp_local.report())
         accepted = self._screen_and_record(server_round, pairs)
         self._record_silent(pairs)
         if not accepted:
@@ -327,14 +337,8 @@ class ScreenedFedAvg(FedAvg):
             float(next(iter(c.metric_records.values())).get(TRAIN_LOSS, float("nan")))
             for c in contents
         ]
-        spent = [  # local DP: the parties' own ledgers (clients/dp.py); the round shows the most
-            float(next(iter(c.metric_records.values()))[DP_EPSILON])
-            for c in contents
-            if DP_EPSILON in next(iter(c.metric_records.values()))
-        ]
         metrics = MetricRecord(
             {
-                **({"dp_epsilon": max(spent)} if spent else {}),
                 "train_loss": sum(a * b for a, b in zip(n, loss)) / sum(n),
                 "n_accepted": len(contents),
                 **mean_signals([dict(next(iter(c.metric_records.values()))) for c in contents]),
