@@ -215,6 +215,10 @@ BLOCKS = {
     "dp-frontier-cdl-bnlocal-clip2": lambda: _dp_frontier("dp_frontier_cdl_bnlocal_clip2"),
     "dp-frontier-adaptive": lambda: _dp_frontier("dp_frontier_adaptive"),
     "fedrl-attack": lambda: _attack("fedrl_attack", "fedrl_attack"),
+    "fedrl-attack-defence": lambda: __import__(
+        "experiments.privacy.fedrl_attack", fromlist=["x"]
+    ).markdown_defence(_csv("fedrl_attack_defence.csv")),
+    "fedrl-derandomize": lambda: _attack("fedrl_derandomize", "fedrl_derandomize"),
     "fedrl-frontier": lambda: _attack("fedrl_frontier", "fedrl_frontier"),
     "fedvln-frontier": lambda: _attack("fedvln_frontier", "fedvln_frontier"),
     "driving-membership": lambda: _attack("driving_membership", "driving_membership"),

@@ -190,7 +190,7 @@ def test_the_adversary_who_read_the_code_regenerates_alphas_noise_only_in_study_
 
     s, seen, truth = _relayed_alpha_releases(reproducible, monkeypatch)
     assert len(seen) > 50  # training and evaluation releases both
-    rest, _ = derandomize(seen, s.sigma, s.seed, guess=1, window=0, joint=1)
+    rest, _ = derandomize(seen, s.sigma, s.seed, guess=1, window=0, clip=s.clip_bound, joint=1)
     err = np.array([np.abs(r - t).max() for r, t in zip(rest, truth)])
     if reproducible:
         assert (err < 1e-3).all(), np.quantile(err, [0.5, 0.9, 1])

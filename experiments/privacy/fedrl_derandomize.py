@@ -8,9 +8,10 @@ The attacker knows the code, the run config (its seed) and every message it rela
 position in the protocol. It does not know alpha's message counter exactly: it starts from a
 guess up to `--window` away and, for each release of C_alpha it saw, tries every candidate
 count m in the window, regenerating the study mode's noise (`SeededNoise(seed, alpha, m)`),
-subtracting it, and keeping the candidate whose remainder has the least energy over the first
-8 releases: the true candidate leaves alpha's clipped Q (|Q| <= C), any other adds noise of
-variance 2 sigma^2 to every coordinate. Then it follows alpha's counter from there. `recovered` is the share of
+subtracting it, and keeping the candidate that explains the first 8 releases best: the true
+candidate leaves alpha's clipped Q, whose rows never exceed the public clip C, and no extra
+energy; any other leaves rows over C and noise of variance 2 sigma^2 on every coordinate. Then
+it follows alpha's counter from there. `recovered` is the share of
 releases it recovers to float32 rounding (max error < 1e-3).
 
 Per (sigma, seed): FedRL trains `--rounds` rounds in study mode (the package's 8x8 defaults,
@@ -51,26 +52,34 @@ def remove_noise(released: np.ndarray, sigma: float, seed: int, m: int) -> np.nd
     return released - sigma * noise
 
 
-def energy(released: np.ndarray, sigma: float, seed: int, m: int) -> float:
-    """What is left after subtracting candidate m's noise: the true m leaves alpha's clipped Q
-    (|Q| <= C a row), any other adds about 2 sigma^2 a coordinate."""
-    return float(np.square(remove_noise(released, sigma, seed, m)).sum())
+def misfit(released: np.ndarray, sigma: float, seed: int, m: int, clip: float) -> tuple:
+    """How badly candidate m explains the release, from what the attacker can check: the true m
+    leaves alpha's clipped Q, whose rows never exceed the public clip C (and a trained network's
+    often sit on it), and adds no energy; any other m adds about 2 sigma^2 a coordinate. So:
+    (rows over C, energy left), smaller is better."""
+    rest = remove_noise(released, sigma, seed, m)
+    over = int((np.linalg.norm(rest, axis=-1) > clip * (1 + 1e-4)).sum())
+    return over, float(np.square(rest).sum())
 
 
-def derandomize(releases: list, sigma: float, seed: int, guess: int, window: int, joint: int = 8):
+def derandomize(
+    releases: list, sigma: float, seed: int, guess: int, window: int, clip: float, joint: int = 8
+):
     """The attacker: (each release minus the noise it regenerated, the counts it chose). It
     finds the first count jointly over the first `joint` releases (one message each, so their
     counts follow each other), searching `guess` +- `window`; then each next release at one of
     the 4 counts after the last."""
     j = min(joint, len(releases))
-    m = min(
-        range(max(1, guess - window), guess + window + 1),
-        key=lambda m0: sum(energy(releases[i], sigma, seed, m0 + i) for i in range(j)),
-    )
+
+    def joint_misfit(m0: int) -> tuple:
+        fits = [misfit(releases[i], sigma, seed, m0 + i, clip) for i in range(j)]
+        return sum(f[0] for f in fits), sum(f[1] for f in fits)
+
+    m = min(range(max(1, guess - window), guess + window + 1), key=joint_misfit)
     out, counts = [], []
     for i, c in enumerate(releases):
         if i:
-            m = min(range(m + 1, m + 5), key=lambda k: energy(c, sigma, seed, k))
+            m = min(range(m + 1, m + 5), key=lambda k: misfit(c, sigma, seed, k, clip))
         out.append(remove_noise(c, sigma, seed, m))
         counts.append(m)
     return out, counts
@@ -84,8 +93,8 @@ def one_run(
         return json.loads(cache.read_text())
     import torch
 
-    from experiments.privacy.fedrl_attack import _settings, attack_auc, released_pairs
-    from training.fedrl_privacy import new_key, release
+    from experiments.privacy.fedrl_attack import _settings, attack_auc, true_pairs
+    from training.fedrl_privacy import new_key
     from training.fedrl_protocol import DirectTransport
 
     torch.set_num_threads(1)
@@ -99,24 +108,10 @@ def one_run(
     for mode in ("study (seeded)", "default (secret key)"):
         alpha.noise_key = None if mode.startswith("study") else new_key()
         start = alpha.counters["messages"] + 1  # the count of the first release below
-        truths = []
-        real = release
-
-        def spy(q, clip, sig, noise=None, _real=real):
-            truths.append(_real(q, clip, 0.0).numpy())
-            return _real(q, clip, sig, noise)
-
-        import training.fedrl_party as party_mod
-
-        party_mod.release = spy
-        try:
-            c, labels, maps = released_pairs(alpha, s, steps, seed=seed)
-        finally:
-            party_mod.release = real
+        c, truth, labels, maps = true_pairs(alpha, s, steps, seed)
         per_release = np.split(c, steps)
         guess = start + int(rng.integers(-window // 2, window // 2 + 1))  # no access to alpha
-        rest, counts = derandomize(per_release, sigma, seed, guess, window)
-        truth = np.concatenate(truths)
+        rest, counts = derandomize(per_release, sigma, seed, guess, window, s.clip_bound)
         recovered = np.concatenate(rest)
         err = np.abs(recovered - truth).reshape(steps, -1).max(axis=1)
         rows.append(
