@@ -24,8 +24,13 @@ node's signature) after three checks Flower 1.41 does not make:
    before a byte of its body is read. Every body must arrive within a deadline from its first
    byte. The edge bounds every body by `--max-body` too and buffers it before this process
    sees it (`option http-buffer-request`).
-4. *A signature acts once.* A (key, timestamp, signature) the SuperLink already answered is
-   refused, and a timestamp is accepted for 30 s, not Flower's 305 s.
+4. *A signature acts once.* A signature covers only the timestamp, so every valid signature of
+   one (key, timestamp) is the same permission: the guard is keyed on the decoded key and the
+   signed timestamp, never on the header's text (an ECDSA signature (r, s) is also valid as
+   (r, n - s), and base64 has unused trailing bits that Python's decoder ignores: issue 62
+   replayed both). It is reserved before the call is forwarded (so concurrent copies find it
+   taken) and given back only if the call did not reach the SuperLink or it answered 5xx. A
+   timestamp is accepted for 30 s, not Flower's 305 s.
 
     python deploy/fleet_gateway.py --listen /run/fedembodied/gateway.sock --upstream 127.0.0.1:9093 \
         [--tls CERT_DIR]   (ca.crt: the SuperLink speaks TLS and nodes must sign every call)
@@ -115,11 +120,13 @@ class Bounded(OrderedDict):
 
 
 class SeenSignatures:
-    """Signatures already acted on, remembered for as long as their timestamp is accepted: a
-    captured request replayed within the window is refused (issue 42: 46 replays from another
-    host were all answered, one pulled its node's `evaluate` message). A signature counts as
-    used once the SuperLink answered it 200, so a call refused on the way (a 503 at the edge,
-    an unreachable SuperLink) can still be retried. Past `cap` entries the oldest go first."""
+    """Signed (key, timestamp) pairs already acted on, remembered for as long as their timestamp
+    is accepted: a captured request replayed within the window is refused (issue 42: 46 replays
+    from another host were all answered, one pulled its node's `evaluate` message). `reserve`
+    takes a pair before its call is forwarded (the check and the reservation run without an
+    await between them, so copies arriving at once find it taken); `release` gives it back when
+    the call did not act (refused before forwarding, SuperLink unreachable or 5xx), so an honest
+    retry goes through. Past `cap` entries the oldest go first."""
 
     def __init__(self, window_s: float = SIGNED_AGE_S[1] - SIGNED_AGE_S[0], cap: int = 1_000_000):
         self.window_s, self.cap, self.until = window_s, cap, OrderedDict()
@@ -128,13 +135,16 @@ class SeenSignatures:
         while self.until and (next(iter(self.until.values())) < now or len(self.until) > self.cap):
             self.until.popitem(last=False)
 
-    def used(self, sig: str, now: float) -> bool:
+    def reserve(self, pair: tuple, now: float) -> bool:
+        """Take `pair`; False if it is already taken (a replay)."""
         self._expire(now)
-        return sig in self.until
+        if pair in self.until:
+            return False
+        self.until[pair] = now + self.window_s
+        return True
 
-    def use(self, sig: str, now: float) -> None:
-        self.until[sig] = now + self.window_s
-        self._expire(now)
+    def release(self, pair: tuple) -> None:
+        self.until.pop(pair, None)
 
 
 class Registry:
@@ -245,7 +255,8 @@ def check_request(path: str, body: bytes, ledger: Ledger) -> None:
 
 def check_signature(headers, now: datetime.datetime) -> str:
     """The caller's public key (base64) if it signed a fresh timestamp with it, else Refused.
-    Flower's SuperLink checks the same again and also that the key is registered."""
+    Flower's SuperLink checks the same again and also that the key is registered.
+    `signed_pair(headers)` is what the signature grants, for the once-only guard."""
     try:
         key = headers["flwr-public-key"]
         signature = base64.b64decode(headers["flwr-signature"], validate=True)
@@ -259,6 +270,12 @@ def check_signature(headers, now: datetime.datetime) -> str:
     except (KeyError, ValueError, TypeError, UnicodeError, binascii.Error) as e:
         raise Refused(401, f"unsigned or badly signed call ({e})") from e
     return key
+
+
+def signed_pair(headers) -> tuple[bytes, str]:
+    """What a checked signature grants: (the key's bytes, the timestamp text it signed). The
+    same pair however the key or the signature is spelled (check_signature ran first)."""
+    return base64.b64decode(headers["flwr-public-key"], validate=True), headers["flwr-timestamp"]
 
 
 async def read_body(request: Request, limit: int, min_rate: float = 256 * 1024) -> bytes:
@@ -338,38 +355,46 @@ def build_app(
 
     async def _forward(request: Request, who: str) -> Response:
         path = request.url.path
+        pair = None  # the (key, timestamp) this call reserved, if any
         try:
             if request.method != "POST" or not FLEET_PATH.fullmatch(path) or request.url.query:
                 raise Refused(
                     403,
                     "only the Fleet API is served here; submit runs on the SuperLink's host",
                 )
-            key, sig, now = "", "", time.monotonic()
+            key, now = "", time.monotonic()
             if signed:
                 key = check_signature(request.headers, datetime.datetime.now(datetime.UTC))
-                sig = request.headers["flwr-signature"]
-                if seen.used(sig, now):
-                    raise Refused(401, "this signature was already used (a replayed request)")
                 if registered is not None and not registered(base64.b64decode(key), now):
                     raise Refused(401, "the SuperLink has no node registered with this key")
+                if not seen.reserve(signed_pair(request.headers), now):
+                    raise Refused(401, "this signature was already used (a replayed request)")
+                pair = signed_pair(request.headers)  # reserved: given back if the call fails
             limit = max_body if (not signed or key in accepted_keys) else unknown_key_body
             body = await read_body(request, limit, min_rate)
             check_request(path, body, ledger)
         except Refused as e:
+            if pair is not None:
+                seen.release(pair)
             log.warning("refused %s %s from %s: %s", request.method, path[:80], who, e)
             return PlainTextResponse(f"fedembodied fleet gateway: {e}\n", e.status)
         except ClientDisconnect:
+            if pair is not None:
+                seen.release(pair)
             return Response(status_code=400)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
             r = await client.post(path, content=body, headers=headers)
         except httpx.HTTPError as e:
+            if pair is not None:
+                seen.release(pair)
             log.error("upstream %s unreachable: %s", upstream, e)
             return PlainTextResponse("SuperLink unreachable\n", 502)
+        if r.status_code >= 500 and pair is not None:
+            seen.release(pair)  # the SuperLink did not act on it: an honest retry may
         if r.status_code == 200:
             if key:
                 accepted_keys.add(key)
-                seen.use(sig, time.monotonic())
             if path == "/v1/fleet/pull-messages":
                 with contextlib.suppress(DecodeError):
                     node = PullMessagesRequest.FromString(body).node.node_id

@@ -282,3 +282,97 @@ def test_one_source_address_holds_at_most_its_share_of_the_gateway():
     third, done, after, calls = asyncio.run(run())
     assert third.status_code == 503 and "2 calls from 10.0.0.1 in progress" in third.text
     assert done == [200, 200, 200] and after.status_code == 200 and calls == 4
+
+
+def _twin(signature_b64: str) -> str:
+    """The same ECDSA signature spelled (r, n - s): as valid as (r, s) for the same message."""
+    from cryptography.hazmat.primitives.asymmetric.utils import (
+        decode_dss_signature,
+        encode_dss_signature,
+    )
+
+    n = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFC7634D81F4372DDF581A0DB248B0A77AECEC196ACCC52973
+    r, s = decode_dss_signature(base64.b64decode(signature_b64))
+    return base64.b64encode(encode_dss_signature(r, n - s)).decode()
+
+
+def _respelled(b64: str) -> str:
+    """The same bytes in base64 with other unused trailing bits (Python's decoder ignores them)."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    body = b64.rstrip("=")
+    unused = {1: 4, 2: 2}.get(len(base64.b64decode(b64)) % 3, 0)  # bits the last char wastes
+    assert unused, "a length with no unused bits: nothing to respell"
+    last = alphabet.index(body[-1]) ^ 1  # flip the lowest (unused) bit
+    return body[:-1] + alphabet[last] + "=" * (len(b64) - len(body))
+
+
+def test_a_signature_acts_once_however_it_is_spelled(gw):
+    """issue 62: the twin (r, n - s) of a used signature, and the same signature in base64 with
+    other unused bits, are the same permission and are refused once it was used."""
+    client, up = gw
+    key = ec.generate_private_key(ec.SECP384R1())
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+    for _ in range(20):  # a signature whose base64 wastes bits (most DER lengths do)
+        headers = signed(key)
+        if len(base64.b64decode(headers["flwr-signature"])) % 3:
+            break
+    twin = {**headers, "flwr-signature": _twin(headers["flwr-signature"])}
+    respelled = {**headers, "flwr-signature": _respelled(headers["flwr-signature"])}
+    assert twin["flwr-signature"] != headers["flwr-signature"] != respelled["flwr-signature"]
+    assert base64.b64decode(respelled["flwr-signature"]) == base64.b64decode(
+        headers["flwr-signature"]
+    )
+    gateway.check_signature(twin, datetime.datetime.now(datetime.UTC))  # both verify
+    gateway.check_signature(respelled, datetime.datetime.now(datetime.UTC))
+    assert client.post("/v1/fleet/pull-messages", content=ask, headers=headers).status_code == 200
+    for again in (twin, respelled):
+        r = client.post("/v1/fleet/pull-messages", content=ask, headers=again)
+        assert r.status_code == 401 and "already used" in r.text
+    assert up.calls == ["/v1/fleet/pull-messages"]
+
+
+def test_32_copies_of_one_signature_at_once_act_once_and_a_5xx_gives_it_back():
+    """32 copies of one signed call sent at once from 4 addresses: one reaches the SuperLink,
+    31 are refused. A call the SuperLink answered 5xx did not act: its signature may be used
+    again (an honest node's retry)."""
+    import asyncio
+
+    calls, answer = [], {"status": 200}
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        await asyncio.sleep(0.05)  # the SuperLink takes a while: the copies overlap
+        return httpx.Response(answer["status"], content=b"")
+
+    app = gateway.build_app(
+        "http://superlink", False, signed=True, transport=httpx.MockTransport(upstream)
+    )
+    key = ec.generate_private_key(ec.SECP384R1())
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+
+    async def main():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://gw"
+        ) as c:
+            headers = signed(key)
+            got = await asyncio.gather(
+                *(
+                    c.post(
+                        "/v1/fleet/pull-messages",
+                        content=ask,
+                        headers={**headers, "x-forwarded-for": f"10.9.9.{k % 4}"},
+                    )
+                    for k in range(32)
+                )
+            )
+            answer["status"] = 500
+            other = signed(key)
+            failed = await c.post("/v1/fleet/pull-messages", content=ask, headers=other)
+            answer["status"] = 200
+            retried = await c.post("/v1/fleet/pull-messages", content=ask, headers=other)
+            return [r.status_code for r in got], failed.status_code, retried.status_code
+
+    codes, failed, retried = asyncio.run(main())
+    assert sorted(codes).count(200) == 1 and codes.count(401) == 31, codes
+    assert failed == 500 and retried == 200
+    assert len(calls) == 3
