@@ -262,9 +262,10 @@ def run_fingerprint(settings, data_fields: tuple[str, ...] = (), **extra) -> str
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def job_fingerprint(settings, data_field: str, job: dict, exchange: int) -> str:
+def job_fingerprint(settings, data_field: str, job: dict, exchange: int, **extra) -> str:
     """A table job's run_fingerprint: its settings, the bytes of the data file or folder named
-    by `data_field`, and the job's method, rounds, evaluation cadence and exchange version."""
+    by `data_field`, the job's method, rounds, evaluation cadence and exchange version, and
+    `extra` (e.g. the floating-point kernels: experiments/fedrl.numerics)."""
     return run_fingerprint(
         settings,
         (data_field,),
@@ -272,6 +273,7 @@ def job_fingerprint(settings, data_field: str, job: dict, exchange: int) -> str:
         rounds=job["rounds"],
         eval_every=job["eval_every"],
         exchange=exchange,
+        **extra,
     )
 
 

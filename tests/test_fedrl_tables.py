@@ -4,12 +4,14 @@ rows to the digit. A change that moves a table fails here instead of drifting si
 last drift went unnoticed for three days: docs/fedrl.md names its cause). In the lane: one
 FedRL run of Table 1's 8x8 recipe is a few minutes on 2 cores."""
 
+import json
+import subprocess
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA
+from tests.conftest import PYTHON, ROOT, SHARED_DATA
 
 MAPS = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"
 
@@ -17,7 +19,7 @@ MAPS = SHARED_DATA / "gridworld" / "gridworld_o_8.mat"
 @pytest.mark.lane
 @pytest.mark.skipif(not MAPS.is_file(), reason="needs ../shared/data/gridworld")
 def test_a_committed_table1_run_is_what_the_shipped_code_computes(tmp_path):
-    from experiments.fedrl.table1 import fingerprint, one_run, splits_for
+    from experiments.fedrl.table1 import fingerprint, splits_for
 
     runs = pd.read_csv(ROOT / "experiments" / "results" / "fedrl_table1_runs.csv")
     mine = runs.query("method == 'fedrl' and rules == 'paper' and size == 8 and seed == 0")
@@ -36,9 +38,19 @@ def test_a_committed_table1_run_is_what_the_shipped_code_computes(tmp_path):
         "extra": {},
         "work": str(tmp_path),
     }
-    # the committed rows were made with exactly these settings, defaults and map bytes included
+    # the committed rows were made with exactly these settings, defaults, map bytes and
+    # floating-point kernels (experiments/fedrl.numerics)
     assert mine["fingerprint"].iloc[0] == fingerprint(job)
-    got = pd.DataFrame(one_run(job)).fillna({"test_noise": ""})
+    # trained in a fresh process: the kernels are pinned before anything computes
+    code = (
+        "import json, sys; from experiments.fedrl.table1 import one_run; "
+        "print(json.dumps(one_run(json.loads(sys.argv[1]))))"
+    )
+    res = subprocess.run(
+        [PYTHON, "-c", code, json.dumps(job)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = pd.DataFrame(json.loads(res.stdout.strip().splitlines()[-1])).fillna({"test_noise": ""})
     want = mine.fillna({"test_noise": ""})
     keys = ["checkpoint", "test_noise"]
     got, want = got.set_index(keys).sort_index(), want.set_index(keys).sort_index()

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
-from experiments.fedrl import STUDY
+from experiments.fedrl import STUDY, numerics
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
@@ -172,6 +172,7 @@ def one_run(job: dict) -> list[dict]:
                     "sigma": s.sigma,
                     **ledger,
                     "exchange": EXCHANGE,
+                    "numerics": numerics(),
                     "fingerprint": fp,
                     "wall_s": round(last["wall_s"], 1),
                     "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
@@ -211,7 +212,7 @@ def fingerprint(job: dict) -> str:
     """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
     settings it resolves to (defaults included), the map file's bytes, method, rounds,
     evaluation cadence and the exchange version."""
-    return job_fingerprint(settings_of(job), "map_file", job, EXCHANGE)
+    return job_fingerprint(settings_of(job), "map_file", job, EXCHANGE, numerics=numerics())
 
 
 def cached_run(job: dict) -> list[dict]:

@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
-from experiments.fedrl import STUDY
+from experiments.fedrl import STUDY, numerics
 from experiments.fedrl.table1 import EXCHANGE  # noqa: E402
 from experiments.simulate import (  # noqa: E402
     RESULTS,
@@ -199,6 +199,7 @@ def one_run(job: dict) -> list[dict]:
                     "word_vectors": "word2vec on the 3 corpora (substitute)",
                     "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
                     "exchange": EXCHANGE,
+                    "numerics": numerics(),
                     "fingerprint": fp,
                     "wall_s": round(last["wall_s"], 1),
                 }
@@ -210,7 +211,7 @@ def fingerprint(job: dict) -> str:
     """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
     settings (defaults included), the corpus folder's bytes, method, rounds, evaluation
     cadence and the exchange version."""
-    return job_fingerprint(settings_of(job), "t2a_data", job, EXCHANGE)
+    return job_fingerprint(settings_of(job), "t2a_data", job, EXCHANGE, numerics=numerics())
 
 
 def cached_run(job: dict) -> list[dict]:

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
 from experiments.simulate import RESULTS, ROOT, command_line
 from experiments.tables import mean_sd, refuse_overwrite, save_study, study_files
 
