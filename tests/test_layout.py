@@ -223,3 +223,22 @@ def test_the_equation_map_names_functions_that_exist():
         for name in names[1:]:
             last = name.split(".")[-1].split(" ")[0]
             assert re.search(rf"(def|class) {re.escape(last)}\b", source), (names[0], name)
+
+
+def test_no_code_loads_a_checkpoint_that_can_run_code():
+    """torch.load(weights_only=False) unpickles arbitrary objects: a checkpoint file that runs
+    code when read (issue 62 found it back in an experiment). Outside the tests, every load
+    is weights_only=True (or a loader that says so)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in (".venv", "tests", "runs", "build") or "site-packages" in rel.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and any(
+                k.arg == "weights_only"
+                and not (isinstance(k.value, ast.Constant) and k.value.value is True)
+                for k in node.keywords
+            ):
+                found.append(f"{rel}:{node.lineno}")
+    assert not found, found

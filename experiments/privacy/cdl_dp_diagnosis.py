@@ -48,7 +48,7 @@ def diagnose(run: Path, seed: int) -> list[dict]:
     files = sorted((run / "checkpoints").glob("final_silo_*.pt"))
     if not files:
         raise FileNotFoundError(f"{run}/checkpoints: no final_silo_*.pt (run the frontier first)")
-    if "blocks.0.bn1.running_var" not in torch.load(files[0], weights_only=False):
+    if "blocks.0.bn1.running_var" not in torch.load(files[0], weights_only=True):
         raise SystemExit(
             f"cdl_dp_diagnosis: {run} kept BatchNorm statistics local (--batchnorm local): "
             "nothing was released to diagnose"
@@ -62,7 +62,7 @@ def diagnose(run: Path, seed: int) -> list[dict]:
     pooled = np.concatenate([s.x_train for s in silos])
     rows = []
     for i, (f, silo) in enumerate(zip(files, silos)):
-        state = torch.load(f, weights_only=False)
+        state = torch.load(f, weights_only=True)
 
         def model():
             m = ResNet8(d.image_size, d.channels)
@@ -109,7 +109,7 @@ def bn1_by_round(run: Path) -> list[dict]:
 
     rows = []
     for f in sorted((run / "checkpoints").glob("round_*.pt")):
-        v = torch.load(f, weights_only=False)["blocks.0.bn1.running_var"]
+        v = torch.load(f, weights_only=True)["blocks.0.bn1.running_var"]
         rows.append({"run": run.name, "round": int(f.stem.split("_")[1]),
                      "bn1_var_median": float(v.median()), "bn1_var_min": float(v.min())})  # fmt: skip
     return rows
