@@ -11,7 +11,7 @@ from logging import WARNING
 from flwr.common import log
 
 from config import Config
-from strategies.dp import LocalDPLedger
+from strategies.dp import LocalDPLedger, clip_range
 
 
 def screened_args(c: Config, recorder) -> dict:
@@ -58,8 +58,10 @@ def central_dp(strategy, c: Config, recorder):
 
 def resumed_clip(c: Config, rounds: list[dict]) -> float:
     """The C a run goes on with: dp.clip, or under adaptive clipping the C the last finished
-    round stepped to (`dp_clip_next`, written every adaptive round); a missing or broken value
-    (NaN from a CSV, 0) falls back to dp.clip."""
+    round stepped to (`dp_clip_next`, written every adaptive round). A missing or broken value
+    (NaN from a CSV, 0), or one outside the range adaptive clipping keeps C in
+    (strategies/dp.clip_range: a rounds.csv edited to 1e300 or 1e-300), is not resumed: the run
+    goes on from dp.clip, and says so."""
     if c.dp.clipping != "adaptive" or not rounds:
         return c.dp.clip
     last = rounds[-1].get("dp_clip_next")
@@ -67,7 +69,20 @@ def resumed_clip(c: Config, rounds: list[dict]) -> float:
         last = float(last)
     except (TypeError, ValueError):
         return c.dp.clip
-    return last if math.isfinite(last) and last > 0 else c.dp.clip
+    lo, hi = clip_range(c)
+    if math.isfinite(last) and lo <= last <= hi:
+        return last
+    if math.isfinite(last) and last != 0:
+        log(
+            WARNING,
+            "[fedembodied] rounds.csv dp_clip_next = %g is outside adaptive clipping's range "
+            "[%g, %g]; resuming from dp.clip = %g",
+            last,
+            lo,
+            hi,
+            c.dp.clip,
+        )
+    return c.dp.clip
 
 
 @contextlib.contextmanager

@@ -69,6 +69,8 @@ from contracts.messages import DP_EPSILON as DP_CLAIM
 from training.fedrl_privacy import epsilon
 
 VAR_FLOOR = 1e-5
+# adaptive clipping: C stays within [dp.clip / CLIP_RANGE, dp.clip * CLIP_RANGE] (`clip_range`)
+CLIP_RANGE = 100.0
 NORM_SLACK = 1e-3  # float32 rounding: a clipped update's norm may read a little above C
 
 
@@ -127,6 +129,7 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
         self.update_multiplier = self.noise_multiplier  # z_Delta: all of z when C is fixed
         if self.adaptive:
             self.quantile, self.clip_lr = c.dp.clip_quantile, c.dp.clip_lr
+            self.clip_range = clip_range(c)
             self.count_std, self.update_multiplier = adaptive_noise(self.noise_multiplier, sampled)
         if done_releases:  # a resumed run: what the rounds before it released
             self.accountant.compose(self.event(), done_releases)
@@ -192,7 +195,9 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
         (module docstring); the server's norm check follows it. The count is centred and
         divided by m, the parties sampled (public), as the paper's Theorem 1 accounts it:
         u = 1/2 + (sum(b_i - 1/2) + N(0, sigma_b^2)) / m. Only a well-formed bit counts
-        (`clip_bit`), so a broken or hostile party moves the count by at most 1/2 a round."""
+        (`clip_bit`), so a broken or hostile party moves the count by at most 1/2 a round: the
+        noised share u by 1/m and log C by eta_C / m a round, and never outside `clip_range`
+        (issue 62: two parties with false bits walked C from 2 to 39,861 in 200 rounds)."""
         bits = [b for b in map(clip_bit, replies) if b is not None]
         if bits:
             centred = sum(0.5 - b for b in bits)  # b = 1: clipped, so 1 - b is the paper's bit
@@ -200,7 +205,10 @@ class CentralDP(DifferentialPrivacyClientSideFixedClipping):
                 0.5
                 + (centred + float(np.random.normal(0, self.count_std))) / self.num_sampled_clients
             )
-            self.clipping_norm = next_clip(self.clipping_norm, u, self.quantile, self.clip_lr)
+            lo, hi = self.clip_range
+            self.clipping_norm = min(
+                hi, max(lo, next_clip(self.clipping_norm, u, self.quantile, self.clip_lr))
+            )
         bound = self.clipping_norm * (1 + NORM_SLACK)
         self.strategy.max_update_norm = min(self.user_bound or math.inf, bound)
         self.strategy.recorder.add_metrics({"dp_clip_next": self.clipping_norm})  # for a resume
@@ -239,6 +247,14 @@ def clip_bit(reply) -> int | None:
         return None
     bit = next(iter(reply.content.metric_records.values())).get(KEY_NORM_BIT)
     return bit if isinstance(bit, int) and bit in (0, 1) else None
+
+
+def clip_range(c: Config) -> tuple[float, float]:
+    """Where adaptive clipping may take C: dp.clip / CLIP_RANGE to dp.clip * CLIP_RANGE, and
+    never beyond dp.clip's own bounds (0, 1e6]. Four orders of magnitude around the C a study
+    chose: the quantile is tracked wherever the update norms are, while parties that lie
+    about their bits (or a norm distribution that collapses) cannot take it to 0 or infinity."""
+    return c.dp.clip / CLIP_RANGE, min(c.dp.clip * CLIP_RANGE, 1e6)
 
 
 def next_clip(clip: float, unclipped: float, quantile: float, lr: float) -> float:

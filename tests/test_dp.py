@@ -458,7 +458,7 @@ def test_adaptive_clipping_counts_only_well_formed_bits_keeps_a_users_bound_and_
     from flwr.app import Message, MetricRecord, RecordDict
 
     from server.strategy_args import resumed_clip
-    from strategies.dp import CentralDP, clip_bit
+    from strategies.dp import CentralDP, clip_bit, clip_range
 
     def reply(*records):
         content = RecordDict({f"m{k}": MetricRecord(r) for k, r in enumerate(records)})
@@ -493,8 +493,19 @@ def test_adaptive_clipping_counts_only_well_formed_bits_keeps_a_users_bound_and_
     assert resumed_clip(c, [{"dp_clip_next": 3.0}]) == 3.0
     for broken in (float("nan"), 0.0, None, "x"):
         assert resumed_clip(c, [{"dp_clip_next": broken}]) == c.dp.clip
+    for edited in (1e300, 1e-300, -2.0, math.inf):  # issue 62: out of C's range, never resumed
+        assert resumed_clip(c, [{"dp_clip_next": edited}]) == c.dp.clip
     fixed = parse(merged({**DRIVING, "dp.mode": "central"}))
     assert resumed_clip(fixed, [{"dp_clip_next": 3.0}]) == fixed.dp.clip
+    # parties that all claim "clipped" (or never) move C at most within clip_range: 200
+    # rounds of lies walk it to the bound and no further (it reached 39,861 from 2 before)
+    lo, hi = clip_range(c)
+    for bit, bound in ((1, hi), (0, lo)):
+        dp.clipping_norm = c.dp.clip
+        for _ in range(200):
+            dp._step_clip([reply({"norm_bit": bit})] * 10)
+        assert dp.clipping_norm == pytest.approx(bound)
+    assert (lo, hi) == (c.dp.clip / 100, c.dp.clip * 100)
 
 
 @pytest.mark.parametrize("lie", [float("nan"), -5.0, 1e308, "12", 0.001])
