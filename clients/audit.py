@@ -37,6 +37,7 @@ from pathlib import Path
 from flwr.app import Message
 
 from contracts.messages import SERVER_ROUND
+from contracts.safe_files import open_append, write_atomic
 
 GENESIS = "0" * 64
 
@@ -79,7 +80,7 @@ def append(path: Path, record: dict) -> dict:
     """Append `record` to the chain in `path` (created with its folder), under an exclusive
     lock: nodes of one machine sharing a folder never interleave a line. Returns it, stamped."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as f:
+    with open_append(path) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             _cut_torn_tail(path, f)
@@ -130,7 +131,7 @@ def _cut_torn_tail(path: Path, f) -> None:
     f.seek(pos)
     torn = f.read()
     aside = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%dT%H%M%S')}")
-    aside.write_bytes(torn)
+    write_atomic(aside, torn)
     f.truncate(pos)
     print(
         f"fedembodied audit: {path}: its last line was torn ({len(torn)} bytes, no newline: "

@@ -42,6 +42,7 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict  # pylint: d
 
 from clients import policy
 from config import Config
+from contracts.safe_files import open_append, write_atomic
 
 TAG = "state-store"  # ConfigRecord in context.state: the snapshot's round
 CLAIM = "state-claim"  # ConfigRecord in context.state: this run has claimed the node's folder
@@ -52,7 +53,8 @@ LEASE_S = 600.0  # a run silent this long on a node no longer holds its folder a
 def folder(context: Context, c: Config) -> Path | None:
     if not c.run.out_dir:
         return None
-    run = hashlib.sha256(c.run.out_dir.encode()).hexdigest()[:16]
+    # normalised: /x/out and /x/out/ (or /x/./out) are one run's folder, not two
+    run = hashlib.sha256(os.path.normpath(c.run.out_dir).encode()).hexdigest()[:16]
     root = policy.of_node(context.node_config).state_root()
     return root / "runs" / run / f"partition-{int(context.node_config.get('partition-id', 0))}"
 
@@ -75,7 +77,7 @@ def claim(context: Context, c: Config) -> None:
         return
     run, now = int(context.run_id), time.time()
     where.mkdir(parents=True, exist_ok=True)
-    with open(where / ".lock", "a+") as lock:
+    with open_append(where / ".lock", binary=False) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # nodes of one machine never interleave a claim
         owner = _owner(where / OWNER)
         if owner is not None and owner["run"] != run:
@@ -93,9 +95,9 @@ def claim(context: Context, c: Config) -> None:
                     "run another out-dir, wait for that run to end, or resume it "
                     f"(resume = true; a folder silent for {LEASE_S:.0f} s is free)"
                 )
-        tmp = where / (OWNER + ".tmp")
-        tmp.write_text(json.dumps({"run": run, "at": now, "out-dir": c.run.out_dir}) + "\n")
-        os.replace(tmp, where / OWNER)
+        write_atomic(
+            where / OWNER, json.dumps({"run": run, "at": now, "out-dir": c.run.out_dir}) + "\n"
+        )
     context.state[CLAIM] = ConfigRecord({"run": run})
 
 
@@ -151,9 +153,7 @@ def save(context: Context, c: Config, server_round: int) -> None:
     if current is not None and current[0] != server_round:
         os.replace(newest, before)  # a new round: the last one becomes "before"
     context.state[TAG] = ConfigRecord({"round": int(server_round)})
-    tmp = where / "newest.tmp"
-    tmp.write_bytes(recorddict_to_proto(context.state).SerializeToString())
-    os.replace(tmp, newest)
+    write_atomic(newest, recorddict_to_proto(context.state).SerializeToString())
 
 
 def restore(context: Context, c: Config) -> int | None:

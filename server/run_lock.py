@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from config.schema import ConfigError
+from contracts.safe_files import open_lock
 
 LOCK = ".run.lock"
 
@@ -26,7 +27,13 @@ def holding(out: Path, run_id: int = 0):
     """Hold out-dir's lock while the body runs; ConfigError naming the holder if another run
     has it."""
     out.mkdir(parents=True, exist_ok=True)
-    f = open(out / LOCK, "a+")
+    try:
+        f = open_lock(out / LOCK)
+    except OSError as e:  # ELOOP: a link planted where the lock goes (never followed)
+        raise ConfigError(
+            f"run config 'out-dir' {out}: cannot open its lock {LOCK} ({e.strerror}); a "
+            "symbolic link there is refused, never followed"
+        ) from None
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
