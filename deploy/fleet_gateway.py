@@ -31,6 +31,9 @@ node's signature) after three checks Flower 1.41 does not make:
    replayed both). It is reserved before the call is forwarded (so concurrent copies find it
    taken) and given back only if the call did not reach the SuperLink or it answered 5xx. A
    timestamp is accepted for 30 s, not Flower's 305 s.
+5. *A SuperLink error is retried.* The SuperLink answers 500 when its database is locked
+   under load; Flower's SuperNode retries only 502/503/504 and gives up on the rest, staying
+   alive and silent. The gateway passes any other 5xx on as 503.
 
     python deploy/fleet_gateway.py --listen /run/fedembodied/gateway.sock --upstream 127.0.0.1:9093 \
         [--tls CERT_DIR]   (ca.crt: the SuperLink speaks TLS and nodes must sign every call)
@@ -272,6 +275,11 @@ def check_signature(headers, now: datetime.datetime) -> str:
     return key
 
 
+# the statuses Flower 1.41's SuperNode retries (flwr/supercore/retry/http_retry.py); any other
+# 5xx from the SuperLink is passed on as 503, so the node retries it too
+RETRIED_BY_NODES = frozenset({502, 503, 504})
+
+
 def signed_pair(headers) -> tuple[bytes, str]:
     """What a checked signature grants: (the key's bytes, the timestamp text it signed). The
     same pair however the key or the signature is spelled (check_signature ran first)."""
@@ -392,6 +400,15 @@ def build_app(
             return PlainTextResponse("SuperLink unreachable\n", 502)
         if r.status_code >= 500 and pair is not None:
             seen.release(pair)  # the SuperLink did not act on it: an honest retry may
+        if r.status_code >= 500 and r.status_code not in RETRIED_BY_NODES:
+            # a SuperLink error (its SQLite database locked under load answers 500): Flower's
+            # SuperNode gives up for good on a 500 and stays alive but silent (issue 62: 14
+            # minutes, the run went on without the honest nodes); as a 503 it retries
+            log.warning("upstream answered %d to %s from %s; told the node 503 (retry)",
+                        r.status_code, path[:80], who)  # fmt: skip
+            return PlainTextResponse(
+                f"fedembodied fleet gateway: the SuperLink answered {r.status_code}; retry\n", 503
+            )
         if r.status_code == 200:
             if key:
                 accepted_keys.add(key)

@@ -374,5 +374,30 @@ def test_32_copies_of_one_signature_at_once_act_once_and_a_5xx_gives_it_back():
 
     codes, failed, retried = asyncio.run(main())
     assert sorted(codes).count(200) == 1 and codes.count(401) == 31, codes
-    assert failed == 500 and retried == 200
+    assert failed == 503 and retried == 200  # a SuperLink 500 reaches the node as a 503
     assert len(calls) == 3
+
+
+def test_a_superlink_500_reaches_the_node_as_a_503_it_retries():
+    """issue 62: the SuperLink's database locked under load answered 500, on which Flower's
+    SuperNode gives up for good (alive, silent); the gateway passes it on as 503, which the
+    SuperNode retries, and the retry's signature is fresh or given back."""
+    answer = {"status": 500}
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(answer["status"], content=b"database is locked")
+
+    app = gateway.build_app(
+        "http://superlink", False, signed=True, transport=httpx.MockTransport(upstream)
+    )
+    ask = PullMessagesRequest(node=Node(node_id=7)).SerializeToString()
+    key = ec.generate_private_key(ec.SECP384R1())
+    with TestClient(app) as client:
+        headers = signed(key)
+        r = client.post("/v1/fleet/pull-messages", content=ask, headers=headers)
+        assert r.status_code == 503 and "answered 500; retry" in r.text
+        assert r.status_code in gateway.RETRIED_BY_NODES
+        answer["status"] = 200
+        assert (
+            client.post("/v1/fleet/pull-messages", content=ask, headers=headers).status_code == 200
+        )
