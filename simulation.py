@@ -123,6 +123,7 @@ def toml_value(v) -> str:
 def resolve(args) -> tuple[dict, Path]:
     """Validate flags and run config; returns (run-config overrides, out dir)."""
     from config import check_overrides, methods, parse
+    from config.run import MIN_TIMEOUT_S
     from config.schema import ConfigError, defaults, parse_overrides
 
     if args.ray_address is not None:
@@ -147,7 +148,7 @@ def resolve(args) -> tuple[dict, Path]:
     for flag, value, ok in [
         ("--num-cpus", args.num_cpus, lambda v: v >= 1),
         ("--num-gpus", args.num_gpus, lambda v: v >= 0),
-        ("--timeout", args.timeout, lambda v: 0 < v < math.inf),
+        ("--timeout", args.timeout, lambda v: MIN_TIMEOUT_S <= v < math.inf),
     ]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")
@@ -163,6 +164,12 @@ def resolve(args) -> tuple[dict, Path]:
         check_overrides(overrides)
     except ConfigError as e:
         raise BadInput(str(e)) from None
+    asked = [k for k in ("resume", "resume-round") if overrides.get(k)]
+    if asked:  # a fresh launch that says it resumes: the nodes would look for another run's state
+        raise BadInput(
+            f"--run-config {' '.join(asked)}: a run is resumed with --resume DIR (which sets "
+            "them from DIR's finished rounds), not on a fresh launch"
+        )
     cfg = {**defaults(), **overrides}
     vln = methods.get(args.method).domain == "vln"
     if not vln and (args.stage or args.variant):

@@ -198,6 +198,11 @@ def load_npz(path: Path, image_size: int, channels: int = 1) -> tuple[np.ndarray
         raise
     except Exception as e:  # zip/format errors, object arrays (pickles), ... come in many types
         raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    for name, arr in fields.items():  # complex values would be cut to their real part
+        if name != "file_names" and np.asarray(arr).dtype.kind not in "biuf":
+            raise DataError(
+                f"{path}: field {name!r} is not real-valued (dtype {np.asarray(arr).dtype})"
+            )
     try:
         y = np.asarray(fields["ground_truths"], dtype=np.float32).reshape(-1)
     except (TypeError, ValueError):

@@ -129,8 +129,15 @@ def load_domain(data_dir: Path | str, domain: str) -> list[ActText]:
             tags = np.ones(len(words), np.int64)
             related = {}
             for act in t["acts"]:
-                tags[int(act["act_idx"])] = int(act["act_type"]) + 1
-                related[int(act["act_idx"])] = [int(j) for j in act["related_acts"]]
+                idx, rel = int(act["act_idx"]), [int(j) for j in act["related_acts"]]
+                bad = [j for j in (idx, *rel) if not 0 <= j < len(words)]
+                if bad:  # a negative index would silently tag a word from the end
+                    raise DataError(
+                        f"{texts_path}: text {i}: action index {bad[0]} outside its "
+                        f"{len(words)} words (act_idx / related_acts)"
+                    )
+                tags[idx] = int(act["act_type"]) + 1
+                related[idx] = rel
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise DataError(f"{texts_path}: text {i}: missing or malformed field {e}") from None
         if len(pos) != len(words):

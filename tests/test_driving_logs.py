@@ -96,6 +96,12 @@ def test_npz_with_images_or_file_names(tmp_path):
     np.savez(tmp_path / "bad.npz", pictures=np.zeros((2, 4, 4)), ground_truths=np.zeros(2))
     with pytest.raises(DataError, match="'imgs' or 'file_names'"):
         load_npz(tmp_path / "bad.npz", 24)
+    for field in ("imgs", "ground_truths"):  # complex values were cut to their real part
+        arrays = {"imgs": np.zeros((2, 4, 4)), "ground_truths": np.zeros(2)}
+        arrays[field] = arrays[field].astype(np.complex64)
+        np.savez(tmp_path / "complex.npz", **arrays)
+        with pytest.raises(DataError, match=f"complex.npz: field '{field}' is not real-valued"):
+            load_npz(tmp_path / "complex.npz", 24)
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 garbage")
     with pytest.raises(DataError, match="broken.npz: not a readable .npz"):
         load_npz(tmp_path / "broken.npz", 24)

@@ -39,6 +39,8 @@ def test_help_lists_every_method_with_one_line():
         (["fedvln", "--stage", "preexplore"], "'fedvln.agent-init'"),
         (["fedavg", "--run-config", 'faults.raise-partitions="12"'], "partition 12 does not exist"),
         (["fedrl", "--run-config", "fedrl.sigma=0.0"], "fedrl.insecure-no-noise"),
+        (["fedavg", "--timeout", "1e-300"], "bad value for --timeout"),
+        (["fedavg", "--run-config", "resume=true resume-round=7"], "resumed with --resume DIR"),
         pytest.param(
             ["fedavg", "--num-gpus", "1"],
             "no CUDA GPU",

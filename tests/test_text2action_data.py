@@ -43,3 +43,20 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path, monkeypatch):
     (tmp_path / "cooking_labeled_text_data.pkl").write_bytes(b"\x80\x02junk")
     with pytest.raises(DataError, match="cooking_labeled_text_data.pkl"):
         load_domain(tmp_path, "cooking")
+
+
+@pytest.mark.parametrize("field, act", [("act_idx", -1), ("act_idx", 3), ("related_acts", -2)])
+def test_an_action_index_outside_the_text_names_the_file_and_text(tmp_path, field, act):
+    """issue 62: act_idx -1 was accepted (numpy tags the last word); any index of a word the
+    text does not have, in act_idx or related_acts, is refused naming the file and the text."""
+    good = {"act_idx": 0, "act_type": 1, "related_acts": []}
+    bad = {**good, field: [act] if field == "related_acts" else act}
+    texts = [{"words": ["a", "b", "c"], "acts": [good]}, {"words": ["a", "b", "c"], "acts": [bad]}]
+    deps = [[[("a", "DT"), ("b", "NN"), ("c", "VB")]]] * 2
+    (tmp_path / "win2k_labeled_text_data.pkl").write_bytes(pickle.dumps(texts))
+    (tmp_path / "win2k_dependency.pkl").write_bytes(pickle.dumps(deps))
+    with pytest.raises(DataError, match=rf"text 1: action index {act} outside its 3 words"):
+        load_domain(tmp_path, "win2k")
+    texts[1] = texts[0]
+    (tmp_path / "win2k_labeled_text_data.pkl").write_bytes(pickle.dumps(texts))
+    assert len(load_domain(tmp_path, "win2k")) == 2  # the same file with the index fixed loads
