@@ -314,6 +314,30 @@ async def read_body(request: Request, limit: int, min_rate: float = 256 * 1024) 
     return b"".join(chunks)
 
 
+def send_deadline(response: Response, min_rate: float) -> float:
+    """Seconds a response may take to reach its caller: 10 s + its size at `min_rate` bytes/s,
+    the rule a request body gets (`read_body`)."""
+    return 10.0 + len(getattr(response, "body", b"") or b"") / min_rate
+
+
+class Drained:
+    """A response that holds its caller's slot (the per-address count) until it has been sent
+    whole, and is cut at a deadline: the count used to end when the handler returned, so a
+    caller reading 1 KiB every 5 s from 5 addresses held all 32 slots for 70 s (issue 62)."""
+
+    def __init__(self, response: Response, release, deadline: float):
+        self.response, self.release, self.deadline = response, release, deadline
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await asyncio.wait_for(self.response(scope, receive, send), self.deadline)
+        except TimeoutError:
+            log.warning("a response was not taken within %.0f s; connection cut", self.deadline)
+            raise
+        finally:
+            self.release()
+
+
 def build_app(
     upstream: str,
     verify: str | bool,
@@ -354,12 +378,22 @@ def build_app(
                 f"fedembodied fleet gateway: {inside[who]} calls from {who} in progress\n", 503
             )
         inside[who] += 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                inside[who] -= 1
+                if not inside[who]:
+                    del inside[who]
+
         try:
-            return await _forward(request, who)
-        finally:
-            inside[who] -= 1
-            if not inside[who]:
-                del inside[who]
+            response = await _forward(request, who)
+        except BaseException:
+            release()
+            raise
+        return Drained(response, release, send_deadline(response, min_rate))
 
     async def _forward(request: Request, who: str) -> Response:
         path = request.url.path

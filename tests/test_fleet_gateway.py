@@ -401,3 +401,59 @@ def test_a_superlink_500_reaches_the_node_as_a_503_it_retries():
         assert (
             client.post("/v1/fleet/pull-messages", content=ask, headers=headers).status_code == 200
         )
+
+
+def test_a_slow_reader_holds_its_slot_only_until_the_responses_deadline():
+    """issue 62: the per-address count ended when the handler returned, so callers reading a
+    response slowly held every slot. A response now holds its caller's slot until it has been
+    sent whole, and a multi-MB response not taken within 10 s + its size at the minimum rate
+    is cut, its slot given back."""
+    import asyncio
+
+    from starlette.responses import Response as StarletteResponse
+
+    body = b"x" * (3 * 1024 * 1024)  # a model pull
+    held = []
+
+    async def main(read_s: float, min_rate: float):
+        response = StarletteResponse(body)
+        released = []
+        drained = gateway.Drained(
+            response, lambda: released.append(1), gateway.send_deadline(response, min_rate)
+        )
+
+        async def send(message):  # the caller reads each part slowly
+            held.append(not released)
+            await asyncio.sleep(read_s)
+
+        async def receive():
+            return {"type": "http.disconnect"}
+
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+        try:
+            await drained(scope, receive, send)
+            return "sent", released
+        except TimeoutError:
+            return "cut", released
+
+    assert gateway.send_deadline(StarletteResponse(body), 1024 * 1024) == pytest.approx(13.0)
+    how, released = asyncio.run(main(0.01, 1024 * 1024))  # a reader in time
+    assert how == "sent" and released == [1] and all(held)  # counted while it drained
+    held.clear()
+    how, released = asyncio.run(main(0.3, 1e9))  # deadline 10 s: well within 0.6 s of reads
+    assert how == "sent"
+    gateway_deadline = 0.2  # a reader slower than its deadline is cut and its slot freed
+    response = StarletteResponse(body)
+    released = []
+    drained = gateway.Drained(response, lambda: released.append(1), gateway_deadline)
+
+    async def slow(message):
+        await asyncio.sleep(1.0)
+
+    async def receive():
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(drained({"type": "http", "method": "POST", "path": "/", "headers": []},
+                            receive, slow))  # fmt: skip
+    assert released == [1]
