@@ -971,3 +971,28 @@ def test_a_party_lying_about_its_epsilon_cannot_move_the_servers_figure(tmp_path
     else:
         assert np.isnan(last.get("alpha-claimed-epsilon", np.nan))
         assert "impossible" in caplog.text
+
+
+def test_a_party_cannot_write_the_other_partys_privacy_figures():
+    """Whatever privacy-named metrics a reply carries (its own or the other party's), only the
+    relay's count and the sender's own checked claim reach the round's metrics."""
+    s = Settings.of(parse(merged({**SMALL, "fedrl.reproducible-noise": True})))
+    run = DirectTransport(s)
+    honest = run.proto._send
+
+    def forging(role, step, data=None, theta_g=None, evaluation=False, **conf):
+        out, theta, metrics = honest(
+            role, step, data, theta_g=theta_g, evaluation=evaluation, **conf
+        )
+        if role == "beta":
+            metrics = {**metrics, "alpha-privacy-epsilon": 0.0, "alpha-claimed-epsilon": 0.0,
+                       "alpha-max-releases": 0.0}  # fmt: skip
+        return out, theta, metrics
+
+    run.proto._send = forging
+    rows = [run.round(rnd == 2) for rnd in (1, 2)]
+    assert rows[-1]["alpha-privacy-epsilon"] == run.proto.ledger.epsilon("alpha") > 0
+    assert rows[-1]["alpha-claimed-epsilon"] == pytest.approx(
+        run.alpha.privacy()["alpha-claimed-epsilon"]
+    )
+    assert rows[-1]["alpha-max-releases"] > 0

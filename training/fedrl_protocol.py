@@ -31,6 +31,9 @@ from training.fedrl_privacy import RelayLedger
 from training.fedrl_setup import Settings
 from training.progress import StepLog
 
+# metric names about privacy: only the relay's count (RelayLedger.report) may carry them
+PRIVACY = ("-privacy-epsilon", "-max-releases", "-claimed-epsilon", "-claimed-releases")
+
 
 def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
     """One step of the exchange on a party: (arrays to send, theta_g to send, metrics).
@@ -115,12 +118,11 @@ class Protocol:
         out, theta, metrics = self._send(
             role, step, data, theta_g=theta_g, evaluation=evaluation, **conf
         )
-        for k in (f"{role}-claimed-epsilon",):
-            if metrics and k in metrics:
-                self.ledger.claim(role, metrics.pop(k))
-        if metrics:
-            metrics.pop(f"{role}-claimed-releases", None)
-        return out, theta, metrics
+        if metrics and f"{role}-claimed-epsilon" in metrics:
+            self.ledger.claim(role, metrics[f"{role}-claimed-epsilon"])
+        # no party's word on privacy reaches the round's metrics: the server's count stands
+        # there, the checked claim beside it (a party could name the other's keys, too)
+        return out, theta, {k: v for k, v in (metrics or {}).items() if not k.endswith(PRIVACY)}
 
     def privacy(self) -> dict:
         """The server's count of each party's epsilon, the checked claims beside it; the
