@@ -159,6 +159,7 @@ def privacy(context: Context) -> dict:
     if live is not None and live[0] == _token(context):
         spent = live[1].privacy()
         out["epsilon"] = spent[f"{live[1].role}-claimed-epsilon"]
+        out["eval_epsilon"] = spent[f"{live[1].role}-claimed-eval-epsilon"]
     return out
 
 

@@ -921,10 +921,13 @@ def test_the_relay_counts_every_release_as_the_party_does_evaluation_included():
         assert np.array_equal(
             party.eval_ledger.counts["valid"], relay.eval[party.role].counts["valid"]
         )
-        assert party.eval_ledger.counts["valid"][:, 0].min() == 6
-        assert relay.max_releases(party.role) == max(
-            party.ledger.max_releases(), party.eval_ledger.max_releases()
-        )
+        # each play releases each slot's first observation once (C); alpha's move in the 3
+        # noise-on plays is one more release of it; the 3 noise-off plays moved on un-noised Q
+        first = party.eval_ledger.counts["valid"][:, 0]
+        assert (first == (9 if party.role == "alpha" else 6)).all()
+        assert party.eval_ledger.unnoised == relay.eval[party.role].unnoised == {"valid"}
+        assert relay.eval_epsilon(party.role) == np.inf
+        assert relay.max_releases(party.role) == party.ledger.max_releases()
 
 
 @pytest.mark.parametrize("lie", [float("nan"), -1.0, 1e308, 0.5])
@@ -996,3 +999,26 @@ def test_a_party_cannot_write_the_other_partys_privacy_figures():
         run.alpha.privacy()["alpha-claimed-epsilon"]
     )
     assert rows[-1]["alpha-max-releases"] > 0
+
+
+def test_a_rewound_party_never_releases_two_inputs_under_one_noise():
+    """issue 61 review: a run resumed from round k as often as its submitter likes restores the
+    key and the counter; the noise also depends on what is released, so the same input gets
+    the same draw (a replay teaches nothing) and another input an independent one (the
+    difference of two releases is never noise-free)."""
+    s = Settings.of(parse(merged({**SMALL, "fedrl.sigma": 16.0})))
+    state = Alpha(s).state_arrays()
+
+    def rewound():
+        party = Alpha(s, restoring=True)
+        party.load_arrays(state)
+        return party
+
+    q_a, q_b = torch.zeros(64, 4), torch.zeros(64, 4)
+    q_b[:, 0] = 1.0  # another input, one coordinate apart
+    one, two = rewound(), rewound()
+    c_a, c_b = one.released(q_a, one._generator()), two.released(q_b, two._generator())
+    residual = (c_a - c_b) - (q_a - q_b)  # all noise: sd sigma * sqrt(2)
+    assert residual.std().item() == pytest.approx(16.0 * 2**0.5, rel=0.15)
+    again = rewound()
+    assert torch.equal(again.released(q_a, again._generator()), c_a)  # the same input: the same

@@ -151,14 +151,21 @@ class Party:
 
     def eval_released(self, q: torch.Tensor, gen) -> torch.Tensor:
         """A release about a world other than the training one, counted in the evaluation
-        ledger: in an evaluation play its record is the split, the episode slot and the index
-        of this party's release in the play; outside one (a study's own world), `other`."""
+        ledger (`eval_count`)."""
+        self.eval_count(len(q))
+        return self.released(q, gen)
+
+    def eval_count(self, rows: int, noised: bool = True) -> None:
+        """Count a release of `rows` rows about the current evaluation observation: its record
+        is the split, the episode slot and the observation's step in the play (outside a play,
+        a study's own world: `other`). An action chosen on un-noised Q (test_noise=off) is a
+        release without noise: the split's epsilon is then unbounded."""
         playing = self.eval_world is not None
         split, step = (self.eval_split, int(self.eval_step)) if playing else ("other", 0)
-        self.eval_ledger.add(split, step, len(q))
-        if playing:
-            self.eval_step = np.array(step + 1)
-        return self.released(q, gen)
+        if noised:
+            self.eval_ledger.add(split, step, rows)
+        else:
+            self.eval_ledger.unnoised.add(split)
 
     def _open(self) -> np.ndarray:
         """Ids of the transitions that start at the current observation; the first release
@@ -185,12 +192,14 @@ class Party:
             self.mlp_target.load_state_dict(self.mlp.state_dict())
 
     def privacy(self) -> dict[str, float]:
-        """The party's own claim: the epsilon of its most released record, training or
-        evaluation (the relay computes its own from the messages: training/fedrl_privacy.RelayLedger)."""
-        k = max(self.ledger.max_releases(), self.eval_ledger.max_releases())
+        """The party's own claim: the epsilon of its most released training record, and of its
+        most released evaluation record (unbounded once it acted on un-noised Q); the relay
+        computes its own from the messages (training/fedrl_privacy.RelayLedger)."""
+        k = self.ledger.max_releases()
         return {
             f"{self.role}-claimed-releases": float(k),
             f"{self.role}-claimed-epsilon": self.s.privacy_epsilon(k),
+            f"{self.role}-claimed-eval-epsilon": self.eval_ledger.epsilon(self.s.privacy_epsilon),
         }
 
     # -- model selection --------------------------------------------------------------------
@@ -285,7 +294,7 @@ class Party:
         self.eval_split, self.eval_weights = split, weights
         self.eval_world = self.s.world(split)
         self.eval_score = np.zeros((2, self.eval_world.B), np.float64)  # reward sum, met
-        self.eval_step = np.array(0)  # this party's releases in this play so far
+        self.eval_step = np.array(0)  # the step of the observation the play is at
 
     def end_evaluation(self) -> None:
         self.eval_world = None
@@ -402,6 +411,7 @@ class Beta(Party):
                 w.step(*self.s.joint_moves(prev_alpha))
             else:
                 w.step(prev_alpha, self.eval_pending)
+            self.eval_step = np.array(int(self.eval_step) + 1)
         gen = self._generator()
         q_net, mlp = self.nets()
         with torch.no_grad():
@@ -409,6 +419,8 @@ class Beta(Party):
             c = self.eval_released(q, gen)
             own = c if test_noise else self.released(q, gen, noise=False)
             self.eval_pending = self._greedy(mlp, c_alpha, own)
+        if not test_noise and self.s.mode != "joint-action":  # its move leaves, un-noised
+            self.eval_count(len(q), noised=False)
         return c.numpy(), self.eval_pending
 
 
@@ -468,7 +480,9 @@ class Alpha(Party):
         a = explore(greedy, self.s.epsilon_greedy(n), self.s.n_actions, rng)
         moves = self.s.joint_moves(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, next_alpha, _ = self.world.step(*moves)
-        self._open()
+        # the action ids leave: argmax of Q_f on a fresh draw of alpha's own noise, so one more
+        # Gaussian release of each acting transition (issue 61 review)
+        self.ledger.add(self._open())
         self.replay.put(n, s=s, a=a, r=r, s2=next_alpha, done=done.astype(np.float32))
         self.counters["transitions"] += self.s.envs
         count_episodes(self.stats, self.returns, r, done, met)
@@ -527,8 +541,10 @@ class Alpha(Party):
                 .argmax(1)
                 .numpy()
             )
+        self.eval_count(len(a), noised=test_noise)  # the action ids leave
         moves = self.s.joint_moves(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, _, _ = w.step(*moves)  # finished slots get reward 0
+        self.eval_step = np.array(int(self.eval_step) + 1)
         self.eval_score[0] += r
         self.eval_score[1] += met
         active = bool(w.active.any())

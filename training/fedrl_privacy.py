@@ -9,15 +9,19 @@ z = sigma / 2C. Clipping scales the whole vector, so the argmax over actions is 
 it is differentiable, so a party still trains its Q-network through its own Q_hat.
 
 Accounting (`Ledger`): the protected unit is one transition's observation stack. Each party
-counts, per transition id, how many noised vectors computed from that stack it has released
-(acting, and C / C' in the training exchanges). The epsilon reported is that of the most
+counts, per transition id, how many noised vectors computed from that stack it has released:
+C when it acts, C / C' in the training exchanges, and alpha's move itself (its action ids are
+the argmax of Q_f on a fresh draw of its own noise: one more Gaussian release; beta's move is
+the argmax on the C it released, post-processing). The epsilon reported is that of the most
 released transition: RDP composition of that many Gaussian mechanisms, from Google's
 dp-accounting, at delta (default 1e-5). Not covered, and said so in the README: an observation
 sits in H consecutive stacks (group privacy would multiply), the targets Y that alpha sends are
 not noised (the paper does not noise them), and theta_g itself is trained on both parties' data.
-Evaluation plays release C too: each is counted per (split, episode slot, step) across every play
-of that split (`EvalLedger`), and the party's epsilon is that of its most released record,
-training or evaluation.
+Evaluation plays release too, about other records (the valid and test maps): each release is
+counted per (split, episode slot, step of the play) across every play of that split
+(`EvalLedger`), and reported as its own epsilon (`<role>-eval-epsilon`). A test_noise=off play
+chooses each party's moves on its un-noised Q, and the moves leave: that split's epsilon is
+infinite, and the ledger says so rather than leave it out.
 
 Where the noise comes from (Kerckhoffs: the other party and the server know this code, the run
 config and every message). `SecretNoise`: a 256-bit key drawn from the operating system's
@@ -47,19 +51,28 @@ KEY_BYTES = 32  # a party's noise key: 256 bits from os.urandom
 
 class SecretNoise:
     """The Gaussian draws of one message, from the party's secret key (see the module doc).
-    Draw d of message m is SHAKE-256(key | m | d) read as 53-bit uniforms, turned into
-    standard normals by Box-Muller."""
+    Draw d of message m about the values v is SHAKE-256(key | m | d | SHA-256(v)) read as
+    53-bit uniforms, turned into standard normals by Box-Muller.
+
+    Why v: a party's state can be rewound (a run resumed from round k as often as its submitter
+    likes restores the key and the counter), and each rewind could then release *other* inputs
+    under the *same* noise, whose difference is noise-free (issue 61 review). With v in the
+    input, the same values get the same draw (a replay teaches nothing new) and any other
+    values an independent one."""
 
     def __init__(self, key: bytes, message: int):
         if len(key) != KEY_BYTES:
             raise ValueError(f"a noise key is {KEY_BYTES} bytes, got {len(key)}")
         self.key, self.message, self.draws = key, int(message), 0
 
-    def normal(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def normal(self, shape, dtype: torch.dtype = torch.float32, about: bytes = b"") -> torch.Tensor:
         n = math.prod(shape)
         pairs = (n + 1) // 2
         xof = hashlib.shake_256(
-            self.key + self.message.to_bytes(8, "little") + self.draws.to_bytes(8, "little")
+            self.key
+            + self.message.to_bytes(8, "little")
+            + self.draws.to_bytes(8, "little")
+            + hashlib.sha256(about).digest()
         )
         self.draws += 1
         words = np.frombuffer(xof.digest(16 * pairs), np.uint64) >> np.uint64(11)
@@ -79,8 +92,8 @@ class SeededNoise:
         self.gen = torch.Generator()
         self.gen.manual_seed((seed * 1_000_003 + role) * 1_000_000_007 + message)
 
-    def normal(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.randn(shape, generator=self.gen, dtype=dtype)
+    def normal(self, shape, dtype: torch.dtype = torch.float32, about: bytes = b"") -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, dtype=dtype)  # `about` unused: study mode
 
 
 def new_key() -> bytes:
@@ -98,7 +111,8 @@ def release(
     if sigma <= 0:
         return bounded
     noise = noise or SecretNoise(new_key(), 0)
-    return bounded + sigma * noise.normal(tuple(bounded.shape), bounded.dtype)
+    about = bounded.detach().contiguous().numpy().tobytes()
+    return bounded + sigma * noise.normal(tuple(bounded.shape), bounded.dtype, about)
 
 
 def noise_multiplier(sigma: float, clip: float) -> float:
@@ -143,10 +157,13 @@ class EvalLedger:
     """Releases about evaluation observations: one count per (episode slot, step) of a split,
     summed over every play of that split (valid and test, noise on and off, last and best).
     A slot's t-th observation in two plays is counted as one record, which over-counts when
-    the plays differ (a safe bound), and every row released is counted, finished slots too."""
+    the plays differ (a safe bound), and every row released is counted, finished slots too.
+    `unnoised`: the splits in which the party released something computed from un-noised Q
+    (the moves of a test_noise=off play): their epsilon is unbounded."""
 
     def __init__(self):
         self.counts: dict[str, np.ndarray] = {}
+        self.unnoised: set[str] = set()
 
     def add(self, split: str, step: int, slots: int) -> None:
         c = self.counts.setdefault(split, np.zeros((slots, 0), np.int64))
@@ -158,8 +175,15 @@ class EvalLedger:
     def max_releases(self) -> int:
         return max((int(c.max(initial=0)) for c in self.counts.values()), default=0)
 
+    def epsilon(self, of_releases) -> float:
+        """`of_releases(k)`, k the most released record's count; infinite once un-noised."""
+        return math.inf if self.unnoised else of_releases(self.max_releases())
+
     def arrays(self) -> dict[str, np.ndarray]:
-        return {f"evalledger.{k}": v for k, v in self.counts.items()}
+        return {
+            **{f"evalledger.{k}": v for k, v in self.counts.items()},
+            **{f"evalunnoised.{k}": np.array(1) for k in self.unnoised},
+        }
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
         self.counts = {
@@ -167,6 +191,7 @@ class EvalLedger:
             for k, v in arrays.items()
             if k.startswith("evalledger.")
         }
+        self.unnoised = {k[len("evalunnoised.") :] for k in arrays if k.startswith("evalunnoised.")}
 
 
 class RelayLedger:
@@ -195,35 +220,50 @@ class RelayLedger:
         np.add.at(self.train[role], ids, 1)
         self.rows[role] += ids.size
 
-    def evaluation(self, role: str, split: str, index: int, rows: int) -> None:
-        self.eval[role].add(split, index, rows)
+    def evaluation(self, role: str, split: str, step: int, rows: int, noised: bool = True) -> None:
+        """`rows` released about the play's observation at `step`; `noised` False: computed
+        from un-noised Q (a test_noise=off move), which leaves the split unbounded."""
+        if noised:
+            self.eval[role].add(split, step, rows)
+        else:
+            self.eval[role].unnoised.add(split)
         self.rows[role] += rows
 
     def max_releases(self, role: str) -> int:
-        return max(int(self.train[role].max(initial=0)), self.eval[role].max_releases())
+        return int(self.train[role].max(initial=0))
+
+    def _of(self, k: int) -> float:
+        return epsilon(k, self.sigma, self.clip, self.delta)
 
     def epsilon(self, role: str) -> float:
-        return epsilon(self.max_releases(role), self.sigma, self.clip, self.delta)
+        """The training records' epsilon: the most released transition's."""
+        return self._of(self.max_releases(role))
 
-    def claim(self, role: str, value) -> None:
-        self.claims[role] = value
+    def eval_epsilon(self, role: str) -> float:
+        """The evaluation records' epsilon (infinite once a move left un-noised)."""
+        return self.eval[role].epsilon(self._of)
 
-    def checked_claim(self, role: str) -> tuple[float | None, str]:
+    def claim(self, role: str, value, which: str = "epsilon") -> None:
+        self.claims[(role, which)] = value
+
+    def checked_claim(self, role: str, which: str = "epsilon") -> tuple[float | None, str]:
         """(the party's claim if it can be a figure at all, else None; what is wrong with it,
         "" if it equals the server's). A claim that is not a number, negative, or above the
         epsilon of every row the party released concerning one record (more than any
         accounting of what it sent can give) never reaches rounds.csv."""
-        if role not in self.claims:
+        if (role, which) not in self.claims:
             return None, ""
-        raw, ours = self.claims[role], self.epsilon(role)
+        raw = self.claims[(role, which)]
+        ours = self.epsilon(role) if which == "epsilon" else self.eval_epsilon(role)
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             return None, f"{role} claims a non-number epsilon {raw!r}"
         v = float(raw)
-        most = epsilon(self.rows[role], self.sigma, self.clip, self.delta)
+        unbounded = which == "eval-epsilon" and self.eval[role].unnoised
+        most = math.inf if unbounded else self._of(self.rows[role])
         if math.isnan(v) or v < 0 or v > most:
-            return None, f"{role} claims epsilon {v!r}, impossible (0 to {most:.4g}); not recorded"
+            return None, f"{role} claims {which} {v!r}, impossible (0 to {most:.4g}); not recorded"
         if not math.isclose(v, ours, rel_tol=1e-9) and not (math.isinf(v) and math.isinf(ours)):
-            return v, f"{role} claims epsilon {v:.6g}, the server counts {ours:.6g}"
+            return v, f"{role} claims {which} {v:.6g}, the server counts {ours:.6g}"
         return v, ""
 
     def report(self) -> tuple[dict[str, float], list[str]]:
@@ -233,15 +273,20 @@ class RelayLedger:
         for r in self.ROLES:
             out[f"{r}-privacy-epsilon"] = self.epsilon(r)
             out[f"{r}-max-releases"] = float(self.max_releases(r))
-            v, problem = self.checked_claim(r)
-            if v is not None:
-                out[f"{r}-claimed-epsilon"] = v
-            if problem:
-                problems.append(problem)
+            out[f"{r}-eval-epsilon"] = self.eval_epsilon(r)
+            for which, col in (
+                ("epsilon", "claimed-epsilon"),
+                ("eval-epsilon", "claimed-eval-epsilon"),
+            ):
+                v, problem = self.checked_claim(r, which)
+                if v is not None:
+                    out[f"{r}-{col}"] = v
+                if problem:
+                    problems.append(problem)
         return out, problems
 
     def arrays(self) -> dict[str, np.ndarray]:
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for r in self.ROLES:
             out[f"{r}/train"] = self.train[r]
             out[f"{r}/rows"] = np.array(self.rows[r])

@@ -32,7 +32,7 @@ from training.fedrl_setup import Settings
 from training.progress import StepLog
 
 # metric names about privacy: only the relay's count (RelayLedger.report) may carry them
-PRIVACY = ("-privacy-epsilon", "-max-releases", "-claimed-epsilon", "-claimed-releases")
+PRIVACY = ("epsilon", "releases")
 
 
 def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
@@ -118,11 +118,16 @@ class Protocol:
         out, theta, metrics = self._send(
             role, step, data, theta_g=theta_g, evaluation=evaluation, **conf
         )
-        if metrics and f"{role}-claimed-epsilon" in metrics:
-            self.ledger.claim(role, metrics[f"{role}-claimed-epsilon"])
+        for which in ("epsilon", "eval-epsilon"):
+            if metrics and f"{role}-claimed-{which}" in metrics:
+                self.ledger.claim(role, metrics[f"{role}-claimed-{which}"], which)
         # no party's word on privacy reaches the round's metrics: the server's count stands
         # there, the checked claim beside it (a party could name the other's keys, too)
-        return out, theta, {k: v for k, v in (metrics or {}).items() if not k.endswith(PRIVACY)}
+        return (
+            out,
+            theta,
+            {k: v for k, v in (metrics or {}).items() if not any(w in k for w in PRIVACY)},
+        )
 
     def privacy(self) -> dict:
         """The server's count of each party's epsilon, the checked claims beside it; the
@@ -182,6 +187,7 @@ class Protocol:
                 **mark,
             )
             self.prev, self.c_alpha = a["a-alpha"], a.get("c-alpha")
+            self._opened("alpha", base, len(self.prev))  # its move: a fresh draw of its noise
             if "c-alpha-ids" in a:
                 self.ledger.transitions("alpha", ids)
             if self.c_alpha is not None:  # about the observation after this step
@@ -223,12 +229,11 @@ class Protocol:
         send, paper = self.send, self.s.mode == "paper"
         conf = {"split": split, "weights": weights, "test-noise": test_noise}
         c_alpha, prev, first = None, None, True
-        index = {"alpha": 0, "beta": 0}  # each party's releases in this play so far
+        step = 0  # the play's observation step; every release is counted about its record
 
-        def count(role: str, c) -> None:
-            if c is not None:
-                self.ledger.evaluation(role, split, index[role], len(c))
-                index[role] += 1
+        def count(role: str, rows, noised: bool = True) -> None:
+            if rows is not None:
+                self.ledger.evaluation(role, split, step, len(rows), noised)
 
         if paper:
             c_alpha = send(
@@ -249,6 +254,8 @@ class Protocol:
                 **conf,
             )
             count("beta", b["c-beta"])
+            if not test_noise and paper:  # beta's move, chosen on its un-noised Q, leaves
+                count("beta", b["a-beta"], noised=False)
             a, _, m = send(
                 "alpha",
                 "eval-act",
@@ -259,7 +266,9 @@ class Protocol:
                 **conf,
             )
             prev, c_alpha, first = a["a-alpha"], a.get("c-alpha"), False
-            count("alpha", c_alpha)
+            count("alpha", prev, noised=test_noise)  # alpha's move: a fresh draw, or none
+            step += 1
+            count("alpha", c_alpha)  # about the next observation
             if not m["active"]:
                 tag = "on" if test_noise else "off"
                 pre = "best-" if weights == "best" else ""
