@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from config.methods import METHODS as REGISTRY
+from contracts.safe_files import unsafe_folder
 
 ENV = "FEDEMBODIED_POLICY"
 LANG_ENCODER = "lang_encoder."  # contracts.fedvln.LANG (clients may not import it from here)
@@ -94,10 +95,19 @@ class Policy:
     dp: DPPolicy = field(default_factory=DPPolicy)
 
     def state_root(self) -> Path:
+        """Where this node keeps its state and audit log; PolicyError if someone else could
+        swap files there (contracts/safe_files.unsafe_folder)."""
         if self.state_dir:
-            return Path(self.state_dir)
-        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        return Path(base) / "fedembodied"
+            root = Path(self.state_dir)
+        else:
+            base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+            root = Path(base) / "fedembodied"
+        problem = unsafe_folder(root)
+        if problem:
+            raise PolicyError(
+                f"state-dir {root}: {problem} (policy key 'state-dir' in {self.source})"
+            )
+        return root
 
     def serves(self, method: str) -> None:
         if method not in self.methods:
@@ -137,6 +147,16 @@ def _value(path: str, key: str, raw, default):
 
 
 def _read_owned(path: str) -> bytes:
+    """The policy file's bytes, if it and every folder above it are its operator's alone."""
+    folder_problem = unsafe_folder(Path(os.path.abspath(path)).parent)
+    if folder_problem:
+        raise PolicyError(
+            f"{path}: policy file's folder is not its operator's alone: {folder_problem}"
+        )
+    return _read_owned_file(path)
+
+
+def _read_owned_file(path: str) -> bytes:
     """The policy file's bytes, if only its operator can change it (as ssh treats its keys):
     not a symlink (whoever can re-point the link chooses the policy), a regular file, owned
     by this node's user or root, not writable by group or others. Checked on the open file,

@@ -43,3 +43,38 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)
+
+
+def unsafe_folder(path: Path) -> str | None:
+    """Why `path` (a folder, or where one will be made) is not safe to keep a node's or the
+    server's files in, or None. Walked from the nearest existing folder up to `/`, as ssh
+    walks a key's path: every folder owned by this user or root, none writable by group or
+    others unless sticky (like /tmp: others cannot rename what they do not own), and no
+    symbolic link other than root's (whoever owns a link can re-point it). Otherwise someone
+    else could swap the files underneath (issue 62: a 0777 state-dir, a policy file in a 0777
+    or symlinked folder, were accepted)."""
+    import stat
+
+    p = Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    uid = os.getuid()
+    for folder in (p, *p.parents):
+        st = os.lstat(folder)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid != 0:
+                return f"{folder} is a symbolic link owned by uid {st.st_uid}"
+            continue
+        if st.st_uid not in (uid, 0):
+            return f"{folder} is owned by uid {st.st_uid}, not by this user (uid {uid}) or root"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            who = (
+                "group and others"
+                if st.st_mode & 0o022 == 0o022
+                else ("group" if st.st_mode & 0o020 else "others")
+            )
+            return (
+                f"{folder} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}); "
+                f"chmod go-w {folder}"
+            )
+    return None

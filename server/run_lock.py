@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from config.schema import ConfigError
-from contracts.safe_files import open_lock
+from contracts.safe_files import open_lock, unsafe_folder
 
 LOCK = ".run.lock"
 
@@ -26,6 +26,9 @@ LOCK = ".run.lock"
 def holding(out: Path, run_id: int = 0):
     """Hold out-dir's lock while the body runs; ConfigError naming the holder if another run
     has it."""
+    problem = unsafe_folder(out)
+    if problem:
+        raise ConfigError(f"run config 'out-dir' {out}: {problem}")
     out.mkdir(parents=True, exist_ok=True)
     try:
         f = open_lock(out / LOCK)

@@ -76,3 +76,38 @@ def test_a_link_where_a_log_or_a_lock_goes_is_refused_and_its_target_untouched(t
             with holding(out):
                 pass
     assert outside.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("how", ["0777", "0770", "someone else's link"])
+def test_a_folder_someone_else_can_change_is_refused_for_policy_state_and_out_dir(tmp_path, how):
+    """issue 62: a 0777 state-dir, and a policy file in a 0777 or symlinked folder, were
+    accepted. Each folder above a policy file, a state-dir or an out-dir must be its user's or
+    root's, not writable by group or others (unless sticky, as /tmp), and not a link someone
+    else owns; each is refused naming the folder."""
+    from clients import policy
+    from server.run_lock import holding
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    if how == "someone else's link":
+        real = tmp_path / "real"
+        real.mkdir()
+        shared.rmdir()
+        os.symlink(real, shared)
+        os.lchown(shared, 4321, 4321)  # a link another user owns (the tests run as root too)
+        why = "symbolic link owned by uid 4321"
+    else:
+        os.chmod(shared, int(how, 8))
+        why = "is writable by"
+    pol = shared / "policy.toml"
+    pol.write_text('state-dir = "/nonexistent-but-safe"\n')
+    with pytest.raises(policy.PolicyError, match=f"policy file's folder .*{why}"):
+        policy.load(pol)
+    with pytest.raises(policy.PolicyError, match=f"state-dir {shared}/state: .*{why}"):
+        policy.Policy(state_dir=str(shared / "state")).state_root()
+    with pytest.raises(ConfigError, match=f"'out-dir' {shared}/out: .*{why}"):
+        with holding(shared / "out"):
+            pass
+    os.chmod(tmp_path, 0o700)  # a folder of its own (and /tmp, sticky) is fine
+    safe = tmp_path / "own"
+    assert policy.Policy(state_dir=str(safe / "state")).state_root() == safe / "state"
