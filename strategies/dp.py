@@ -66,7 +66,7 @@ from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 from config import Config
 from config.schema import ConfigError
 from contracts.messages import DP_EPSILON as DP_CLAIM
-from training.fedrl_privacy import epsilon
+from training.fedrl_privacy import check_claim, epsilon
 
 VAR_FLOOR = 1e-5
 # adaptive clipping: C stays within [dp.clip / CLIP_RANGE, dp.clip * CLIP_RANGE] (`clip_range`)
@@ -305,23 +305,17 @@ class LocalDPLedger:
         k = self.count[partition] = self.count.get(partition, 0) + 1
         if DP_CLAIM not in metrics:
             return
-        raw, ours = metrics[DP_CLAIM], self.epsilon(k)
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            self.problems.append(f"partition {partition} claims a non-number epsilon {raw!r}")
-            return
-        v = float(raw)
-        most = self.epsilon(sum(self.count.values()))
-        if math.isnan(v) or v < 0 or v > most:
-            self.problems.append(
-                f"partition {partition} claims epsilon {v!r}, impossible (0 to {most:.4g}); "
-                "not recorded"
-            )
-        else:
+        v, problem = check_claim(
+            f"partition {partition}",
+            "epsilon",
+            metrics[DP_CLAIM],
+            self.epsilon(k),
+            self.epsilon(sum(self.count.values())),
+        )
+        if v is not None:
             self.claims.append(v)
-            if not math.isclose(v, ours, rel_tol=1e-9):
-                self.problems.append(
-                    f"partition {partition} claims epsilon {v:.6g}, the server counts {ours:.6g}"
-                )
+        if problem:
+            self.problems.append(problem)
 
     def report(self) -> dict:
         """The round's figures (and the claims' problems, logged), then a fresh round."""

@@ -115,6 +115,21 @@ def release(
     return bounded + sigma * noise.normal(tuple(bounded.shape), bounded.dtype, about)
 
 
+def check_claim(who: str, what: str, raw, ours: float, most: float) -> tuple[float | None, str]:
+    """A party's own privacy figure, checked against the server's count `ours`: (the claim if
+    it can be a figure at all, else None; what is wrong with it, "" if it equals `ours`). Not a
+    number, NaN, negative, or above `most` (the epsilon of every release the server saw from
+    it, more than any accounting can give): dropped. Used by RelayLedger and LocalDPLedger."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None, f"{who} claims a non-number {what} {raw!r}"
+    v = float(raw)
+    if math.isnan(v) or v < 0 or v > most:
+        return None, f"{who} claims {what} {v!r}, impossible (0 to {most:.4g}); not recorded"
+    if not math.isclose(v, ours, rel_tol=1e-9) and not (math.isinf(v) and math.isinf(ours)):
+        return v, f"{who} claims {what} {v:.6g}, the server counts {ours:.6g}"
+    return v, ""
+
+
 def noise_multiplier(sigma: float, clip: float) -> float:
     return sigma / (2.0 * clip)
 
@@ -253,18 +268,10 @@ class RelayLedger:
         accounting of what it sent can give) never reaches rounds.csv."""
         if (role, which) not in self.claims:
             return None, ""
-        raw = self.claims[(role, which)]
         ours = self.epsilon(role) if which == "epsilon" else self.eval_epsilon(role)
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            return None, f"{role} claims a non-number epsilon {raw!r}"
-        v = float(raw)
         unbounded = which == "eval-epsilon" and self.eval[role].unnoised
         most = math.inf if unbounded else self._of(self.rows[role])
-        if math.isnan(v) or v < 0 or v > most:
-            return None, f"{role} claims {which} {v!r}, impossible (0 to {most:.4g}); not recorded"
-        if not math.isclose(v, ours, rel_tol=1e-9) and not (math.isinf(v) and math.isinf(ours)):
-            return v, f"{role} claims {which} {v:.6g}, the server counts {ours:.6g}"
-        return v, ""
+        return check_claim(role, which, self.claims[(role, which)], ours, most)
 
     def report(self) -> tuple[dict[str, float], list[str]]:
         """rounds.csv's privacy columns (the server's figure under the party's name, the
