@@ -255,8 +255,19 @@ def run_fingerprint(settings, data_fields: tuple[str, ...] = (), **extra) -> str
     """What decides a cached run's numbers, as one SHA-256: every field of its settings, the
     bytes of every data file or folder they name (`data_fields`), and `extra` (method, rounds,
     evaluation cadence, the code's exchange version). A cached run is reused only under the
-    same fingerprint: another map file, range, rule, setting or exchange retrains it."""
-    parts = {f.name: repr(getattr(settings, f.name)) for f in dataclasses.fields(settings)}
+    same fingerprint: another map file, range, rule, setting or exchange retrains it. A data
+    file counts by its bytes alone, so the same data in another folder (a clean clone in CI,
+    a reviewer's checkout) has the same fingerprint."""
+    paths = [str(getattr(settings, k)) for k in data_fields]
+
+    def unplaced(text: str) -> str:  # a data file counts by its bytes, not where it lies
+        for k, path in zip(data_fields, paths):
+            text = text.replace(path, f"<{k}>") if path else text
+        return text
+
+    parts = {
+        f.name: unplaced(repr(getattr(settings, f.name))) for f in dataclasses.fields(settings)
+    }
     parts.update({f"digest:{k}": path_digest(getattr(settings, k)) for k in data_fields})
     parts.update({f"job:{k}": repr(v) for k, v in sorted(extra.items())})
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -571,6 +571,11 @@ def test_a_cached_table_run_is_retrained_when_anything_that_decides_it_changes(
     t1.cached_run(job)
     t1.cached_run(job)
     assert len(trained) == 1  # the same job: reused
+    elsewhere = tmp_path / "a clean clone" / "maps.mat"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(maps.read_bytes())
+    t1.cached_run({**job, "map_file": str(elsewhere)})
+    assert len(trained) == 1  # the same bytes in another folder (CI's checkout): reused
     changes = [
         lambda j: maps.write_bytes(b"other maps"),  # same path, other bytes
         lambda j: j["ranges"].update(test="6800-7199"),
