@@ -3,11 +3,17 @@
 #   deploy/supernode.sh --superlink HOST:PORT --partition-id I --num-partitions N
 #       [--data-dir DIR] [--role alpha|beta] [--house SCAN] [--port 9094]
 #       [--tls CA_CERT --key PRIVATE_KEY] [--policy POLICY.toml] [--once]
+#       [--approved-apps FILE | --any-app]
 # The node's identity goes in its node config; the app reads partition-id / num-partitions, and
 # data-dir (this silo's own data folder), role (FedRL) or house (FedVLN) when given. --port is this node's local
 # Runtime API port and must differ between SuperNodes on one host. --policy is this node's
 # privacy policy (clients/policy.py, deploy/policies/paper.toml): what it may send whatever a
 # run asks, where it keeps its state and audit log; without it the papers' protections hold.
+# The node runs only an app its operator approved (deploy/app_gate.py): by default the FAB of this
+# very checkout, i.e. a run must submit the same code the node was installed with; --approved-apps
+# FILE pins other FABs instead (lines from `python deploy/app_gate.py approve APP_DIR`), checked
+# before any of the app's code runs. --any-app turns the gate off: the node then runs whatever
+# code a run's submitter ships, as root if the node is root (docs/security.md).
 # The node runs under deploy/supervise.py: restarted when it exits or gives up on the SuperLink
 # (TLS errors, restarts, network cuts), stopped with all its children on SIGTERM; --once runs
 # it bare (a systemd unit with Restart=always can take the supervisor's place).
@@ -16,7 +22,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$here/.venv}
 export PATH="$VENV/bin:$PATH" FLWR_TELEMETRY_ENABLED=0
 superlink=""; pid=""; num=""; data=""; role=""; house=""; port=9094; ca=""; key=""; policy=""
-once=""
+once=""; apps=""; any_app=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --superlink) superlink=$2; shift 2;;
@@ -30,6 +36,8 @@ while [ $# -gt 0 ]; do
     --key) key=$2; shift 2;;
     --policy) policy=$2; shift 2;;
     --once) once=1; shift;;
+    --approved-apps) apps=$2; shift 2;;
+    --any-app) any_app=1; shift;;
     *) echo "supernode.sh: unknown option $1" >&2; exit 2;;
   esac
 done
@@ -45,6 +53,19 @@ if [ -n "$policy" ]; then  # checked now: a bad policy stops the node, not each 
   policy="$(cd "$(dirname "$policy")" && pwd)/$(basename "$policy")"
   (cd "$here" && "$VENV/bin/python" -m clients.policy "$policy") || exit 2
   cfg="$cfg policy=\"$policy\""
+fi
+if [ -n "$any_app" ]; then
+  [ -z "$apps" ] || { echo "supernode.sh: --any-app and --approved-apps contradict" >&2; exit 2; }
+  echo "supernode.sh: --any-app: this node runs any code a run submits" >&2
+else  # the gate: Flower's SuperExec starts deploy/gate/flwr-clientapp for every message
+  if [ -n "$apps" ]; then
+    pins=$("$VENV/bin/python" "$here/deploy/app_gate.py" pins --file "$apps") || exit 2
+  else
+    pins=$("$VENV/bin/python" "$here/deploy/app_gate.py" pins --app "$here") || exit 2
+  fi
+  src="this checkout"; [ -z "$apps" ] || src="$apps"
+  echo "supernode.sh: runs only the app(s) with FAB sha256 $pins ($src)" >&2
+  export FEDEMBODIED_APPROVED_FABS="$pins" PATH="$here/deploy/gate:$PATH"
 fi
 security=(--insecure)
 if [ -n "$ca" ]; then

@@ -169,3 +169,60 @@ def test_the_edges_key_is_removed_when_superlink_sh_is_stopped_by_its_process_gr
         assert not Path(edge).exists(), "the edge's key outlived superlink.sh"
     finally:
         fed.close()
+
+
+@pytest.mark.lane
+def test_a_node_runs_the_app_it_was_installed_with_and_refuses_a_modified_one(tmp_path):
+    """Issue 62: a copy of this project with a few more lines, submitted with `flwr run`, ran
+    on every node. With deploy/supernode.sh's default gate (deploy/app_gate.py) the node
+    refuses it in one log line before any of its code runs (its marker file never appears),
+    and then runs the unchanged app."""
+    import io
+    import zipfile
+
+    from deploy.app_gate import fab_of
+
+    port, control = free_port(), free_port()
+    modified = tmp_path / "fedembodied"
+    with zipfile.ZipFile(io.BytesIO(fab_of(ROOT))) as z:
+        z.extractall(modified)
+    marker = tmp_path / "the submitter's code ran"
+    with open(modified / "clients" / "app.py", "a") as f:
+        f.write(f"\nimport pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    fed = Federation(tmp_path)
+    try:
+        fed.start(
+            "link",
+            [str(ROOT / "deploy/superlink.sh"), "--host", "127.0.0.1", "--port", str(port),
+             "--control-port", str(control)],
+        )  # fmt: skip
+        wait_listening("127.0.0.1", port)
+        wait_listening("127.0.0.1", control)
+        fed.start(
+            "sn0",
+            [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
+             "--partition-id", "0", "--num-partitions", "1", "--port", str(free_port())],
+        )  # fmt: skip
+        fed.connect("loop", f"127.0.0.1:{control}")
+
+        def submit(app, out) -> int:
+            started = fed.cli(
+                "run", str(app), "loop", "--format", "json", "--run-config",
+                f'num-server-rounds=1 num-clients=1 out-dir="{out}" {SMALL}',
+            )  # fmt: skip
+            return json.loads(started.stdout)["run-id"]
+
+        bad = submit(modified, tmp_path / "out-bad")
+        wait_for(lambda: fed.status("loop", bad).startswith("finished"), 300, what="the refusal")
+        assert fed.status("loop", bad) != "finished:completed"
+        assert not marker.exists(), "the modified app's code ran on the node"
+        refusals = [ln for ln in fed.log("sn0").splitlines() if "app refused: FAB sha256" in ln]
+        assert refusals and "Traceback" not in fed.log("sn0"), fed.log("sn0")
+
+        good = submit(ROOT, tmp_path / "out-good")
+        wait_for(lambda: fed.status("loop", good).startswith("finished"), 400, what="the run")
+        assert fed.status("loop", good) == "finished:completed", fed.log("link")
+        assert rounds_done(tmp_path / "out-good") == 1
+        assert not marker.exists()
+    finally:
+        fed.close()
