@@ -47,6 +47,7 @@ import base64
 import binascii
 import contextlib
 import datetime
+import hashlib
 import logging
 import re
 import sqlite3
@@ -67,6 +68,7 @@ from flwr.proto.message_pb2 import (  # pylint: disable=E0611
     ObjectTree,
     PullObjectRequest,
     PushObjectRequest,
+    PushObjectResponse,
 )
 from flwr.supercore.primitives.asymmetric import bytes_to_public_key, verify_signature
 from google.protobuf.message import DecodeError
@@ -338,6 +340,101 @@ class Drained:
             self.release()
 
 
+def retryable(status: int, path: str, who: str) -> Response | None:
+    """A SuperLink error that Flower's clients give up on, as a 503 they retry; None for any
+    other status. Under load the SuperLink's SQLite database is locked and it answers 500:
+    a SuperNode then gives up for good and stays alive but silent (issue 62: 14 minutes, the
+    run went on without the honest nodes), and the SuperLink host's SuperExec and ServerApp
+    exit (their retry, flwr/supercore/retry/http_retry.py, also stops at a 500)."""
+    if status < 500 or status in RETRIED_BY_NODES:
+        return None
+    log.warning("upstream answered %d to %s from %s; answered 503 (retry)", status, path[:80], who)
+    return PlainTextResponse(f"fedembodied: the SuperLink answered {status}; retry\n", 503)
+
+
+def unsettled(path: str, r: httpx.Response) -> bool:
+    """The SuperLink did not do it, and may if asked again: a 5xx, or a pushed object it
+    answered 200 `stored = false` (its SQLite database locked: it logs "Failed to store
+    object", and Flower's pusher then raises ObjectPushError, which ended the ServerApp)."""
+    if r.status_code >= 500:
+        return True
+    if r.status_code == 200 and path.endswith("/push-object"):
+        with contextlib.suppress(DecodeError):
+            return not PushObjectResponse.FromString(r.content).stored
+    return False
+
+
+def build_relay(
+    upstream: str,
+    verify: str | bool,
+    transport: httpx.AsyncBaseTransport | None = None,
+    hold_s: float = 25.0,
+    outage_s: float = 300.0,
+) -> Starlette:
+    """The Runtime API relay (`--relay HOST:PORT`, on loopback): the SuperLink host's own
+    processes, Flower's SuperExec and the ServerApps it starts, reach the SuperLink through it
+    (deploy/superlink.sh), so that a locked database is waited out instead of ending the run.
+    A call the SuperLink did not do (`unsettled`) is tried again here every 0.5 s for up to
+    `hold_s`, then answered as it came, a 5xx as 503 (`retryable`), which Flower's clients retry. Holding matters for the
+    ServerApp's heartbeat: the SuperLink fails a task that has not beaten for 60 s
+    (HEARTBEAT_PATIENCE x HEARTBEAT_DEFAULT_INTERVAL, flwr/supercore/corestate/
+    sql_corestate.py `_cleanup_expired_task_tokens`), and Flower's own back-off after a few
+    failures (up to 20 s) could land the first beat after an outage too late. Only
+    `/v1/runtime/` is relayed; it adds no access: the SuperLink's own port is on the same
+    loopback. `hold_s` stays under the 30-s timeout of Flower's Runtime API client
+    (flwr/supercore/protobuf/client.py). A call still failing after `outage_s` gets the
+    SuperLink's own answer: a link dead that long ends the run instead of hanging it."""
+    client = httpx.AsyncClient(
+        base_url=upstream,
+        verify=verify,
+        timeout=httpx.Timeout(600.0, connect=10.0),
+        transport=transport,
+    )
+    failing: OrderedDict[bytes, float] = OrderedDict()  # a failing call -> when it first failed
+
+    async def relay(request: Request) -> Response:
+        path = request.url.path
+        if request.method != "POST" or not path.startswith("/v1/runtime/") or "/../" in path:
+            return PlainTextResponse("fedembodied relay: only the Runtime API is relayed\n", 403)
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        deadline = time.monotonic() + hold_s
+        while True:
+            try:
+                r = await client.post(path, content=body, headers=headers)
+            except httpx.HTTPError as e:
+                log.error("upstream %s unreachable: %s", upstream, e)
+                return PlainTextResponse("SuperLink unreachable\n", 502)  # retried by Flower
+            if not unsettled(path, r) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.5)  # held here, so the call lands as soon as the link heals
+        call = hashlib.sha256(path.encode() + body).digest()
+        if unsettled(path, r):
+            if call not in failing:
+                failing[call] = time.monotonic()
+                while len(failing) > 10_000:  # bounded: forget the oldest
+                    failing.popitem(last=False)
+            since = failing[call]
+            if time.monotonic() - since < outage_s:  # Flower's clients retry a 503
+                log.warning("upstream did not do %s (%d) for %.0f s; answered 503 (retry)",
+                            path[:80], r.status_code, time.monotonic() - since)  # fmt: skip
+                return PlainTextResponse("fedembodied relay: the SuperLink failed; retry\n", 503)
+        failing.pop(call, None)  # done, or dead for outage_s: the SuperLink's own answer
+        keep = {
+            k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}
+        }
+        return Response(r.content, status_code=r.status_code, headers=keep)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        await client.aclose()
+
+    return Starlette(
+        routes=[Route("/{path:path}", relay, methods=["GET", "POST"])], lifespan=lifespan
+    )
+
+
 def build_app(
     upstream: str,
     verify: str | bool,
@@ -434,15 +531,8 @@ def build_app(
             return PlainTextResponse("SuperLink unreachable\n", 502)
         if r.status_code >= 500 and pair is not None:
             seen.release(pair)  # the SuperLink did not act on it: an honest retry may
-        if r.status_code >= 500 and r.status_code not in RETRIED_BY_NODES:
-            # a SuperLink error (its SQLite database locked under load answers 500): Flower's
-            # SuperNode gives up for good on a 500 and stays alive but silent (issue 62: 14
-            # minutes, the run went on without the honest nodes); as a 503 it retries
-            log.warning("upstream answered %d to %s from %s; told the node 503 (retry)",
-                        r.status_code, path[:80], who)  # fmt: skip
-            return PlainTextResponse(
-                f"fedembodied fleet gateway: the SuperLink answered {r.status_code}; retry\n", 503
-            )
+        if (retry := retryable(r.status_code, path, who)) is not None:
+            return retry
         if r.status_code == 200:
             if key:
                 accepted_keys.add(key)
@@ -470,7 +560,13 @@ def build_app(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--listen", required=True, help="unix socket path the edge forwards to")
+    p.add_argument("--listen", default="", help="unix socket path the edge forwards to")
+    p.add_argument(
+        "--relay",
+        default="",
+        help="HOST:PORT: serve the Runtime API relay there instead (build_relay), for the "
+        "SuperLink host's SuperExec",
+    )
     p.add_argument("--upstream", required=True, help="HOST:PORT of the loopback SuperLink")
     p.add_argument("--tls", default="", help="folder with ca.crt: the SuperLink's TLS + node auth")
     p.add_argument("--max-body", type=int, default=64 * MIB, help="bytes (default 64 MiB)")
@@ -500,10 +596,22 @@ def main(argv: list[str] | None = None) -> int:
     if tls and not (tls / "ca.crt").is_file():
         print(f"fleet_gateway.py: --tls {tls}: ca.crt not found", file=sys.stderr)
         return 2
+    if bool(args.listen) == bool(args.relay):
+        print("fleet_gateway.py: give one of --listen SOCKET or --relay HOST:PORT", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fleet-gateway %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    upstream = f"{'https' if tls else 'http'}://{args.upstream}"
+    if args.relay:
+        host, _, port = args.relay.rpartition(":")
+        if not port.isdigit():
+            print(f"fleet_gateway.py: --relay {args.relay!r}: expected HOST:PORT", file=sys.stderr)
+            return 2
+        relay = build_relay(upstream, str(tls / "ca.crt") if tls else False)
+        uvicorn.run(relay, host=host, port=int(port), log_level="warning")
+        return 0
     app = build_app(
-        f"{'https' if tls else 'http'}://{args.upstream}",
+        upstream,
         str(tls / "ca.crt") if tls else False,
         signed=bool(tls),
         max_body=args.max_body,

@@ -2,10 +2,18 @@
 # Start the SuperLink of a deployed federation (one host). Runs in the foreground.
 #   deploy/superlink.sh [--tls CERT_DIR] [--host 0.0.0.0] [--port 9092] [--control-port PORT]
 #                       [--database FILE]
-# Three processes, stopped together:
+# Five processes, each kept running by deploy/supervise.py (restarted when it exits or gives up
+# on the SuperLink), stopped together:
 #  - Flower's SuperLink on 127.0.0.1:CONTROL_PORT (default PORT+1): Control (flwr run, flwr ls,
 #    flwr supernode register), ServerAppIo and Fleet, for this host only (Flower 1.41 has no
 #    Control-API authentication outside its enterprise edition; docs/security.md);
+#  - Flower's SuperExec, which starts each run's ServerApp (the SuperLink runs with
+#    --isolation process so that its launcher is ours to watch: in Flower's default mode the
+#    SuperLink starts it once and nothing restarts it, and a SQLite "database is locked" error
+#    once killed it, leaving every later run pending; issue 62). It and its ServerApps reach
+#    the SuperLink through deploy/fleet_gateway.py --relay on a loopback port, which answers a
+#    SuperLink 500 as a 503 that Flower's clients retry (plain HTTP on loopback; the relay
+#    speaks TLS to the SuperLink when it has --tls);
 #  - deploy/fleet_gateway.py on a unix socket: Fleet API only, a reply's sender bound to the
 #    node that signed the call, object pulls limited to a node's own messages;
 #  - the edge, HAProxy with deploy/edge.haproxy.cfg, on HOST:PORT (TLS with --tls): limits on
@@ -81,14 +89,21 @@ if [ -n "$tls" ]; then  # HAProxy takes the certificate and its key in one file
 fi
 haproxy -c -q -f "$here/deploy/edge.haproxy.cfg" \
   || { echo "superlink.sh: the edge's configuration does not load (EDGE_* values?)" >&2; exit 2; }
-flower-superlink "${security[@]}" --disable-runtime-dependency-installation \
-  --database "$db" --host 127.0.0.1 --port "$control" &
+keep=("$VENV/bin/python" "$here/deploy/supervise.py" --)
+relay=127.0.0.1:$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"${keep[@]}" flower-superlink "${security[@]}" --disable-runtime-dependency-installation \
+  --isolation process --database "$db" --host 127.0.0.1 --port "$control" &
 pids+=($!)
-python "$here/deploy/fleet_gateway.py" --listen "$edge/gateway.sock" \
+"${keep[@]}" python "$here/deploy/fleet_gateway.py" --relay "$relay" \
+  --upstream "127.0.0.1:$control" "${gateway_tls[@]:0:2}" &
+pids+=($!)
+"${keep[@]}" flower-superexec --insecure --runtime-api-address "$relay" &
+pids+=($!)
+"${keep[@]}" python "$here/deploy/fleet_gateway.py" --listen "$edge/gateway.sock" \
   --upstream "127.0.0.1:$control" --max-body "$EDGE_MAX_BODY" \
   --calls-per-source "$EDGE_CALLS_PER_ADDR" "${gateway_tls[@]}" &
 pids+=($!)
-haproxy -db -f "$here/deploy/edge.haproxy.cfg" &
+"${keep[@]}" haproxy -db -f "$here/deploy/edge.haproxy.cfg" &
 pids+=($!)
 echo "superlink.sh: SuperLink on 127.0.0.1:$control (state $db); edge (HAProxy) on $host:$port"
 wait -n "${pids[@]}"

@@ -1,5 +1,6 @@
-"""Keep one SuperNode running: restart it when it exits or stops talking to the SuperLink, and
-stop it with all its children on SIGTERM.
+"""Keep one SuperNode (or one of the SuperLink host's processes: deploy/superlink.sh runs each
+under this) running: restart it when it exits or stops talking to the SuperLink, and stop it
+with all its children on SIGTERM.
 
 Why: a Flower 1.41 SuperNode retries connection errors and 502/503/504 by itself, but gives up
 for good on any error whose text mentions certificate, ssl or tls (a TLS handshake that timed
@@ -50,6 +51,9 @@ class Supervisor:
     def __init__(self, command: list[str], restart_on: str, fatal: set[int]):
         self.command, self.restart_on, self.fatal = command, re.compile(restart_on), fatal
         self.child: subprocess.Popen | None = None
+        name = os.path.basename(command[0])
+        script = name.startswith(("python", "bash", "sh")) and len(command) > 1
+        self.name = os.path.basename(command[1]) if script else name  # what the log names
         self.stopping = 0  # the signal that asked us to stop
 
     def stop_child(self) -> None:
@@ -95,7 +99,9 @@ class Supervisor:
                 sys.stdout.write(line)
                 sys.stdout.flush()
                 if not gave_up.is_set() and self.restart_on.search(line):
-                    say(f"the node gave up on the SuperLink ({line.strip()[:120]}); restarting it")
+                    say(
+                        f"{self.name} gave up on the SuperLink ({line.strip()[:120]}); restarting it"
+                    )
                     gave_up.set()
 
         reader = threading.Thread(target=relay, args=(self.child.stdout,), daemon=True)
@@ -114,11 +120,11 @@ class Supervisor:
             if self.stopping:
                 return 128 + self.stopping
             if code in self.fatal:  # a process's exit status is Flower's code modulo 256
-                say(f"the node exited with {code}, a configuration error: not restarting")
+                say(f"{self.name} exited with {code}, a configuration error: not restarting")
                 return code
             if time.monotonic() - started >= HEALTHY_S:
                 backoff = 1.0
-            say(f"the node stopped (exit {code}); starting it again in {backoff:.0f} s")
+            say(f"{self.name} stopped (exit {code}); starting it again in {backoff:.0f} s")
             deadline = time.monotonic() + backoff
             while time.monotonic() < deadline and not self.stopping:
                 time.sleep(0.2)

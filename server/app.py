@@ -68,6 +68,9 @@ def server_log(out: Path):
     logger.addHandler(handler)
     try:
         yield
+    except BaseException as e:  # what ended the run, in the run's own log too
+        logger.exception("[fedembodied] the ServerApp stopped: %s: %s", type(e).__name__, e)
+        raise
     finally:
         logger.removeHandler(handler)
         handler.close()

@@ -226,3 +226,70 @@ def test_a_node_runs_the_app_it_was_installed_with_and_refuses_a_modified_one(tm
         assert not marker.exists()
     finally:
         fed.close()
+
+
+@pytest.mark.lane
+def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_federation(tmp_path):
+    """Issue 62: under load the SuperLink's SQLite database was locked and it answered 500; the
+    honest nodes went silent, the ServerApp launcher (flower-superexec) died and every later
+    run stayed pending. Here the database is held locked for 30 s mid-run: the run completes,
+    its last rounds with both nodes; then the launcher is killed and the next run still runs
+    (deploy/superlink.sh keeps it under deploy/supervise.py)."""
+    import sqlite3
+    import time
+
+    port, control = free_port(), free_port()
+    db = tmp_path / "state.db"
+    fed = Federation(tmp_path)
+    try:
+        fed.start(
+            "link",
+            [str(ROOT / "deploy/superlink.sh"), "--host", "127.0.0.1", "--port", str(port),
+             "--control-port", str(control), "--database", str(db)],
+        )  # fmt: skip
+        wait_listening("127.0.0.1", port)
+        wait_listening("127.0.0.1", control)
+        for k in (0, 1):
+            fed.start(
+                f"sn{k}",
+                [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
+                 "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port())],
+            )  # fmt: skip
+        fed.connect("loop", f"127.0.0.1:{control}")
+
+        def submit(out, rounds) -> int:
+            started = fed.cli(
+                "run", str(ROOT), "loop", "--format", "json", "--run-config",
+                f'num-server-rounds={rounds} num-clients=2 out-dir="{out}" {SMALL}',
+            )  # fmt: skip
+            return json.loads(started.stdout)["run-id"]
+
+        out = tmp_path / "out"
+        run = submit(out, 5)
+        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
+        lock = sqlite3.connect(db, timeout=60, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")  # every write of the SuperLink now fails: 500
+        time.sleep(30)
+        lock.execute("ROLLBACK")
+        lock.close()
+        wait_for(lambda: fed.status("loop", run).startswith("finished"), 600, what="the run")
+        said = fed.cli("log", str(run), "loop", "--show").stdout[-4000:]
+        assert fed.status("loop", run) == "finished:completed", said
+        rounds = pd.read_csv(out / "rounds.csv")
+        assert list(rounds["round"]) == [1, 2, 3, 4, 5]
+        assert rounds["n_accepted"].iloc[-1] == 2, rounds  # every honest node, at the end
+
+        def parent(pid: str) -> str:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+
+        link = str(fed.procs["link"].pid)  # superlink.sh -> supervise.py -> flower-superexec
+        every = subprocess.run(["pgrep", "-f", "flower-superexec"], capture_output=True, text=True)
+        launcher = [p for p in every.stdout.split() if parent(parent(p)) == link]
+        assert launcher, "no flower-superexec under this superlink.sh"
+        subprocess.run(["kill", "-9", *launcher], check=True)
+        out2 = tmp_path / "out2"
+        run2 = submit(out2, 1)
+        wait_for(lambda: fed.status("loop", run2).startswith("finished"), 400, what="run 2")
+        assert fed.status("loop", run2) == "finished:completed", fed.log("link")
+    finally:
+        fed.close()

@@ -403,6 +403,63 @@ def test_a_superlink_500_reaches_the_node_as_a_503_it_retries():
         )
 
 
+def test_the_relay_waits_out_a_locked_superlink_for_the_serverapp_and_gives_up_on_a_dead_one(
+    monkeypatch,
+):
+    """issue 62: a SQLite lock made the SuperLink answer 500 to the ServerApp's calls and
+    `stored = false` to its pushed objects; Flower's clients give up on both and the run
+    failed. The relay (deploy/superlink.sh runs the SuperExec through it) holds such a call,
+    trying again, and answers what the SuperLink finally does, or 503 (retried) while the
+    outage lasts; past `outage_s` the SuperLink's own answer; other paths are refused."""
+    from flwr.proto.message_pb2 import PushObjectResponse
+
+    answers = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0) if answers else httpx.Response(200, content=b"ok")
+
+    stored = PushObjectResponse(stored=True).SerializeToString()
+    not_stored = PushObjectResponse(stored=False).SerializeToString()
+    relay = gateway.build_relay(
+        "http://superlink", False, transport=httpx.MockTransport(upstream), hold_s=2.0,
+        outage_s=60.0,
+    )  # fmt: skip
+    with TestClient(relay) as client:
+        answers[:] = [httpx.Response(500), httpx.Response(500)]
+        r = client.post("/v1/runtime/send-task-heartbeat", content=b"beat")
+        assert r.status_code == 200 and not answers  # held through two 500s
+        answers[:] = [httpx.Response(200, content=not_stored), httpx.Response(200, content=stored)]
+        r = client.post("/v1/runtime/push-object", content=b"obj")
+        assert r.status_code == 200 and PushObjectResponse.FromString(r.content).stored
+        answers[:] = [httpx.Response(500)] * 10  # longer than the hold: 503, which Flower retries
+        r = client.post("/v1/runtime/pull-messages", content=b"p")
+        assert r.status_code == 503
+        answers[:] = [httpx.Response(404, content=b"no such run")]
+        assert client.post("/v1/runtime/pull-task-input", content=b"x").status_code == 404
+        for path in (
+            "/v1/control/start-run",
+            "/v1/fleet/pull-messages",
+            "/v1/runtime/../control/x",
+        ):
+            assert client.post(path, content=b"").status_code == 403
+        clock = [0.0]
+        monkeypatch.setattr(gateway.time, "monotonic", lambda: clock[0])
+        monkeypatch.setattr(gateway.asyncio, "sleep", _advance(clock))
+        answers[:] = [httpx.Response(200, content=not_stored)] * 1000
+        first = client.post("/v1/runtime/push-object", content=b"gone")
+        assert first.status_code == 503  # the outage may pass: retry
+        clock[0] += 120.0  # dead for longer than outage_s: the SuperLink's own answer
+        last = client.post("/v1/runtime/push-object", content=b"gone")
+        assert last.status_code == 200 and not PushObjectResponse.FromString(last.content).stored
+
+
+def _advance(clock):
+    async def sleep(s):
+        clock[0] += s
+
+    return sleep
+
+
 def test_a_slow_reader_holds_its_slot_only_until_the_responses_deadline():
     """issue 62: the per-address count ended when the handler returned, so callers reading a
     response slowly held every slot. A response now holds its caller's slot until it has been

@@ -50,8 +50,8 @@ def test_a_node_that_exits_or_gives_up_is_started_again(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         out = p.communicate(timeout=30)[0]
-    assert "the node gave up on the SuperLink" in out
-    assert "the node stopped (exit 1); starting it again in" in out
+    assert "node.sh gave up on the SuperLink" in out
+    assert "node.sh stopped (exit 1); starting it again in" in out
     assert p.returncode == 128 + signal.SIGTERM
 
 
