@@ -52,7 +52,16 @@ class RunSettings(Section):
         hi=10**5,
     )
     node_wait_timeout: float = setting(
-        "seconds to wait for num-clients nodes before failing", lo=MIN_TIMEOUT_S, hi=7 * DAY_S
+        "seconds to wait for num-clients nodes before failing, and for a node that stays "
+        "silent after the others answered (strategies/nodes.py Patience)",
+        lo=MIN_TIMEOUT_S,
+        hi=7 * DAY_S,
+    )
+    node_start_timeout: float = setting(
+        "seconds to wait for the first node's first answer: a federation still starting "
+        "(Ray's actors, the app's imports; minutes on a busy machine) is not a dead one",
+        lo=MIN_TIMEOUT_S,
+        hi=7 * DAY_S,
     )
     node_return_timeout: float = setting(
         "seconds a round waits for its silos when no node holding one is online, before "

@@ -38,7 +38,7 @@ def main(grid: Grid, context: Context) -> None:
         "complete",
     )  # a GML graph fixes the silos itself
     if methods.get(name).domain == "driving" and not graph:
-        n = fit_to_federation(grid, run.num_clients, run.node_wait_timeout)
+        n = fit_to_federation(grid, run.num_clients, run.node_wait_timeout, run.node_start_timeout)
         c = dataclasses.replace(c, run=dataclasses.replace(c.run, num_clients=n))
     c.faults.check_partitions(2 if methods.get(name).domain == "gridworld" else c.run.num_clients)
     grid = AdaptiveTimeout(grid, c.run.timeout_factor, c.run.timeout_floor)

@@ -89,6 +89,7 @@ def run(grid, c: Config, name: str) -> None:
         topology,
         recorder,
         node_wait_s=c.run.node_wait_timeout,
+        node_start_s=c.run.node_start_timeout,
         node_return_s=c.run.node_return_timeout,
         timeout_s=c.run.round_timeout,
         cross_eval=cross,

@@ -54,10 +54,10 @@ def check_config(c: Config) -> Settings:
     return s
 
 
-def query_roles(grid, node_ids: list[int], timeout: float) -> dict[str, int]:
+def query_roles(grid, node_ids: list[int], timeout: float, start_s: float) -> dict[str, int]:
     """role -> node id: each node's `role` from its identity (or partition 0 alpha, 1 beta)."""
     roles: dict[str, int] = {}
-    for node, ident in query_identities(grid, node_ids, timeout).items():
+    for node, ident in query_identities(grid, node_ids, timeout, start_s).items():
         role = str(ident.get("role", "")) or (
             "alpha" if int(ident["partition-id"]) == 0 else "beta"
         )
@@ -209,7 +209,7 @@ def run(grid, c: Config, name: str) -> None:
 def _run(grid, s: Settings, c, recorder: Recorder) -> None:
     rounds, eval_every = c.run.num_server_rounds, c.run.eval_period
     nodes = wait_for_nodes(grid, 2, c.run.node_wait_timeout)
-    roles = query_roles(grid, nodes, c.run.node_wait_timeout)
+    roles = query_roles(grid, nodes, c.run.node_wait_timeout, c.run.node_start_timeout)
     send = Exchange(grid, roles, recorder, c.run.round_timeout, retries=c.fedrl.retries)
     proto = Protocol(s, send, progress=True)
     select = Selection(s.select_key())

@@ -152,7 +152,8 @@ def check_config(c: Config) -> Plan:
 def _houses(grid, c: Config) -> tuple[dict[int, int], dict[int, dict]]:
     """(node -> partition, partition -> identity) of every house, checked for agreement."""
     first = wait_for_nodes(grid, 1, c.run.node_wait_timeout)[:1]
-    houses = int(query_identities(grid, first, c.run.node_wait_timeout)[first[0]]["houses"])
+    waits = (c.run.node_wait_timeout, c.run.node_start_timeout)
+    houses = int(query_identities(grid, first, *waits)[first[0]]["houses"])
     if houses != c.run.num_clients:  # plain `flwr run .` says 10 whatever the data holds
         log(
             WARNING,
@@ -165,7 +166,7 @@ def _houses(grid, c: Config) -> tuple[dict[int, int], dict[int, dict]]:
             houses,
         )
     nodes = wait_for_nodes(grid, houses, c.run.node_wait_timeout)
-    idents = query_identities(grid, nodes, c.run.node_wait_timeout)
+    idents = query_identities(grid, nodes, *waits)
     parts = partitions_of(idents)
     by_part = {parts[n]: i for n, i in idents.items()}
     names = [i["house"] for i in by_part.values()]

@@ -19,6 +19,7 @@ def screened_args(c: Config, recorder) -> dict:
         recorder=recorder,
         seed=c.run.seed,
         node_wait_s=c.run.node_wait_timeout,
+        node_start_s=c.run.node_start_timeout,
         node_return_s=c.run.node_return_timeout,
         eval_every=c.run.eval_period,
         num_rounds=c.run.num_server_rounds,

@@ -39,6 +39,7 @@ from contracts.messages import (
 )
 from strategies.dp import floor_variance_arrays
 from strategies.nodes import (
+    START_S,
     FederationError,
     answered,
     query_partitions,
@@ -63,6 +64,7 @@ class TopologyRelay:
         *,
         node_wait_s: float,
         timeout_s: float,
+        node_start_s: float = START_S,
         node_return_s: float = 300.0,
         cross_eval: bool,
         max_empty_rounds: int = 3,
@@ -75,7 +77,7 @@ class TopologyRelay:
         self.dp_local = dp_local
         self.eval_fraction, self.eval_cap, self.seed = eval_fraction, eval_cap, seed
         self.recorder = recorder
-        self.node_wait_s = node_wait_s
+        self.node_wait_s, self.node_start_s = node_wait_s, node_start_s  # strategies.nodes.Patience
         self.node_return_s = node_return_s  # strategies.nodes.wait_for_return
         self.timeout_s = timeout_s
         self.cross_eval = cross_eval
@@ -92,7 +94,7 @@ class TopologyRelay:
     def connect(self, grid: Grid) -> None:
         n = self.topology.num_silos
         ids = wait_for_nodes(grid, n, self.node_wait_s)
-        self.partitions = query_partitions(grid, ids, self.node_wait_s)
+        self.partitions = query_partitions(grid, ids, self.node_wait_s, self.node_start_s)
         if sorted(self.partitions.values())[:n] != list(range(n)):
             raise FederationError(
                 f"topology {self.topology.name!r} needs partitions 0..{n - 1}, "

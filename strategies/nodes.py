@@ -15,6 +15,10 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from contracts.errors import FederationError  # noqa: F401 (raised here, imported from here)
+from strategies.timeouts import REPLY_POLL_S
+
+START_S = 1800.0  # run config 'node-start-timeout': how long a federation may take to start
+SAY_EVERY_S = 30.0
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
@@ -33,7 +37,7 @@ def wait_for_nodes(grid: Grid, expected: int, timeout_s: float) -> list[int]:
         time.sleep(0.5)
 
 
-def fit_to_federation(grid: Grid, expected: int, timeout_s: float) -> int:
+def fit_to_federation(grid: Grid, expected: int, timeout_s: float, start_s: float = START_S) -> int:
     """The number of silos to run: run config `num-clients`, unless the nodes say otherwise.
 
     Every node knows the federation's size (`num-partitions`: simulation.py's --num-clients,
@@ -41,7 +45,7 @@ def fit_to_federation(grid: Grid, expected: int, timeout_s: float) -> int:
     reports another size than `expected`, the run follows the nodes and the log says how to
     choose: plain `flwr run .` (2 SuperNodes) then trains 2 silos instead of waiting for 10."""
     first = wait_for_nodes(grid, 1, timeout_s)[:1]
-    size = int(query_identities(grid, first, timeout_s)[first[0]]["num-partitions"])
+    size = int(query_identities(grid, first, timeout_s, start_s)[first[0]]["num-partitions"])
     if size != expected:
         log(
             WARNING,
@@ -60,15 +64,74 @@ def fit_to_federation(grid: Grid, expected: int, timeout_s: float) -> int:
 UNAVAILABLE = "Node Unavailable"  # Flower's error reply for a node that missed its heartbeats
 
 
-def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, dict]:
+class Patience:
+    """The two waits of a query to the nodes (issue 65). Until the first node answers, the
+    federation may still be starting: Ray starting its actors, each ClientApp importing torch
+    and the app, or a deployed node's first `flwr-clientapp` (on a busy machine, minutes). That
+    is waited for up to `start_s` (run config 'node-start-timeout'), with a line every 30 s
+    saying so. Once any node has answered the machine is up, and a node silent for `silence_s`
+    (run config 'node-wait-timeout') since the last answer from any node is taken for dead."""
+
+    def __init__(self, silence_s: float, start_s: float):
+        self.silence_s, self.start_s = silence_s, max(start_s, silence_s)
+        self.t0 = self.last = self.said = time.monotonic()
+        self.started = False
+
+    def heard(self) -> None:
+        self.started, self.last = True, time.monotonic()
+
+    def left(self) -> float:
+        """Seconds before the wait in force runs out (<= 0: out)."""
+        if self.started:
+            return self.silence_s - (time.monotonic() - self.last)
+        return self.start_s - (time.monotonic() - self.t0)
+
+    def say(self, what: str) -> None:
+        now = time.monotonic()
+        if not self.started and now - self.said >= SAY_EVERY_S:
+            self.said = now
+            log(INFO, "[fedembodied] waiting for the nodes to start (%s): %.0f s so far, up to "
+                "%.0f s (run config 'node-start-timeout')", what, now - self.t0, self.start_s)  # fmt: skip
+
+    def why(self) -> str:
+        if self.started:
+            return (
+                f"within {self.silence_s:g} s of the last answer (run config 'node-wait-timeout')"
+            )
+        return (
+            f"within {self.start_s:g} s, and no node has answered yet (run config "
+            "'node-start-timeout'; a node's first answer waits for Ray's actors and the app's imports)"
+        )
+
+
+def replies_as_they_come(grid: Grid, msgs: list[Message], patience: Patience):
+    """The replies to `msgs`, each as it arrives, until all came or `patience` runs out: the
+    grid's own push_messages / pull_messages (every strategies.timeouts.REPLY_POLL_S); a grid
+    without them (launch/in_process.py's) answers at once through send_and_receive."""
+    if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
+        yield from grid.send_and_receive(msgs, timeout=max(1.0, patience.left()))
+        return
+    waiting = set(grid.push_messages(msgs))
+    while waiting and patience.left() > 0:
+        for rep in grid.pull_messages(waiting):
+            waiting.discard(rep.metadata.reply_to_message_id)
+            yield rep
+        patience.say("a reply to the identity query")
+        time.sleep(REPLY_POLL_S)
+
+
+def query_identities(
+    grid: Grid, node_ids: list[int], timeout_s: float, start_s: float = START_S
+) -> dict[int, dict]:
     """node id -> the identity the node reports (partition-id, num-partitions, role).
 
-    A node that Flower reports unavailable (it missed its heartbeats: restarting, cut off) is
-    asked again every few seconds until `timeout_s` (run config `node-wait-timeout`), with a
-    log line naming it (issue 43: a SuperNode restarted with its key after a SuperLink restart
-    is refused activation until its old session expires, and the resumed run failed at once);
-    any other error reply fails the run, naming the node."""
-    deadline = time.monotonic() + timeout_s
+    Waits as `Patience` says: a federation still starting is waited for up to `start_s`, a
+    node silent for `timeout_s` after the others answered fails the run, named. A node that
+    Flower reports unavailable (it missed its heartbeats: restarting, cut off) is asked again
+    every few seconds meanwhile, with a log line naming it (issue 43: a SuperNode restarted
+    with its key after a SuperLink restart is refused activation until its old session
+    expires); any other error reply fails the run, naming the node."""
+    patience = Patience(timeout_s, start_s)
     out: dict[int, dict] = {}
     pending = list(node_ids)
     while True:
@@ -81,8 +144,7 @@ def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[
             for n in pending
         ]
         away = {}
-        wait = max(1.0, deadline - time.monotonic())
-        for rep in grid.send_and_receive(msgs, timeout=wait):
+        for rep in replies_as_they_come(grid, msgs, patience):
             src = rep.metadata.src_node_id
             if rep.has_error() and UNAVAILABLE in rep.error.reason:
                 away[src] = rep.error.reason
@@ -90,15 +152,17 @@ def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[
                 raise FederationError(f"node {src} failed the identity query: {rep.error.reason}")
             else:
                 out[src] = dict(rep.content["identity"])
+                patience.heard()
         pending = [n for n in pending if n not in out]
         if not pending:
             return out
-        left = deadline - time.monotonic()
+        left = patience.left()
         if left <= 0 or not away:
             why = f": {next(iter(away.values()))}" if away else ""
             raise FederationError(
-                f"{len(pending)} nodes did not answer the identity query within "
-                f"{timeout_s:g} s (run config 'node-wait-timeout'){why}"
+                f"{len(pending)} nodes did not answer the identity query "
+                f"{patience.why()}: node(s) {', '.join(map(str, pending[:5]))}"
+                f"{' ...' if len(pending) > 5 else ''}{why}"
             )
         log(
             INFO,
@@ -109,9 +173,11 @@ def query_identities(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[
         time.sleep(min(5.0, left))
 
 
-def query_partitions(grid: Grid, node_ids: list[int], timeout_s: float) -> dict[int, int]:
-    """node id -> partition id, asked of every node once."""
-    return partitions_of(query_identities(grid, node_ids, timeout_s))
+def query_partitions(
+    grid: Grid, node_ids: list[int], timeout_s: float, start_s: float = START_S
+) -> dict[int, int]:
+    """node id -> partition id, asked of every node once (waits: `Patience`)."""
+    return partitions_of(query_identities(grid, node_ids, timeout_s, start_s))
 
 
 def partitions_of(identities: dict[int, dict]) -> dict[int, int]:

@@ -32,6 +32,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
 from strategies.dp import fixed_denominator_mean, floor_variances
 from strategies.nodes import (
+    START_S,
     answered,
     query_partitions,
     refresh_partitions,
@@ -66,6 +67,7 @@ class ScreenedFedAvg(FedAvg):
         num_clients: int,
         seed: int,
         node_wait_s: float = 120.0,
+        node_start_s: float = START_S,
         node_return_s: float = 300.0,
         eval_every: int = 1,
         num_rounds: int = 0,
@@ -82,7 +84,7 @@ class ScreenedFedAvg(FedAvg):
         self.recorder = recorder
         self.num_clients = num_clients
         self.seed = seed
-        self.node_wait_s = node_wait_s
+        self.node_wait_s, self.node_start_s = node_wait_s, node_start_s  # strategies.nodes.Patience
         self.node_return_s = node_return_s  # strategies.nodes.wait_for_return
         self.eval_every = eval_every
         self.num_rounds = num_rounds
@@ -107,7 +109,7 @@ class ScreenedFedAvg(FedAvg):
         """node id -> partition, refreshed every round (strategies.nodes.refresh_partitions)."""
         if self.partitions is None:
             ids = wait_for_nodes(grid, self.num_clients, self.node_wait_s)
-            self.partitions = query_partitions(grid, ids, self.node_wait_s)
+            self.partitions = query_partitions(grid, ids, self.node_wait_s, self.node_start_s)
             return self.partitions
         if grid is None:  # a strategy driven by hand (unit tests): the given map is the truth
             return self.partitions

@@ -641,3 +641,56 @@ def test_a_resumed_run_refuses_a_checkpoint_that_is_not_this_runs_naming_it(
         torch.save(value, path)
     with pytest.raises(ConfigError, match=re.escape(str(path)) + ".*" + re.escape(says)):
         load_round(rec, 1)
+
+
+def test_a_federation_still_starting_is_waited_for_and_a_silent_node_after_it_is_not(monkeypatch):
+    """Issue 65: Ray starting its actors and each ClientApp importing torch counted as silence,
+    so `node-wait-timeout=5` failed a small run on a quiet machine and the default 120 s failed
+    runs on a busy one. Until the first node answers the wait is 'node-start-timeout'; after
+    it, a node silent for 'node-wait-timeout' since the last answer fails the run, named."""
+    from strategies import nodes
+
+    clock = [0.0]
+    monkeypatch.setattr(nodes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(nodes.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+
+    class Grid:
+        """Node k answers at `when[k]` seconds (None: never)."""
+
+        def __init__(self, when):
+            self.when, self.sent = when, {}
+
+        def push_messages(self, msgs):
+            for i, m in enumerate(msgs):
+                m.metadata.__dict__["_message_id"] = f"q{m.metadata.dst_node_id}-{i}"
+                self.sent[m.metadata.message_id] = m
+            return list(self.sent)
+
+        def pull_messages(self, ids):
+            out = []
+            for mid in ids:
+                m = self.sent[mid]
+                at = self.when[m.metadata.dst_node_id]
+                if at is not None and clock[0] >= at:
+                    ident = {"partition-id": m.metadata.dst_node_id, "num-partitions": 3}
+                    rep = Message(RecordDict({"identity": ConfigRecord(ident)}), reply_to=m)
+                    rep.metadata.__dict__["_src_node_id"] = m.metadata.dst_node_id
+                    out.append(rep)
+            return out
+
+    # a slow start (300 s before anyone answers) with a 5-s node-wait-timeout: waited for
+    got = nodes.query_partitions(Grid({0: 300.0, 1: 301.0, 2: 303.0}), [0, 1, 2], 5.0, 1800.0)
+    assert got == {0: 0, 1: 1, 2: 2} and clock[0] < 310
+    # one node silent after the others answered: fails 5 s after the last answer, named
+    clock[0] = 0.0
+    with pytest.raises(
+        nodes.FederationError,
+        match=r"within 5 s of the last answer.*node-wait-timeout.*node\(s\) 2$",
+    ) as e:
+        nodes.query_partitions(Grid({0: 300.0, 1: 302.0, 2: None}), [0, 1, 2], 5.0, 1800.0)
+    assert 307 <= clock[0] <= 308, e.value
+    # nothing ever answers: the start-up wait is bounded too
+    clock[0] = 0.0
+    with pytest.raises(nodes.FederationError, match="no node has answered yet.*node-start-timeout"):
+        nodes.query_partitions(Grid({0: None, 1: None, 2: None}), [0, 1, 2], 5.0, 600.0)
+    assert 600 <= clock[0] <= 601
