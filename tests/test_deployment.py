@@ -198,28 +198,16 @@ def test_a_node_runs_the_app_it_was_installed_with_and_refuses_a_modified_one(tm
         )  # fmt: skip
         wait_listening("127.0.0.1", port)
         wait_listening("127.0.0.1", control)
-        fed.start(
-            "sn0",
-            [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
-             "--partition-id", "0", "--num-partitions", "1", "--port", str(free_port())],
-        )  # fmt: skip
+        start_node(fed, port, 0, 1)
         fed.connect("loop", f"127.0.0.1:{control}")
-
-        def submit(app, out) -> int:
-            started = fed.cli(
-                "run", str(app), "loop", "--format", "json", "--run-config",
-                f'num-server-rounds=1 num-clients=1 out-dir="{out}" {SMALL}',
-            )  # fmt: skip
-            return json.loads(started.stdout)["run-id"]
-
-        bad = submit(modified, tmp_path / "out-bad")
+        bad = submit(fed, modified, tmp_path / "out-bad", rounds=1, clients=1)
         wait_for(lambda: fed.status("loop", bad).startswith("finished"), 300, what="the refusal")
         assert fed.status("loop", bad) != "finished:completed"
         assert not marker.exists(), "the modified app's code ran on the node"
         refusals = [ln for ln in fed.log("sn0").splitlines() if "app refused: FAB sha256" in ln]
         assert refusals and "Traceback" not in fed.log("sn0"), fed.log("sn0")
 
-        good = submit(ROOT, tmp_path / "out-good")
+        good = submit(fed, ROOT, tmp_path / "out-good", rounds=1, clients=1)
         wait_for(lambda: fed.status("loop", good).startswith("finished"), 400, what="the run")
         assert fed.status("loop", good) == "finished:completed", fed.log("link")
         assert rounds_done(tmp_path / "out-good") == 1
@@ -250,22 +238,11 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
         wait_listening("127.0.0.1", port)
         wait_listening("127.0.0.1", control)
         for k in (0, 1):
-            fed.start(
-                f"sn{k}",
-                [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
-                 "--partition-id", str(k), "--num-partitions", "2", "--port", str(free_port())],
-            )  # fmt: skip
+            start_node(fed, port, k, 2)
         fed.connect("loop", f"127.0.0.1:{control}")
 
-        def submit(out, rounds) -> int:
-            started = fed.cli(
-                "run", str(ROOT), "loop", "--format", "json", "--run-config",
-                f'num-server-rounds={rounds} num-clients=2 out-dir="{out}" {SMALL}',
-            )  # fmt: skip
-            return json.loads(started.stdout)["run-id"]
-
         out = tmp_path / "out"
-        run = submit(out, 5)
+        run = submit(fed, ROOT, out, rounds=5, clients=2)
         wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
         lock = sqlite3.connect(db, timeout=60, isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")  # every write of the SuperLink now fails: 500
@@ -288,8 +265,27 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
         assert launcher, "no flower-superexec under this superlink.sh"
         subprocess.run(["kill", "-9", *launcher], check=True)
         out2 = tmp_path / "out2"
-        run2 = submit(out2, 1)
+        run2 = submit(fed, ROOT, out2, rounds=1, clients=2)
         wait_for(lambda: fed.status("loop", run2).startswith("finished"), 400, what="run 2")
         assert fed.status("loop", run2) == "finished:completed", fed.log("link")
     finally:
         fed.close()
+
+
+def start_node(fed: Federation, port: int, partition: int, partitions: int) -> None:
+    """deploy/supernode.sh for one silo, with its defaults (the app gate included)."""
+    fed.start(
+        f"sn{partition}",
+        [str(ROOT / "deploy/supernode.sh"), "--superlink", f"127.0.0.1:{port}",
+         "--partition-id", str(partition), "--num-partitions", str(partitions),
+         "--port", str(free_port())],
+    )  # fmt: skip
+
+
+def submit(fed: Federation, app, out, rounds: int, clients: int) -> int:
+    """`flwr run APP` on the loopback connection; the run's id."""
+    started = fed.cli(
+        "run", str(app), "loop", "--format", "json", "--run-config",
+        f'num-server-rounds={rounds} num-clients={clients} out-dir="{out}" {SMALL}',
+    )  # fmt: skip
+    return json.loads(started.stdout)["run-id"]
