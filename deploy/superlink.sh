@@ -89,7 +89,9 @@ if [ -n "$tls" ]; then  # HAProxy takes the certificate and its key in one file
 fi
 haproxy -c -q -f "$here/deploy/edge.haproxy.cfg" \
   || { echo "superlink.sh: the edge's configuration does not load (EDGE_* values?)" >&2; exit 2; }
-keep=("$VENV/bin/python" "$here/deploy/supervise.py" --)
+# --same-group: a signal to this script's process group (a SIGKILL included) still reaches
+# every process, each run's ServerApp too (their launcher's restart leaves them running)
+keep=("$VENV/bin/python" "$here/deploy/supervise.py" --same-group --)
 relay=127.0.0.1:$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "${keep[@]}" flower-superlink "${security[@]}" --disable-runtime-dependency-installation \
   --isolation process --database "$db" --host 127.0.0.1 --port "$control" &

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 
 # Flower 1.41's lines after which the node no longer reaches the SuperLink by itself
 GAVE_UP = r"SSL/TLS handshake error detected|Giving up reconnection|Heartbeat failed unexpectedly"
@@ -48,8 +49,11 @@ def say(text: str) -> None:
 
 
 class Supervisor:
-    def __init__(self, command: list[str], restart_on: str, fatal: set[int]):
+    def __init__(
+        self, command: list[str], restart_on: str, fatal: set[int], same_group: bool = False
+    ):
         self.command, self.restart_on, self.fatal = command, re.compile(restart_on), fatal
+        self.same_group = same_group
         self.child: subprocess.Popen | None = None
         name = os.path.basename(command[0])
         script = name.startswith(("python", "bash", "sh")) and len(command) > 1
@@ -57,12 +61,14 @@ class Supervisor:
         self.stopping = 0  # the signal that asked us to stop
 
     def stop_child(self) -> None:
-        """SIGTERM to the node's process group, SIGKILL after a grace period."""
+        """SIGTERM to the node's process group (with --same-group: to the child alone),
+        SIGKILL after a grace period."""
         if self.child is None:
             return
+        send = self.child.send_signal if self.same_group else partial(os.killpg, self.child.pid)
         for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
             try:
-                os.killpg(self.child.pid, sig)
+                send(sig)
             except ProcessLookupError:
                 return
             try:
@@ -72,6 +78,8 @@ class Supervisor:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        if self.same_group:
+            return  # what it started stays: the caller's process group is theirs to stop
         try:  # children the node left behind in its group
             os.killpg(self.child.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -87,7 +95,7 @@ class Supervisor:
             self.command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: we stop all it starts
+            start_new_session=not self.same_group,  # its own process group: we stop all it starts
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             text=True,
             errors="replace",
@@ -137,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--restart-on", default=GAVE_UP, help="regex of output lines that mean stuck")
     p.add_argument("--fatal-codes", default=FATAL, help="exit codes not worth a restart")
+    p.add_argument(
+        "--same-group",
+        action="store_true",
+        help="keep the process in this one's process group (deploy/superlink.sh): a signal to "
+        "the group reaches all it started, ServerApps included; a restart stops it alone",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -146,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         fatal = {int(c) % 256 for c in args.fatal_codes.split(",") if c.strip()}
     except ValueError:
         p.error(f"--fatal-codes {args.fatal_codes!r}: comma-separated integers")
-    sup = Supervisor(command, args.restart_on, fatal)
+    sup = Supervisor(command, args.restart_on, fatal, args.same_group)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, sup.on_signal)
     return sup.run()
