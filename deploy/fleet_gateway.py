@@ -340,6 +340,15 @@ class Drained:
             self.release()
 
 
+def passed_on(r: httpx.Response) -> Response:
+    """The SuperLink's answer as it came, less the hop-by-hop headers (httpx has decoded the
+    body, so its content-encoding no longer holds)."""
+    keep = {
+        k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}
+    }
+    return Response(r.content, status_code=r.status_code, headers=keep)
+
+
 def retryable(status: int, path: str, who: str) -> Response | None:
     """A SuperLink error that Flower's clients give up on, as a 503 they retry; None for any
     other status. Under load the SuperLink's SQLite database is locked and it answers 500:
@@ -420,10 +429,7 @@ def build_relay(
                             path[:80], r.status_code, time.monotonic() - since)  # fmt: skip
                 return PlainTextResponse("fedembodied relay: the SuperLink failed; retry\n", 503)
         failing.pop(call, None)  # done, or dead for outage_s: the SuperLink's own answer
-        keep = {
-            k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}
-        }
-        return Response(r.content, status_code=r.status_code, headers=keep)
+        return passed_on(r)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -541,10 +547,7 @@ def build_app(
                     node = PullMessagesRequest.FromString(body).node.node_id
                     delivered = PullMessagesResponse.FromString(r.content)
                     ledger.delivered(node, delivered.message_object_trees)
-        keep = {
-            k: v for k, v in r.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}
-        }
-        return Response(r.content, status_code=r.status_code, headers=keep)
+        return passed_on(r)
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 

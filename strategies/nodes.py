@@ -15,7 +15,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from contracts.errors import FederationError  # noqa: F401 (raised here, imported from here)
-from strategies.timeouts import REPLY_POLL_S
+from strategies.timeouts import arrivals
 
 START_S = 1800.0  # run config 'node-start-timeout': how long a federation may take to start
 SAY_EVERY_S = 30.0
@@ -93,6 +93,11 @@ class Patience:
             log(INFO, "[fedembodied] waiting for the nodes to start (%s): %.0f s so far, up to "
                 "%.0f s (run config 'node-start-timeout')", what, now - self.t0, self.start_s)  # fmt: skip
 
+    def waiting(self) -> bool:
+        """Still within the wait in force (and, while starting, a line every 30 s)."""
+        self.say("a reply to the identity query")
+        return self.left() > 0
+
     def why(self) -> str:
         if self.started:
             return (
@@ -102,22 +107,6 @@ class Patience:
             f"within {self.start_s:g} s, and no node has answered yet (run config "
             "'node-start-timeout'; a node's first answer waits for Ray's actors and the app's imports)"
         )
-
-
-def replies_as_they_come(grid: Grid, msgs: list[Message], patience: Patience):
-    """The replies to `msgs`, each as it arrives, until all came or `patience` runs out: the
-    grid's own push_messages / pull_messages (every strategies.timeouts.REPLY_POLL_S); a grid
-    without them (launch/in_process.py's) answers at once through send_and_receive."""
-    if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
-        yield from grid.send_and_receive(msgs, timeout=max(1.0, patience.left()))
-        return
-    waiting = set(grid.push_messages(msgs))
-    while waiting and patience.left() > 0:
-        for rep in grid.pull_messages(waiting):
-            waiting.discard(rep.metadata.reply_to_message_id)
-            yield rep
-        patience.say("a reply to the identity query")
-        time.sleep(REPLY_POLL_S)
 
 
 def query_identities(
@@ -144,7 +133,7 @@ def query_identities(
             for n in pending
         ]
         away = {}
-        for rep in replies_as_they_come(grid, msgs, patience):
+        for rep in arrivals(grid, msgs, patience.waiting, max(1.0, patience.left())):
             src = rep.metadata.src_node_id
             if rep.has_error() and UNAVAILABLE in rep.error.reason:
                 away[src] = rep.error.reason

@@ -24,22 +24,29 @@ from flwr.common import log
 REPLY_POLL_S = 0.1  # the simulation engine's InMemoryGrid pull_interval
 
 
-def exchange(grid, messages: list, timeout: float | None) -> list:
-    """Flower's send_and_receive through the grid's own push_messages / pull_messages, pulling
-    every REPLY_POLL_S (a grid without them, such as launch/in_process.py's, does its own)."""
+def arrivals(grid, messages: list, still_waiting, timeout: float | None):
+    """The replies to `messages`, each as it arrives, while `still_waiting()`: pushed through
+    the grid's own push_messages, pulled every REPLY_POLL_S (a grid without them, such as
+    launch/in_process.py's, answers through its own send_and_receive within `timeout`)."""
     if not (hasattr(grid, "push_messages") and hasattr(grid, "pull_messages")):
-        return list(grid.send_and_receive(messages, timeout=timeout))
+        yield from grid.send_and_receive(messages, timeout=timeout)
+        return
     waiting = set(grid.push_messages(messages))
+    while waiting and still_waiting():
+        for rep in grid.pull_messages(waiting):
+            waiting.discard(rep.metadata.reply_to_message_id)
+            yield rep
+        if waiting:
+            time.sleep(REPLY_POLL_S)
+
+
+def exchange(grid, messages: list, timeout: float | None) -> list:
+    """Flower's send_and_receive, pulling every REPLY_POLL_S (`arrivals`) until every reply
+    came or `timeout` passed."""
     end = time.monotonic() + (timeout or 0.0)
-    replies: list = []
-    while timeout is None or time.monotonic() < end:
-        got = list(grid.pull_messages(waiting))
-        replies += got
-        waiting -= {m.metadata.reply_to_message_id for m in got}
-        if not waiting:
-            break
-        time.sleep(REPLY_POLL_S)
-    return replies
+    return list(
+        arrivals(grid, messages, lambda: timeout is None or time.monotonic() < end, timeout)
+    )
 
 
 def _kind(messages) -> str:
