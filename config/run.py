@@ -22,7 +22,15 @@ class RunSettings(Section):
         "nodes the server waits for; `flwr run` follows the federation's size for the "
         "driving methods (simulation.py sets it)",
         lo=1,
-        hi=10**4,
+        hi=10**6,
+    )
+    partition_sampling_max: int = setting(
+        "up to this many clients a round's silos are drawn by partition id (same seed, same "
+        "silos; every node is asked its partition at the start, which Flower's simulation "
+        "engine pays for as clients x clients); above it the draw is over the connected nodes "
+        "and only the nodes drawn are asked (start-up linear in the clients)",
+        lo=0,
+        hi=10**6,
     )
     fraction_train: float = setting("share of clients trained per round", lo=0, hi=1, lo_open=True)
     fraction_evaluate: float = setting(

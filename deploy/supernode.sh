@@ -14,6 +14,8 @@
 # FILE pins other FABs instead (lines from `python deploy/app_gate.py approve APP_DIR`), checked
 # before any of the app's code runs. --any-app turns the gate off: the node then runs whatever
 # code a run's submitter ships, as root if the node is root (docs/security.md).
+# The node polls quickly while a run is active (deploy/quick_poll.py: Flower's SuperNode, its
+# 3-s idle sleep 0.2 s for a minute after each message).
 # The node runs under deploy/supervise.py: restarted when it exits or gives up on the SuperLink
 # (TLS errors, restarts, network cuts), stopped with all its children on SIGTERM; --once runs
 # it bare (a systemd unit with Restart=always can take the supervisor's place).
@@ -72,6 +74,9 @@ if [ -n "$ca" ]; then
   [ -n "$key" ] || { echo "supernode.sh: --tls needs --key (the node's registered EC key)" >&2; exit 2; }
   security=(--root-certificates "$ca" --auth-supernode-private-key "$key")
 fi
-node=(flower-supernode "${security[@]}" --superlink "$superlink" --port "$port" --node-config "$cfg")
+# Flower's SuperNode with its poll sleeps shortened while a run is active (deploy/quick_poll.py;
+# FEDEMBODIED_QUICK_POLL=0: Flower's own 3-s idle poll); its SuperExec asks for tasks every 0.1 s
+export FLWR_SUPEREXEC_TASK_POLL_INTERVAL=${FLWR_SUPEREXEC_TASK_POLL_INTERVAL:-0.1}
+node=("$VENV/bin/python" "$here/deploy/quick_poll.py" "${security[@]}" --superlink "$superlink" --port "$port" --node-config "$cfg")
 [ -z "$once" ] || exec "${node[@]}"
 exec "$VENV/bin/python" "$here/deploy/supervise.py" -- "${node[@]}"

@@ -21,6 +21,7 @@ def screened_args(c: Config, recorder) -> dict:
         node_wait_s=c.run.node_wait_timeout,
         node_start_s=c.run.node_start_timeout,
         node_return_s=c.run.node_return_timeout,
+        partition_sampling_max=c.run.partition_sampling_max,
         eval_every=c.run.eval_period,
         num_rounds=c.run.num_server_rounds,
         max_empty_rounds=c.run.max_empty_rounds,

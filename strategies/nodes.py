@@ -197,13 +197,12 @@ def answered(messages: list[Message], replies) -> list[tuple[int, Message]]:
 
 
 def refresh_partitions(
-    grid: Grid, partitions: dict[int, int], wait_s: float, retired: set[int]
+    grid: Grid, partitions: dict[int, int], wait_s: float, retired: set[int], ask_new: bool = True
 ) -> dict[int, int]:
     """node id -> partition, checked against the connected nodes (call it every round): a node
-    that left is dropped, a new one (a restarted SuperNode comes back with a new id, with or
-    without node authentication) is asked who it is, and when two nodes claim one partition
-    the newest wins and the log says which node to stop; the node it replaced goes into
-    `retired` and is not asked again (else the two would take turns). Updates both in place."""
+    that left is dropped, and (`ask_new`) a new one is asked who it is (`identify`: a restarted
+    SuperNode comes back with a new id). A federation too large to ask everyone passes
+    `ask_new=False` and asks the nodes it samples instead. Updates `partitions` in place."""
     online = set(grid.get_node_ids()) - retired
     for gone in set(partitions) - online:
         log(
@@ -213,25 +212,41 @@ def refresh_partitions(
             partitions.pop(gone),
         )
     new = sorted(online - set(partitions))
-    if new:
-        try:
-            found = query_partitions(grid, new, wait_s)
-        except FederationError as e:
-            log(WARNING, "[fedembodied] new nodes %s not used: %s", new, e)
-            found = {}
-        for node, part in found.items():
-            for old in [n for n, q in partitions.items() if q == part]:
-                log(
-                    WARNING,
-                    "[fedembodied] node %d now holds partition %d; node %d, which "
-                    "held it, is no longer used (stop it)",
-                    node,
-                    part,
-                    old,
-                )
-                del partitions[old]
-                retired.add(old)
-            partitions[node] = part
+    if new and ask_new:
+        identify(grid, new, partitions, wait_s, retired)
+    return partitions
+
+
+def identify(
+    grid: Grid,
+    nodes: list[int],
+    partitions: dict[int, int],
+    wait_s: float,
+    retired: set[int],
+    start_s: float = START_S,
+) -> dict[int, int]:
+    """Ask `nodes` (not yet in `partitions`) their partition and add them. A node that does
+    not answer is left out (logged), not fatal; when two nodes claim one partition the newest
+    wins and the log says which node to stop; the node it replaced goes into `retired` and is
+    not asked again (else the two would take turns). Updates both in place."""
+    try:
+        found = query_partitions(grid, nodes, wait_s, start_s)
+    except FederationError as e:
+        log(WARNING, "[fedembodied] new nodes %s not used: %s", nodes, e)
+        found = {}
+    for node, part in found.items():
+        for old in [n for n, q in partitions.items() if q == part]:
+            log(
+                WARNING,
+                "[fedembodied] node %d now holds partition %d; node %d, which "
+                "held it, is no longer used (stop it)",
+                node,
+                part,
+                old,
+            )
+            del partitions[old]
+            retired.add(old)
+        partitions[node] = part
     return partitions
 
 

@@ -2,7 +2,11 @@
 
 * clients are sampled by partition id with a seeded RNG (node ids are random per run, so
   Flower's own sampler cannot be made reproducible), and replies are aggregated in partition
-  order (float sums depend on order);
+  order (float sums depend on order). That needs every node asked its partition at the start,
+  and in Flower's simulation engine N pending messages cost N x N a poll (docs/performance.md,
+  Scale): a federation above `partition_sampling_max` clients draws over the connected nodes
+  instead and asks only the ones it draws, so start-up costs what a round costs (issue 65) and
+  which silos train then depends on the node ids Flower assigns;
 * every update is screened (strategies.screening) and a bad one is left out of the round
   instead of failing it;
 * the bytes of every array sent and received, and one row per client per round, go to the
@@ -22,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable
-from logging import WARNING
+from logging import INFO, WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
@@ -34,6 +38,7 @@ from strategies.dp import fixed_denominator_mean, floor_variances
 from strategies.nodes import (
     START_S,
     answered,
+    identify,
     query_partitions,
     refresh_partitions,
     wait_for_nodes,
@@ -77,6 +82,7 @@ class ScreenedFedAvg(FedAvg):
         max_update_norm: float = 0.0,
         max_evaluate_nodes: int = 0,
         dp_local=None,
+        partition_sampling_max: int = 1000,
         **kwargs,
     ):
         kwargs.setdefault("min_available_nodes", num_clients)
@@ -103,17 +109,30 @@ class ScreenedFedAvg(FedAvg):
         # local DP (strategies/dp.LocalDPLedger): the server's own count of what each party
         # spent; noised variances are floored (post-processing)
         self.dp_local = dp_local
+        # above this many clients: sample nodes and ask only those (module docstring)
+        self.by_node = num_clients > partition_sampling_max
 
     # ---- who is who -------------------------------------------------------------------
     def _ensure_partitions(self, grid: Grid) -> dict[int, int]:
         """node id -> partition, refreshed every round (strategies.nodes.refresh_partitions)."""
         if self.partitions is None:
             ids = wait_for_nodes(grid, self.num_clients, self.node_wait_s)
-            self.partitions = query_partitions(grid, ids, self.node_wait_s, self.node_start_s)
+            if self.by_node:
+                log(
+                    INFO,
+                    "[fedembodied] %d clients > partition-sampling-max: each round draws over "
+                    "the connected nodes and asks only those it draws their partition",
+                    self.num_clients,
+                )
+                self.partitions = {}
+            else:
+                self.partitions = query_partitions(grid, ids, self.node_wait_s, self.node_start_s)
             return self.partitions
         if grid is None:  # a strategy driven by hand (unit tests): the given map is the truth
             return self.partitions
-        return refresh_partitions(grid, self.partitions, self.node_wait_s, self.retired)
+        return refresh_partitions(
+            grid, self.partitions, self.node_wait_s, self.retired, ask_new=not self.by_node
+        )
 
     def sample(
         self, grid: Grid, server_round: int, fraction: float, cap: int = 0, stream: int = 0
@@ -124,17 +143,31 @@ class ScreenedFedAvg(FedAvg):
         holds now are left in `self.unheld`. `stream` keeps evaluation's draw apart from
         training's."""
         parts = self._ensure_partitions(grid)
+        key = self.seed * 100_003 + server_round
+        rng = random.Random(key * 7 + stream if stream else key)  # stream 0: training's draw
+        if self.by_node and grid is not None:
+            return self._sample_nodes(grid, parts, rng, fraction, cap)
         by_part = {p: n for n, p in parts.items()}
         everyone = sorted(set(range(self.num_clients)) | set(by_part))
         k = sample_size(len(everyone), fraction, cap)
-        key = self.seed * 100_003 + server_round
-        rng = random.Random(key * 7 + stream if stream else key)  # stream 0: training's draw
         chosen = sorted(rng.sample(everyone, k))
         if grid is not None and chosen and not set(chosen) & set(by_part):
             wait_for_return(grid, parts, set(chosen), self.node_return_s, self.retired)
             by_part = {p: n for n, p in parts.items()}
         self.unheld = [p for p in chosen if p not in by_part]
         return [by_part[p] for p in chosen if p in by_part]
+
+    def _sample_nodes(self, grid: Grid, parts: dict[int, int], rng, fraction, cap) -> list[int]:
+        """A large federation's draw: over the connected nodes (sorted, so the draw depends on
+        the seed and the node ids alone); the drawn nodes not met before are asked their
+        partition (`identify`), one that does not answer is left out of the round."""
+        online = sorted(set(grid.get_node_ids()) - self.retired)
+        chosen = rng.sample(online, sample_size(len(online), fraction, cap)) if online else []
+        unknown = [n for n in chosen if n not in parts]
+        if unknown:
+            identify(grid, unknown, parts, self.node_wait_s, self.retired, self.node_start_s)
+        self.unheld = []
+        return sorted((n for n in chosen if n in parts), key=parts.__getitem__)
 
     def _extra_train_config(self) -> dict:
         return {}
@@ -406,6 +439,18 @@ class ScreenedFedAvg(FedAvg):
 
 class ScreenedFedProx(ScreenedFedAvg, FedProx):
     """FedProx: FedAvg aggregation, clients add (mu/2)||w - w_global||^2 to their loss."""
+
+    def _sample_nodes(self, grid: Grid, parts: dict[int, int], rng, fraction, cap) -> list[int]:
+        """A large federation's draw: over the connected nodes (sorted, so the draw depends on
+        the seed and the node ids alone); the drawn nodes not met before are asked their
+        partition (`identify`), one that does not answer is left out of the round."""
+        online = sorted(set(grid.get_node_ids()) - self.retired)
+        chosen = rng.sample(online, sample_size(len(online), fraction, cap)) if online else []
+        unknown = [n for n in chosen if n not in parts]
+        if unknown:
+            identify(grid, unknown, parts, self.node_wait_s, self.retired, self.node_start_s)
+        self.unheld = []
+        return sorted((n for n in chosen if n in parts), key=parts.__getitem__)
 
     def _extra_train_config(self) -> dict:
         return {"proximal-mu": float(self.proximal_mu)}

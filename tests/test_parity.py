@@ -62,23 +62,32 @@ def test_a_deployed_run_killed_and_resumed_computes_the_same_run(tmp_path):
     assert differences(sim, deployed_killed("fedavg", 3, tmp_path)) == []
 
 
-def test_message_cost_names_flowers_poll_knob_and_refuses_one_flower_would(capsys):
-    """Issue 43 item 3: the benchmark's deployed rows say at which SuperExec poll interval they
-    were measured (rows measured before the knob are Flower's default, 1 s), and a value Flower
-    1.41 refuses is refused by name before anything starts."""
+def test_message_cost_names_whose_polls_a_deployed_row_ran_with(capsys):
+    """Issue 63: a deployed row says whether it ran with Flower's own poll intervals or
+    deploy/quick_poll.py's (rows measured before the launcher are Flower's, at the SuperExec
+    poll they name), and an unknown variant is refused by name before anything starts."""
     import pandas as pd
 
     from experiments.bench.message_cost import main, markdown
 
     old = pd.DataFrame(
-        {"method": ["fedrl", "fedrl"], "engine": ["simulation", "deployment"], "round_s": [6, 245]}
+        {
+            "method": ["fedrl"] * 4,
+            "engine": ["simulation", "deployment", "deployment", "deployment"],
+            "round_s": [6, 245, 230, 60],
+            "superexec_poll_s": [None, 1.0, 0.05, None],
+            "polls": [None, None, None, "quick"],
+        }
     )
     rows = markdown(old).splitlines()
-    assert "SuperExec poll (s)" in rows[0]
+    assert "polls" in rows[0]
     assert rows[2].startswith("| fedrl | simulation |  |")
-    assert rows[3].startswith("| fedrl | deployment | 1.0 |")
-    assert main(["--superexec-poll", "0.001"]) == 2
-    assert "--superexec-poll" in capsys.readouterr().err
+    assert rows[3].startswith("| fedrl | deployment | flower |")
+    assert rows[4].startswith("| fedrl | deployment | flower, SuperExec 0.05 s |")
+    assert rows[5].startswith("| fedrl | deployment | quick |")
+    with pytest.raises(SystemExit):
+        main(["--variants", "fast"])
+    assert "--variants" in capsys.readouterr().err
 
 
 def test_message_cost_run_for_one_method_keeps_the_other_methods_rows(tmp_path):

@@ -694,3 +694,51 @@ def test_a_federation_still_starting_is_waited_for_and_a_silent_node_after_it_is
     with pytest.raises(nodes.FederationError, match="no node has answered yet.*node-start-timeout"):
         nodes.query_partitions(Grid({0: None, 1: None, 2: None}), [0, 1, 2], 5.0, 600.0)
     assert 600 <= clock[0] <= 601
+
+
+def test_a_large_federation_asks_only_the_nodes_it_samples(tmp_path):
+    """Issue 65: above `partition-sampling-max` clients the server does not ask every node its
+    partition at the start (N pending messages cost N x N in Flower's simulation engine); each
+    round draws over the connected nodes and asks only those it drew, and the rows still name
+    the partition each drawn node holds. At or below it, every node is asked once (the
+    repeatable draw by partition id)."""
+    from flwr.app import MessageType
+
+    from clients.app import app
+    from config.methods import server_module
+    from config.schema import merged
+    from tests.conftest import InProcessGrid
+    from tests.test_faults import DRIVING
+
+    def run(out, limit):
+        cfg = merged(
+            {
+                **DRIVING,
+                "method": "fedavg",
+                "num-clients": 12,
+                "fraction-train": 0.25,
+                "fraction-evaluate": 0.25,
+                "partition-sampling-max": limit,
+                "out-dir": str(out),
+            }
+        )
+        grid = InProcessGrid(app, cfg, 12)
+        server_module("fedavg").run(grid, parse(cfg), "fedavg")
+        asked = [
+            m.metadata.dst_node_id
+            for m in grid.sent
+            if m.metadata.message_type == MessageType.QUERY
+        ]
+        worked = {
+            m.metadata.dst_node_id
+            for m in grid.sent
+            if m.metadata.message_type != MessageType.QUERY
+        }
+        return asked, worked, pd.read_csv(out / "clients.csv")
+
+    asked, worked, clients = run(tmp_path / "large", 5)
+    assert len(asked) == len(set(asked)) and set(asked) == worked  # each drawn node asked once
+    assert len(worked) < 12  # 2 rounds x (3 trained + 3 scored) of 12: some never messaged
+    assert (clients.partition == clients.node - 5000).all() and len(clients) == 2 * 3
+    asked, worked, _ = run(tmp_path / "small", 1000)
+    assert sorted(asked) == list(range(5000, 5012))  # everyone, once, before round 1

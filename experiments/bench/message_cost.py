@@ -22,16 +22,15 @@ reply's `cost`, clients/costs.py):
 - `transport_s` = message_s - process_age_s - handler_s: Flower's spawn, polling and the
   round trips through the edge, the gateway and the SuperLink.
 
-Flower's share, and the one knob Flower 1.41 offers for it: its SuperExec (which launches each
-ServerApp and ClientApp process) polls for work every `FLWR_SUPEREXEC_TASK_POLL_INTERVAL`
-seconds (default 1, `flwr/supercore/superexec/run_superexec.py`); `--superexec-poll 0.05 ...`
-adds deployed runs with it set for the SuperLink and every SuperNode (their SuperExecs inherit
-it), beside the default, in the same invocation. Hard-coded in 1.41 and not settable: a
-SuperNode that pulled nothing sleeps 3 s before it pulls again
-(`flwr/supernode/start_client_internal.py`, `time.sleep(3)`), it checks for the ClientApp's
-reply every 0.5 s, and the ServerApp's grid checks for replies every 3 s
-(`flwr/superlink/grid/http_grid.py` `send_and_receive`). A chain of messages (FedRL) waits on
-each of them once per message.
+Flower's waits, and the deployed variants (`--variants`, each a deployed run in the same
+invocation): a SuperNode that pulled nothing sleeps 3 s before it pulls again
+(`flwr/supernode/start_client_internal.py`, `time.sleep(3)`) and checks for the ClientApp's
+reply every 0.5 s, hard-coded in 1.41; its SuperExec polls for tasks every
+`FLWR_SUPEREXEC_TASK_POLL_INTERVAL` s (default 1). A chain of messages (FedRL) waits on each
+once per message. `flower`: all of Flower's own (FEDEMBODIED_QUICK_POLL=0, SuperExec poll 1 s);
+`quick`: deploy/supernode.sh's defaults (deploy/quick_poll.py: 0.2 s idle poll for a minute
+after each message, 0.05 s reply check; SuperExec poll 0.1 s). The ServerApp pulls replies
+every strategies/timeouts.REPLY_POLL_S, its own loop, in both.
 
 Results: experiments/results/message_cost.csv (a method run again replaces its own rows; the
 other methods' rows are kept); docs/performance.md shows the table. The ratio column is
@@ -153,19 +152,24 @@ def simulated(method: str, rounds: int, work: Path) -> Path:
 
 
 POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's SuperExec poll, default 1 s
+# the deployed variants: the environment of every process of the federation (module docstring)
+VARIANTS = {
+    "flower": {"FEDEMBODIED_QUICK_POLL": "0", POLL_ENV: "1"},
+    "quick": {"FEDEMBODIED_QUICK_POLL": "1", POLL_ENV: "0.1"},
+}
 
 
-def deployed(method: str, rounds: int, work: Path, poll: float | None = None) -> Path:
+def deployed(method: str, rounds: int, work: Path, variant: str = "quick") -> Path:
     """deploy/make_certs.sh, superlink.sh --tls (edge + gateway + SuperLink), two registered
     SuperNodes with their own keys and state folders, `flwr run` from the operator's CLI;
-    `poll`: the SuperExecs' task poll interval in seconds (None: Flower's default)."""
-    tmp = work / (f"{method}-deploy" + (f"-poll{poll:g}" if poll is not None else ""))
+    `variant`: whose poll intervals (VARIANTS)."""
+    tmp = work / f"{method}-deploy-{variant}"
     done = tmp / "out" / "rounds.csv"
     if done.is_file() and len(pd.read_csv(done)) == rounds:
         return tmp  # finished in this --work folder before
     if tmp.exists():
         raise SystemExit(f"message_cost: {tmp} holds an unfinished deployed run; remove it")
-    fed = LoopbackFederation(method, tmp, poll)
+    fed = LoopbackFederation(method, tmp, VARIANTS[variant])
     try:
         fed.finish(fed.submit(rounds))
         return tmp
@@ -179,12 +183,12 @@ class LoopbackFederation(Federation):
     state folder, on loopback;
     the operator's CLI connected as `op`."""
 
-    def __init__(self, method: str, tmp: Path, poll: float | None = None):
+    def __init__(self, method: str, tmp: Path, env: dict | None = None):
         tmp.mkdir(parents=True)
         super().__init__(tmp)
         self.method, self.certs, self.out = method, tmp / "certs", tmp / "out"
-        # None: Flower's default (1 s), set explicitly so a value in the shell cannot leak in
-        self.env = {POLL_ENV: "1" if poll is None else f"{poll:g}"}
+        # set explicitly so that a value in the shell cannot leak in
+        self.env = dict(env or VARIANTS["quick"])
         subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), str(nodes(method))], check=True,
                        capture_output=True)  # fmt: skip
         self.port, self.control = free_port(), free_port()
@@ -289,19 +293,15 @@ def main(argv=None) -> int:
         help="folder of the runs (default: a new temporary one); runs finished there are reused",
     )
     ap.add_argument(
-        "--superexec-poll",
-        type=float,
-        nargs="*",
-        default=[],
-        help="also deploy with Flower's SuperExec task poll interval set to each of these "
-        f"seconds ({POLL_ENV}; Flower's default is 1)",
+        "--variants",
+        nargs="+",
+        default=list(VARIANTS),
+        choices=list(VARIANTS),
+        help="deployed runs: Flower's own poll intervals and/or deploy/quick_poll.py's",
     )
     a = ap.parse_args(argv)
     if a.rounds < 1:
         print("message_cost: --rounds must be >= 1", file=sys.stderr)
-        return 2
-    if any(not 0.01 <= p <= 60 for p in a.superexec_poll):
-        print("message_cost: --superexec-poll values must be in [0.01, 60] s", file=sys.stderr)
         return 2
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="message-cost-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -317,10 +317,10 @@ def main(argv=None) -> int:
         sim = simulated(method, a.rounds, work)
         rows.append(summarize(method, "simulation", sim, sim, imports))
         base = rows[-1]
-        for poll in [None, *a.superexec_poll]:
-            dep = deployed(method, a.rounds, work, poll)
+        for variant in a.variants:
+            dep = deployed(method, a.rounds, work, variant)
             rows.append(summarize(method, "deployment", dep, dep / "out", imports))
-            rows[-1]["superexec_poll_s"] = 1.0 if poll is None else poll
+            rows[-1]["polls"] = variant
             for key in ("message_s", "round_s"):
                 rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(base[key], 1e-9), 1)
             print(json.dumps([base, rows[-1]], indent=1), flush=True)
@@ -335,7 +335,7 @@ def main(argv=None) -> int:
 SHOWN = {
     "method": "method",
     "engine": "engine",
-    "superexec_poll_s": "SuperExec poll (s)",
+    "polls": "polls",
     "messages_per_round": "messages / round",
     "round_s": "round (s)",
     "message_s": "message (s)",
@@ -352,8 +352,15 @@ SHOWN = {
 
 def markdown(table: pd.DataFrame) -> str:
     table = table.copy()
-    if "superexec_poll_s" not in table:  # measured before the knob: Flower's default
-        table["superexec_poll_s"] = table["engine"].map({"deployment": 1.0})
+    if "polls" not in table:
+        table["polls"] = None
+    # rows measured before deploy/quick_poll.py: Flower's polls, at the SuperExec poll they name
+    old = table["polls"].isna() & (table["engine"] == "deployment")
+    every = table["superexec_poll_s"] if "superexec_poll_s" in table else 1.0
+    every = pd.Series(every, index=table.index).fillna(1.0)
+    table.loc[old, "polls"] = [
+        "flower" if e == 1.0 else f"flower, SuperExec {e:g} s" for e in every[old]
+    ]
     t = table.reindex(columns=list(SHOWN)).astype(object).where(table.notna(), "")
     return pipe_table(list(SHOWN.values()), t.values.tolist())
 

@@ -3,7 +3,7 @@
     python -m experiments.bench.performance_table          # the performance goals, met or not
     python -m experiments.bench.performance_table --fedrl  # FedRL: speed and success per setting
 
-Reads experiments/results/{fedrl_throughput,round_overhead,scale,vln_update_speed}.csv (each
+Reads experiments/results/{fedrl_throughput,round_overhead,scale,engine_sweep,vln_update_speed}.csv (each
 written by the script of the same name) and puts every performance goal beside what was
 measured; a missing CSV is named, not skipped.
 """
@@ -68,26 +68,47 @@ def rows() -> list[dict]:
                 }
             )
             continue
+        big = r.clients >= 100_000  # issue 65's goals are set at 100,000
         out.append(
             {
                 "what": f"round time, {r.clients} vs {base.clients} virtual clients "
                 f"({r.participants} train per round)",
                 "measured": f"{r.round_vs_smallest:.2f}x ({r.round_s:.2f} s vs "
-                f"{base.round_s:.2f} s); start + round 1: "
-                f"{r.to_first_round_end_s:.0f} s vs "
-                f"{base.to_first_round_end_s:.0f} s",
-                "goal": "<= 2x" if r.clients <= 1000 else "",
-                "met": ("yes" if r.round_vs_smallest <= 2 else "no") if r.clients <= 1000 else "",
+                f"{base.round_s:.2f} s)",
+                "goal": "<= 2x, or Flower's share named" if big else "",
+                "met": ("yes" if r.round_vs_smallest <= 2 else "no: Flower's sweep, below")
+                if big
+                else "",
+            }
+        )
+        out.append(
+            {
+                "what": f"start to the end of round 1, {r.clients} virtual clients",
+                "measured": f"{r.to_first_round_end_s:.0f} s ({base.clients}: "
+                f"{base.to_first_round_end_s:.0f} s)",
+                "goal": "< 2 min" if big else "",
+                "met": ("yes" if r.to_first_round_end_s < 120 else "no") if big else "",
             }
         )
         out.append(
             {
                 "what": f"peak memory, {r.clients} virtual clients (process tree)",
                 "measured": f"{r.peak_gib:.2f} GiB ({base.clients}: {base.peak_gib:.2f} GiB)",
-                "goal": "< 8 GiB" if r.clients >= 5000 else "",
-                "met": ("yes" if r.peak_gib < 8 else "no") if r.clients >= 5000 else "",
+                "goal": "< 8 GiB" if big else "",
+                "met": ("yes" if r.peak_gib < 8 else "no") if big else "",
             }
         )
+    for _, r in pd.read_csv(RESULTS / "engine_sweep.csv").iterrows():
+        if r.nodes >= 10_000:
+            out.append(
+                {
+                    "what": f"Flower's engine sweep (every 0.1 s), {r.nodes} nodes, "
+                    f"{r.pending} messages stored",
+                    "measured": f"{r.sweep_cpu_s:.2f} s CPU",
+                    "goal": "",
+                    "met": "",
+                }
+            )
     vln = pd.read_csv(RESULTS / "vln_update_speed.csv")
     before = vln[vln.variant.str.endswith("(before)")].iloc[0]
     others = vln[vln.variant != before.variant]
