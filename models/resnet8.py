@@ -73,6 +73,15 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-if __name__ == "__main__":
-    for size in (200, 64):
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="ResNet-8's parameter count at input sizes")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[200, 64], help="input side (px)")
+    for size in ap.parse_args(argv).sizes:
         print(f"ResNet-8 at 1x{size}x{size}: {count_parameters(ResNet8(size)):,} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

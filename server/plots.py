@@ -109,6 +109,18 @@ MEANINGS = [
     ("_ne", "navigation error (distance to the goal at the stop)", "m"),
     ("_tl", "trajectory length", "m"),
     ("_bleu", "speaker BLEU-4 against the human instructions", "BLEU-4"),
+    # training episodes act epsilon-greedily, and only those that ended in the round are counted
+    # (early in a run that is mostly the ones that met the goal; issue 66)
+    (
+        "train-succ-rate",
+        "success rate of the epsilon-greedy episodes that ended in the round (running ones not counted)",
+        "fraction of episodes",
+    ),
+    (
+        "train-avg-reward",
+        "mean reward of the epsilon-greedy episodes that ended in the round",
+        "reward points",
+    ),
     ("succ-rate", "success rate of the greedy policy", "fraction of episodes"),
     ("reward", "mean episode reward of the greedy policy", "reward points"),
     ("f1", "F1 of the extracted actions", "F1 (0-1)"),

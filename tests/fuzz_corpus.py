@@ -968,9 +968,13 @@ def write_doc(tally: dict[str, int] | None = None) -> None:
     DOC.write_text(text[:a] + doc_block(tally) + text[b:])
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
     import tempfile
 
+    ap = argparse.ArgumentParser(description="Every malformed input of the corpus, tried.")
+    ap.add_argument("--docs", action="store_true", help=f"write the tally into {DOC.name}")
+    args = ap.parse_args(argv)
     tally: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as d:
         for i, c in enumerate(CASES):
@@ -979,7 +983,7 @@ def main() -> int:
             if kind != "clean":
                 print(f"{kind:10s} {c.name}: {detail}")
     print(f"tried {len(CASES)}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
-    if "--docs" in sys.argv:
+    if args.docs:
         write_doc(tally)
         print(f"wrote the tally into {DOC}")
     return 0 if tally.get("clean", 0) == len(CASES) else 1

@@ -60,6 +60,13 @@ def test_titles_say_what_on_what_with_units_and_full_names():
     assert what.startswith("normalised dynamic time warping") and "val unseen" in what
     assert unit == "%"
     assert "test noise off" in meaning_of("alpha-test-succ-rate-test_noise=off")[0]
+    # training episodes are epsilon-greedy and counted when they end, not "the greedy policy"
+    train = meaning_of("train-succ-rate")[0]
+    assert (
+        "epsilon-greedy" in train
+        and "ended in the round" in train
+        and " greedy policy" not in train
+    )
 
 
 def test_overlaying_runs_of_different_configs_warns_key_by_key(tmp_path):

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from config import parse
+from contracts.messages import NUM_EXAMPLES
 from experiments.simulate import RESULTS, command_line, simulate
 
 
@@ -104,7 +105,7 @@ def replies(n_params: int, n: int, seed: int = 0):
     for _ in range(n):
         rec = ArrayRecord({k: Array(v.numpy() + 0.01) for k, v in ref.items()})
         msg = Message(
-            RecordDict({"arrays": rec, "metrics": MetricRecord({"num-examples": 300})}),
+            RecordDict({"arrays": rec, "metrics": MetricRecord({NUM_EXAMPLES: 300})}),
             dst_node_id=1,
             message_type="train",
         )
