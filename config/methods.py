@@ -13,8 +13,11 @@ import importlib
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Method:
+    """One method, every field named at its registry line (a positional list of eight is
+    unreadable, issue 66)."""
+
     name: str
     description: str
     server: str  # module with run(grid, c: Config, method_name) and check_config(c)
@@ -30,76 +33,76 @@ METHODS: dict[str, Method] = {
     m.name: m
     for m in [
         Method(
-            "fedavg",
-            "FedAvg of a ResNet-8 steering regressor over non-IID driving silos",
-            "server.driving_run",
-            "clients.driving_client",
-            "driving",
-            ("driving", "dp"),
-            "weights",
-            ("none", "central", "local"),
+            name="fedavg",
+            description="FedAvg of a ResNet-8 steering regressor over non-IID driving silos",
+            server="server.driving_run",
+            client="clients.driving_client",
+            domain="driving",
+            settings=("driving", "dp"),
+            releases="weights",
+            dp_modes=("none", "central", "local"),
         ),
         Method(
-            "fedprox",
-            "FedProx (proximal term mu on the client) on the same driving silos",
-            "server.driving_run",
-            "clients.driving_client",
-            "driving",
-            ("driving", "fedprox", "dp"),
-            "weights",
-            ("none", "central", "local"),
+            name="fedprox",
+            description="FedProx (proximal term mu on the client) on the same driving silos",
+            server="server.driving_run",
+            client="clients.driving_client",
+            domain="driving",
+            settings=("driving", "fedprox", "dp"),
+            releases="weights",
+            dp_modes=("none", "central", "local"),
         ),
         Method(
-            "gossip",
-            "decentralized ResNet-8 on a peer topology, server as relay (DroNet DFL)",
-            "server.decentralized_run",
-            "clients.driving_client",
-            "driving",
-            ("driving", "dp"),
-            "peer-weights",
-            ("none", "local"),
+            name="gossip",
+            description="decentralized ResNet-8 on a peer topology, server as relay (DroNet DFL)",
+            server="server.decentralized_run",
+            client="clients.driving_client",
+            domain="driving",
+            settings=("driving", "dp"),
+            releases="peer-weights",
+            dp_modes=("none", "local"),
         ),
         Method(
-            "cdl",
-            "CDL: Siamese backbone/sub-network, contrastive-divergence loss, peer topology",
-            "server.decentralized_run",
-            "clients.cdl_client",
-            "driving",
-            ("driving", "cdl", "dp"),
-            "peer-weights",
-            ("none", "local"),
+            name="cdl",
+            description="CDL: Siamese backbone/sub-network, contrastive-divergence loss, peer topology",
+            server="server.decentralized_run",
+            client="clients.cdl_client",
+            domain="driving",
+            settings=("driving", "cdl", "dp"),
+            releases="peer-weights",
+            dp_modes=("none", "local"),
         ),
         Method(
-            "cdl-sfl",
-            "CDL clients under a FedAvg server (CDL SFL)",
-            "server.driving_run",
-            "clients.cdl_client",
-            "driving",
-            ("driving", "cdl", "dp"),
-            "weights",
-            ("none", "central", "local"),
+            name="cdl-sfl",
+            description="CDL clients under a FedAvg server (CDL SFL)",
+            server="server.driving_run",
+            client="clients.cdl_client",
+            domain="driving",
+            settings=("driving", "cdl", "dp"),
+            releases="weights",
+            dp_modes=("none", "central", "local"),
         ),
         Method(
-            "fedrl",
-            "FedRL: two parties (alpha with rewards, beta without) exchanging noised Q "
+            name="fedrl",
+            description="FedRL: two parties (alpha with rewards, beta without) exchanging noised Q "
             "outputs through a shared MLP, Grid-World",
-            "server.fedrl_run",
-            "clients.fedrl_client",
-            "gridworld",
-            ("fedrl",),
-            "q",
+            server="server.fedrl_run",
+            client="clients.fedrl_client",
+            domain="gridworld",
+            settings=("fedrl",),
+            releases="q",
             eval_every=10,  # scoring the valid maps is most of a round's time (docs/fedrl.md)
         ),
         Method(
-            "fedvln",
-            "FedVLN: one client per house; federated follower, speaker, augmentation "
+            name="fedvln",
+            description="FedVLN: one client per house; federated follower, speaker, augmentation "
             "and pre-exploration (--stage, --variant)",
-            "server.fedvln_run",
-            "clients.fedvln_client",
-            "vln",
-            ("fedvln", "dp"),
-            "weights",
-            ("none", "central", "local"),
+            server="server.fedvln_run",
+            client="clients.fedvln_client",
+            domain="vln",
+            settings=("fedvln", "dp"),
+            releases="weights",
+            dp_modes=("none", "central", "local"),
         ),
     ]
 }

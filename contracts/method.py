@@ -11,7 +11,7 @@ A method is
   (`ClientHandler`, a module in clients/), imported lazily by name.
 
 A fourth method is its own runner and handler files, its settings class if it has new keys,
-and one `Method(...)` line in the registry.
+and one `Method(...)` entry, every field named, in the registry.
 """
 
 from __future__ import annotations

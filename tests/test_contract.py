@@ -19,8 +19,10 @@ def test_every_registered_method_meets_the_contract(name):
 
 
 def test_the_contract_catches_what_a_method_lacks():
-    bad = Method("toy", "a toy", "json", "clients.policy", "moon", ("nope",), "secrets",
-                 ("central",))  # fmt: skip
+    bad = Method(name="toy", description="a toy", server="json", client="clients.policy",
+                 domain="moon", settings=("nope",), releases="secrets", dp_modes=("central",))  # fmt: skip
+    with pytest.raises(TypeError):  # every field is named at its registry line (issue 66)
+        Method("toy", "a toy", "json", "clients.policy", "moon", ("nope",), "secrets")
     said = "\n".join(problems(bad))
     for why in ("json is not a ServerRunner", "clients.policy is not a ClientHandler",
                 "unknown settings section 'nope'", "domain 'moon'", "releases 'secrets'",
