@@ -15,7 +15,8 @@
 # before any of the app's code runs. --any-app turns the gate off: the node then runs whatever
 # code a run's submitter ships, as root if the node is root (docs/security.md).
 # The node polls quickly while a run is active (deploy/quick_poll.py: Flower's SuperNode, its
-# 3-s idle sleep 0.2 s for a minute after each message).
+# 3-s idle sleep 0.2 s for a minute after each message), and each message's ClientApp process is
+# forked by a warm parent that imported Flower and torch once (deploy/warm_start.py).
 # The node runs under deploy/supervise.py: restarted when it exits or gives up on the SuperLink
 # (TLS errors, restarts, network cuts), stopped with all its children on SIGTERM; --once runs
 # it bare (a systemd unit with Restart=always can take the supervisor's place).
@@ -68,6 +69,9 @@ else  # the gate: Flower's SuperExec starts deploy/gate/flwr-clientapp for every
   src="this checkout"; [ -z "$apps" ] || src="$apps"
   echo "supernode.sh: runs only the app(s) with FAB sha256 $pins ($src)" >&2
   export FEDEMBODIED_APPROVED_FABS="$pins" PATH="$here/deploy/gate:$PATH"
+  # each message's ClientApp process forked by a warm parent (deploy/warm_start.py; imports done
+  # once; FEDEMBODIED_WARM_START=0: a cold process per message, as Flower starts it)
+  export FEDEMBODIED_WARM_DIR="${FEDEMBODIED_WARM_DIR:-${XDG_RUNTIME_DIR:-/tmp}/fedembodied-warm-$(id -u)}"
 fi
 security=(--insecure)
 if [ -n "$ca" ]; then

@@ -27,10 +27,12 @@ invocation): a SuperNode that pulled nothing sleeps 3 s before it pulls again
 (`flwr/supernode/start_client_internal.py`, `time.sleep(3)`) and checks for the ClientApp's
 reply every 0.5 s, hard-coded in 1.41; its SuperExec polls for tasks every
 `FLWR_SUPEREXEC_TASK_POLL_INTERVAL` s (default 1). A chain of messages (FedRL) waits on each
-once per message. `flower`: all of Flower's own (FEDEMBODIED_QUICK_POLL=0, SuperExec poll 1 s);
-`quick`: deploy/supernode.sh's defaults (deploy/quick_poll.py: 0.2 s idle poll for a minute
-after each message, 0.05 s reply check; SuperExec poll 0.1 s). The ServerApp pulls replies
-every strategies/timeouts.REPLY_POLL_S, its own loop, in both.
+once per message. `flower`: all of Flower's own (FEDEMBODIED_QUICK_POLL=0, SuperExec poll 1 s,
+a cold process per message); `quick`: deploy/quick_poll.py's polls (0.2 s idle poll for a
+minute after each message, 0.05 s reply check; SuperExec poll 0.1 s), still cold; `warm`:
+deploy/supernode.sh's defaults, those polls and each message's process forked by the node's
+warm parent (deploy/warm_start.py). The ServerApp pulls replies every
+strategies/timeouts.REPLY_POLL_S, its own loop, in all.
 
 Results: experiments/results/message_cost.csv (a method run again replaces its own rows; the
 other methods' rows are kept); docs/performance.md shows the table. The ratio column is
@@ -154,8 +156,9 @@ def simulated(method: str, rounds: int, work: Path) -> Path:
 POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's SuperExec poll, default 1 s
 # the deployed variants: the environment of every process of the federation (module docstring)
 VARIANTS = {
-    "flower": {"FEDEMBODIED_QUICK_POLL": "0", POLL_ENV: "1"},
-    "quick": {"FEDEMBODIED_QUICK_POLL": "1", POLL_ENV: "0.1"},
+    "flower": {"FEDEMBODIED_QUICK_POLL": "0", POLL_ENV: "1", "FEDEMBODIED_WARM_START": "0"},
+    "quick": {"FEDEMBODIED_QUICK_POLL": "1", POLL_ENV: "0.1", "FEDEMBODIED_WARM_START": "0"},
+    "warm": {"FEDEMBODIED_QUICK_POLL": "1", POLL_ENV: "0.1", "FEDEMBODIED_WARM_START": "1"},
 }
 
 

@@ -1,0 +1,229 @@
+"""A warm parent that forks each message's ClientApp process (issue 63 item 3).
+
+Why: deployed, Flower's SuperExec starts one `flwr-clientapp` process per message, and each
+pays Python's start and the imports of Flower, torch and numpy again (~1.4 s of a FedRL
+message's 2.8 s process start on 2 cores, docs/performance.md). Here one parent per node
+imports those once and forks a child per message: the child is still a process of its own,
+started for that one message, and runs exactly the code a cold one runs, the operator's gate
+(deploy/app_gate.py `clientapp`: the FAB's hash checked before Flower unpacks or imports it),
+then Flower's own ClientApp process. The app's own code is never imported by the parent: each
+child imports it from the FAB Flower installed, so a run cannot find code of another FAB
+already loaded. The party's policy, audit log and state are the child's, as before.
+
+How: deploy/gate/flwr-clientapp (what the SuperExec starts) calls `run_warm`, which connects
+to this node's parent over a unix socket in a directory only the node's user can open
+(`FEDEMBODIED_WARM_DIR`, set by deploy/supernode.sh; the socket is named by a digest of the
+whole environment, so a node restarted with other settings, e.g. other approved FABs or another
+state folder, gets a parent of its own), passes its argv, working directory
+and its stdin/stdout/stderr (SCM_RIGHTS), and waits for the child's exit status, which it
+exits with. When the gate is killed, its connection closes and the parent kills the child.
+With no parent answering, the gate starts one in the background and runs this message cold;
+a parent left idle for `IDLE_EXIT_S` exits. `FEDEMBODIED_WARM_START=0` turns it off.
+What a child runs with comes from the parent's environment (the node's, set when the node
+started), never from the request: a local process that reaches the socket can ask for a
+ClientApp process, not choose which FABs are approved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENV = "FEDEMBODIED_WARM_DIR"
+IDLE_EXIT_S = 1800.0
+PRELOAD = (
+    "numpy",
+    "torch",
+    "flwr.supernode.cli.flwr_clientapp",
+    "flwr.supernode.runtime.run_clientapp",
+)
+
+
+def socket_path(folder: str) -> Path:
+    """This environment's parent's socket in `folder` (module docstring)."""
+    import hashlib
+
+    env = json.dumps(sorted(os.environ.items())).encode()
+    return Path(folder) / f"warm-{hashlib.sha256(env).hexdigest()[:20]}.sock"
+
+
+def private_dir(path: Path) -> bool:
+    """The socket's directory exists, is ours and only ours (mode 0700), or is made so."""
+    d = path.parent
+    with contextlib.suppress(FileExistsError):
+        d.mkdir(mode=0o700, parents=True)
+    st = d.lstat()
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def run_warm(path: Path, argv: list[str]) -> int | None:
+    """The exit status of `argv` run by the warm parent at `path`; None when no parent
+    answers (the caller runs the message cold) or the directory is not private."""
+    if not private_dir(path):
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    with conn:
+        request = json.dumps({"argv": argv, "cwd": os.getcwd()}).encode()
+        socket.send_fds(conn, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+        answer = b""
+        while len(answer) < 4:
+            chunk = conn.recv(4 - len(answer))
+            if not chunk:  # the parent died mid-message
+                return 1
+            answer += chunk
+    return int.from_bytes(answer, "big", signed=True)
+
+
+def start_parent(path: Path) -> None:
+    """Start this node's warm parent in the background (its own session), once."""
+    here = Path(__file__).resolve()
+    subprocess.Popen(  # noqa: S603 (our own script, our own interpreter)
+        [sys.executable, str(here), "serve", str(path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    head, fds, _, _ = socket.recv_fds(conn, 4 + 65536, 3)
+    size = int.from_bytes(head[:4], "big")
+    body = head[4:]
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return json.loads(body), fds
+
+
+def _child(request: dict, fds: list[int]) -> None:
+    """In the forked child: become the gate's process (its stdio, cwd, argv) and run the
+    gate's ClientApp; never returns into the parent's loop."""
+    code = 1
+    try:
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        for fd in fds:
+            os.close(fd)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        sys.argv = ["flwr-clientapp", *request["argv"]]
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import app_gate
+
+        app_gate.clientapp()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 (reported on the gate's stderr, as a cold start would)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(path: Path) -> int:
+    """The warm parent: import the heavy modules once, then fork a child per request."""
+    if not private_dir(path):
+        print(f"warm_start: {path.parent} is not a private directory of this user", file=sys.stderr)
+        return 2
+    lock = open(f"{path}.lock", "w")  # noqa: SIM115 (held for the parent's life)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another parent serves this node
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    os.chmod(path, 0o600)
+    server.listen(64)
+    children: dict[int, socket.socket] = {}  # child pid -> the gate's connection
+    killed: set[int] = set()
+    idle_since = time.monotonic()
+    while children or time.monotonic() - idle_since < IDLE_EXIT_S:
+        watched = [c for p, c in children.items() if p not in killed]
+        ready, _, _ = select.select([server, *watched], [], [], 0.05)
+        for r in ready:
+            if r is server:
+                conn, _ = server.accept()
+                request, fds = _recv_request(conn)
+                pid = os.fork()
+                if pid == 0:
+                    server.close()
+                    for c in children.values():
+                        c.close()
+                    conn.close()
+                    _child(request, fds)
+                for fd in fds:
+                    os.close(fd)
+                children[pid] = conn
+            else:  # a gate's connection closed before its child ended: the gate was killed
+                pid = next(p for p, c in children.items() if c is r)
+                killed.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            killed.discard(pid)
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(os.waitstatus_to_exitcode(status).to_bytes(4, "big", signed=True))
+                conn.close()
+            idle_since = time.monotonic()
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return 0
+
+
+def gate_main(argv: list[str]) -> int:
+    """deploy/gate/flwr-clientapp: the message's ClientApp, forked warm when it can be."""
+    folder = os.environ.get(ENV, "")
+    if folder and os.environ.get("FEDEMBODIED_WARM_START", "1") != "0":
+        where = socket_path(folder)
+        code = run_warm(where, argv)
+        if code is not None:
+            return code
+        with contextlib.suppress(OSError):
+            if private_dir(where):
+                start_parent(where)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import app_gate
+
+    return app_gate.main(["clientapp", *argv])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        sys.exit(serve(Path(sys.argv[2])))
+    sys.exit(gate_main(sys.argv[1:]))

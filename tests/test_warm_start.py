@@ -1,0 +1,80 @@
+"""deploy/warm_start.py: a node's warm parent forks each message's ClientApp process (issue 63).
+Driven through the node's real gate script (deploy/gate/flwr-clientapp) with Flower's own
+`flwr-clientapp --help` and a bad flag, which exercise the whole path without a SuperNode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "deploy"))
+import warm_start  # noqa: E402
+
+GATE = ROOT / "deploy" / "gate" / "flwr-clientapp"
+
+
+def _gate(args, env):
+    t0 = time.perf_counter()
+    out = subprocess.run([str(GATE), *args], env=env, capture_output=True, text=True, timeout=120)
+    return out, time.perf_counter() - t0
+
+
+def _parents(sock):
+    ps = subprocess.run(
+        ["pgrep", "-f", f"warm_start.py serve {sock}"], capture_output=True, text=True
+    )
+    return [int(p) for p in ps.stdout.split()]
+
+
+@pytest.fixture
+def warm_env(tmp_path):
+    env = {
+        **os.environ,
+        "FEDEMBODIED_WARM_DIR": str(tmp_path / "warm"),
+        "FEDEMBODIED_WARM_START": "1",
+    }
+    yield env
+    for pid in _parents(tmp_path / "warm"):
+        os.kill(pid, signal.SIGTERM)
+
+
+def test_a_message_is_forked_by_the_warm_parent_with_its_output_and_exit_status(warm_env, tmp_path):
+    cold, _ = _gate(["--help"], warm_env)  # no parent yet: run cold, start one
+    assert cold.returncode == 0 and "usage: flwr-clientapp" in cold.stdout
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "warm").glob("warm-*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (sock,) = (tmp_path / "warm").glob("warm-*.sock")
+    assert oct(sock.stat().st_mode & 0o777) == "0o600"
+    assert oct((tmp_path / "warm").stat().st_mode & 0o777) == "0o700"
+    (parent,) = _parents(sock)
+    warm, took = _gate(["--help"], warm_env)
+    assert warm.returncode == 0 and "usage: flwr-clientapp" in warm.stdout  # the child's stdout
+    bad, _ = _gate(["--no-such-flag"], warm_env)
+    assert bad.returncode == 2 and "flwr-clientapp: error" in bad.stderr  # its exit, its stderr
+    assert _parents(sock) == [parent]  # served by the one parent, still there
+    assert took < 1.5, took  # no Flower or torch import in the message's own start
+
+
+def test_another_environment_gets_another_parent(monkeypatch, tmp_path):
+    """A node restarted with other approved FABs (or another state folder) must not be served
+    by the parent of its old settings: the socket is named by the whole environment."""
+    monkeypatch.setenv("FEDEMBODIED_APPROVED_FABS", "a" * 64)
+    one = warm_start.socket_path(str(tmp_path))
+    monkeypatch.setenv("FEDEMBODIED_APPROVED_FABS", "b" * 64)
+    assert warm_start.socket_path(str(tmp_path)) != one
+
+
+def test_a_directory_others_can_open_is_not_used(tmp_path):
+    d = tmp_path / "shared"
+    d.mkdir(mode=0o755)
+    d.chmod(0o755)
+    assert warm_start.run_warm(d / "warm-x.sock", ["--help"]) is None  # the message runs cold
+    assert not warm_start.private_dir(d / "warm-x.sock")
