@@ -18,7 +18,8 @@ state folder, gets a parent of its own), passes its argv, working directory
 and its stdin/stdout/stderr (SCM_RIGHTS), and waits for the child's exit status, which it
 exits with. When the gate is killed, its connection closes and the parent kills the child.
 With no parent answering, the gate starts one in the background and runs this message cold;
-a parent left idle for `IDLE_EXIT_S` exits. `FEDEMBODIED_WARM_START=0` turns it off.
+a parent exits with the node: when the SuperExec that starts the node's ClientApps (the
+`--parent-pid` Flower passes each of them) is gone, or after `IDLE_EXIT_S` without a message. `FEDEMBODIED_WARM_START=0` turns it off.
 What a child runs with comes from the parent's environment (the node's, set when the node
 started), never from the request: a local process that reaches the socket can ask for a
 ClientApp process, not choose which FABs are approved.
@@ -124,6 +125,26 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
+def _superexec(argv: list[str]) -> int | None:
+    """The pid Flower passes a ClientApp as `--parent-pid` (its SuperExec), if any."""
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--parent-pid" and value.isdigit():
+            return int(value)
+    return None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _child(request: dict, fds: list[int]) -> None:
     """In the forked child: become the gate's process (its stdio, cwd, argv) and run the
     gate's ClientApp; never returns into the parent's loop."""
@@ -177,14 +198,16 @@ def serve(path: Path) -> int:
     server.listen(64)
     children: dict[int, socket.socket] = {}  # child pid -> the gate's connection
     killed: set[int] = set()
+    node = None  # the SuperExec whose ClientApps this parent forks
     idle_since = time.monotonic()
-    while children or time.monotonic() - idle_since < IDLE_EXIT_S:
+    while children or (time.monotonic() - idle_since < IDLE_EXIT_S and _alive(node)):
         watched = [c for p, c in children.items() if p not in killed]
         ready, _, _ = select.select([server, *watched], [], [], 0.05)
         for r in ready:
             if r is server:
                 conn, _ = server.accept()
                 request, fds = _recv_request(conn)
+                node = _superexec(request["argv"]) or node
                 pid = os.fork()
                 if pid == 0:
                     server.close()

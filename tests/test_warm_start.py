@@ -78,3 +78,21 @@ def test_a_directory_others_can_open_is_not_used(tmp_path):
     d.chmod(0o755)
     assert warm_start.run_warm(d / "warm-x.sock", ["--help"]) is None  # the message runs cold
     assert not warm_start.private_dir(d / "warm-x.sock")
+
+
+def test_the_parent_exits_with_the_superexec_it_serves(warm_env, tmp_path):
+    """A node stopped (its SuperExec gone) leaves no warm parent behind: the parent watches the
+    `--parent-pid` Flower passes every ClientApp and exits once it is gone."""
+    superexec = subprocess.Popen(["sleep", "3"])
+    _gate(["--help"], warm_env)  # cold; starts the parent
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "warm").glob("warm-*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (sock,) = (tmp_path / "warm").glob("warm-*.sock")
+    out, _ = _gate(["--help", "--parent-pid", str(superexec.pid)], warm_env)
+    assert out.returncode == 0 and _parents(sock)
+    superexec.wait()
+    deadline = time.monotonic() + 10
+    while _parents(sock) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _parents(sock) and not sock.exists()
