@@ -440,17 +440,5 @@ class ScreenedFedAvg(FedAvg):
 class ScreenedFedProx(ScreenedFedAvg, FedProx):
     """FedProx: FedAvg aggregation, clients add (mu/2)||w - w_global||^2 to their loss."""
 
-    def _sample_nodes(self, grid: Grid, parts: dict[int, int], rng, fraction, cap) -> list[int]:
-        """A large federation's draw: over the connected nodes (sorted, so the draw depends on
-        the seed and the node ids alone); the drawn nodes not met before are asked their
-        partition (`identify`), one that does not answer is left out of the round."""
-        online = sorted(set(grid.get_node_ids()) - self.retired)
-        chosen = rng.sample(online, sample_size(len(online), fraction, cap)) if online else []
-        unknown = [n for n in chosen if n not in parts]
-        if unknown:
-            identify(grid, unknown, parts, self.node_wait_s, self.retired, self.node_start_s)
-        self.unheld = []
-        return sorted((n for n in chosen if n in parts), key=parts.__getitem__)
-
     def _extra_train_config(self) -> dict:
         return {"proximal-mu": float(self.proximal_mu)}
