@@ -89,12 +89,19 @@ def run_warm(path: Path, argv: list[str]) -> int | None:
         conn.close()
         return None
     with conn:
-        request = json.dumps({"argv": argv, "cwd": os.getcwd()}).encode()
-        socket.send_fds(conn, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+        try:
+            conn.settimeout(5.0)  # a parent that does not take the request in time: run cold
+            request = json.dumps({"argv": argv, "cwd": os.getcwd()}).encode()
+            socket.send_fds(conn, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+            if conn.recv(1) != b"S":  # the parent forked the child (else: it died first)
+                return None
+        except OSError:
+            return None
+        conn.settimeout(None)
         answer = b""
         while len(answer) < 4:
             chunk = conn.recv(4 - len(answer))
-            if not chunk:  # the parent died mid-message
+            if not chunk:  # the parent died while the child ran
                 return 1
             answer += chunk
     return int.from_bytes(answer, "big", signed=True)
@@ -145,11 +152,20 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def _child(request: dict, fds: list[int]) -> None:
+def _child(request: dict, fds: list[int], lock_fd: int) -> None:
     """In the forked child: become the gate's process (its stdio, cwd, argv) and run the
-    gate's ClientApp; never returns into the parent's loop."""
+    gate's ClientApp; never returns into the parent's loop. The random state numpy and Python
+    seeded when the parent imported them is drawn afresh, as in a cold process (else every
+    message would draw the same unseeded numbers)."""
     code = 1
     try:
+        os.close(lock_fd)
+        import random
+
+        import numpy as np
+
+        random.seed()
+        np.random.seed()
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds:
@@ -198,6 +214,17 @@ def serve(path: Path) -> int:
     server.listen(64)
     children: dict[int, socket.socket] = {}  # child pid -> the gate's connection
     killed: set[int] = set()
+    try:
+        _loop(server, lock, children, killed)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return 0
+
+
+def _loop(server, lock, children: dict, killed: set) -> None:
+    """Fork a child per request, report each child's exit status to its gate, kill a child
+    whose gate went away; until the node's SuperExec is gone or IDLE_EXIT_S without a message."""
     node = None  # the SuperExec whose ClientApps this parent forks
     idle_since = time.monotonic()
     while children or (time.monotonic() - idle_since < IDLE_EXIT_S and _alive(node)):
@@ -206,17 +233,30 @@ def serve(path: Path) -> int:
         for r in ready:
             if r is server:
                 conn, _ = server.accept()
-                request, fds = _recv_request(conn)
-                node = _superexec(request["argv"]) or node
+                fds: list[int] = []
+                try:  # a request that is late, empty or malformed is dropped, not fatal
+                    conn.settimeout(2.0)
+                    request, fds = _recv_request(conn)
+                    argv, cwd = list(map(str, request["argv"])), str(request["cwd"])
+                    if len(fds) != 3:
+                        raise ValueError("expected the caller's stdin, stdout and stderr")
+                except (OSError, ValueError, KeyError, TypeError):
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
+                node = _superexec(argv) or node
                 pid = os.fork()
                 if pid == 0:
                     server.close()
                     for c in children.values():
                         c.close()
                     conn.close()
-                    _child(request, fds)
+                    _child({"argv": argv, "cwd": cwd}, fds, lock.fileno())
                 for fd in fds:
                     os.close(fd)
+                with contextlib.suppress(OSError):
+                    conn.sendall(b"S")
                 children[pid] = conn
             else:  # a gate's connection closed before its child ended: the gate was killed
                 pid = next(p for p, c in children.items() if c is r)
@@ -234,9 +274,6 @@ def serve(path: Path) -> int:
                     conn.sendall(os.waitstatus_to_exitcode(status).to_bytes(4, "big", signed=True))
                 conn.close()
             idle_since = time.monotonic()
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    return 0
 
 
 def gate_main(argv: list[str]) -> int:

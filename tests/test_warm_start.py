@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,6 +58,10 @@ def test_a_message_is_forked_by_the_warm_parent_with_its_output_and_exit_status(
     (parent,) = _parents(sock)
     warm, took = _gate(["--help"], warm_env)
     assert warm.returncode == 0 and "usage: flwr-clientapp" in warm.stdout  # the child's stdout
+    for junk in (b"", b"\x00\x00\x00\x05{not", b"\xff" * 9):  # dropped, never fatal to the parent
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(str(sock))
+            c.sendall(junk)
     bad, _ = _gate(["--no-such-flag"], warm_env)
     assert bad.returncode == 2 and "flwr-clientapp: error" in bad.stderr  # its exit, its stderr
     assert _parents(sock) == [parent]  # served by the one parent, still there
