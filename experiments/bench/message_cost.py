@@ -162,7 +162,7 @@ VARIANTS = {
 }
 
 
-def deployed(method: str, rounds: int, work: Path, variant: str = "quick") -> Path:
+def deployed(method: str, rounds: int, work: Path, variant: str = "warm") -> Path:
     """deploy/make_certs.sh, superlink.sh --tls (edge + gateway + SuperLink), two registered
     SuperNodes with their own keys and state folders, `flwr run` from the operator's CLI;
     `variant`: whose poll intervals (VARIANTS)."""
@@ -191,7 +191,7 @@ class LoopbackFederation(Federation):
         super().__init__(tmp)
         self.method, self.certs, self.out = method, tmp / "certs", tmp / "out"
         # set explicitly so that a value in the shell cannot leak in
-        self.env = dict(env or VARIANTS["quick"])
+        self.env = dict(env or VARIANTS["warm"])
         subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), str(nodes(method))], check=True,
                        capture_output=True)  # fmt: skip
         self.port, self.control = free_port(), free_port()
