@@ -279,8 +279,13 @@ def _loop(server, lock, children: dict, killed: set) -> None:
 def gate_main(argv: list[str]) -> int:
     """deploy/gate/flwr-clientapp: the message's ClientApp, forked warm when it can be."""
     folder = os.environ.get(ENV, "")
-    if folder and os.environ.get("FEDEMBODIED_WARM_START", "1") != "0":
-        where = socket_path(folder)
+    where = socket_path(folder) if folder else None
+    # a unix socket's path is at most 107 bytes: a deeper folder runs every message cold
+    if (
+        where
+        and len(os.fsencode(where)) < 100
+        and os.environ.get("FEDEMBODIED_WARM_START", "1") != "0"
+    ):
         code = run_warm(where, argv)
         if code is not None:
             return code

@@ -35,18 +35,34 @@ def _parents(sock):
 
 
 @pytest.fixture
-def warm_env(tmp_path):
+def short_tmp():
+    """A short folder: a unix socket's path is at most 107 bytes, and pytest's tmp_path under
+    xdist is longer than that with the socket's name."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.mkdtemp(prefix="ws", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def warm_env(short_tmp):
     env = {
         **os.environ,
-        "FEDEMBODIED_WARM_DIR": str(tmp_path / "warm"),
+        "FEDEMBODIED_WARM_DIR": str(short_tmp / "warm"),
         "FEDEMBODIED_WARM_START": "1",
     }
     yield env
-    for pid in _parents(tmp_path / "warm"):
+    for pid in _parents(short_tmp / "warm"):
         os.kill(pid, signal.SIGTERM)
 
 
-def test_a_message_is_forked_by_the_warm_parent_with_its_output_and_exit_status(warm_env, tmp_path):
+def test_a_message_is_forked_by_the_warm_parent_with_its_output_and_exit_status(
+    warm_env, short_tmp
+):
+    tmp_path = short_tmp
     cold, _ = _gate(["--help"], warm_env)  # no parent yet: run cold, start one
     assert cold.returncode == 0 and "usage: flwr-clientapp" in cold.stdout
     deadline = time.monotonic() + 60
@@ -85,7 +101,8 @@ def test_a_directory_others_can_open_is_not_used(tmp_path):
     assert not warm_start.private_dir(d / "warm-x.sock")
 
 
-def test_the_parent_exits_with_the_superexec_it_serves(warm_env, tmp_path):
+def test_the_parent_exits_with_the_superexec_it_serves(warm_env, short_tmp):
+    tmp_path = short_tmp
     """A node stopped (its SuperExec gone) leaves no warm parent behind: the parent watches the
     `--parent-pid` Flower passes every ClientApp and exits once it is gone."""
     superexec = subprocess.Popen(["sleep", "3"])
