@@ -326,3 +326,11 @@ def command_line(script: str, argv: list[str] | None = None) -> str:
     module = Path(script).resolve().with_suffix("").relative_to(ROOT).as_posix().replace("/", ".")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
     return shlex.join(["python", "-m", module, *args])
+
+
+def machine_label() -> str:
+    """What a benchmark's rows name the machine by: processor and core count."""
+    import os
+    import platform
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"

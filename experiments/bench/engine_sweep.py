@@ -15,8 +15,6 @@ experiments/results/engine_sweep.csv.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import threading
 import time
@@ -24,7 +22,7 @@ from queue import Queue
 
 import pandas as pd
 
-from experiments.simulate import RESULTS, command_line
+from experiments.simulate import RESULTS, command_line, machine_label
 
 
 class _Once(threading.Event):
@@ -95,7 +93,7 @@ def main(argv=None) -> int:
         for p in args.pending
     ]
     df = pd.DataFrame(rows)
-    df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    df["machine"] = machine_label()
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(RESULTS / "engine_sweep.csv", index=False)
     print(f"{command_line(__file__, argv)}\n" + df.to_string(index=False))

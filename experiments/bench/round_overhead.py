@@ -21,8 +21,6 @@ Writes experiments/results/round_overhead.csv.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -35,7 +33,7 @@ import pandas as pd
 
 from config import parse
 from contracts.messages import NUM_EXAMPLES
-from experiments.simulate import RESULTS, command_line, simulate
+from experiments.simulate import RESULTS, command_line, machine_label, simulate
 
 
 def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFrame:
@@ -207,7 +205,7 @@ def main(argv=None) -> int:
             .to_dict("records")
         )
     df = pd.DataFrame(rows)
-    df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    df["machine"] = machine_label()
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(csv, index=False)
     print(f"\n{cmd}\n" + df.to_string(index=False))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.simulate import RESULTS, ROOT, command_line
+from experiments.simulate import RESULTS, ROOT, command_line, machine_label
 
 
 def tree_rss(root: int) -> int:
@@ -128,7 +127,7 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     base = df[df.clients == min(args.clients)].round_s.iloc[0]
     df["round_vs_smallest"] = (df.round_s / base).round(2)
-    df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    df["machine"] = machine_label()
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(RESULTS / "scale.csv", index=False)
     print(f"\n{cmd}\n" + df.to_string(index=False))

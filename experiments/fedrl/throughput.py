@@ -26,8 +26,6 @@ Writes experiments/results/fedrl_throughput.csv (and _runs.csv).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -39,7 +37,7 @@ import pandas as pd
 
 from config import parse
 from experiments.fedrl.table1 import check_common, run_jobs, splits_for
-from experiments.simulate import RESULTS, ROOT, command_line, simulate
+from experiments.simulate import RESULTS, ROOT, command_line, machine_label, simulate
 from experiments.tables import refuse_overwrite
 
 
@@ -163,7 +161,7 @@ def main(argv=None) -> int:
     if args.success_only:
         success(configs, args)
         return 0
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    machine = machine_label()
     rows, work = [], Path(tempfile.mkdtemp(prefix="fedrl-throughput-"))
     for b, s, k in configs:  # timings first, one at a time, on an idle machine
         row = {

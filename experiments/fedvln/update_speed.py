@@ -30,8 +30,6 @@ Writes experiments/results/vln_update_speed.csv: updates/s and the ratio to the 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 
@@ -39,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from experiments.simulate import RESULTS, command_line
+from experiments.simulate import RESULTS, command_line, machine_label
 
 
 def bmm_forward(self, h, ctx, mask=None):
@@ -317,7 +315,7 @@ def main(argv=None) -> int:
     df = rows
     before = df.updates_per_s[df.variant.str.endswith("(before)")].iloc[0]
     df["ratio_to_before"] = (df.updates_per_s / before).round(3)
-    df["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    df["machine"] = machine_label()
     RESULTS.mkdir(parents=True, exist_ok=True)
     df.to_csv(RESULTS / "vln_update_speed.csv", index=False)
     print(f"\n{cmd}\n" + df.to_string(index=False))
