@@ -23,6 +23,15 @@ of that run's last message (`owner.json`, under an flock while it is read and wr
 run is refused while another run has used the folder within `LEASE_S`, naming that run; a run
 that finds its folder taken over by another mid-run is refused too (never two writers). A
 resumed run (`resume = true`) takes the folder over at once: resuming says the old run is dead.
+
+Large arrays (issue 63): Flower carries `context.state` between the SuperNode and each message's
+ClientApp process, both ways, on every message; a FedRL party's replay buffer and networks are
+13-15 MB by round 200 of Table 1. `put_arrays` keeps such arrays in a file on the node's own
+disk instead (`<state-dir>/live/partition-<k>/<name>-<run>-<token>.npz`, mode 0600: it holds
+the party's secret noise key) and only their random token in `context.state`; `get_arrays`
+reads the file the token names. A snapshot (`save`) copies that file beside the snapshot
+(`snap-<name>-<token>.npz`, written before the `.pb` that names it), and `restore` copies it
+back, so a resumed run finds the arrays of the round it resumes.
 """
 
 from __future__ import annotations
@@ -30,9 +39,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +59,8 @@ TAG = "state-store"  # ConfigRecord in context.state: the snapshot's round
 CLAIM = "state-claim"  # ConfigRecord in context.state: this run has claimed the node's folder
 OWNER = "owner.json"
 LEASE_S = 600.0  # a run silent this long on a node no longer holds its folder against a fresh run
+DISK = "on-disk"  # ConfigRecord in context.state: name -> token of arrays kept in a file
+KEEP_LIVE = 3  # a run's newest files of one name kept (a relaunched message may read the last)
 
 
 def folder(context: Context, c: Config) -> Path | None:
@@ -153,7 +166,100 @@ def save(context: Context, c: Config, server_round: int) -> None:
     if current is not None and current[0] != server_round:
         os.replace(newest, before)  # a new round: the last one becomes "before"
     context.state[TAG] = ConfigRecord({"round": int(server_round)})
+    _snapshot_files(context, where)
     write_atomic(newest, recorddict_to_proto(context.state).SerializeToString())
+    _drop_unnamed_snapshots(where)
+
+
+def live_folder(context: Context) -> Path:
+    """Where a node keeps its large arrays between messages (put_arrays)."""
+    root = policy.of_node(context.node_config).state_root()
+    return root / "live" / f"partition-{int(context.node_config.get('partition-id', 0))}"
+
+
+def _live_file(context: Context, name: str, token: str) -> Path:
+    return live_folder(context) / f"{name}-{int(context.run_id)}-{token}.npz"
+
+
+def put_arrays(context: Context, name: str, arrays: dict[str, np.ndarray]) -> str:
+    """Keep `arrays` in a file on the node's disk and their token in context.state; returns
+    the token (random: two versions never share one)."""
+    token = uuid.uuid4().hex
+    path = _live_file(context, name, token)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_atomic(path, buf.getbuffer())
+    record = context.state[DISK] if DISK in context.state else ConfigRecord()
+    record[name] = token
+    context.state[DISK] = record
+    _prune(path.parent, name, int(context.run_id))
+    return token
+
+
+def arrays_token(context: Context, name: str) -> str:
+    """The token of the arrays `name` this context holds ("" if none)."""
+    return str(context.state[DISK].get(name, "")) if DISK in context.state else ""
+
+
+def get_arrays(context: Context, name: str) -> dict[str, np.ndarray] | None:
+    """The arrays put_arrays kept for this context, None if it kept none; StateUnreadable
+    naming the file if the file is gone or does not parse."""
+    token = arrays_token(context, name)
+    if not token:
+        return None
+    path = _live_file(context, name, token)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise StateUnreadable(
+            f"this node's state file {path} is gone (was its state-dir cleaned during the "
+            "run?); resume the run from its last snapshot"
+        ) from None
+    except Exception as e:  # a torn or foreign file
+        raise StateUnreadable(
+            f"this node's state file {path} does not parse ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _prune(where: Path, name: str, run: int) -> None:
+    """This run's files of `name` but the newest KEEP_LIVE; other runs' once silent LEASE_S
+    (a live run rewrites its file every message)."""
+    mine, now = [], time.time()
+    for f in where.glob(f"{name}-*.npz"):
+        with contextlib.suppress(OSError):
+            if f.name.startswith(f"{name}-{run}-"):
+                mine.append((f.stat().st_mtime, f))
+            elif now - f.stat().st_mtime > LEASE_S:
+                f.unlink()
+    for _, f in sorted(mine, reverse=True)[KEEP_LIVE:]:
+        with contextlib.suppress(OSError):
+            f.unlink()
+
+
+def _snapshot_files(context: Context, where: Path) -> None:
+    """Copy each live file context.state names beside the snapshot (before the .pb names it)."""
+    if DISK not in context.state:
+        return
+    for name, token in context.state[DISK].items():
+        snap = where / f"snap-{name}-{token}.npz"
+        if not snap.exists():  # 0600 from the start: the file holds the party's secret key
+            write_atomic(snap, _live_file(context, name, str(token)).read_bytes())
+
+
+def _drop_unnamed_snapshots(where: Path) -> None:
+    """Snapshot files neither newest.pb nor before.pb names."""
+    named = set()
+    for pb in ("newest.pb", "before.pb"):
+        with contextlib.suppress(StateUnreadable):
+            snap = _read(where / pb)
+            if snap is not None and DISK in snap[1]:
+                named |= {f"snap-{n}-{t}.npz" for n, t in snap[1][DISK].items()}
+    for f in where.glob("snap-*.npz"):
+        if f.name not in named:
+            with contextlib.suppress(OSError):
+                f.unlink()
 
 
 def restore(context: Context, c: Config) -> int | None:
@@ -170,6 +276,18 @@ def restore(context: Context, c: Config) -> int | None:
         if snap is not None and snap[0] <= k:
             for key, record in snap[1].items():
                 context.state[key] = record
+            for kind, token in snap[1][DISK].items() if DISK in snap[1] else ():
+                live = _live_file(context, kind, str(token))
+                if not live.exists():  # pruned since: the snapshot's copy
+                    live.parent.mkdir(parents=True, exist_ok=True)
+                    copy = where / f"snap-{kind}-{token}.npz"
+                    try:
+                        write_atomic(live, copy.read_bytes())
+                    except FileNotFoundError:
+                        raise StateUnreadable(
+                            f"this node's saved state {where / name} names {copy}, "
+                            "which is gone; remove the folder to start this node afresh"
+                        ) from None
             return snap[0]
     context.state[TAG] = ConfigRecord({"round": 0})  # nothing of this run: start fresh, once
     return None

@@ -1027,3 +1027,44 @@ def test_a_rewound_party_never_releases_two_inputs_under_one_noise():
     assert residual.std().item() == pytest.approx(16.0 * 2**0.5, rel=0.15)
     again = rewound()
     assert torch.equal(again.released(q_a, again._generator()), c_a)  # the same input: the same
+
+
+@pytest.mark.slow
+def test_a_partys_state_stays_on_its_nodes_disk_not_in_the_context(tmp_path, monkeypatch):
+    """Issue 63: Flower carries context.state to and from every message's process. A party's
+    replay, networks and secret key stay in a file on its node's disk (0600, the run's newest
+    few kept), the context holds only their token; a party rebuilt from the file on every
+    message (as in deployment, a fresh process each) computes the same run to the digit."""
+    from flwr.common.serde import recorddict_to_proto
+
+    from clients import fedrl_client, state_store
+
+    def forgetting(msg, ctx):  # a fresh process per message: nothing of the party in memory
+        fedrl_client._LIVE.clear()
+        return app(msg, ctx)
+
+    def run(name, client, study=True):
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / name / "state"))
+        cfg = merged({**SMALL, "fedrl.reproducible-noise": study, "out-dir": str(tmp_path / name)})
+        grid = InProcessGrid(client, cfg, 2, node_config_extra=RESEARCH if study else None)
+        fedrl_server.run(grid, parse(cfg), "fedrl")
+        return grid, pd.read_csv(tmp_path / name / "rounds.csv")
+
+    _, kept = run("kept", app)
+    grid, rebuilt = run("rebuilt", forgetting)
+    cols = [c for c in kept.columns if c not in ("wall_s",) and "bytes" not in c]
+    assert kept[cols].equals(rebuilt[cols])
+    grid, _ = run("default", app, study=False)  # the secret key: only on the node's disk
+    for ctx in grid.contexts.values():
+        assert len(recorddict_to_proto(ctx.state).SerializeToString()) < 4096
+        arrays = state_store.get_arrays(ctx, fedrl_client.STATE)
+        assert "noise.key" in arrays and any(k.startswith("replay.") for k in arrays)
+        files = sorted(state_store.live_folder(ctx).glob("fedrl-party-*.npz"))
+        assert 1 <= len(files) <= state_store.KEEP_LIVE
+        assert all(f.stat().st_mode & 0o077 == 0 for f in files)
+    ctx = next(iter(grid.contexts.values()))
+    state_store._live_file(
+        ctx, fedrl_client.STATE, state_store.arrays_token(ctx, fedrl_client.STATE)
+    ).unlink()
+    with pytest.raises(state_store.StateUnreadable, match="is gone"):
+        state_store.get_arrays(ctx, fedrl_client.STATE)
