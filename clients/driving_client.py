@@ -11,12 +11,20 @@ from __future__ import annotations
 import time
 from functools import lru_cache
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import costs, faults
 from config import Config, parse
-from contracts.messages import FIT_S, NUM_EXAMPLES, TRAIN_LOSS, round_of
+from contracts.messages import (
+    FIT_S,
+    LABEL_MEAN,
+    LABEL_SQ_MEAN,
+    NUM_EXAMPLES,
+    TRAIN_LOSS,
+    round_of,
+)
 from envs.driving_logs import load_silo
 from envs.driving_silos import SiloData, make_silo
 from models.resnet8 import ResNet8
@@ -194,6 +202,9 @@ def evaluate(msg: Message, context: Context) -> Message:
         metrics = {"mse": errors[0][0], "mae": errors[0][1]}
     else:
         metrics = {"mse": [e[0] for e in errors], "mae": [e[1] for e in errors]}
+    # the test labels' first two moments: the server's floor, the best constant (strategies/floors.py)
+    y = np.asarray(data.y_test, dtype=np.float64)
+    metrics.update({LABEL_MEAN: float(y.mean()), LABEL_SQ_MEAN: float((y**2).mean())})
     return Message(
         RecordDict({"metrics": MetricRecord({NUM_EXAMPLES: len(data.y_test), **metrics})}),
         reply_to=msg,

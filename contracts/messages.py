@@ -23,6 +23,9 @@ DP_EPSILON = "dp-epsilon"  # local DP: the party's total epsilon after this rele
 LOCAL_STEPS = "local-steps"  # optimizer steps taken (FedVLN)
 NUM_AUGMENTED = "num-augmented"  # speaker-written episodes added (FedVLN augment)
 CD_LOSS = "cd-loss"  # CDL's L_cd+ (Eq. 5)
+# a silo's test labels: mean and mean square, for the run's constant floor (strategies/floors.py)
+LABEL_MEAN = "label-mean"
+LABEL_SQ_MEAN = "label-sq-mean"
 
 
 def round_of(msg: Message) -> int:

@@ -146,11 +146,17 @@ SPLITS = {
 HEADLINE = ("rmse", "mae", "val_unseen_sr", "val_unseen_spl", "bleu", "succ-rate", "f1", "reward")
 
 
+# a floor column (`floor-<metric>`) is drawn on its metric's plot, not on its own, as
+# FLOORS[its prefix] (strategies/floors.py); every run plot shows what a trivial output scores
+FLOOR = "floor-"
+FLOORS = {"rmse": "floor: the best constant output (the test labels' sd)"}
+
+
 def is_bookkeeping(column: str) -> bool:
     return (
         column in NOT_METRICS
         or column.endswith(("_n", "-releases", "_releases"))
-        or column.startswith(("bytes", "n_"))
+        or column.startswith(("bytes", "n_", FLOOR))
     )
 
 
@@ -275,8 +281,19 @@ def _draw(ax, runs, metric: str) -> None:
             if part.empty:
                 continue
             name = label if stages <= 1 else f"{label} {stage}"
-            ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
+            (line,) = ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
             rounds.update(int(r) for r in part["round"])
+            floor = FLOOR + metric
+            if floor in part.columns and part[floor].notna().any():
+                what = FLOORS.get(metric, "floor")
+                ax.plot(
+                    part["round"],
+                    part[floor],
+                    ls="--",
+                    color=line.get_color(),
+                    alpha=0.7,
+                    label=what if len(runs) == 1 else f"{name}: {what}",
+                )
     what, unit = meaning_of(metric, runs[0][2])
     ax.set_xlabel("round")
     if len(rounds) <= 12:  # few rounds (one, say): ticks at them, never at fractions

@@ -38,6 +38,7 @@ from contracts.messages import (
     TRAIN_LOSS,
 )
 from strategies.dp import floor_variance_arrays
+from strategies.floors import FLOOR_RMSE, best_constant_rmse, label_moments
 from strategies.nodes import (
     START_S,
     FederationError,
@@ -236,11 +237,12 @@ class TopologyRelay:
                 )
             )
         self.recorder.add_bytes(down=sum(message_bytes(m) for m in msgs), evaluation=True)
-        answers = {}
+        answers, labels = {}, {}
         for k, rep in answered(msgs, grid.send_and_receive(msgs, timeout=self.timeout_s)):
             if not rep.has_error():
                 m = rep.content["metrics"]
                 answers[silos[k]] = (float(m[NUM_EXAMPLES]), list(m["mse"]), list(m["mae"]))
+                labels[silos[k]] = label_moments(m)
         if not answers:
             return []
         total = sum(a[0] for a in answers.values())
@@ -281,6 +283,13 @@ class TopologyRelay:
             metrics["rmse"], metrics["mae"] = (
                 metrics["silo_rmse_own_mean"],
                 metrics["silo_mae_own_mean"],
+            )
+        if all(labels[i] for i in answers):  # the floor of `rmse`, on the same test sets
+            silos_ = [(answers[i][0], *labels[i]) for i in sorted(answers)]
+            metrics[FLOOR_RMSE] = (
+                best_constant_rmse(silos_)
+                if self.cross_eval
+                else float(np.mean([best_constant_rmse([s]) for s in silos_]))
             )
         self.recorder.add_metrics(metrics)
         return rows

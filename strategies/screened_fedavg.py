@@ -35,6 +35,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 
 from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
 from strategies.dp import fixed_denominator_mean, floor_variances
+from strategies.floors import FLOOR_RMSE, best_constant_rmse, label_moments
 from strategies.nodes import (
     START_S,
     answered,
@@ -398,7 +399,7 @@ class ScreenedFedAvg(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         server_round += self.round_offset
-        rows = []
+        rows, moments = [], []
         for rep in self._sorted(replies):
             if rep.has_error() or len(rep.content.metric_records) != 1:
                 continue
@@ -421,6 +422,8 @@ class ScreenedFedAvg(FedAvg):
                 and row[2] >= 0
             ):
                 rows.append(row)
+                labels = label_moments(m)
+                moments.append(None if labels is None else (row[0], *labels))
         if not rows:
             return None
         n_total = sum(r[0] for r in rows)
@@ -433,6 +436,8 @@ class ScreenedFedAvg(FedAvg):
                 "n_eval_silos": len(rows),
             }
         )
+        if all(moments):  # the floor of `rmse`: the best constant on the same test sets
+            metrics[FLOOR_RMSE] = best_constant_rmse(moments)
         self.recorder.add_metrics(dict(metrics))
         return metrics
 

@@ -115,8 +115,11 @@ def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
             assert set(record.keys()) == backbone_keys, name
         assert set(rep.content.keys()) <= {"arrays", "metrics", "identity"}
         for rec in rep.content.metric_records.values():
-            # scalars only: the round's losses and the CDL signal (gradient-norm ratio, entropy)
+            # scalars only: the round's losses and the CDL signal (gradient-norm ratio, entropy);
+            # the test labels' mean and mean square (the run's constant floor, issue 66)
             assert set(rec.keys()) <= {
+                "label-mean",
+                "label-sq-mean",
                 "num-examples",
                 "train-loss",
                 "cd-loss",

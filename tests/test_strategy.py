@@ -742,3 +742,64 @@ def test_a_large_federation_asks_only_the_nodes_it_samples(tmp_path):
     assert (clients.partition == clients.node - 5000).all() and len(clients) == 2 * 3
     asked, worked, _ = run(tmp_path / "small", 1000)
     assert sorted(asked) == list(range(5000, 5012))  # everyone, once, before round 1
+
+
+@pytest.mark.parametrize("method", ["fedavg", "gossip"])
+def test_a_driving_run_records_its_floor_and_its_rmse_plot_draws_it(tmp_path, method):
+    """Issue 66: every run plot carries its floor. `floor-rmse` is the best constant output's
+    RMSE on the same test sets as `rmse` (the pooled test labels' sd: FedAvg's global model
+    and, cross-evaluated, the silos' models on the pooled set), computed here from the silos'
+    data directly; the rmse plot draws it, and no plot of its own."""
+    import matplotlib.pyplot as plt
+
+    from clients.app import app
+    from clients.driving_client import silo_data
+    from config.methods import server_module
+    from config.schema import merged
+    from server.plots import _draw, load_rounds, plot_runs
+    from tests.conftest import InProcessGrid
+
+    cfg = merged(
+        {
+            "method": method,
+            "driving.image-size": 16,
+            "driving.train-per-silo": 8,
+            "driving.test-per-silo": 6,
+            "driving.local-epochs": 1,
+            "num-server-rounds": 2,
+            "num-clients": 3,
+            "out-dir": str(tmp_path / "run"),
+        }
+    )
+    grid = InProcessGrid(app, cfg, 3)
+    server_module(method).run(grid, parse(cfg), method)
+    rounds = load_rounds(tmp_path / "run")
+    y = np.concatenate([np.asarray(silo_data(c).y_test, float) for c in grid.contexts.values()])
+    floor = rounds["floor-rmse"].dropna()
+    assert len(floor) >= 1 and np.allclose(floor, y.std(), rtol=1e-9)
+    assert not np.allclose(rounds["rmse"].dropna(), y.std())  # a score, not the floor again
+    names = [p.name for p in plot_runs([tmp_path / "run"], tmp_path / "plots")]
+    assert "rmse.png" in names and "floor-rmse.png" not in names
+    fig, ax = plt.subplots()
+    _draw(ax, [("run", rounds, method)], "rmse")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any(label.startswith("floor: the best constant") for label in labels)
+    plt.close(fig)
+
+
+def test_forged_label_moments_give_no_floor(tmp_path):
+    """A mean square below the squared mean is no set of labels: the round gets no floor
+    rather than a made-up one."""
+    s, _ = _strategy(tmp_path, n=2)
+    msgs = s._messages(_global(), ConfigRecord(), [1000, 1001], "evaluate")
+    rows = [
+        {"num-examples": 10, "mse": 0.04, "mae": 0.1, "label-mean": 0.5, "label-sq-mean": 0.5},
+        {"num-examples": 10, "mse": 0.04, "mae": 0.1, "label-mean": 0.5, "label-sq-mean": 0.1},
+    ]
+    replies = [
+        Message(RecordDict({"metrics": MetricRecord(r)}), reply_to=m) for r, m in zip(rows, msgs)
+    ]
+    assert "floor-rmse" not in s.aggregate_evaluate(1, replies)
+    replies[1].content["metrics"]["label-sq-mean"] = 0.25  # labels all 0.5: sd 0 there
+    m = s.aggregate_evaluate(1, replies)
+    assert math.isclose(m["floor-rmse"], math.sqrt(0.375 - 0.25))
