@@ -301,6 +301,37 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def paired(runs: pd.DataFrame) -> pd.DataFrame:
+    """FedRL (test_noise on) minus each baseline, paired by fold (the same texts, the same run
+    seed), best checkpoint: mean difference in F1 points and its 95% t-interval; "within noise"
+    when the interval holds 0. The comparisons the paper's text makes (FedRL beats DQN-alpha,
+    and is slightly better than DQN-full)."""
+    from scipy import stats
+
+    best = runs[runs.checkpoint == "best"]
+    rows = []
+    for ds in DATASETS:
+        one = best[best.dataset == ds]
+        fed = one[(one.method == "fedrl") & (one.test_noise == "on")].set_index("fold").f1
+        for other in ("dqn-alpha", "dqn-full"):
+            d = (100 * (fed - one[one.method == other].set_index("fold").f1)).dropna()
+            if len(d) < 2:
+                continue
+            half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            rows.append(
+                {
+                    "dataset": ds,
+                    "comparison": f"fedrl test_noise=on - {other}",
+                    "folds": len(d),
+                    "mean_f1_points": round(d.mean(), 2),
+                    "ci95_low": round(d.mean() - half, 2),
+                    "ci95_high": round(d.mean() + half, 2),
+                    "within_noise": bool(d.mean() - half <= 0 <= d.mean() + half),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     from config.schema import merged, parse_overrides
 
@@ -322,10 +353,23 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_table2"))
     ap.add_argument("--name", default="fedrl_table2")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
+    ap.add_argument(
+        "--paired-only",
+        action="store_true",
+        help="only write <name>_paired.csv from the committed <name>_runs.csv (no training)",
+    )
     args = ap.parse_args(argv)
     cmd = command_line(__file__, argv)
     out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
-    png = RESULTS / f"{args.name}.png"
+    png, paired_csv = RESULTS / f"{args.name}.png", RESULTS / f"{args.name}_paired.csv"
+    if args.paired_only:
+        if not runs_csv.is_file():
+            print(f"fedrl_table2: {runs_csv}: no such file (run the table first)", file=sys.stderr)
+            return 2
+        table = paired(pd.read_csv(runs_csv))
+        table.to_csv(paired_csv, index=False)
+        print(table.to_string(index=False))
+        return 0
     try:
         if min(args.rounds, args.words, args.eval_every, args.jobs) <= 0:
             raise ValueError("--rounds, --words, --eval-every and --jobs must be positive")
@@ -374,6 +418,9 @@ def main(argv=None) -> int:
     table.to_csv(out_csv, index=False)
     print(f"\n{cmd}\n\n" + markdown(table))
     plot(runs, png, cmd)
+    pairs = paired(runs)
+    pairs.to_csv(paired_csv, index=False)
+    print("\n" + pairs.to_string(index=False))
     return 0
 
 
