@@ -602,7 +602,28 @@ def main(argv: list[str] | None = None) -> int:
         if plots:  # the ServerApp wrote them
             print(f"plots:   {out / 'plots'} ({len(plots)} PNGs; summary.png has the headline)")
         print(f"curves:  tensorboard --logdir {out}")
+        said(out)
     return code
+
+
+def said(out: Path) -> None:
+    """After a FedVLN speaker stage: what the speaker said for every val path (said.csv,
+    training/vln_said.py). This launcher holds every house's data; the server does not."""
+    try:
+        cfg = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return
+    if cfg.get("method") != "fedvln" or cfg.get("fedvln.stage") != "speaker":
+        return
+    from training.vln_said import write_said
+
+    try:
+        path = write_said(out)
+    except Exception as e:  # the run's results stand; only the sentences are missing
+        print(f"simulation.py: warning: said.csv not written: {type(e).__name__}: {e}")
+        return
+    if path:
+        print(f"said:    {path} (the speaker's instruction for every val path)")
 
 
 if __name__ == "__main__":

@@ -1016,7 +1016,9 @@ def test_pipeline_starts_pre_exploration_from_given_models_and_scores_that_start
     assert (out / "start" / "log.csv").stat().st_mtime_ns != made
 
 
-def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_path):
+def test_what_the_federated_speaker_said_is_written_for_every_val_path(tmp_path):
+    """said.csv (training/vln_said.py), as simulation.py writes it after a speaker stage and
+    the pipeline after its own: every val path once per checkpoint."""
     import json
 
     import torch
@@ -1024,10 +1026,10 @@ def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_
     from config import parse
     from config.schema import merged
     from contracts.fedvln import speaker_size
-    from experiments.fedvln import pipeline as fp
     from models import vln_checkpoint
     from models.speaker import Speaker
     from training.vln_house import open_setup, spec_of
+    from training.vln_said import write_said
 
     run = tmp_path / "speaker"
     run.mkdir()
@@ -1039,7 +1041,7 @@ def test_pipeline_writes_what_the_federated_speaker_said_for_every_val_path(tmp_
     speaker = Speaker(speaker_size(c, len(setup.vocab), setup.world.feature_dim))
     for f in ("best.pt", "model.pt"):
         vln_checkpoint.save(run / f, speaker, None)  # a server's model: no vocabulary
-    fp.speaker_said(run)
+    assert write_said(run) == run / "said.csv"
     said = pd.read_csv(run / "said.csv", keep_default_na=False)
     paths = {s: len({e.path_id for e in setup.split(s)}) for s in ("val_seen", "val_unseen")}
     for ck in ("best", "last"):

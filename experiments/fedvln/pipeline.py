@@ -95,6 +95,7 @@ from training.vln_house import (
     speaker_routes,
 )
 from training.vln_loop import make_optimizer
+from training.vln_said import write_said
 
 NAV = ["ne", "osr", "spl", "sr", "cls", "ndtw"]
 PAPER_T2 = {  # FedVLN Table 2, R2R, Envdrop rows
@@ -245,7 +246,7 @@ def run_seed(a, out: Path, seed: int) -> None:
         _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
     if "speaker" in a.stages:
         _stage(a, out / "speaker", a.speaker_rounds, seed, stage_config(a, "speaker"))
-        speaker_said(out / "speaker")
+        write_said(out / "speaker")
     spk = f'fedvln.speaker-init="{out / "speaker" / "best.pt"}"'
     agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
     pre_agent = out / "augment" / "best.pt"
@@ -331,28 +332,6 @@ def run_seed_then_tables(a, out: Path, seed: int) -> None:
         torch.set_num_threads(1)  # (centralized pre-exploration ran 10x slower with 3 seeds)
     run_seed(a, out / f"seed{seed}", seed)
     tables(a, out, out / "progress")
-
-
-def speaker_said(run: Path) -> None:
-    """What the federated speaker said for every val path, at its kept (`best.pt`, best pooled
-    val_seen fidelity) and last (`model.pt`) checkpoint: `said.csv` beside rounds.csv (split,
-    path id, house, instruction, checkpoint). The server never sees a house's paths; the
-    study, which holds every house's data, writes it from the checkpoints."""
-    dest = run / "said.csv"
-    if dest.is_file() or not (run / "config.json").is_file():
-        return
-    c = parse(json.loads((run / "config.json").read_text()))
-    setup = setup_of(c)
-    inputs, rows = vln_speaker.PathInputs(setup.world), []
-    for ck, file in (("best", "best.pt"), ("last", "model.pt")):
-        if not (run / file).is_file():
-            continue
-        speaker, _, _ = vln_checkpoint.load(run / file)
-        for split in ("val_seen", "val_unseen"):
-            paths, _ = quality.one_per_path(setup.split(split))
-            hyps = vln_speaker.write_instructions(speaker, inputs, paths, setup.vocab)
-            rows += quality.said_rows(split, paths, hyps, ck)
-    pd.DataFrame(rows).to_csv(dest, index=False)
 
 
 # what the floors are made from: a rerun into the same folder with other data, features or
