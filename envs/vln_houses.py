@@ -224,6 +224,12 @@ def generate_house(name: str, rng: np.random.Generator) -> House:
     return House(Scan(name, ids, pos, g), room_of, room_id, objects, visible)
 
 
+# bumped whenever the generated houses or words change, so no machine reads an older cache: 2,
+# the room words are drawn in a fixed order (they followed Python's per-process set order, so
+# two machines generated other instructions; issue 63)
+GENERATOR = 2
+
+
 @dataclass(frozen=True)
 class HouseSpec:
     """How many houses and paths to generate; the seed makes the whole set reproducible."""
@@ -236,7 +242,10 @@ class HouseSpec:
     seed: int = 0
 
     def key(self) -> str:
-        return hashlib.md5(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()[:10]
+        """The cache folder's name: the spec and the generator's version (a cache written by
+        another version of the generator is not read back)."""
+        named = {**self.__dict__, "generator": GENERATOR}
+        return hashlib.md5(json.dumps(named, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _generate_houses(spec: HouseSpec, rng: np.random.Generator) -> list[House]:

@@ -143,7 +143,9 @@ def render(
     2: landmarks first, turns where they are large."""
     room = {
         code: str(rng.choice(ROOM_WORDS.get(code, ["room"])))
-        for code in {s.new_room for s in steps if s.new_room} | {goal_room}
+        # sorted: a set of strings iterates in a per-process order (hash randomisation), and
+        # each room's word draw would move with it (issue 63: the engines disagreed)
+        for code in sorted({s.new_room for s in steps if s.new_room} | {goal_room})
     }
     clauses = []
     for k, s in enumerate(steps):

@@ -1368,3 +1368,44 @@ def test_centralized_pre_exploration_is_redone_when_its_start_changed(tmp_path):
     assert finished_from(tmp_path, starts, 3)
     assert not finished_from(tmp_path, starts, 6)  # fewer rounds than asked
     assert not finished_from(tmp_path, {**starts, "speaker": "s2"}, 3)  # a retrained speaker
+
+
+def test_the_embedded_houses_are_the_same_in_every_process(tmp_path):
+    """Issue 63: FedVLN deployed and simulated disagreed (val_unseen SR 4.44 vs 5.56) because
+    the embedded instructions iterated a set of room codes, whose order Python randomises per
+    process (PYTHONHASHSEED): each machine that generated the houses (its own cache) wrote other
+    words. Processes with different hash seeds, each generating afresh into its own cache, now
+    build the same houses, episodes and instructions, byte for byte."""
+    import subprocess
+
+    from tests.conftest import PYTHON, ROOT
+
+    code = (
+        "import hashlib, json\n"
+        "from config import parse\n"
+        "from config.schema import merged\n"
+        "from training.vln_house import open_setup, spec_of\n"
+        f"c = parse(merged({TINY!r}))\n"
+        "s = open_setup('', '', spec_of(c))\n"
+        "h = hashlib.sha256()\n"
+        "for split in ('train', 'val_seen', 'val_unseen'):\n"
+        "    for e in s.split(split):\n"
+        "        h.update(json.dumps([e.instr_id, e.scan, e.path, e.instruction]).encode())\n"
+        "print(h.hexdigest())\n"
+    )
+    digests = {
+        subprocess.run(
+            [PYTHON, "-c", code],
+            cwd=ROOT,
+            env={
+                **__import__("os").environ,
+                "PYTHONHASHSEED": seed,
+                "FEDEMBODIED_CACHE": str(tmp_path / seed),  # generated here, not read back
+            },
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
