@@ -195,6 +195,26 @@ class Exchange:
                 raise FederationError(f"{role} sent a theta_g of other names or shapes in {step!r}")
 
 
+class Floors:
+    """The floor each evaluation is drawn against (issue 66): the paper's random baseline on the
+    same split (Grid-World: both agents move uniformly at random, the `random-both` row of
+    Table 1; Text2Action: each word selected with probability 1/2, Table 2's random row),
+    played by the server on the maps or texts it already reads to check the run (no party is
+    asked; its own seeded stream, so the parties' runs are unchanged). rounds.csv gets
+    `floor-<split>-<metric>`; the run's plots draw it on that split's curves."""
+
+    def __init__(self, s: Settings):
+        self.s, self.done = s, {}
+
+    def __call__(self, split: str) -> dict:
+        if split not in self.done:
+            from training.fedrl_baselines import RandomLocal
+
+            scores = RandomLocal(self.s, both=not self.s.text).evaluate(split)
+            self.done[split] = {f"floor-{k}": v for k, v in scores.items()}
+        return self.done[split]
+
+
 def run(grid, c: Config, name: str) -> None:
     s = check_config(c)
     recorder = recorder_for(c, name)
@@ -216,6 +236,7 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
     maps = _announce(s)
     eps: dict[str, float | None] = {"alpha": None, "beta": None}  # for the round line
     privacy: dict = {}
+    floors = Floors(s)
     t_start = time.perf_counter()
     done = recorder.last_round()
     if done:
@@ -230,6 +251,9 @@ def _run(grid, s: Settings, c, recorder: Recorder) -> None:
         if evaluating:
             metrics.update(select(proto, rnd, rnd == rounds, bool(len(s.test))))
             metrics.update(proto.privacy())  # the evaluation's releases counted too
+            metrics.update(floors("valid"))
+            if rnd == rounds and len(s.test):
+                metrics.update(floors("test"))
         privacy.update({k: v for k, v in metrics.items() if "epsilon" in k or "releases" in k})
         recorder.add_metrics(metrics)
         for role in ("alpha", "beta") if evaluating else ():  # each party writes its own state

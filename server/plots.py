@@ -149,7 +149,24 @@ HEADLINE = ("rmse", "mae", "val_unseen_sr", "val_unseen_spl", "bleu", "succ-rate
 # a floor column (`floor-<metric>`) is drawn on its metric's plot, not on its own, as
 # FLOORS[its prefix] (strategies/floors.py); every run plot shows what a trivial output scores
 FLOOR = "floor-"
-FLOORS = {"rmse": "floor: the best constant output (the test labels' sd)"}
+FLOORS = {  # by the metric's ending
+    "rmse": "floor: the best constant output (the test labels' sd)",
+    "succ-rate": "floor: both agents moving at random",
+    "reward": "floor: both agents moving at random",
+    "f1": "floor: each word selected with p = 1/2",
+}
+
+
+def floor_of(metric: str, columns) -> tuple[str, str] | None:
+    """(floor column, legend label) drawn on `metric`'s plot, None without one. A FedRL score
+    at either checkpoint and test noise (`best-valid-succ-rate-test_noise=on`) has its split's
+    floor (`floor-valid-succ-rate`)."""
+    base = metric.split("-test_noise")[0].removeprefix("best-")
+    for name in (FLOOR + metric, FLOOR + base):
+        if name in columns:
+            what = next((v for k, v in FLOORS.items() if base.endswith(k)), "floor")
+            return name, what
+    return None
 
 
 def is_bookkeeping(column: str) -> bool:
@@ -283,13 +300,15 @@ def _draw(ax, runs, metric: str) -> None:
             name = label if stages <= 1 else f"{label} {stage}"
             (line,) = ax.plot(part["round"], part[metric], marker="o", ms=3, label=name)
             rounds.update(int(r) for r in part["round"])
-            floor = FLOOR + metric
-            if floor in part.columns and part[floor].notna().any():
-                what = FLOORS.get(metric, "floor")
+            floor = floor_of(metric, part.columns)
+            if floor and part[floor[0]].notna().any():
+                what = floor[1]
                 ax.plot(
                     part["round"],
-                    part[floor],
+                    part[floor[0]],
                     ls="--",
+                    marker="_",  # a floor measured once (the test split) is a dash
+                    ms=12,
                     color=line.get_color(),
                     alpha=0.7,
                     label=what if len(runs) == 1 else f"{name}: {what}",

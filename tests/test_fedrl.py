@@ -1068,3 +1068,29 @@ def test_a_partys_state_stays_on_its_nodes_disk_not_in_the_context(tmp_path, mon
     ).unlink()
     with pytest.raises(state_store.StateUnreadable, match="is gone"):
         state_store.get_arrays(ctx, fedrl_client.STATE)
+
+
+@pytest.mark.slow
+def test_a_fedrl_run_records_the_random_floor_and_its_plots_draw_it(tmp_path, monkeypatch):
+    """Issue 66: every run plot carries its floor. Each evaluating round records the paper's
+    random baseline on the same split (both agents at random, Table 1's random-both), the same
+    figure experiments/fedrl/local.py's random-both gives; the parties' numbers do not move
+    (the server plays it on its own stream), and the valid curves draw it."""
+    import matplotlib.pyplot as plt
+
+    from server.plots import _draw, load_rounds
+    from training.fedrl_baselines import make
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    cfg = merged({**SMALL, "fedrl.reproducible-noise": True, "out-dir": str(tmp_path / "run")})
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), parse(cfg), "fedrl")
+    rounds = load_rounds(tmp_path / "run")
+    s = Settings.of(parse(cfg))
+    floor = make("random-both", s).evaluate("valid")["valid-succ-rate"]
+    got = rounds["floor-valid-succ-rate"].dropna()
+    assert len(got) >= 1 and (got == floor).all()
+    fig, ax = plt.subplots()
+    _draw(ax, [("run", rounds, "fedrl")], "best-valid-succ-rate-test_noise=on")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "floor: both agents moving at random" in labels
+    plt.close(fig)
