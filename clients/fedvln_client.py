@@ -71,6 +71,7 @@ LOCAL = "fedvln-follower"  # this house's own follower (pre-exploration)
 SPEAKER = "fedvln-speaker"  # the speaker this house back-translates its routes with
 ROUTES = "fedvln-routes"  # routes this house sampled in itself for the speaker
 OPTIM = "fedvln-optimizer"  # this house's optimizer state (fedvln.optimizer-state = house)
+FLOOR = "fedvln-floor-"  # + model kind: the untrained model's scores here, made once per run
 
 
 def house_of(context: Context) -> House:
@@ -316,10 +317,27 @@ def evaluate(msg: Message, context: Context) -> Message:
             msg.content.get("arrays"),
         )
     with costs.phase("work"):
-        return _scores(msg, c, h, kind, model)
+        metrics = _scores(c, h, kind, model)
+        metrics.update({f"floor-{k}": v for k, v in _floor(context, c, h, kind).items()})
+        metrics[NUM_EXAMPLES] = len(h.val)
+        return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
-def _scores(msg: Message, c: Config, h: House, kind: str, model) -> Message:
+def _floor(context: Context, c: Config, h: House, kind: str) -> dict:
+    """The floor beside every evaluation (issue 66): the same scores of an untrained model
+    (fresh weights from the run seed, drawn on a forked generator so no other draw moves) on
+    the same episodes. Scored at the house's first evaluation of the run, kept in its context
+    (a few numbers); the server pools them as it pools the scores (`floor-val_unseen_sr`...),
+    and the run's plots draw them."""
+    key = FLOOR + kind
+    if key not in context.state:
+        with owned(stream_seed(c.run.seed, 0, 0)):
+            untrained = _model(kind, c, h)
+        context.state[key] = MetricRecord(_scores(c, h, kind, untrained))
+    return dict(context.state[key])
+
+
+def _scores(c: Config, h: House, kind: str, model) -> dict:
     """The evaluation itself: the follower's navigation metrics or the speaker's BLEU and
     route fidelity on this house's validation split."""
     if not h.val:
@@ -340,5 +358,4 @@ def _scores(msg: Message, c: Config, h: House, kind: str, model) -> Message:
                 model, vln_speaker.PathInputs(h.setup.world), h.val, h.setup.vocab, h.setup.data
             )
         metrics = {f"{h.val_split}_{k}": v for k, v in stats.items()}
-    metrics[NUM_EXAMPLES] = len(h.val)
-    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    return metrics

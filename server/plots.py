@@ -165,6 +165,8 @@ def floor_of(metric: str, columns) -> tuple[str, str] | None:
     for name in (FLOOR + metric, FLOOR + base):
         if name in columns:
             what = next((v for k, v in FLOORS.items() if base.endswith(k)), "floor")
+            if base.startswith("val_"):  # FedVLN (clients/fedvln_client._floor)
+                what = "floor: the untrained model (its initial weights)"
             return name, what
     return None
 

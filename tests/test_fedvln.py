@@ -262,7 +262,10 @@ def _audit(grid, shared_prefix: str | None):
         for rec in content.metric_records.values():
             for k, v in rec.items():
                 assert isinstance(v, (int, float)), k
-                assert k in ALLOWED_METRICS or k.startswith(("val_seen_", "val_unseen_")), k
+                # the scores and their floor (the untrained model's scores, issue 66)
+                assert k in ALLOWED_METRICS or k.removeprefix("floor-").startswith(
+                    ("val_seen_", "val_unseen_")
+                ), k
         for rec in content.array_records.values():
             for k, a in rec.items():
                 assert k in params and tuple(a.shape) == params[k], k
@@ -1409,3 +1412,49 @@ def test_the_embedded_houses_are_the_same_in_every_process(tmp_path):
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1 and len(next(iter(digests))) == 64
+
+
+@pytest.mark.slow
+def test_a_fedvln_run_records_the_untrained_models_floor_and_its_plots_draw_it(tmp_path):
+    """Issue 66: every run plot carries its floor. Each house scores an untrained model (fresh
+    weights from the run seed) on its own val episodes once, beside its scores; the server pools
+    it like them: `floor-val_unseen_sr` is the untrained follower's SR over the unseen houses'
+    episodes, the same in every round, computed here on the pooled episodes directly."""
+    import matplotlib.pyplot as plt
+
+    from clients.fedvln_client import _model
+    from config.schema import merged
+    from models.rng import owned, stream_seed
+    from server.plots import _draw, load_rounds
+    from training import vln_agent
+    from training.vln_house import open_setup, spec_of
+
+    _, out = _run(tmp_path, "agent", **{"num-server-rounds": 2})
+    rounds = load_rounds(out)
+    floor = rounds["floor-val_unseen_sr"].dropna()
+    assert len(floor) == 2 and floor.nunique() == 1
+    c = parse(merged({**TINY, "num-server-rounds": 2}))
+    setup = open_setup("", "", spec_of(c))
+
+    class House:  # what _model reads of a house
+        pass
+
+    h = House()
+    h.setup = setup
+    with owned(stream_seed(c.run.seed, 0, 0)):
+        untrained = _model("follower", c, h)
+    s = vln_agent.AgentSettings.of(c)
+    episodes = setup.split("val_unseen")
+    m, _ = vln_agent.evaluate(
+        untrained, setup.world, episodes, vln_agent.Tokens(setup.vocab, s.max_words), s
+    )
+    assert floor.iloc[0] == pytest.approx(float(m["sr"]), abs=1e-6)
+    # SR is 0 for an untrained follower here; its navigation error is not (13.4 m)
+    ne = rounds["floor-val_unseen_ne"].dropna()
+    assert ne.iloc[0] > 1 and ne.iloc[0] == pytest.approx(float(m["ne"]), rel=1e-6)
+    fig, ax = plt.subplots()
+    _draw(ax, [("run", rounds, "fedvln")], "val_unseen_sr")
+    assert "floor: the untrained model (its initial weights)" in [
+        line.get_label() for line in ax.get_lines()
+    ]
+    plt.close(fig)
