@@ -613,7 +613,12 @@ def said(out: Path) -> None:
         cfg = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):
         return
-    if cfg.get("method") != "fedvln" or cfg.get("fedvln.stage") != "speaker":
+    from config import methods
+
+    known = cfg.get("method") in methods.METHODS
+    if not known or methods.get(cfg["method"]).domain != "vln":
+        return
+    if cfg.get("fedvln.stage") != "speaker":
         return
     from training.vln_said import write_said
 

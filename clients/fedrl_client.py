@@ -65,13 +65,16 @@ def enforce_policy(role: str, s: Settings, node_config) -> None:
         )
 
 
-def _load(context: Context, s: Settings):
+def _load(context: Context, c, s: Settings):
     # popped: a call that fails leaves no half-changed party behind (its retry rebuilds)
     live = _LIVE.pop((context.run_id, context.node_id), None)
     if live is not None and live[0] and live[0] == state_store.arrays_token(context, STATE):
         return live[1]
     cls = Alpha if role_of(context.node_config) == "alpha" else Beta
-    arrays = state_store.get_arrays(context, STATE)
+    arrays = state_store.get_arrays(context, c, STATE)
+    if arrays is None and STATE in context.state:  # a snapshot from before the file: moved
+        arrays = arrays_of(context.state[STATE])
+        del context.state[STATE]
     if arrays is None:
         return cls(s)
     party = cls(s, restoring=True)
@@ -79,8 +82,8 @@ def _load(context: Context, s: Settings):
     return party
 
 
-def _save(context: Context, party) -> None:
-    token = state_store.put_arrays(context, STATE, party.state_arrays())
+def _save(context: Context, c, party) -> None:
+    token = state_store.put_arrays(context, c, STATE, party.state_arrays())
     _LIVE[(context.run_id, context.node_id)] = (token, party)
 
 
@@ -119,7 +122,7 @@ def handle(msg: Message, context: Context) -> Message:
         step = str(conf["step"])
         role = role_of(context.node_config)
         enforce_policy(role, s, context.node_config)
-        party = _load(context, s)
+        party = _load(context, c, s)
     fault = None
     if msg.metadata.message_type == "train":  # round and attempt: stamped by the server
         fault = faults.before_training(
@@ -141,7 +144,7 @@ def handle(msg: Message, context: Context) -> Message:
     out = faults.nan_state(dict(out), fault)  # NaN in what it releases (clients/faults.py)
     reply = _reply(msg, role, step, out, theta, metrics)
     with costs.phase("save"):
-        _save(context, party)
+        _save(context, c, party)
     return reply
 
 

@@ -154,46 +154,64 @@ def _read(path: Path) -> tuple[int, RecordDict] | None:
     return snap
 
 
+@contextlib.contextmanager
+def _locked(where: Path):
+    """The node folder's lock: two processes of one node (a message Flower started twice)
+    never interleave a snapshot's files, its .pb and the clean-up."""
+    where.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open_append(where / ".lock", binary=False) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def save(context: Context, c: Config, server_round: int) -> None:
     """Write the node's state as of `server_round` (atomically; the previous round's snapshot
-    is kept until a newer round's replaces it)."""
+    is kept until a newer round's replaces it). Files the state names (put_arrays) are copied
+    first, so a .pb never names a copy that is not there."""
     where = folder(context, c)
     if where is None or server_round <= 0:
         return
-    where.mkdir(parents=True, exist_ok=True)
-    newest, before = where / "newest.pb", where / "before.pb"
-    current = _read(newest)
-    if current is not None and current[0] != server_round:
-        os.replace(newest, before)  # a new round: the last one becomes "before"
-    context.state[TAG] = ConfigRecord({"round": int(server_round)})
-    _snapshot_files(context, where)
-    write_atomic(newest, recorddict_to_proto(context.state).SerializeToString())
-    _drop_unnamed_snapshots(where)
+    with _locked(where):
+        _snapshot_files(context, c, where)
+        newest, before = where / "newest.pb", where / "before.pb"
+        current = _read(newest)
+        if current is not None and current[0] != server_round:
+            os.replace(newest, before)  # a new round: the last one becomes "before"
+        context.state[TAG] = ConfigRecord({"round": int(server_round)})
+        write_atomic(newest, recorddict_to_proto(context.state).SerializeToString())
+        _drop_unnamed_snapshots(where)
 
 
-def live_folder(context: Context) -> Path:
-    """Where a node keeps its large arrays between messages (put_arrays)."""
+def live_folder(context: Context, c: Config) -> Path:
+    """Where a node keeps its large arrays between messages (put_arrays): the run's own node
+    folder when it has an out-dir (claimed by this run, so no other run writes there), else a
+    folder of this run id."""
+    where = folder(context, c)
+    if where is not None:
+        return where / "live"
     root = policy.of_node(context.node_config).state_root()
-    return root / "live" / f"partition-{int(context.node_config.get('partition-id', 0))}"
+    partition = int(context.node_config.get("partition-id", 0))
+    return root / "live" / f"run-{int(context.run_id)}" / f"partition-{partition}"
 
 
-def _live_file(context: Context, name: str, token: str) -> Path:
-    return live_folder(context) / f"{name}-{int(context.run_id)}-{token}.npz"
+def _live_file(context: Context, c: Config, name: str, token: str) -> Path:
+    return live_folder(context, c) / f"{name}-{int(context.run_id)}-{token}.npz"
 
 
-def put_arrays(context: Context, name: str, arrays: dict[str, np.ndarray]) -> str:
+def put_arrays(context: Context, c: Config, name: str, arrays: dict[str, np.ndarray]) -> str:
     """Keep `arrays` in a file on the node's disk and their token in context.state; returns
     the token (random: two versions never share one)."""
+    before = arrays_token(context, name)
     token = uuid.uuid4().hex
-    path = _live_file(context, name, token)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _live_file(context, c, name, token)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     write_atomic(path, buf.getbuffer())
     record = context.state[DISK] if DISK in context.state else ConfigRecord()
     record[name] = token
     context.state[DISK] = record
-    _prune(path.parent, name, int(context.run_id))
+    _prune(path.parent, name, keep={token, before})
     return token
 
 
@@ -202,50 +220,65 @@ def arrays_token(context: Context, name: str) -> str:
     return str(context.state[DISK].get(name, "")) if DISK in context.state else ""
 
 
-def get_arrays(context: Context, name: str) -> dict[str, np.ndarray] | None:
+def get_arrays(context: Context, c: Config, name: str) -> dict[str, np.ndarray] | None:
     """The arrays put_arrays kept for this context, None if it kept none; StateUnreadable
-    naming the file if the file is gone or does not parse."""
+    naming the file if the file is gone, does not parse or holds NaN or infinite values."""
     token = arrays_token(context, name)
     if not token:
         return None
-    path = _live_file(context, name, token)
+    path = _live_file(context, c, name, token)
     try:
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a link planted there is refused
+        with os.fdopen(fd, "rb") as raw, np.load(raw, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
     except FileNotFoundError:
         raise StateUnreadable(
             f"this node's state file {path} is gone (was its state-dir cleaned during the "
             "run?); resume the run from its last snapshot"
         ) from None
-    except Exception as e:  # a torn or foreign file
+    except Exception as e:  # a torn or foreign file, or a link
         raise StateUnreadable(
             f"this node's state file {path} does not parse ({type(e).__name__}: {e})"
         ) from None
+    for k, a in arrays.items():
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise StateUnreadable(f"this node's state file {path}: {k} holds NaN or infinite values")
+    return arrays
 
 
-def _prune(where: Path, name: str, run: int) -> None:
-    """This run's files of `name` but the newest KEEP_LIVE; other runs' once silent LEASE_S
-    (a live run rewrites its file every message)."""
-    mine, now = [], time.time()
+def _prune(where: Path, name: str, keep: set[str]) -> None:
+    """This folder's files of `name` but the newest KEEP_LIVE and those `keep` names (the one
+    the context held before: a message that fails after writing leaves it the current one),
+    and temporary files left by a killed write."""
+    files = []
     for f in where.glob(f"{name}-*.npz"):
         with contextlib.suppress(OSError):
-            if f.name.startswith(f"{name}-{run}-"):
-                mine.append((f.stat().st_mtime, f))
-            elif now - f.stat().st_mtime > LEASE_S:
+            files.append((f.stat().st_mtime, f))
+    for _, f in sorted(files, reverse=True)[KEEP_LIVE:]:
+        if not any(tok and f.name.endswith(f"-{tok}.npz") for tok in keep):
+            with contextlib.suppress(OSError):
                 f.unlink()
-    for _, f in sorted(mine, reverse=True)[KEEP_LIVE:]:
+    for f in where.glob(f"{name}-*.npz.tmp"):
         with contextlib.suppress(OSError):
-            f.unlink()
+            if time.time() - f.stat().st_mtime > LEASE_S:
+                f.unlink()
 
 
-def _snapshot_files(context: Context, where: Path) -> None:
+def _snapshot_files(context: Context, c: Config, where: Path) -> None:
     """Copy each live file context.state names beside the snapshot (before the .pb names it)."""
     if DISK not in context.state:
         return
     for name, token in context.state[DISK].items():
         snap = where / f"snap-{name}-{token}.npz"
+        live = _live_file(context, c, name, str(token))
         if not snap.exists():  # 0600 from the start: the file holds the party's secret key
-            write_atomic(snap, _live_file(context, name, str(token)).read_bytes())
+            try:
+                write_atomic(snap, live.read_bytes())
+            except FileNotFoundError:
+                raise StateUnreadable(
+                    f"this node's state file {live} is gone; the snapshot of this round is "
+                    "not written (the previous one stands)"
+                ) from None
 
 
 def _drop_unnamed_snapshots(where: Path) -> None:
@@ -264,30 +297,41 @@ def _drop_unnamed_snapshots(where: Path) -> None:
 
 def restore(context: Context, c: Config) -> int | None:
     """In a resumed run, fill an empty context state with the newest snapshot of a round <=
-    resume-round; returns its round (None: nothing to restore, the node starts fresh)."""
+    resume-round whose files are all there (copied back to this run's live folder); returns
+    its round (None: nothing to restore, the node starts fresh)."""
     if not c.run.resume or TAG in context.state:
         return None
     where = folder(context, c)
     if where is None:
         return None
     k = c.run.resume_round
-    for name in ("newest.pb", "before.pb"):
-        snap = _read(where / name)
-        if snap is not None and snap[0] <= k:
+    with _locked(where):
+        missing = []
+        for name in ("newest.pb", "before.pb"):
+            snap = _read(where / name)
+            if snap is None or snap[0] > k:
+                continue
+            files = {
+                kind: where / f"snap-{kind}-{token}.npz"
+                for kind, token in (snap[1][DISK].items() if DISK in snap[1] else ())
+            }
+            gone = [str(f) for f in files.values() if not f.is_file()]
+            if gone:  # a torn snapshot: the one before it, if it is whole
+                missing += gone
+                continue
+            for kind, copy in files.items():
+                live = live_folder(context, c) / (
+                    f"{kind}-{int(context.run_id)}-{snap[1][DISK][kind]}.npz"
+                )
+                live.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                write_atomic(live, copy.read_bytes())  # 0600: it holds the party's key
             for key, record in snap[1].items():
                 context.state[key] = record
-            for kind, token in snap[1][DISK].items() if DISK in snap[1] else ():
-                live = _live_file(context, kind, str(token))
-                if not live.exists():  # pruned since: the snapshot's copy
-                    live.parent.mkdir(parents=True, exist_ok=True)
-                    copy = where / f"snap-{kind}-{token}.npz"
-                    try:
-                        write_atomic(live, copy.read_bytes())
-                    except FileNotFoundError:
-                        raise StateUnreadable(
-                            f"this node's saved state {where / name} names {copy}, "
-                            "which is gone; remove the folder to start this node afresh"
-                        ) from None
             return snap[0]
+        if missing:
+            raise StateUnreadable(
+                f"this node's saved state in {where} names {', '.join(missing)}, which is "
+                "gone; restore it, or remove the folder to start this node afresh"
+            )
     context.state[TAG] = ConfigRecord({"round": 0})  # nothing of this run: start fresh, once
     return None

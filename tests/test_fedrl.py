@@ -1057,17 +1057,19 @@ def test_a_partys_state_stays_on_its_nodes_disk_not_in_the_context(tmp_path, mon
     grid, _ = run("default", app, study=False)  # the secret key: only on the node's disk
     for ctx in grid.contexts.values():
         assert len(recorddict_to_proto(ctx.state).SerializeToString()) < 4096
-        arrays = state_store.get_arrays(ctx, fedrl_client.STATE)
+        c = parse(ctx.run_config)
+        arrays = state_store.get_arrays(ctx, c, fedrl_client.STATE)
         assert "noise.key" in arrays and any(k.startswith("replay.") for k in arrays)
-        files = sorted(state_store.live_folder(ctx).glob("fedrl-party-*.npz"))
+        files = sorted(state_store.live_folder(ctx, c).glob("fedrl-party-*.npz"))
         assert 1 <= len(files) <= state_store.KEEP_LIVE
         assert all(f.stat().st_mode & 0o077 == 0 for f in files)
     ctx = next(iter(grid.contexts.values()))
+    c = parse(ctx.run_config)
     state_store._live_file(
-        ctx, fedrl_client.STATE, state_store.arrays_token(ctx, fedrl_client.STATE)
+        ctx, c, fedrl_client.STATE, state_store.arrays_token(ctx, fedrl_client.STATE)
     ).unlink()
     with pytest.raises(state_store.StateUnreadable, match="is gone"):
-        state_store.get_arrays(ctx, fedrl_client.STATE)
+        state_store.get_arrays(ctx, c, fedrl_client.STATE)
 
 
 @pytest.mark.slow
