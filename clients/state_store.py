@@ -242,7 +242,9 @@ def get_arrays(context: Context, c: Config, name: str) -> dict[str, np.ndarray] 
         ) from None
     for k, a in arrays.items():
         if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise StateUnreadable(f"this node's state file {path}: {k} holds NaN or infinite values")
+            raise StateUnreadable(
+                f"this node's state file {path}: {k} holds NaN or infinite values"
+            )
     return arrays
 
 
