@@ -322,9 +322,7 @@ def restore(context: Context, c: Config) -> int | None:
                 missing += gone
                 continue
             for kind, copy in files.items():
-                live = live_folder(context, c) / (
-                    f"{kind}-{int(context.run_id)}-{snap[1][DISK][kind]}.npz"
-                )
+                live = _live_file(context, c, kind, str(snap[1][DISK][kind]))
                 live.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 write_atomic(live, copy.read_bytes())  # 0600: it holds the party's key
             for key, record in snap[1].items():

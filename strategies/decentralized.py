@@ -285,11 +285,11 @@ class TopologyRelay:
                 metrics["silo_mae_own_mean"],
             )
         if all(labels[i] for i in answers):  # the floor of `rmse`, on the same test sets
-            silos_ = [(answers[i][0], *labels[i]) for i in sorted(answers)]
+            moments = [(answers[i][0], *labels[i]) for i in sorted(answers)]
             metrics[FLOOR_RMSE] = (
-                best_constant_rmse(silos_)
+                best_constant_rmse(moments)
                 if self.cross_eval
-                else float(np.mean([best_constant_rmse([s]) for s in silos_]))
+                else float(np.mean([best_constant_rmse([s]) for s in moments]))
             )
         self.recorder.add_metrics(metrics)
         return rows

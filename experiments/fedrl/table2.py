@@ -306,7 +306,7 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
     seed), best checkpoint: mean difference in F1 points and its 95% t-interval; "within noise"
     when the interval holds 0. The comparisons the paper's text makes (FedRL beats DQN-alpha,
     and is slightly better than DQN-full)."""
-    from scipy import stats
+    from experiments.tables import paired_interval
 
     best = runs[runs.checkpoint == "best"]
     rows = []
@@ -314,19 +314,20 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
         one = best[best.dataset == ds]
         fed = one[(one.method == "fedrl") & (one.test_noise == "on")].set_index("fold").f1
         for other in ("dqn-alpha", "dqn-full"):
-            d = (100 * (fed - one[one.method == other].set_index("fold").f1)).dropna()
-            if len(d) < 2:
+            pair = pd.concat([fed, one[one.method == other].set_index("fold").f1], axis=1)
+            pair = 100 * pair.dropna()
+            if len(pair) < 2:
                 continue
-            half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            mean, low, high = paired_interval(pair.iloc[:, 0], pair.iloc[:, 1])
             rows.append(
                 {
                     "dataset": ds,
                     "comparison": f"fedrl test_noise=on - {other}",
-                    "folds": len(d),
-                    "mean_f1_points": round(d.mean(), 2),
-                    "ci95_low": round(d.mean() - half, 2),
-                    "ci95_high": round(d.mean() + half, 2),
-                    "within_noise": bool(d.mean() - half <= 0 <= d.mean() + half),
+                    "folds": len(pair),
+                    "mean_f1_points": round(mean, 2),
+                    "ci95_low": round(low, 2),
+                    "ci95_high": round(high, 2),
+                    "within_noise": bool(low <= 0 <= high),
                 }
             )
     return pd.DataFrame(rows)
