@@ -24,6 +24,7 @@ from server.recorder import (
 )
 from strategies.decentralized import TopologyRelay
 from strategies.dp import LocalDPLedger
+from strategies.floors import headline_rmse
 from strategies.screened_fedavg import evaluates
 from strategies.topology import TopologyError, build
 
@@ -137,11 +138,11 @@ def run(grid, c: Config, name: str) -> None:
         )
         log(
             INFO,
-            "[fedembodied] round %d/%d  rmse=%.4f  avg_rmse=%.4f  consensus=%.3g  "
+            "[fedembodied] round %d/%d  silo_rmse=%.4f  avg_rmse=%.4f  consensus=%.3g  "
             "train_loss=%.4f  silos=%d  wall=%.2fs",
             rnd,
             rounds,
-            row.get("rmse", np.nan),
+            row.get(headline_rmse(row), np.nan),  # each silo's model, mean over silos
             row.get("avg_rmse", np.nan),
             row.get("consensus", np.nan),
             row.get("train_loss", np.nan),

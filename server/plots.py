@@ -25,6 +25,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from contracts.messages import CD_LOSS  # noqa: E402
+from strategies.floors import FLOOR  # noqa: E402
 
 NOT_METRICS = {
     "round",
@@ -125,14 +126,8 @@ MEANINGS = [
     ("reward", "mean episode reward of the greedy policy", "reward points"),
     ("f1", "F1 of the extracted actions", "F1 (0-1)"),
 ]
-# decentralized methods (server/decentralized_run.py) have no global model: `rmse` is the mean
-# of the silos' own models on the pooled test set
 # the local objective's unit, by domain (FedProx adds mu/2 |w - w_g|^2, CDL beta L_cd+)
 LOSS_UNITS = {"driving": "rad² (MSE + the method's terms)", "vln": "nats (cross-entropy)"}
-PEER_MEANINGS = {
-    "rmse": ("steering RMSE, each silo's model on the pooled test set, mean over silos", "rad"),
-    "mae": ("steering MAE, each silo's model on the pooled test set, mean over silos", "rad"),
-}
 SPLITS = {
     "val_unseen": "val unseen houses",
     "val_seen": "val seen houses",
@@ -143,13 +138,23 @@ SPLITS = {
     "train-": "training episodes",
 }
 # what to put in summary.png first, by name ending
-HEADLINE = ("rmse", "mae", "val_unseen_sr", "val_unseen_spl", "bleu", "succ-rate", "f1", "reward")
+HEADLINE = (
+    "rmse",
+    "silo_rmse_pooled_mean",  # a peer method's (it has no global model: strategies/floors.py)
+    "silo_rmse_own_mean",
+    "mae",
+    "val_unseen_sr",
+    "val_unseen_spl",
+    "bleu",
+    "succ-rate",
+    "f1",
+    "reward",
+)
 
 
 # a floor column (`floor-<metric>`) is drawn on its metric's plot, not on its own, as
 # FLOORS[its prefix] (strategies/floors.py); every run plot shows what a trivial output scores
-FLOOR = "floor-"
-FLOORS = {  # by the metric's ending
+FLOORS = {  # by a part of the metric's name
     "rmse": "floor: the best constant output (the test labels' sd)",
     "succ-rate": "floor: both agents moving at random",
     "reward": "floor: both agents moving at random",
@@ -164,7 +169,7 @@ def floor_of(metric: str, columns) -> tuple[str, str] | None:
     base = metric.split("-test_noise")[0].removeprefix("best-")
     for name in (FLOOR + metric, FLOOR + base):
         if name in columns:
-            what = next((v for k, v in FLOORS.items() if base.endswith(k)), "floor")
+            what = next((v for k, v in FLOORS.items() if k in base), "floor")
             if base.startswith("val_"):  # FedVLN (clients/fedvln_client._floor)
                 what = "floor: the untrained model (its initial weights)"
             return name, what
@@ -185,8 +190,6 @@ def meaning_of(metric: str, method: str = "") -> tuple[str, str]:
     base = metric.split("-test_noise")[0]
     party = re.match(r"(alpha|beta)-", base)  # a FedRL party's own figure
     bare = base[party.end() :] if party else base
-    if base in PEER_MEANINGS and _is_peer(method):
-        return PEER_MEANINGS[base]
     if base == "train_loss" and _domain(method) in LOSS_UNITS:
         return "training loss (the local objective), mean over the round's clients", LOSS_UNITS[
             _domain(method)
@@ -199,15 +202,6 @@ def meaning_of(metric: str, method: str = "") -> tuple[str, str]:
             extra += [f"test noise {noise.group(1)}"] if noise else []
             return (f"{what} ({', '.join(extra)})" if extra else what), unit
     return "", ""
-
-
-def _is_peer(method: str) -> bool:
-    from config import methods
-
-    try:
-        return methods.get(method).server == "server.decentralized_run"
-    except Exception:  # an unknown or missing method: read as a server-side model
-        return False
 
 
 def _domain(method: str) -> str:

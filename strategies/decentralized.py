@@ -38,7 +38,13 @@ from contracts.messages import (
     TRAIN_LOSS,
 )
 from strategies.dp import floor_variance_arrays
-from strategies.floors import FLOOR_RMSE, best_constant_rmse, label_moments
+from strategies.floors import (
+    FLOOR,
+    SILO_RMSE_OWN,
+    SILO_RMSE_POOLED,
+    best_constant_rmse,
+    label_moments,
+)
 from strategies.nodes import (
     START_S,
     FederationError,
@@ -266,30 +272,22 @@ class TopologyRelay:
             rows.append(row)
         avg_rmse, avg_mae = pooled(n if self.cross_eval else 1)
         metrics = {
-            "silo_rmse_own_mean": float(np.mean([r["rmse_own"] for r in rows])),
+            SILO_RMSE_OWN: float(np.mean([r["rmse_own"] for r in rows])),
             "silo_mae_own_mean": float(np.mean([r["mae_own"] for r in rows])),
             "avg_rmse": avg_rmse,
             "avg_mae": avg_mae,
             "n_eval_silos": len(rows),
         }
         if self.cross_eval:
-            metrics["silo_rmse_pooled_mean"] = float(np.mean([r["rmse_pooled"] for r in rows]))
+            metrics[SILO_RMSE_POOLED] = float(np.mean([r["rmse_pooled"] for r in rows]))
             metrics["silo_mae_pooled_mean"] = float(np.mean([r["mae_pooled"] for r in rows]))
-            metrics["rmse"], metrics["mae"] = (
-                metrics["silo_rmse_pooled_mean"],
-                metrics["silo_mae_pooled_mean"],
-            )
-        else:  # the headline falls back to the silos' own splits (named in the docs)
-            metrics["rmse"], metrics["mae"] = (
-                metrics["silo_rmse_own_mean"],
-                metrics["silo_mae_own_mean"],
-            )
-        if all(labels[i] for i in answers):  # the floor of `rmse`, on the same test sets
+        # no `rmse`: that name is a global model's (FedAvg's), which a peer topology has none of
+        if all(labels[i] for i in answers):  # the headline's floor, on the same test sets
             moments = [(answers[i][0], *labels[i]) for i in sorted(answers)]
-            metrics[FLOOR_RMSE] = (
-                best_constant_rmse(moments)
-                if self.cross_eval
-                else float(np.mean([best_constant_rmse([s]) for s in moments]))
-            )
+            if self.cross_eval:
+                metrics[FLOOR + SILO_RMSE_POOLED] = best_constant_rmse(moments)
+            else:
+                own = [best_constant_rmse([s]) for s in moments]
+                metrics[FLOOR + SILO_RMSE_OWN] = float(np.mean(own))
         self.recorder.add_metrics(metrics)
         return rows

@@ -15,7 +15,19 @@ import math
 
 from contracts.messages import LABEL_MEAN, LABEL_SQ_MEAN
 
-FLOOR_RMSE = "floor-rmse"  # rounds.csv: the best constant's RMSE where `rmse` is measured
+# rounds.csv's RMSE columns, one name per meaning (issue 66): a server-side method's global
+# model on the pooled test set (`rmse`); a peer method, which has no global model, each silo's
+# own model, mean over silos, on the pooled test set (cross-evaluated) or on its own test set
+GLOBAL_RMSE, SILO_RMSE_POOLED, SILO_RMSE_OWN = "rmse", "silo_rmse_pooled_mean", "silo_rmse_own_mean"
+FLOOR = "floor-"  # rounds.csv `floor-<metric>`: what a trivial output scores on `<metric>`
+FLOOR_RMSE = FLOOR + GLOBAL_RMSE  # the best constant's RMSE where `rmse` is measured
+
+
+def headline_rmse(columns) -> str:
+    """The run's headline RMSE column: `rmse` for a server-side method, else the peer
+    method's mean over silos (pooled test set when cross-evaluated)."""
+    return next((c for c in (GLOBAL_RMSE, SILO_RMSE_POOLED, SILO_RMSE_OWN) if c in columns),
+                GLOBAL_RMSE)  # fmt: skip
 
 
 def label_moments(metrics) -> tuple[float, float] | None:

@@ -319,8 +319,8 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
             "alpha-privacy-epsilon",
             "best-round",
         ],
-        "gossip": ["train_loss", "rmse", "n_accepted", "avg_rmse", "consensus"],
-        "cdl": ["train_loss", "rmse", "avg_rmse", "consensus"],
+        "gossip": ["train_loss", "silo_rmse_pooled_mean", "n_accepted", "avg_rmse", "consensus"],
+        "cdl": ["train_loss", "silo_rmse_pooled_mean", "avg_rmse", "consensus"],
         "fedvln": ["train_loss", "n_accepted", "val_unseen_sr", "val_unseen_spl"],
     }.get(method, ["train_loss", "rmse", "n_accepted"])
     assert resumed[cols].equals(whole[cols]), (resumed[cols], whole[cols])

@@ -746,10 +746,11 @@ def test_a_large_federation_asks_only_the_nodes_it_samples(tmp_path):
 
 @pytest.mark.parametrize("method", ["fedavg", "gossip"])
 def test_a_driving_run_records_its_floor_and_its_rmse_plot_draws_it(tmp_path, method):
-    """Issue 66: every run plot carries its floor. `floor-rmse` is the best constant output's
-    RMSE on the same test sets as `rmse` (the pooled test labels' sd: FedAvg's global model
-    and, cross-evaluated, the silos' models on the pooled set), computed here from the silos'
-    data directly; the rmse plot draws it, and no plot of its own."""
+    """Issue 66: every run plot carries its floor. `floor-<score>` is the best constant
+    output's RMSE on the same test sets as the score (the pooled test labels' sd: FedAvg's
+    global model, `rmse`, and, cross-evaluated, gossip's silos' own models on the pooled set,
+    `silo_rmse_pooled_mean`), computed here from the silos' data directly; the score's plot
+    draws it, and no plot of its own."""
     import matplotlib.pyplot as plt
 
     from clients.app import app
@@ -757,6 +758,7 @@ def test_a_driving_run_records_its_floor_and_its_rmse_plot_draws_it(tmp_path, me
     from config.methods import server_module
     from config.schema import merged
     from server.plots import _draw, load_rounds, plot_runs
+    from strategies.floors import headline_rmse
     from tests.conftest import InProcessGrid
 
     cfg = merged(
@@ -774,14 +776,16 @@ def test_a_driving_run_records_its_floor_and_its_rmse_plot_draws_it(tmp_path, me
     grid = InProcessGrid(app, cfg, 3)
     server_module(method).run(grid, parse(cfg), method)
     rounds = load_rounds(tmp_path / "run")
+    score = {"fedavg": "rmse", "gossip": "silo_rmse_pooled_mean"}[method]  # one name a meaning
+    assert headline_rmse(rounds.columns) == score
     y = np.concatenate([np.asarray(silo_data(c).y_test, float) for c in grid.contexts.values()])
-    floor = rounds["floor-rmse"].dropna()
+    floor = rounds[f"floor-{score}"].dropna()
     assert len(floor) >= 1 and np.allclose(floor, y.std(), rtol=1e-9)
-    assert not np.allclose(rounds["rmse"].dropna(), y.std())  # a score, not the floor again
+    assert not np.allclose(rounds[score].dropna(), y.std())  # a score, not the floor again
     names = [p.name for p in plot_runs([tmp_path / "run"], tmp_path / "plots")]
-    assert "rmse.png" in names and "floor-rmse.png" not in names
+    assert f"{score}.png" in names and f"floor-{score}.png" not in names
     fig, ax = plt.subplots()
-    _draw(ax, [("run", rounds, method)], "rmse")
+    _draw(ax, [("run", rounds, method)], score)
     labels = [line.get_label() for line in ax.get_lines()]
     assert any(label.startswith("floor: the best constant") for label in labels)
     plt.close(fig)

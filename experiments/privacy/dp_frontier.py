@@ -59,6 +59,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
+from strategies.floors import headline_rmse  # noqa: E402
 
 CENTRAL_Z = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 LOCAL_EPS = (100.0, 1000.0, 10000.0)
@@ -288,6 +289,7 @@ def main(argv=None) -> int:
                     failed = True  # are refused until the run stops (max-empty-rounds)
                     (out / FAILED).write_text("the run stopped: see server.log\n")
             r = pd.read_csv(out / "rounds.csv")
+            r = r.rename(columns={headline_rmse(r.columns): "rmse"})  # CDL's: each silo's model
             last = r[r["round"] == r["round"].max()].iloc[0]
             eps = float(r["dp_epsilon"].max()) if "dp_epsilon" in r and mode != "none" else np.inf
             runs.append(
