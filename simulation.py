@@ -59,7 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every run-config key with its default and meaning (only those a method "
         "reads, or one section: run, driving, fedprox, cdl, faults, fedrl, fedvln) and exit",
     )
-    p.add_argument("--rounds", type=int, default=None, help="server rounds (default: pyproject)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="server rounds (default: the method's, 5; 180 for fedvln --stage speaker, where "
+        "its speaker grounds)",
+    )
     p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
     p.add_argument("--seed", type=int, default=None)
@@ -149,6 +155,7 @@ def resolve(args) -> tuple[dict, Path]:
         ("--num-cpus", args.num_cpus, lambda v: v >= 1),
         ("--num-gpus", args.num_gpus, lambda v: v >= 0),
         ("--timeout", args.timeout, lambda v: MIN_TIMEOUT_S <= v < math.inf),
+        ("--rounds", args.rounds, lambda v: v >= 1),  # the run config's 0 (a default) is no flag
     ]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")
@@ -171,9 +178,10 @@ def resolve(args) -> tuple[dict, Path]:
             "them from DIR's finished rounds), not on a fresh launch"
         )
     cfg = {**defaults(), **overrides}
-    vln = methods.get(args.method).domain == "vln"
-    if not vln and (args.stage or args.variant):
-        raise BadInput("--stage and --variant are fedvln's flags")
+    domain = methods.domain_of(args.method)  # what the method's data fixes (domains/)
+    for flag in ("stage", "variant"):
+        if getattr(args, flag) and flag not in domain.FLAGS:
+            raise BadInput(f"--{flag} is not a flag of {args.method} (it is fedvln's)")
     flags = {
         "num-server-rounds": args.rounds,
         "num-clients": args.num_clients,
@@ -183,8 +191,7 @@ def resolve(args) -> tuple[dict, Path]:
         "fedvln.stage": args.stage,
         "fedvln.variant": args.variant,
     }
-    if vln:  # FedVLN samples houses per role; --fraction is r, the seen houses' rate
-        flags["fedvln.seen-rate"] = flags.pop("fraction-train")
+    flags[domain.FRACTION_KEY] = flags.pop("fraction-train")  # FedVLN: r, the seen houses'
     overrides.update({k: v for k, v in flags.items() if v is not None})
     try:
         parse(overrides)
@@ -192,21 +199,19 @@ def resolve(args) -> tuple[dict, Path]:
         flag = {
             "num-server-rounds": "--rounds",
             "num-clients": "--num-clients",
-            "fraction-train": "--fraction",
-            "fedvln.seen-rate": "--fraction",
+            domain.FRACTION_KEY: "--fraction",
             "seed": "--seed",
         }
         key = next((k for k in flag if repr(k) in str(e) and flags.get(k) is not None), None)
         raise BadInput(f"{flag[key]}: {e}" if key else str(e)) from None
     cfg.update(overrides)
     absolute_paths(cfg, overrides)
-    silos_from_graph(args, cfg, overrides)
-    if methods.get(args.method).domain == "gridworld":
-        if args.num_clients not in (None, 2):
-            raise BadInput(
-                f"--num-clients {args.num_clients}: FedRL has exactly two parties (alpha and beta)"
-            )
-        overrides["num-clients"] = cfg["num-clients"] = 2
+    try:  # a GML graph's silos, FedRL's two parties, FedVLN's houses
+        parties = domain.parties(parse(cfg), args.num_clients)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
+    if parties is not None:
+        overrides["num-clients"] = cfg["num-clients"] = parties
     overrides["method"] = args.method
     out = Path(args.out or f"runs/{args.method}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     check_out(out)
@@ -218,20 +223,12 @@ def resolve(args) -> tuple[dict, Path]:
         methods.server_module(args.method).check_config(parse(cfg))
     except ConfigError as e:
         raise BadInput(str(e)) from None
-    if vln:
-        houses = vln_houses(cfg)
-        if args.num_clients not in (None, houses):
-            raise BadInput(
-                f"--num-clients {args.num_clients}: FedVLN has one client per house "
-                f"and this data has {houses}"
-            )
-        overrides["num-clients"] = cfg["num-clients"] = houses
     try:
         c = parse(cfg)
         c.faults.check_partitions(c.run.num_clients)
+        domain.check_data(c)
     except ConfigError as e:
         raise BadInput(str(e)) from None
-    check_data(methods.get(args.method).domain, cfg)
     return overrides, out
 
 
@@ -299,19 +296,22 @@ def resume_overrides(args) -> tuple[dict, Path]:
     if args.rounds is not None:
         overrides["num-server-rounds"] = args.rounds
     try:  # the checks a fresh run gets, before Flower or Ray start
-        check_overrides(overrides)
+        rounds = check_overrides(overrides).run.num_server_rounds
     except ConfigError as e:
         raise BadInput(f"--resume {out}/config.json: {e}") from None
     done = finished_rounds(out / "rounds.csv")
-    if done >= int(overrides.get("num-server-rounds") or defaults()["num-server-rounds"]):
+    if done >= rounds:
         raise BadInput(
             f"--resume {out}: all {done} rounds are done; --rounds N (> {done}) runs more"
         )
     overrides.update({"resume": True, "resume-round": done, "out-dir": str(out)})
-    from config import methods
+    from config import methods, parse
 
     # the data the saved config names must still be there (a moved folder failed inside the run)
-    check_data(methods.get(args.method).domain, {**defaults(), **overrides})
+    try:
+        methods.domain_of(args.method).check_data(parse(overrides))
+    except ConfigError as e:
+        raise BadInput(f"--resume {out}: {e}") from None
     return overrides, out
 
 
@@ -345,64 +345,6 @@ def absolute_paths(cfg: dict, overrides: dict) -> None:
             overrides[key] = cfg[key] = str(Path(str(cfg[key])).resolve())
     if not str(cfg["topology-dir"]) and str(cfg["topology"]) not in ("ring", "complete"):
         overrides["topology-dir"] = cfg["topology-dir"] = str(DEFAULT_TOPOLOGY_DIR)
-
-
-def silos_from_graph(args, cfg: dict, overrides: dict) -> None:
-    """A GML topology fixes the number of silos; --num-clients may only agree with it."""
-    from config import parse
-    from strategies.topology import TopologyError, num_silos_of
-
-    run = parse(cfg).run
-    try:
-        n = num_silos_of(run.topology, run.topology_dir or None)
-    except TopologyError as e:
-        raise BadInput(f"--topology: {e}") from None
-    if n is None:
-        return
-    if args.num_clients is not None and args.num_clients != n:
-        raise BadInput(
-            f"--num-clients {args.num_clients} contradicts --topology {run.topology} ({n} silos)"
-        )
-    overrides["num-clients"] = cfg["num-clients"] = n
-
-
-def check_data(domain: str, cfg: dict) -> None:
-    """Fail before starting anything if the run's data folder is missing or malformed."""
-    from config import parse
-    from envs.errors import DataError
-
-    c = parse(cfg)
-    if domain == "driving" and c.driving.data_dir:
-        from envs.driving_logs import validate_data_dir
-
-        try:
-            validate_data_dir(Path(c.driving.data_dir), c.run.num_clients)
-        except DataError as e:
-            raise BadInput(f"driving.data-dir: {e}") from None
-    for key, path in (("agent-init", c.fedvln.agent_init), ("speaker-init", c.fedvln.speaker_init)):
-        if domain == "vln" and path and Path(path).is_file():
-            from models import vln_checkpoint
-
-            try:  # read without running code (weights_only), before anything starts
-                vln_checkpoint.load(path)
-            except DataError as e:
-                raise BadInput(f"fedvln.{key}: {e}") from None
-
-
-def vln_houses(cfg: dict) -> int:
-    """FedVLN's number of clients: the data's seen plus unseen houses."""
-    from config import parse
-    from envs.errors import DataError
-    from training.vln_house import house_names, setup_of
-
-    try:
-        c = parse(cfg)
-        setup = setup_of(c)
-        setup.data.validate()
-        seen, unseen = house_names(setup)
-    except (DataError, OSError) as e:
-        raise BadInput(f"fedvln.data-dir: {e}") from None
-    return len(seen) + len(unseen)
 
 
 def check_ray_address(address: str) -> None:
@@ -602,33 +544,28 @@ def main(argv: list[str] | None = None) -> int:
         if plots:  # the ServerApp wrote them
             print(f"plots:   {out / 'plots'} ({len(plots)} PNGs; summary.png has the headline)")
         print(f"curves:  tensorboard --logdir {out}")
-        said(out)
+        after_run(out)
     return code
 
 
-def said(out: Path) -> None:
-    """After a FedVLN speaker stage: what the speaker said for every val path (said.csv,
-    training/vln_said.py). This launcher holds every house's data; the server does not."""
+def after_run(out: Path) -> None:
+    """What the method's domain writes from the finished run, with the data this launcher holds
+    and the server does not (FedVLN's speaker stage: said.csv, every val path's instruction)."""
     try:
-        cfg = json.loads((out / "config.json").read_text())
-    except (OSError, ValueError):
+        method = json.loads((out / "config.json").read_text()).get("method")
+    except (OSError, ValueError, AttributeError):
         return
     from config import methods
 
-    known = cfg.get("method") in methods.METHODS
-    if not known or methods.get(cfg["method"]).domain != "vln":
+    if method not in methods.METHODS:
         return
-    if cfg.get("fedvln.stage") != "speaker":
-        return
-    from training.vln_said import write_said
-
     try:
-        path = write_said(out)
-    except Exception as e:  # the run's results stand; only the sentences are missing
-        print(f"simulation.py: warning: said.csv not written: {type(e).__name__}: {e}")
+        path = methods.domain_of(method).after_run(out)
+    except Exception as e:  # the run's results stand; only this file is missing
+        print(f"simulation.py: warning: nothing written after the run: {type(e).__name__}: {e}")
         return
     if path:
-        print(f"said:    {path} (the speaker's instruction for every val path)")
+        print(f"also:    {path}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from config.dp import DPSettings
@@ -66,7 +66,14 @@ def parse(run_config: dict | None) -> Config:
 @lru_cache(maxsize=16)
 def _parse(items: tuple) -> Config:
     cfg = {k: v for k, _, v in items}
-    return Config(**{name: cls.parse(cfg) for name, cls in SECTIONS.items()})
+    c = Config(**{name: cls.parse(cfg) for name, cls in SECTIONS.items()})
+    if c.run.num_server_rounds == 0:  # the method's default (config/methods.py `rounds`)
+        from config.methods import METHODS, default_rounds
+
+        if c.run.method in METHODS:
+            rounds = default_rounds(c)
+            c = replace(c, run=replace(c.run, num_server_rounds=rounds))
+    return c
 
 
 def check_overrides(overrides: dict) -> Config:

@@ -37,7 +37,10 @@ class FedVLNSettings(Section):
         "embedded houses: unseen (clients that only evaluate, or pre-explore)", lo=1, hi=200
     )
     seen_rate: float = setting(
-        "r: seen houses per round in agent | speaker | augment", lo=0, hi=1, lo_open=True
+        "r: seen houses per round in agent | speaker | augment; 0 = the recipe's (0.2, the "
+        "cpu speaker 0.5: config/fedvln_recipe.py)",
+        lo=0,
+        hi=1,
     )
     unseen_rate: float = setting(
         "r1: unseen houses per round in pre-exploration", lo=0, hi=1, lo_open=True

@@ -10,7 +10,11 @@ methods is cheap.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from config.fedvln_recipe import DEFAULT_ROUNDS, stage_rounds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,11 +26,13 @@ class Method:
     description: str
     server: str  # module with run(grid, c: Config, method_name) and check_config(c)
     client: str  # module with train(msg, ctx), evaluate(msg, ctx), query(msg, ctx)
-    domain: str  # which data the method runs on ("driving", ...)
+    domain: str  # which data the method runs on: a key of DOMAINS below
     settings: tuple[str, ...]  # the config sections it reads besides `run` and `faults`
     releases: str  # what leaves a party: "weights" (through the server), "peer-weights", "q"
     dp_modes: tuple[str, ...] = ("none",)  # the `dp.mode`s it supports (config/dp.py)
     eval_every: int = 1  # run config `eval-every = 0` means this (FedRL: scoring is costly)
+    # run config `num-server-rounds = 0` means this: a number, or one from the parsed config
+    rounds: int | Callable[[Any], int] = DEFAULT_ROUNDS
 
 
 METHODS: dict[str, Method] = {
@@ -103,8 +109,18 @@ METHODS: dict[str, Method] = {
             settings=("fedvln", "dp"),
             releases="weights",
             dp_modes=("none", "central", "local"),
+            rounds=lambda c: stage_rounds(c.fedvln),  # the speaker grounds at 180 (recipe)
         ),
     ]
+}
+
+
+# which data a method runs on, and the module that says what that data fixes about a run
+# (parties, data checks, fitting to the federation: contracts/method.py `DomainWiring`)
+DOMAINS = {
+    "driving": "domains.driving",  # one node per silo; a GML graph fixes the silos
+    "gridworld": "domains.gridworld",  # FedRL's two parties, alpha and beta
+    "vln": "domains.vln",  # one client per FedVLN house
 }
 
 
@@ -114,9 +130,20 @@ def get(name: str) -> Method:
     return METHODS[name]
 
 
+def default_rounds(c) -> int:
+    """What `num-server-rounds = 0` means for the parsed config `c`'s method."""
+    rounds = get(c.run.method).rounds
+    return rounds(c) if callable(rounds) else rounds
+
+
 def server_module(name: str):
     """The module with `run(grid, c, name)` and `check_config(c)` (c: the parsed Config)."""
     return importlib.import_module(get(name).server)
+
+
+def domain_of(name: str):
+    """The module of method `name`'s domain (domains/): parties, check_data, fit, ..."""
+    return importlib.import_module(DOMAINS[get(name).domain])
 
 
 def client_handler(name: str):

@@ -17,7 +17,12 @@ class RunSettings(Section):
     title = "Every method"
 
     method: str = setting("the method to run (`python simulation.py --help` lists them)")
-    num_server_rounds: int = setting("server rounds", lo=1, hi=10**5)
+    num_server_rounds: int = setting(
+        "server rounds; 0 = the method's default: 5, but 180 for FedVLN's speaker stage (the "
+        "schedule that grounds it, config/fedvln_recipe.py)",
+        lo=0,
+        hi=10**5,
+    )
     num_clients: int = setting(
         "nodes the server waits for; `flwr run` follows the federation's size for the "
         "driving methods (simulation.py sets it)",

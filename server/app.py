@@ -17,7 +17,6 @@ from config.schema import ConfigError
 from server import run_lock
 from server.plots import plot_runs
 from server.recorder import finished_rounds, out_dir
-from strategies.nodes import fit_to_federation
 from strategies.timeouts import AdaptiveTimeout
 
 app = ServerApp()
@@ -33,14 +32,9 @@ def main(grid: Grid, context: Context) -> None:
     log(INFO, "[fedembodied] method %s, %s rounds", name, run.num_server_rounds)
     if run.resume:
         check_resume_round(run.out_dir, run.resume_round)
-    graph = methods.get(name).server == "server.decentralized_run" and run.topology not in (
-        "ring",
-        "complete",
-    )  # a GML graph fixes the silos itself
-    if methods.get(name).domain == "driving" and not graph:
-        n = fit_to_federation(grid, run.num_clients, run.node_wait_timeout, run.node_start_timeout)
-        c = dataclasses.replace(c, run=dataclasses.replace(c.run, num_clients=n))
-    c.faults.check_partitions(2 if methods.get(name).domain == "gridworld" else c.run.num_clients)
+    domain = methods.domain_of(name)  # what the method's data fixes (domains/)
+    c = domain.fit(grid, c)
+    c.faults.check_partitions(domain.partitions(c))
     grid = AdaptiveTimeout(grid, c.run.timeout_factor, c.run.timeout_floor)
     with run_lock.holding(out, int(context.run_id)), server_log(out):
         methods.server_module(name).run(grid, c, name)

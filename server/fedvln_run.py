@@ -91,7 +91,7 @@ class Plan:
 
 def plan_of(c: Config) -> Plan:
     stage, variant = c.fedvln.stage, c.fedvln.variant
-    r = c.fedvln.seen_rate
+    r = recipe_of(c.fedvln).seen_rate
     both = ("seen", "unseen")
     scored = both if c.fedvln.eval_seen else ("unseen",)
     if stage == "agent":

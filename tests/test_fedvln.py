@@ -386,6 +386,8 @@ def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
         "lr": 5e-5,
         "server_lr": 1.6,
         "server_lr_decay": 1.0,
+        "seen_rate": 0.2,  # 12 of the official 61 houses
+        "rounds": 5,
     }
     agent = of({"fedvln.recipe": "official"})
     assert (agent.optimizer, agent.lr, agent.server_lr) == ("rms", 1e-4, 2.0)
@@ -930,7 +932,13 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     # the pipeline's agent stage: the defaults (server-lr 0 = the recipe's eta of 1)
     cfg = merged(parse_overrides(f'fedvln.stage="agent" eval-every=3 fedvln.patience={a.patience}'))
     cfg.update({"num-server-rounds": a.rounds, "seed": 2, "method": "fedvln", "wall_s": 1.0})
-    recipe = {"optimizer": "rms", "lr": 1e-3, "server_lr": 1.0, "server_lr_decay": 1.0}
+    recipe = {
+        "optimizer": "rms",
+        "lr": 1e-3,
+        "server_lr": 1.0,
+        "server_lr_decay": 1.0,
+        "seen_rate": 0.2,
+    }
     cfg.update({"out-dir": str(run), "num-clients": 16, "recipe": recipe})
     (run / "config.json").write_text(json.dumps(cfg))
     assert gap.pipeline_twin(a, "kept-optimizer", 2) == run
@@ -1077,7 +1085,13 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
         run(tmp_path / "pipe" / f"seed{seed}" / "agent", seed, [10.0, start])
         cfg = merged(parse_overrides(ft._config(a, seed, 1e-3)))
         cfg.update({"num-server-rounds": a.rounds, "seed": seed, "method": "fedvln"})
-        recipe = {"optimizer": "rms", "lr": 1e-3, "server_lr": 1.0, "server_lr_decay": 1.0}
+        recipe = {
+            "optimizer": "rms",
+            "lr": 1e-3,
+            "server_lr": 1.0,
+            "server_lr_decay": 1.0,
+            "seen_rate": 0.2,
+        }
         cfg.update({"fedvln.lr": 0.0, "out-dir": "x", "recipe": recipe})  # the recipe's own lr
         run(old / f"seed{seed}" / "augment", seed, [20.0, 28.0 + seed, 25.0], cfg)
     assert ft.run_dir(a, 0, 1e-3) == old / "seed0" / "augment"
@@ -1458,3 +1472,38 @@ def test_a_fedvln_run_records_the_untrained_models_floor_and_its_plots_draw_it(t
         line.get_label() for line in ax.get_lines()
     ]
     plt.close(fig)
+
+
+def test_the_speaker_stage_grounds_by_default_and_a_value_given_wins():
+    """Issue 64: `--stage speaker` with no flags trains r = 0.5 of the seen houses with the
+    official eta = 1.6 for 180 rounds, the schedule that grounds it (r = 0.2, eta = 1 stayed on
+    the template sentence); the follower's stages keep r = 0.2, eta = 1 and 5 rounds; every
+    other method keeps 5 rounds; a value the run config gives wins."""
+    from config.fedvln_recipe import recipe_of
+    from config.schema import merged
+    from server.fedvln_run import plan_of
+
+    speaker = parse(merged({"method": "fedvln", "fedvln.stage": "speaker"}))
+    assert speaker.run.num_server_rounds == 180 and plan_of(speaker).rates == {"seen": 0.5}
+    assert recipe_of(speaker.fedvln).server_lr == 1.6
+    agent = parse(merged({"method": "fedvln", "fedvln.stage": "agent"}))
+    assert agent.run.num_server_rounds == 5 and plan_of(agent).rates == {"seen": 0.2}
+    assert recipe_of(agent.fedvln).server_lr == 1.0
+    given = parse(
+        merged(
+            {
+                "method": "fedvln",
+                "fedvln.stage": "speaker",
+                "num-server-rounds": 40,
+                "fedvln.seen-rate": 0.2,
+                "fedvln.server-lr": 1.0,
+            }
+        )  # fmt: skip
+    )
+    assert given.run.num_server_rounds == 40 and plan_of(given).rates == {"seen": 0.2}
+    assert recipe_of(given.fedvln).server_lr == 1.0
+    assert parse(merged({"method": "cdl"})).run.num_server_rounds == 5
+    official = parse(
+        merged({"method": "fedvln", "fedvln.stage": "speaker", "fedvln.recipe": "official"})
+    )
+    assert plan_of(official).rates == {"seen": 0.2}  # the official script's r = 0.2 of 61

@@ -71,7 +71,7 @@ import torch
 
 from config import parse
 from config.fedvln import STAGES, VARIANTS
-from config.fedvln_recipe import recipe_of
+from config.fedvln_recipe import CPU, recipe_of
 from config.schema import parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size
 from experiments.fedvln import centralized as vln_centralized
@@ -167,7 +167,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--speaker-seen-rate",
         type=float,
-        default=0.5,
+        default=CPU["speaker"].seen_rate,
         help="share r of the seen houses that train the speaker each round (the follower's "
         "stages keep fedvln.seen-rate): with r = 0.2, 2 of 12 houses, the averaged speaker never "
         "learned to say the route in 240 rounds; with 0.5 it does (docs/fedvln.md, issue 41). On "
@@ -176,7 +176,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--speaker-server-lr",
         type=float,
-        default=1.6,
+        default=CPU["speaker"].server_lr,
         help="the speaker's server step eta (Eq. 7): the official speaker's 1.6 "
         "(run/speaker_fedavg.bash), where the follower's stages keep the cpu recipe's 1. With "
         "eta = 1, seed 1's speaker stayed at the template's fidelity for 207 rounds; with 1.6 "

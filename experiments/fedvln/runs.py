@@ -48,7 +48,13 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
 # what the launcher fills in or a resume sets, none of which changes the training
 LAUNCHER_KEYS = ("out-dir", "plots", "resume", "resume-round", "num-clients")
 # the recipe's overrides: compared as the recipe they resolve to (config.json's "recipe")
-RECIPE_KEYS = ("fedvln.optimizer", "fedvln.lr", "fedvln.server-lr", "fedvln.server-lr-decay")
+RECIPE_KEYS = (
+    "fedvln.optimizer",
+    "fedvln.lr",
+    "fedvln.server-lr",
+    "fedvln.server-lr-decay",
+    "fedvln.seen-rate",
+)
 
 
 def finished_twin(candidates: list[Path], run_config: str, rounds: int, seed: int) -> Path | None:
