@@ -227,7 +227,7 @@ def generate_house(name: str, rng: np.random.Generator) -> House:
 # bumped whenever the generated houses or words change, so no machine reads an older cache: 2,
 # the room words are drawn in a fixed order (they followed Python's per-process set order, so
 # two machines generated other instructions; issue 63)
-GENERATOR = 2
+GENERATOR = 3  # 3: no val_seen path is a train path of its house, either way (issue 64)
 
 
 @dataclass(frozen=True)
@@ -270,6 +270,18 @@ def grammar_instruction(house: House, path: list[int], heading: float, rng) -> s
     )[0]
 
 
+def _fresh_path(scan, rng, taken: set, tries: int = 50) -> list[int] | None:
+    """A sampled path that is not in `taken`. R2R's val_seen shares no path with train (its
+    paths are new routes in the same houses); drawn independently, 6 of our 120 val_seen paths
+    were a train path and 9 one reversed (issue 64), so val_seen scored memory, not
+    navigation."""
+    for _ in range(tries):
+        path = sample_path(scan, rng)
+        if path is None or tuple(path) not in taken:
+            return path
+    return None
+
+
 def write_dataset(spec: HouseSpec, root: Path) -> Path:
     """Generate every house and episode of `spec` and write them in the R2R/Matterport layout."""
     rng = np.random.default_rng(spec.seed)
@@ -283,11 +295,14 @@ def write_dataset(spec: HouseSpec, root: Path) -> Path:
             if seen
             else [("val_unseen", spec.val_unseen_paths)]
         )
+        trained = set()  # this house's train paths, both ways
         for split, count in plan:
             for _ in range(count):
-                path = sample_path(house.scan, rng)
+                path = _fresh_path(house.scan, rng, trained if split == "val_seen" else set())
                 if path is None:
                     break
+                if split == "train":
+                    trained |= {tuple(path), tuple(path[::-1])}
                 heading = float(rng.uniform(0, 2 * math.pi))
                 instr = instructions_for(
                     house.scan.pos,

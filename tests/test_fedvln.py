@@ -852,7 +852,9 @@ def test_sampled_routes_never_hold_a_scored_route_of_the_house():
         routes = speaker_routes(house, 60, seed=0)
         assert len(routes) == 60
         ends = {(e.path[0], e.path[-1]) for e in house.val}
-        assert not {r.path for r in routes} & {e.path for e in house.val}
+        ends |= {(b, a) for a, b in ends}  # either way (issue 64)
+        scored = {e.path for e in house.val} | {e.path[::-1] for e in house.val}
+        assert not {r.path for r in routes} & scored
         assert not {(r.path[0], r.path[-1]) for r in routes} & ends
         assert [r.path for r in speaker_routes(house, 20, seed=0)] == [r.path for r in routes[:20]]
     # the filter is not idle: unfiltered draws in these houses do hit scored routes
@@ -863,6 +865,25 @@ def test_sampled_routes_never_hold_a_scored_route_of_the_house():
     drawn = sample_routes(scan, 400, np.random.default_rng(0))
     ends = {(e.path[0], e.path[-1]) for e in house.val}
     assert any((scan.ids[p[0]], scan.ids[p[-1]]) in ends for p, _ in drawn)
+    backwards = {(b, a) for a, b in ends}  # and reversed ones, which the filter also drops
+    assert any((scan.ids[p[0]], scan.ids[p[-1]]) in backwards for p, _ in drawn)
+
+
+def test_val_seen_shares_no_path_with_train_either_way():
+    """Issue 64: R2R's val_seen holds new routes in the training houses; the embedded houses'
+    val_seen drew 6 of 120 paths identical to a train path and 9 reversed. Now none, in every
+    house (and the houses still have their 10 val_seen paths each)."""
+    from envs.vln_houses import HouseSpec
+    from training.vln_house import open_setup
+
+    setup = open_setup("", "", HouseSpec())
+    train = setup.split("train")
+    for scan in {e.scan for e in train}:
+        paths = {e.path for e in train if e.scan == scan}
+        paths |= {p[::-1] for p in paths}
+        val = [e for e in setup.split("val_seen") if e.scan == scan]
+        assert len({e.path_id for e in val}) == HouseSpec().val_seen_paths
+        assert not {e.path for e in val} & paths, scan
 
 
 def test_grammar_route_words_name_each_routes_rooms_and_goal():

@@ -101,13 +101,16 @@ def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     same routes, so the centralized reference can rebuild exactly what each house samples.
 
     None shares its path, or its start and goal, with an episode the house is scored on
-    (`house.val`): augmentation and pre-exploration never train on the routes a table scores,
-    as the official pre-exploration samples away from the evaluation data (issue 41). The
-    routes are the first n_routes of a 3x larger draw that survive that filter, so asking for
-    fewer gives a prefix of asking for more."""
+    (`house.val`), in either direction: augmentation and pre-exploration never train on the
+    routes a table scores, walked either way (a reversed route holds the same rooms, objects
+    and turns mirrored), as the official pre-exploration samples away from the evaluation data
+    (issues 41, 64). The routes are the first n_routes of a 3x larger draw that survive that
+    filter, so asking for fewer gives a prefix of asking for more."""
     scan = house.setup.world.scan(house.name)
     rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])
-    scored = {e.path for e in house.val} | {(e.path[0], e.path[-1]) for e in house.val}
+    scored = set()
+    for e in house.val:  # each path and its (start, goal), both ways
+        scored |= {e.path, e.path[::-1], (e.path[0], e.path[-1]), (e.path[-1], e.path[0])}
     out = []
     for path, heading in sample_routes(scan, 3 * n_routes, rng):
         nodes = tuple(scan.ids[v] for v in path)
