@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from config.papers import PAPER, run_paper_values  # noqa: E402
 from contracts.messages import CD_LOSS  # noqa: E402
 from strategies.floors import FLOOR  # noqa: E402
 
@@ -180,8 +181,27 @@ def is_bookkeeping(column: str) -> bool:
     return (
         column in NOT_METRICS
         or column.endswith(("_n", "-releases", "_releases"))
-        or column.startswith(("bytes", "n_", FLOOR))
+        or column.startswith(("bytes", "n_", FLOOR, PAPER))
     )
+
+
+def with_paper(df: pd.DataFrame, cfg: dict) -> pd.DataFrame:
+    """The run's rounds with a `paper-<variant>:<score>` column for each paper value that
+    applies to its settings (config/papers.py), drawn on that score's plots, not on their own."""
+    values = run_paper_values(cfg)
+    extra = {f"{PAPER}{label}:{score}": v for score, vs in values.items() for label, v in vs.items()}
+    return df.assign(**extra) if extra else df
+
+
+def paper_of(metric: str, columns) -> list[tuple[str, str]]:
+    """[(column, variant)] of the paper values drawn on `metric`'s plot: a FedRL test score at
+    either checkpoint and test noise has the paper's test score."""
+    base = metric.split("-test_noise")[0].removeprefix("best-")
+    return [
+        (c, c[len(PAPER) :].split(":")[0])
+        for c in columns
+        if c.startswith(PAPER) and c.split(":", 1)[-1] == base
+    ]
 
 
 def meaning_of(metric: str, method: str = "") -> tuple[str, str]:
@@ -309,6 +329,15 @@ def _draw(ax, runs, metric: str) -> None:
                     alpha=0.7,
                     label=what if len(runs) == 1 else f"{name}: {what}",
                 )
+            for k, (column, variant) in enumerate(paper_of(metric, part.columns)):
+                value = float(part[column].iloc[0])
+                ax.axhline(
+                    value,
+                    ls=(0, (1, 1 + k)),  # dotted, a denser dot for the second variant
+                    color=line.get_color(),
+                    alpha=0.8,
+                    label=f"paper ({variant}): {value:.4g}",
+                )
     what, unit = meaning_of(metric, runs[0][2])
     ax.set_xlabel("round")
     if len(rounds) <= 12:  # few rounds (one, say): ticks at them, never at fractions
@@ -323,7 +352,11 @@ def _draw(ax, runs, metric: str) -> None:
 def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     """summary.png and one PNG per metric; the figures say which config keys differ."""
     runs = [
-        (run_label(Path(d)), load_rounds(Path(d)), str(run_config(Path(d)).get("method", "")))
+        (
+            run_label(Path(d)),
+            with_paper(load_rounds(Path(d)), run_config(Path(d))),
+            str(run_config(Path(d)).get("method", "")),
+        )
         for d in run_dirs
     ]
     out_dir.mkdir(parents=True, exist_ok=True)

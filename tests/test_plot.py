@@ -165,3 +165,51 @@ def test_every_column_a_method_writes_has_a_title_and_a_unit(tmp_path, method):
     finally:
         matplotlib.figure.Figure.savefig = save
     assert len(figures) == len(written) > 1
+
+
+def test_a_fedrl_run_on_the_papers_maps_draws_the_papers_values_and_others_do_not(tmp_path):
+    """Issue 66: a run plot carries the paper's value where the paper has one. A FedRL run on
+    the paper's 8x8 maps under its rules draws Table 1's FedRL-1 and FedRL-2 test SuccRate on
+    every test score (either checkpoint, either test noise), not on valid; the same run on
+    generated maps, or under the reference's rules, draws none; Text2Action on CT draws Table
+    2's F1; no paper column becomes a plot of its own."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from config.schema import defaults
+    from server.plots import _draw, load_rounds, with_paper
+
+    def run(name, **cfg):
+        d = tmp_path / name
+        d.mkdir()
+        df = pd.DataFrame({"round": [1, 2], "best-test-succ-rate-test_noise=on": [0.5, 0.6],
+                           "test-succ-rate-test_noise=off": [0.4, 0.5],
+                           "valid-succ-rate-test_noise=on": [0.3, 0.7], "test-f1": [0.5, 0.6]})  # fmt: skip
+        df.to_csv(d / "rounds.csv", index=False)
+        (d / "config.json").write_text(json.dumps({**defaults(), "method": "fedrl", **cfg}))
+        return d
+
+    def lines(d, metric):
+        fig, ax = plt.subplots()
+        df = with_paper(load_rounds(d), json.loads((d / "config.json").read_text()))
+        _draw(ax, [("run", df, "fedrl")], metric)
+        out = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines()}
+        plt.close(fig)
+        return {k: v for k, v in out.items() if k.startswith("paper")}
+
+    paper = run("paper", **{"fedrl.map-file": "/data/gridworld_o_8.mat", "fedrl.rules": "paper"})
+    want = {"paper (fedrl-1): 0.9252": 0.9252, "paper (fedrl-2): 0.9506": 0.9506}
+    assert lines(paper, "best-test-succ-rate-test_noise=on") == pytest.approx(want)
+    assert lines(paper, "test-succ-rate-test_noise=off") == pytest.approx(want)
+    assert lines(paper, "valid-succ-rate-test_noise=on") == {}  # the paper reports test
+    generated = run("generated", **{"fedrl.map-file": "", "fedrl.rules": "paper"})
+    assert lines(generated, "best-test-succ-rate-test_noise=on") == {}
+    reference = run("ref", **{"fedrl.map-file": "/d/gridworld_o_8.mat", "fedrl.rules": "reference"})
+    assert lines(reference, "best-test-succ-rate-test_noise=on") == {}
+    t2a = run("t2a", **{"fedrl.domain": "text2action", "fedrl.t2a-dataset": "cooking"})
+    assert lines(t2a, "test-f1") == pytest.approx(
+        {"paper (fedrl-1): 0.8505": 0.8505, "paper (fedrl-2): 0.8492": 0.8492}
+    )
+    names = [p.name for p in plot_runs([paper], tmp_path / "plots")]
+    assert names and not [n for n in names if n.startswith("paper")]

@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
+from config.papers import FEDRL_TABLE1, FEDRL_TABLE1_SIZES
 from experiments.fedrl import STUDY, numerics
 from experiments.simulate import (  # noqa: E402
     RESULTS,
@@ -63,19 +64,8 @@ from experiments.tables import (  # noqa: E402
 )
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
-PAPER = {
-    ("fcn-alpha", "succ"): (69.73, 48.04, 41.73),
-    ("dqn-alpha", "succ"): (88.27, 76.20, 71.41),
-    ("fedrl-1", "succ"): (92.52, 79.83, 77.88),
-    ("fedrl-2", "succ"): (95.06, 84.31, 82.02),
-    ("fcn-full", "succ"): (72.16, 56.44, 50.15),
-    ("dqn-full", "succ"): (93.69, 83.40, 79.73),
-    ("dqn-alpha", "rwd"): (13.781, -112.084, -285.946),
-    ("fedrl-1", "rwd"): (18.152, -94.193, -226.583),
-    ("fedrl-2", "rwd"): (19.101, -84.139, -189.756),
-    ("dqn-full", "rwd"): (31.286, -38.114, -52.72),
-}
-SIZES = (8, 16, 32)
+PAPER = FEDRL_TABLE1  # config/papers.py: the one copy
+SIZES = FEDRL_TABLE1_SIZES
 # label, method, test_noise, paper key(s)
 ROWS = [
     ("random α (β stays)", "random-alpha", "", ()),

@@ -51,6 +51,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from config import parse
+from config.papers import FEDRL_TABLE2, FEDRL_TABLE2_DATASETS
 from experiments.fedrl import STUDY, numerics
 from experiments.fedrl.table1 import EXCHANGE  # noqa: E402
 from experiments.simulate import (  # noqa: E402
@@ -69,21 +70,10 @@ from experiments.tables import (  # noqa: E402
     refuse_overwrite,
 )
 
-DATASETS = ("win2k", "cooking", "wikihow")
+DATASETS = FEDRL_TABLE2_DATASETS
 NAMES = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}
 # Table 2 of the paper (F1 %, AvgRwd) at WHS / CT / WHG; FedRL-1/-2 as printed
-PAPER = {
-    ("fcn-alpha", "f1"): (86.19, 65.44, 55.18),
-    ("dqn-alpha", "f1"): (92.11, 74.64, 66.37),
-    ("fedrl-1", "f1"): (93.76, 85.05, 75.64),
-    ("fedrl-2", "f1"): (94.41, 84.92, 75.85),
-    ("fcn-full", "f1"): (91.42, 79.03, 68.93),
-    ("dqn-full", "f1"): (94.55, 83.39, 74.63),
-    ("dqn-alpha", "rwd"): (54.762, 47.375, 46.510),
-    ("fedrl-1", "rwd"): (55.623, 50.472, 48.359),
-    ("fedrl-2", "rwd"): (55.894, 50.452, 48.373),
-    ("dqn-full", "rwd"): (56.192, 50.307, 48.154),
-}
+PAPER = FEDRL_TABLE2  # config/papers.py: the one copy
 # label, method, test_noise, paper key(s)
 ROWS = [
     ("random (select p=1/2)", "random-alpha", "", ()),
