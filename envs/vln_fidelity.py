@@ -8,16 +8,22 @@ the data folder's own annotations (`regions/vp2room_label.json`, `objects/viewpo
 the connectivity poses), so it works for any folder in the R2R layout that has them. Per path,
 over the *distinct* rooms the instruction names (naming a room twice earns nothing twice):
 
-- `rooms_on_route`: the share of the named rooms that the route passes through (a path that
-  names none scores 0);
+- `rooms_on_route`: the share of the named rooms that the route enters or ends in (a path
+  that names none scores 0). The start room is not among them unless the route enters it
+  again: naming where the agent already stands needs no reading of the route, and scored
+  100 when it counted (issue 64);
 - `entered_named`: the share of the rooms the route enters (room changes) that it names;
 - `room_f1`: the F1 of the named rooms against the rooms a description names, the entered ones
   and the goal's (the start room, which any speaker can name, is not among them): naming every
   room type passes the two shares above, not this;
 - `goal_room`: the *last* room it names is the goal's (the grammar's rooms come in route
   order; naming every room type would otherwise pass);
-- `stop_object`: of paths whose goal has objects within reach, the share whose *last*
-  named object is one of them (the grammar ends "stop next to the <object>");
+- `stop_object`: of paths whose true instructions name an object at the goal, the share
+  whose *last* named object is that object (the grammar ends "stop next to the <object>",
+  the object nearest the goal). Crediting any object within reach of the goal, as before
+  issue 64, gave a speaker naming another nearby object 71 where an independent parser gave
+  0. Paths whose references name no goal object are not scored on it: the annotations give
+  the objects within reach but not which is nearest;
 - `first_turn`: its first turn phrase (left / right / around / straight) matches the route's
   first heading change (|delta| < 35 deg straight, > 145 around, as the grammar).
 
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -61,7 +68,7 @@ class RouteFacts:
     rooms: frozenset[str]  # room codes of every viewpoint on the route
     entered: frozenset[str]  # room codes the route moves into
     goal_room: str
-    goal_objects: frozenset[str]  # object names within reach of the goal
+    stop_objects: frozenset[str]  # what the true instructions name at the goal (usually one)
     first_turn: str  # left | right | around | straight
     house_objects: tuple[str, ...]  # every object name of the house, longest first
 
@@ -87,8 +94,9 @@ def _house_objects(data: VLNData, scan: str) -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda n: (-len(n), n)))
 
 
-def route_facts(data: VLNData, e: Episode) -> RouteFacts:
-    """The facts of an episode's route read off the data folder's annotations."""
+def route_facts(data: VLNData, e: Episode, references: Sequence[str]) -> RouteFacts:
+    """The facts of an episode's route read off the data folder's annotations, and its stop
+    object off its true instructions (`references`: every reference of the path)."""
     scan = data.scan(e.scan)
     rooms = data.rooms.get(e.scan, {})
     code = [str(rooms.get(v, {}).get("region_label", "-")) for v in e.path]
@@ -99,14 +107,24 @@ def route_facts(data: VLNData, e: Episode) -> RouteFacts:
         turn = turn_class(math.atan2(b[0] - a[0], b[1] - a[1]) - e.heading)
     else:
         turn = "straight"
+    house = _house_objects(data, e.scan)
+    near = {" ".join(split_sentence(o[0])) for o in objs}
+    named = (_last_object(r, house) for r in references)
     return RouteFacts(
         frozenset(code),
         frozenset(entered),
         code[-1],
-        frozenset(" ".join(split_sentence(o[0])) for o in objs),
+        frozenset(o for o in named if o in near),
         turn,
-        _house_objects(data, e.scan),
+        house,
     )
+
+
+def _last_object(text: str, house_objects: tuple[str, ...]) -> str | None:
+    """The last object an instruction names (rooms and objects matched together)."""
+    phrases = {p: "room" for p in _ROOM_PHRASES} | {o: "object" for o in house_objects}
+    found = [p for _, p, kind in _find(" ".join(split_sentence(text)), phrases) if kind == "object"]
+    return found[-1] if found else None
 
 
 def _find(text: str, phrases: dict[str, str]) -> list[tuple[int, str, str]]:
@@ -176,7 +194,7 @@ def stats(items: list[tuple[str, RouteFacts]]) -> dict[str, float]:
         named = _named_codes(said["rooms"], f.rooms)
         described = f.entered | {f.goal_room}
         out["paths"] += 1
-        out["on_route_sum"] += len(named & f.rooms) / len(named) if named else 0.0
+        out["on_route_sum"] += len(named & described) / len(named) if named else 0.0
         if f.entered:
             out["entered_sum"] += len(named & f.entered) / len(f.entered)
             out["entered_paths"] += 1
@@ -184,8 +202,8 @@ def stats(items: list[tuple[str, RouteFacts]]) -> dict[str, float]:
         out["f1_sum"] += 2 * hit / (len(named) + len(described)) if named else 0.0
         last = said["rooms"][-1] if said["rooms"] else set()
         out["goal_hits"] += f.goal_room in last
-        if f.goal_objects:
-            out["stop_hits"] += bool(said["objects"]) and said["objects"][-1] in f.goal_objects
+        if f.stop_objects:
+            out["stop_hits"] += bool(said["objects"]) and said["objects"][-1] in f.stop_objects
             out["stop_paths"] += 1
         out["turn_hits"] += said["turn"] == f.first_turn
     return out

@@ -191,9 +191,9 @@ def test_bleu_pooled_from_house_counts_equals_corpus_bleu_of_all_paths():
     assert expected > 1.0
     assert math.isclose(pool(records)["val_seen_bleu"], expected, rel_tol=1e-9)
     # route fidelity pools the same way: from summed counts, equal to the union's score
-    paths, _ = one_per_path(union)
+    paths, refs = one_per_path(union)
     hyps = vln_speaker.write_instructions(speaker, inputs, paths, setup.vocab)
-    union_fid = fidelity(setup.data, paths, hyps)
+    union_fid = fidelity(setup.data, paths, hyps, refs)
     for k, v in union_fid.items():
         assert pool(records)[f"val_seen_{k}"] == pytest.approx(v, nan_ok=True), k
     forged = dict(records[0], val_seen_fid_goal_hits=records[0]["val_seen_fid_paths"] + 1)
@@ -908,8 +908,8 @@ def test_grammar_route_words_name_each_routes_rooms_and_goal():
         routes = speaker_routes(house, 30, seed=0)
         words = grammar_words(house, routes, HouseSpec(), seed=0)
         assert words == grammar_words(house, routes, HouseSpec(), seed=0)
-        good = fidelity(setup.data, routes, words)
-        const = fidelity(setup.data, routes, [house.val[0].instruction] * len(routes))
+        good = fidelity(setup.data, routes, words, {})  # sampled: no references
+        const = fidelity(setup.data, routes, [house.val[0].instruction] * len(routes), {})
         assert good["rooms_on_route"] > 90 and good["goal_room"] > 80
         assert good["fidelity"] > const["fidelity"] + 30
     rc = {"method": "fedvln", "fedvln.route-words": "grammar", "fedvln.stage": "augment"}

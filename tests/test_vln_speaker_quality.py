@@ -20,7 +20,7 @@ FACTS = RouteFacts(
     rooms=frozenset("dkl"),
     entered=frozenset("k"),
     goal_room="k",
-    goal_objects=frozenset({"sink", "fridge"}),
+    stop_objects=frozenset({"fridge"}),  # what the references name; the sink is near too
     first_turn="left",
     house_objects=("dining table", "fridge", "table", "sink"),
 )
@@ -61,16 +61,20 @@ def test_each_share_counts_what_the_route_holds():
     assert twice["rooms_on_route"] == 50.0
     assert score([("Go into the kitchen, then the bedroom.", FACTS)])["goal_room"] == 0.0
     assert score([("Walk forward and stop.", FACTS)])["rooms_on_route"] == 0.0
+    # issue 64: the start room needs no reading of the route, and another object near the
+    # goal is not the one the route stops at
+    start = score([("Turn left in the dining room and stop next to the sink.", FACTS)])
+    assert start["rooms_on_route"] == 0.0 and start["stop_object"] == 0.0
 
 
 def test_true_instructions_score_high_and_a_constant_or_another_paths_low(setup):
     """The instrument separates what BLEU could not: on val_unseen the references are near
     100, the best constant sentence and another path's instruction far below."""
-    paths, _ = quality.one_per_path(setup.split("val_unseen"))
-    true = quality.fidelity(setup.data, paths, [p.instruction for p in paths])
+    paths, refs = quality.one_per_path(setup.split("val_unseen"))
+    true = quality.fidelity(setup.data, paths, [p.instruction for p in paths], refs)
     constant = quality.best_constant(setup.split("train"))
-    floor = quality.fidelity(setup.data, paths, [constant] * len(paths))
-    other = quality.fidelity(setup.data, paths, quality.other_path(paths))
+    floor = quality.fidelity(setup.data, paths, [constant] * len(paths), refs)
+    other = quality.fidelity(setup.data, paths, quality.other_path(paths), refs)
     assert true["fidelity"] > 85 and true["goal_room"] > 95
     assert floor["fidelity"] < 40 and other["fidelity"] < 40
     assert floor["goal_room"] < 50 and other["stop_object"] < 20
@@ -81,14 +85,44 @@ def test_true_instructions_score_high_and_a_constant_or_another_paths_low(setup)
         f"turn left . go through the {every_room} .",
         f"turn left . {'kitchen , ' * 30} {every_room} . stop next to the mirror .",
     ):
-        s = quality.fidelity(setup.data, paths, [blind] * len(paths))
+        s = quality.fidelity(setup.data, paths, [blind] * len(paths), refs)
         assert s["fidelity"] < 25 and s["room_f1"] < 40 and s["goal_room"] < 5, blind
 
 
+def test_the_start_room_and_another_nearby_object_earn_nothing(setup):
+    """Issue 64: a speaker that names the start room scored rooms_on_route 100 (independent
+    parser 70.8), and one naming another object within reach of the goal scored stop_object
+    71.2 (independent: 0). On val_unseen now: the true words stay near 100; the start room,
+    named alone, is on the route only where the route re-enters it or ends in it; another
+    nearby object is never the stop object."""
+    from envs.vln_fidelity import _house_objects
+
+    paths, refs = quality.one_per_path(setup.split("val_unseen"))
+    true = quality.fidelity(setup.data, paths, [p.instruction for p in paths], refs)
+    assert (
+        true["rooms_on_route"] > 95 and true["stop_object"] > 80
+    )  # a reference may stop in a room
+    rooms = {code: words[0] for code, words in ROOM_WORDS.items()}
+    start, nearby, eligible = [], [], 0
+    for p in paths:
+        facts = route_facts(setup.data, p, refs[p.path_id])
+        code = setup.data.rooms[p.scan][p.path[0]]["region_label"]
+        start.append(f"turn left in the {rooms.get(code, 'room')} and stop.")
+        near = {o[0] for o in setup.data.objects[p.scan].get(p.path[-1], [])}
+        other = sorted(near - facts.stop_objects)
+        eligible += bool(other and facts.stop_objects)
+        nearby.append(f"walk forward and stop next to the {other[0]}." if other else "stop.")
+    assert eligible > 20  # paths with another object in reach of the goal
+    assert quality.fidelity(setup.data, paths, start, refs)["rooms_on_route"] < 40
+    assert quality.fidelity(setup.data, paths, nearby, refs)["stop_object"] < 5
+    assert _house_objects(setup.data, paths[0].scan)  # the parser knows the house's objects
+
+
 def test_stats_summed_over_houses_give_the_score_of_the_union(setup):
-    paths, _ = quality.one_per_path(setup.split("val_seen"))
+    paths, refs = quality.one_per_path(setup.split("val_seen"))
     items = [
-        (quality.other_path(paths)[k], route_facts(setup.data, p)) for k, p in enumerate(paths)
+        (quality.other_path(paths)[k], route_facts(setup.data, p, refs[p.path_id]))
+        for k, p in enumerate(paths)
     ]
     half = len(items) // 3
     parts = [stats(items[:half]), stats(items[half:])]
@@ -123,7 +157,7 @@ def test_the_house_grammar_is_rebuilt_exactly_and_describes_new_routes(setup):
     text = grammar_instruction(
         houses[e.scan], [scan.index[v] for v in e.path], e.heading, np.random.default_rng(0)
     )
-    assert score([(text, route_facts(setup.data, e))])["rooms_on_route"] == 100.0
+    assert score([(text, route_facts(setup.data, e, [e.instruction]))])["rooms_on_route"] == 100.0
 
 
 def test_word_dropout_replaces_input_words_in_training_only(setup, monkeypatch):
@@ -286,3 +320,27 @@ def test_speaker_study_pairs_augmentation_with_its_control_when_there_is_one():
     assert best["gain over control"].startswith("-0.5") and best["over control within noise"]
     _, old = summarize(runs(False))
     assert "gain over control" not in old.columns and old["gain"].iloc[0].startswith("+4.0")
+
+
+def test_teaching_is_measured_from_the_constant_sentence():
+    """Issue 64: a constant sentence on every route reached 0.43 of the true words' SR, so the
+    plain ratio hid its floor. The gain (speaker - constant) / (true - constant) is 0 at the
+    constant and 1 at the true words, per seed and split; NaN where the true words teach no
+    more than the constant."""
+    import math
+
+    import pandas as pd
+
+    assert quality.teaching_gain(20.0, 10.0, 30.0) == 0.5
+    assert quality.teaching_gain(10.0, 10.0, 30.0) == 0.0
+    assert math.isnan(quality.teaching_gain(12.0, 10.0, 10.0))
+    rows = pd.DataFrame(
+        [
+            {"seed": s, "split": "val_unseen", "speaker": name, "taught_sr": sr}
+            for s, (true, const, spk) in enumerate([(40.0, 10.0, 25.0), (30.0, 20.0, 28.0)])
+            for name, sr in (("true", true), ("constant", const), ("grounded", spk))
+        ]
+    )
+    got = quality.with_teaching_gain(rows).set_index(["seed", "speaker"])["taught_gain"]
+    assert got[(0, "grounded")] == 0.5 and got[(1, "grounded")] == pytest.approx(0.8)
+    assert got[(0, "constant")] == 0 and got[(1, "true")] == 1

@@ -143,6 +143,6 @@ def bleu_stats(
         out[f"correct_{i + 1}"] = int(score.counts[i])
         out[f"total_{i + 1}"] = int(score.totals[i])
     if data is not None:
-        facts = [route_facts(data, p) for p in paths]
+        facts = [route_facts(data, p, refs[p.path_id]) for p in paths]
         out.update({f"fid_{k}": v for k, v in fidelity_stats(list(zip(hyps, facts))).items()})
     return out

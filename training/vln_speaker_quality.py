@@ -23,6 +23,7 @@ import dataclasses
 from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 from sacrebleu.metrics import BLEU
 
 from envs.vln_data import Episode, VLNData
@@ -87,9 +88,13 @@ def other_path(paths: list[Episode]) -> list[str]:
     return out
 
 
-def fidelity(data: VLNData, paths: list[Episode], hyps: list[str]) -> dict[str, float]:
-    """`envs.vln_fidelity.score` of one instruction per path against its route's facts."""
-    return score([(h, route_facts(data, p)) for h, p in zip(hyps, paths)])
+def fidelity(
+    data: VLNData, paths: list[Episode], hyps: list[str], refs: dict[int, list[str]]
+) -> dict[str, float]:
+    """`envs.vln_fidelity.score` of one instruction per path against its route's facts (the
+    stop object from `refs`, each path's true instructions: `one_per_path`'s second value;
+    a route with none, a sampled one, is not scored on its stop object)."""
+    return score([(h, route_facts(data, p, refs.get(p.path_id, ()))) for h, p in zip(hyps, paths)])
 
 
 def teaching(follower, world, paths: list[Episode], hyps: list[str], tokens, settings) -> float:
@@ -102,6 +107,29 @@ def teaching(follower, world, paths: list[Episode], hyps: list[str], tokens, set
     ]
     m, _ = vln_agent.evaluate(follower, world, eps, tokens, settings)
     return float(m["sr"])
+
+
+def teaching_gain(sr: float, constant_sr: float, true_sr: float) -> float:
+    """What a speaker teaches beyond a constant sentence, as a share of what the true words
+    teach beyond it: (speaker - constant) / (true - constant), 0 at the constant, 1 at the
+    true words (issue 64). The plain ratio speaker / true credited a speaker with what the
+    constant already gets (0.43 for one sentence on every route); NaN where the true words
+    teach no more than the constant (the follower reads nothing)."""
+    return (sr - constant_sr) / (true_sr - constant_sr) if true_sr > constant_sr else float("nan")
+
+
+def with_teaching_gain(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (seed, speaker, split, taught_sr, one row of each speaker per seed and split,
+    the constant's named "constant..." and the true words' "true...") with `taught_gain`."""
+    key = ["seed", "split"]
+    sr = rows.set_index(key)
+    const = rows[rows["speaker"].str.startswith("constant")].set_index(key)["taught_sr"]
+    true = rows[rows["speaker"].str.startswith("true")].set_index(key)["taught_sr"]
+    gain = [
+        teaching_gain(s, const.get(k, float("nan")), true.get(k, float("nan")))
+        for k, s in zip(sr.index, sr["taught_sr"])
+    ]
+    return rows.assign(taught_gain=gain)
 
 
 def said_rows(split: str, paths: list[Episode], hyps: list[str], checkpoint: str) -> list[dict]:

@@ -45,14 +45,17 @@ def scores(out: Path, seed: int, draws: int) -> list[dict]:
     max_words = vln_agent.AgentSettings.of(c).max_words
     inputs = vln_speaker.PathInputs(setup.world)
     bt = vln_agent.BackTranslation(speaker, inputs, setup.vocab, max_words)
-    paths, _ = quality.one_per_path(setup.split("val_seen"))
+    paths, refs = quality.one_per_path(setup.split("val_seen"))
     data = setup.world.data
     rows = [
         {
             "seed": seed,
             "words": "greedy, clean features (the fidelity table's)",
             **quality.fidelity(
-                data, paths, vln_speaker.write_instructions(speaker, inputs, paths, setup.vocab)
+                data,
+                paths,
+                vln_speaker.write_instructions(speaker, inputs, paths, setup.vocab),
+                refs,
             ),
         }
     ]
@@ -62,7 +65,7 @@ def scores(out: Path, seed: int, draws: int) -> list[dict]:
         mask = follower.env_drop_mask(len(paths), torch.device("cpu"))
         follower.eval()
         hyps = [setup.vocab.decode(r.tolist()) for r in bt.ids(paths, mask)]
-        masked.append(quality.fidelity(data, paths, hyps))
+        masked.append(quality.fidelity(data, paths, hyps, refs))
     mean = pd.DataFrame(masked).mean().to_dict()
     rows.append(
         {"seed": seed, "words": f"back-translated, follower's mask ({draws} draws)", **mean}

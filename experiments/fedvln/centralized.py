@@ -238,6 +238,7 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
     rng = np.random.default_rng(a.seed)
     s = vln_speaker.SpeakerSettings(batch_size=a.batch_size, lr=a.speaker_lr)
     paths = {split: quality.one_per_path(eps)[0] for split, eps in evals.items()}
+    refs = {split: quality.one_per_path(eps)[1] for split, eps in evals.items()}
     rows, best, t0, said = [], Patience(a.patience), time.time(), {}
     for start in range(0, a.speaker_iters, a.eval_every):
         n = min(a.eval_every, a.speaker_iters - start)
@@ -249,7 +250,7 @@ def train_speaker(a, vln, speaker, train, evals, out, inputs):
         for split, eps in evals.items():
             row[f"{split}_bleu"] = vln_speaker.bleu(speaker, inputs, eps, vln.vocab)
             now[split] = vln_speaker.write_instructions(speaker, inputs, paths[split], vln.vocab)
-            fid = quality.fidelity(vln.data, paths[split], now[split])
+            fid = quality.fidelity(vln.data, paths[split], now[split], refs[split])
             row.update({f"{split}_{k}": v for k, v in fid.items()})
         rows.append(row)
         pd.DataFrame(rows).to_csv(out / "speaker_log.csv", index=False)

@@ -400,7 +400,7 @@ def speaker_floors(out: Path, setup, seed: int) -> None:
             paths, refs = quality.one_per_path(setup.split(split))
             hyps = write(paths)
             row[f"{split}_bleu"] = quality.corpus_bleu(hyps, paths, refs).score
-            fid = quality.fidelity(setup.data, paths, hyps)
+            fid = quality.fidelity(setup.data, paths, hyps, refs)
             row.update({f"{split}_{k}": v for k, v in fid.items()})
         (out / run).mkdir(parents=True, exist_ok=True)
         pd.DataFrame([row]).to_csv(out / run / "log.csv", index=False)
@@ -726,6 +726,8 @@ def _taught(taught: pd.DataFrame | None, name: str, ck: str) -> dict[str, float]
         if len(r):
             out[f"{split}_taught_sr"] = float(r["taught_sr"].iloc[0])
             out[f"{split}_taught_ratio"] = float(r["taught_ratio"].iloc[0])
+            if "taught_gain" in r:  # teaching.csv files written before issue 64 have none
+                out[f"{split}_taught_gain"] = float(r["taught_gain"].iloc[0])
     return out
 
 
@@ -847,7 +849,9 @@ def _taught_cell(r: pd.Series) -> str:
     """'SR ± sd (ratio ± sd)' of Table 4's teaching columns, or '–'."""
     if r.get("val_unseen_taught_sr", np.nan) != r.get("val_unseen_taught_sr", np.nan):
         return "–"
-    return f"{_pm(r, 'val_unseen_taught_sr')} ({_pm(r, 'val_unseen_taught_ratio', 2)})"
+    gain = r.get("val_unseen_taught_gain", np.nan)
+    extra = f"; gain {_pm(r, 'val_unseen_taught_gain', 2)}" if gain == gain else ""
+    return f"{_pm(r, 'val_unseen_taught_sr')} ({_pm(r, 'val_unseen_taught_ratio', 2)}{extra})"
 
 
 def markdown(result: dict[str, pd.DataFrame]) -> str:

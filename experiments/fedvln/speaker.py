@@ -71,7 +71,7 @@ FIDELITY = [
     "first_turn",
     "fidelity",
 ]
-COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio"]
+COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio", "taught_gain"]
 
 
 def train(a, seed: int) -> Path:
@@ -154,7 +154,7 @@ def _score(a, seed: int, base: Path) -> pd.DataFrame:
                 "checkpoint": checkpoint,
                 "split": split,
                 "bleu": quality.corpus_bleu(hyps, paths, refs).score if with_bleu else np.nan,
-                **quality.fidelity(vln.data, paths, hyps),
+                **quality.fidelity(vln.data, paths, hyps, refs),
                 "taught_sr": sr,
                 "taught_ratio": sr / true_sr if true_sr else np.nan,
             }
@@ -185,7 +185,7 @@ def _score(a, seed: int, base: Path) -> pd.DataFrame:
 
 
 def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    spk = runs[~runs.speaker.str.startswith("follower:")]
+    spk = quality.with_teaching_gain(runs[~runs.speaker.str.startswith("follower:")])
     table = []
     groups = spk.fillna({"checkpoint": ""}).groupby(["speaker", "checkpoint", "split"], sort=False)
     for (name, ck, split), g in groups:
@@ -196,7 +196,9 @@ def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "split": split,
                 "seeds": g.seed.nunique(),
                 **{
-                    c: mean_sd(g[c], 2 if c == "taught_ratio" else 1) if g[c].notna().any() else ""
+                    c: mean_sd(g[c], 2 if c.startswith("taught_") and c != "taught_sr" else 1)
+                    if g[c].notna().any()
+                    else ""
                     for c in COLUMNS
                 },
             }
@@ -248,6 +250,7 @@ SHOWN = {
     "fidelity": "route fidelity",
     "taught_sr": "follower SR on its words",
     "taught_ratio": "/ SR on true words",
+    "taught_gain": "(its SR - constant's) / (true's - constant's)",
 }
 
 
@@ -299,6 +302,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-speaker"))
     ap.add_argument("--name", default="fedvln_speaker")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
+    ap.add_argument(
+        "--from-runs",
+        action="store_true",
+        help="re-summarize the committed <name>_runs.csv (no training): its tables, with "
+        "what is computed from the runs' rows (the teaching gain)",
+    )
     return ap.parse_args(argv)
 
 
@@ -321,8 +330,11 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"fedvln_speaker: {e}", file=sys.stderr)
         return 2
-    with ProcessPoolExecutor(min(a.jobs, len(a.seeds))) as pool:
-        runs = pd.concat(list(pool.map(score_seed, [a] * len(a.seeds), a.seeds)))
+    if a.from_runs:
+        runs = pd.read_csv(files[1])
+    else:
+        with ProcessPoolExecutor(min(a.jobs, len(a.seeds))) as pool:
+            runs = pd.concat(list(pool.map(score_seed, [a] * len(a.seeds), a.seeds)))
     table, aug = summarize(runs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(files[0], index=False)

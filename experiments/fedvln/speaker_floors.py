@@ -70,7 +70,7 @@ def floors(source: str, data_dir: str, seeds: list[int]) -> list[dict]:
                         "seed": seed,
                         "paths": len(paths),
                         "bleu": bleu,
-                        **quality.fidelity(vln.data, paths, hyps),
+                        **quality.fidelity(vln.data, paths, hyps, refs),
                         "constant": constant if name == "constant" else "",
                     }
                 )

@@ -92,6 +92,6 @@ def teaching(out: Path, seed: int) -> pd.DataFrame | None:
                     "taught_ratio": sr / true_sr if true_sr else float("nan"),
                 }
             )
-    df = pd.DataFrame(rows)
+    df = quality.with_teaching_gain(pd.DataFrame(rows))
     df.to_csv(dest, index=False)
     return df
