@@ -45,11 +45,14 @@ The cpu speaker is the exception to eta = 1, and it trains more houses a round a
 houses (2 a round) and eta = 1 its averaged speaker stays on the template sentence: best
 val_seen route fidelity 33.4 in 4,560 sequential steps (seed 0), and an independent route-fact
 parser found it naming the goal room 14 % and the stop object 2 % of the time, a constant
-sentence's level. With 6 houses a round (r = 0.5) and the official speaker's eta = 1.6 it
-grounds in every seed, at round ~90-180 (docs/fedvln.md, "A speaker that says the route";
-`python -m experiments.fedvln.fed_speaker`). So the cpu speaker is r = 0.5, eta = 1.6, and
-`num-server-rounds = 0` means 180 rounds for it. The follower's stages keep r = 0.2 and the
-run's default rounds (config/methods.py).
+sentence's level. With 6 houses a round (r = 0.5) and the official speaker's eta = 1.6 the
+pipeline's speaker grounded in each of 3 seeds, best at rounds 162-183 (docs/fedvln.md, "A
+speaker that says the route"; `python -m experiments.fedvln.fed_speaker`). So the cpu speaker
+is r = 0.5, eta = 1.6, and `num-server-rounds = 0` means 180 rounds for it. Not a guarantee:
+run with these defaults on the houses as generated since issue 64 (seed 0), the speaker was
+still on the template plateau at round 180 (best val_seen fidelity 36.6, round 146); when it
+leaves the plateau varies by seed and data. The follower's stages keep r = 0.2 and the run's
+default rounds (config/methods.py).
 
 `fedvln.optimizer`, `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay` and
 `fedvln.seen-rate` override the recipe's value when set (non-empty / > 0), and
