@@ -16,7 +16,8 @@ to this node's parent over a unix socket in a directory only the node's user can
 whole environment, so a node restarted with other settings, e.g. other approved FABs or another
 state folder, gets a parent of its own), passes its argv, working directory
 and its stdin/stdout/stderr (SCM_RIGHTS), and waits for the child's exit status, which it
-exits with. When the gate is killed, its connection closes and the parent kills the child.
+exits with. When the gate is killed, its connection closes and the parent kills the child
+(SIGTERM, then SIGKILL after KILL_GRACE_S).
 With no parent answering, the gate starts one in the background and runs this message cold;
 a parent exits with the node: when the SuperExec that starts the node's ClientApps (the
 `--parent-pid` Flower passes each of them) is gone, or after `IDLE_EXIT_S` without a message. `FEDEMBODIED_WARM_START=0` turns it off.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import select
 import signal
@@ -42,6 +44,9 @@ from pathlib import Path
 
 ENV = "FEDEMBODIED_WARM_DIR"
 IDLE_EXIT_S = 1800.0
+# a child whose gate was killed gets SIGTERM, and SIGKILL this long after if it is still
+# there (a ClientApp stuck in a C call, or one whose handler waits, must not hold the node)
+KILL_GRACE_S = 10.0
 PRELOAD = (
     "numpy",
     "torch",
@@ -213,7 +218,7 @@ def serve(path: Path) -> int:
     os.chmod(path, 0o600)
     server.listen(64)
     children: dict[int, socket.socket] = {}  # child pid -> the gate's connection
-    killed: set[int] = set()
+    killed: dict[int, float] = {}  # child pid -> when it gets SIGKILL (its gate went away)
     try:
         _loop(server, lock, children, killed)
     finally:
@@ -222,7 +227,16 @@ def serve(path: Path) -> int:
     return 0
 
 
-def _loop(server, lock, children: dict, killed: set) -> None:
+def escalate(killed: dict[int, float], now: float) -> None:
+    """SIGKILL every child in `killed` whose grace after SIGTERM is over (once each)."""
+    for pid, due in list(killed.items()):
+        if now >= due:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed[pid] = math.inf
+
+
+def _loop(server, lock, children: dict, killed: dict) -> None:
     """Fork a child per request, report each child's exit status to its gate, kill a child
     whose gate went away; until the node's SuperExec is gone or IDLE_EXIT_S without a message."""
     node = None  # the SuperExec whose ClientApps this parent forks
@@ -260,14 +274,15 @@ def _loop(server, lock, children: dict, killed: set) -> None:
                 children[pid] = conn
             else:  # a gate's connection closed before its child ended: the gate was killed
                 pid = next(p for p, c in children.items() if c is r)
-                killed.add(pid)
+                killed[pid] = time.monotonic() + KILL_GRACE_S
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
+        escalate(killed, time.monotonic())
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            killed.discard(pid)
+            killed.pop(pid, None)
             conn = children.pop(pid, None)
             if conn is not None:
                 with contextlib.suppress(OSError):

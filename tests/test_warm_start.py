@@ -118,3 +118,26 @@ def test_the_parent_exits_with_the_superexec_it_serves(warm_env, short_tmp):
     while _parents(sock) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _parents(sock) and not sock.exists()
+
+
+def test_a_child_that_ignores_sigterm_gets_sigkill_after_its_grace():
+    """A message's process whose gate was killed gets SIGTERM; one that ignores it (stuck in a
+    C call, or a handler that waits) would hold the node forever. After KILL_GRACE_S the
+    parent sends SIGKILL, once; a child still in its grace is left alone."""
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert stubborn.stdout.readline()  # its handler is set
+    stubborn.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert stubborn.poll() is None  # SIGTERM alone does not end it
+    now = time.monotonic()
+    killed = {stubborn.pid: now + warm_start.KILL_GRACE_S}
+    warm_start.escalate(killed, now)  # within its grace: left alone
+    time.sleep(0.3)
+    assert stubborn.poll() is None
+    warm_start.escalate(killed, now + warm_start.KILL_GRACE_S)
+    assert stubborn.wait(timeout=10) == -signal.SIGKILL
+    assert killed[stubborn.pid] == float("inf")  # not signalled again
