@@ -32,6 +32,16 @@ TINY = {
 }
 
 
+# the cpu agent recipe as a run's config.json records it (config/fedvln_recipe.recipe_record)
+CPU_AGENT_RECIPE = {
+    "optimizer": "rms",
+    "lr": 1e-3,
+    "server_lr": 1.0,
+    "server_lr_decay": 1.0,
+    "seen_rate": 0.2,
+}
+
+
 def _strategy(tmp_path, roles, rates, **kw):
     s = FedVLNStrategy(
         roles=roles,
@@ -953,13 +963,7 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     # the pipeline's agent stage: the defaults (server-lr 0 = the recipe's eta of 1)
     cfg = merged(parse_overrides(f'fedvln.stage="agent" eval-every=3 fedvln.patience={a.patience}'))
     cfg.update({"num-server-rounds": a.rounds, "seed": 2, "method": "fedvln", "wall_s": 1.0})
-    recipe = {
-        "optimizer": "rms",
-        "lr": 1e-3,
-        "server_lr": 1.0,
-        "server_lr_decay": 1.0,
-        "seen_rate": 0.2,
-    }
+    recipe = dict(CPU_AGENT_RECIPE)
     cfg.update({"out-dir": str(run), "num-clients": 16, "recipe": recipe})
     (run / "config.json").write_text(json.dumps(cfg))
     assert gap.pipeline_twin(a, "kept-optimizer", 2) == run
@@ -1106,13 +1110,7 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
         run(tmp_path / "pipe" / f"seed{seed}" / "agent", seed, [10.0, start])
         cfg = merged(parse_overrides(ft._config(a, seed, 1e-3)))
         cfg.update({"num-server-rounds": a.rounds, "seed": seed, "method": "fedvln"})
-        recipe = {
-            "optimizer": "rms",
-            "lr": 1e-3,
-            "server_lr": 1.0,
-            "server_lr_decay": 1.0,
-            "seen_rate": 0.2,
-        }
+        recipe = dict(CPU_AGENT_RECIPE)
         cfg.update({"fedvln.lr": 0.0, "out-dir": "x", "recipe": recipe})  # the recipe's own lr
         run(old / f"seed{seed}" / "augment", seed, [20.0, 28.0 + seed, 25.0], cfg)
     assert ft.run_dir(a, 0, 1e-3) == old / "seed0" / "augment"
