@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--rounds",
         type=int,
         default=None,
-        help="server rounds (default: the method's, 5; 180 for fedvln --stage speaker, where "
-        "its speaker grounds)",
+        help="server rounds (default: the method's, 5; 180 for fedvln --stage speaker under "
+        "the cpu recipe, its grounding schedule)",
     )
     p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")
@@ -141,6 +141,12 @@ def resolve(args) -> tuple[dict, Path]:
             load(args.policy)
         except PolicyError as e:
             raise BadInput(f"--policy {e}") from None
+    # the run config's 0 means "the default" (num-server-rounds, fedvln.seen-rate); a flag
+    # says a number, so 0 is refused here, resumed runs included
+    if args.rounds is not None and args.rounds < 1:
+        raise BadInput(f"bad value for --rounds: {args.rounds} (at least 1)")
+    if args.fraction is not None and not 0 < args.fraction <= 1:
+        raise BadInput(f"bad value for --fraction: {args.fraction} (in (0, 1])")
     if args.resume:
         return resume_overrides(args)
     if args.method not in methods.METHODS:
@@ -155,7 +161,6 @@ def resolve(args) -> tuple[dict, Path]:
         ("--num-cpus", args.num_cpus, lambda v: v >= 1),
         ("--num-gpus", args.num_gpus, lambda v: v >= 0),
         ("--timeout", args.timeout, lambda v: MIN_TIMEOUT_S <= v < math.inf),
-        ("--rounds", args.rounds, lambda v: v >= 1),  # the run config's 0 (a default) is no flag
     ]:
         if value is not None and not ok(value):
             raise BadInput(f"bad value for {flag}: {value}")

@@ -113,6 +113,16 @@ def recipe_record(v: FedVLNSettings) -> dict:
     return {k: v for k, v in asdict(recipe_of(v)).items() if k != "rounds"}
 
 
+def recorded_recipe(cfg: dict) -> dict | None:
+    """The resolved recipe a finished run's config.json records, comparable with
+    `recipe_record` today: a run made before the recipe held the share of houses (issue 64)
+    gave it as `fedvln.seen-rate` itself, so that is its share."""
+    done = cfg.get("recipe")
+    if done is None or "seen_rate" in done:
+        return done
+    return {**done, "seen_rate": float(cfg.get("fedvln.seen-rate", 0.0))}
+
+
 def stage_rounds(v: FedVLNSettings) -> int:
     """FedVLN's `num-server-rounds = 0`: the stage recipe's rounds (180 for the cpu speaker)."""
     return recipe_of(v).rounds

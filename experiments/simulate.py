@@ -182,10 +182,18 @@ def _pair(recorded: dict, launch: dict, run_config: str) -> tuple[dict, dict]:
     return old, new
 
 
+# defaults whose 0 means "resolved elsewhere" (issue 64): the rounds, when --rounds gives them;
+# FedVLN's share of seen houses, which the resolved recipe carries (`_recipe_changed`)
+RESOLVED = {"num-server-rounds": "--rounds", "fedvln.seen-rate": None}
+
+
 def _used(launch: dict, run_config: str) -> dict:
     """What of a launch decides the run: its arguments, its policy, and the defaults its run
-    config does not override (a changed default that the run sets itself changes nothing)."""
+    config does not override (a changed default that the run sets itself changes nothing;
+    nor does one that is resolved where the comparison sees it: RESOLVED)."""
+    args = launch.get("args") or []
     mine = set(parse_overrides(run_config))
+    mine |= {k for k, flag in RESOLVED.items() if flag is None or flag in args}
     used = {k: v for k, v in (launch.get("defaults") or {}).items() if k not in mine}
     return {
         "args": launch.get("args"),
@@ -211,15 +219,16 @@ def _recipe_changed(run_dir: Path, method: str, run_config: str) -> bool:
     lr, eta) than these settings give today is another launch."""
     if method != "fedvln":
         return False
+    from config import parse
+    from config.fedvln_recipe import recipe_record, recorded_recipe
+    from config.schema import merged
+
     try:
-        done = json.loads((run_dir / "config.json").read_text()).get("recipe")
-    except (OSError, ValueError):
+        done = recorded_recipe(json.loads((run_dir / "config.json").read_text()))
+    except (OSError, ValueError, AttributeError):
         return False
     if done is None:
         return False
-    from config import parse
-    from config.fedvln_recipe import recipe_record
-    from config.schema import merged
 
     return done != recipe_record(parse(merged(parse_overrides(run_config))).fedvln)
 

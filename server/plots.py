@@ -139,10 +139,10 @@ SPLITS = {
     "train-": "training episodes",
 }
 # what to put in summary.png first, by name ending
-HEADLINE = (
-    "rmse",
+HEADLINE = (  # a peer method's RMSE first: "rmse" also ends avg_rmse, its averaged model
     "silo_rmse_pooled_mean",  # a peer method's (it has no global model: strategies/floors.py)
     "silo_rmse_own_mean",
+    "rmse",
     "mae",
     "val_unseen_sr",
     "val_unseen_spl",
@@ -189,7 +189,9 @@ def with_paper(df: pd.DataFrame, cfg: dict) -> pd.DataFrame:
     """The run's rounds with a `paper-<variant>:<score>` column for each paper value that
     applies to its settings (config/papers.py), drawn on that score's plots, not on their own."""
     values = run_paper_values(cfg)
-    extra = {f"{PAPER}{label}:{score}": v for score, vs in values.items() for label, v in vs.items()}
+    extra = {
+        f"{PAPER}{label}:{score}": v for score, vs in values.items() for label, v in vs.items()
+    }
     return df.assign(**extra) if extra else df
 
 

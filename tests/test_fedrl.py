@@ -766,6 +766,19 @@ def test_a_cached_fedvln_run_of_another_recipe_is_rerun(tmp_path, monkeypatch):
     (run / "config.json").write_text(json.dumps(cfg))
     sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
     assert len(launched) == 2
+    # issue 64: a run made before the recipe held the share of houses (its config.json gives
+    # fedvln.seen-rate itself) and before num-server-rounds and fedvln.seen-rate defaulted to
+    # 0 is the same launch when it resolves the same; another share is another launch
+    old = {k: v for k, v in now.items() if k != "seen_rate"}
+    (run / "config.json").write_text(json.dumps({"recipe": old, "fedvln.seen-rate": 0.2}))
+    study = json.loads((run / "study.json").read_text())
+    study["defaults"] |= {"num-server-rounds": 5, "fedvln.seen-rate": 0.2}
+    (run / "study.json").write_text(json.dumps(study))
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    assert len(launched) == 2
+    (run / "config.json").write_text(json.dumps({"recipe": old, "fedvln.seen-rate": 0.5}))
+    sim.simulate("fedvln", run, rounds=2, seed=0, run_config=rc)
+    assert len(launched) == 3
 
 
 def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finished(

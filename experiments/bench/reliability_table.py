@@ -39,6 +39,7 @@ from config import parse
 from config.schema import merged
 from experiments.simulate import RESULTS, ROOT, command_line
 from launch.superlink import processes_with_token
+from strategies.floors import GLOBAL_RMSE, headline_rmse
 
 ROUNDS, KILL_AFTER = 6, 2
 WORK = ROOT / "runs" / "reliability"
@@ -184,6 +185,8 @@ def study(method: str) -> dict:
             if res["code"] != 0:
                 row["hang_error"] = res.get("error", "")
     clean = pd.read_csv(base / "clean" / "rounds.csv")
+    if metric == GLOBAL_RMSE:  # a peer method's RMSE is its silos' mean (no global model)
+        metric = headline_rmse(clean.columns)
     row["clean_final"] = float(clean[metric].iloc[-1])
     cut = base / "kill"
     mark = cut / "killed_after.txt"

@@ -31,14 +31,17 @@ import pandas as pd
 from experiments.simulate import RESULTS, ROOT, simulate
 from experiments.tables import pipe_table
 
-# name: (run config beyond the speaker stage, round cap, eval every, patience in evaluations)
+# name: (run config beyond the speaker stage, round cap, eval every, patience in evaluations);
+# each names its share and server step: the cpu speaker recipe's own are now the grounding
+# schedule's (r = 0.5, eta = 1.6; config/fedvln_recipe.py), which these runs compare against
+R02, R05 = "fedvln.seen-rate=0.2 fedvln.server-lr=1.0", "fedvln.seen-rate=0.5 fedvln.server-lr=1.0"
 SCHEDULES = {
-    "r0.2": ("", 240, 6, 0),  # the paper's share of houses: 2 of 12 a round, tau = 5
-    "r0.2-tau1": ("fedvln.speaker-epochs=1", 375, 15, 0),
-    "r0.2-lr2e-4": ("fedvln.lr=0.0002", 290, 10, 0),
-    "r0.5": ("fedvln.seen-rate=0.5", 130, 5, 0),  # 6 of 12 houses a round
+    "r0.2": (R02, 240, 6, 0),  # the paper's share of houses: 2 of 12 a round, tau = 5
+    "r0.2-tau1": (f"{R02} fedvln.speaker-epochs=1", 375, 15, 0),
+    "r0.2-lr2e-4": (f"{R02} fedvln.lr=0.0002", 290, 10, 0),
+    "r0.5": (R05, 130, 5, 0),  # 6 of 12 houses a round
     # the pipeline's speaker before issue 41's server step: 6 houses, eta = 1, patience 16
-    "r0.5-p16": ("fedvln.seen-rate=0.5", 300, 3, 16),
+    "r0.5-p16": (R05, 300, 3, 16),
 }
 CENTRAL = ROOT / "runs" / "fedvln" / "seed{seed}" / "central" / "speaker_log.csv"
 # the pipeline's own federated speaker (r = 0.5, eta = 1.6, patience 16 evaluations, cap 300)

@@ -438,7 +438,7 @@ def central_every(patience: int, every: int, cfg: dict) -> int:
         return every
     c = parse(cfg)
     n_seen = len(house_names(setup_of(c))[0])
-    houses = sample_size(n_seen, c.fedvln.seen_rate)
+    houses = sample_size(n_seen, recipe_of(c.fedvln).seen_rate)
     return max(1, math.ceil(every / houses))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from config import parse
-from config.fedvln_recipe import recipe_record
+from config.fedvln_recipe import recipe_record, recorded_recipe
 from config.schema import merged, parse_overrides
 
 
@@ -71,7 +71,7 @@ def finished_twin(candidates: list[Path], run_config: str, rounds: int, seed: in
             continue
         done = json.loads((run / "config.json").read_text())
         skip = LAUNCHER_KEYS + RECIPE_KEYS
-        if done.get("recipe") == recipe and all(
+        if recorded_recipe(done) == recipe and all(
             done.get(k) == v for k, v in want.items() if k not in skip
         ):
             return run
