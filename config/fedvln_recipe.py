@@ -50,8 +50,9 @@ pipeline's speaker grounded in each of 3 seeds, best at rounds 162-183 (docs/fed
 speaker that says the route"; `python -m experiments.fedvln.fed_speaker`). So the cpu speaker
 is r = 0.5, eta = 1.6, and `num-server-rounds = 0` means 180 rounds for it. Not a guarantee:
 run with these defaults on the houses as generated since issue 64 (seed 0), the speaker was
-still on the template plateau at round 180 (best val_seen fidelity 36.6, round 146); when it
-leaves the plateau varies by seed and data. The follower's stages keep r = 0.2 and the run's
+still on the template plateau at round 180 (best val_seen fidelity 36.6, round 146) and, resumed,
+at round 249 (40.1, the strict score of issue 64); when it leaves the plateau varies by seed
+and data. The follower's stages keep r = 0.2 and the run's
 default rounds (config/methods.py).
 
 `fedvln.optimizer`, `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay` and
