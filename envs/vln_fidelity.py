@@ -122,9 +122,14 @@ def route_facts(data: VLNData, e: Episode, references: Sequence[str]) -> RouteFa
 
 def _last_object(text: str, house_objects: tuple[str, ...]) -> str | None:
     """The last object an instruction names (rooms and objects matched together)."""
-    phrases = {p: "room" for p in _ROOM_PHRASES} | {o: "object" for o in house_objects}
-    found = [p for _, p, kind in _find(" ".join(split_sentence(text)), phrases) if kind == "object"]
-    return found[-1] if found else None
+    found = _find(" ".join(split_sentence(text)), _phrases(house_objects))
+    objects = [p for _, p, kind in found if kind == "object"]
+    return objects[-1] if objects else None
+
+
+def _phrases(house_objects: tuple[str, ...]) -> dict[str, str]:
+    """{phrase: "room" | "object"}: the grammar's room words and the house's object names."""
+    return {p: "room" for p in _ROOM_PHRASES} | {o: "object" for o in house_objects}
 
 
 def _find(text: str, phrases: dict[str, str]) -> list[tuple[int, str, str]]:
@@ -145,8 +150,7 @@ def read_instruction(text: str, facts: RouteFacts) -> dict:
     order and its first turn phrase."""
     toks = split_sentence(text)
     norm = " ".join(toks)
-    phrases = {p: "room" for p in _ROOM_PHRASES} | {o: "object" for o in facts.house_objects}
-    found = _find(norm, phrases)
+    found = _find(norm, _phrases(facts.house_objects))
     rooms = [_ROOM_PHRASES[p] for _, p, kind in found if kind == "room"]
     objects = [p for _, p, kind in found if kind == "object"]
     turn = None

@@ -353,13 +353,10 @@ def _draw(ax, runs, metric: str) -> None:
 
 def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     """summary.png and one PNG per metric; the figures say which config keys differ."""
+    configs = [run_config(Path(d)) for d in run_dirs]
     runs = [
-        (
-            run_label(Path(d)),
-            with_paper(load_rounds(Path(d)), run_config(Path(d))),
-            str(run_config(Path(d)).get("method", "")),
-        )
-        for d in run_dirs
+        (run_label(Path(d)), with_paper(load_rounds(Path(d)), cfg), str(cfg.get("method", "")))
+        for d, cfg in zip(run_dirs, configs)
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
     differ = config_differences([Path(d) for d in run_dirs]) if len(runs) > 1 else []
