@@ -17,7 +17,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from clients import costs, faults, policy, state_store
 from config import parse
-from contracts.fedrl import SENDS, role_of
+from contracts.fedrl import not_allowed, role_of
 from contracts.messages import SERVER_ROUND
 from contracts.records import array_record, arrays_of
 from training.fedrl_party import Alpha, Beta
@@ -88,9 +88,8 @@ def _save(context: Context, c, party) -> None:
 
 
 def _reply(msg: Message, role: str, step: str, data: dict, theta_g=None, metrics=None) -> Message:
-    allowed = SENDS[(role, step)]
-    if set(data) - allowed:
-        raise RuntimeError(f"{role} tried to send {sorted(set(data) - allowed)} in {step}")
+    if not_allowed(role, step, data):
+        raise RuntimeError(f"{role} tried to send {not_allowed(role, step, data)} in {step}")
     content = RecordDict({"data": array_record(data)})
     if theta_g is not None:
         content["theta-g"] = array_record(theta_g)

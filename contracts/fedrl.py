@@ -28,6 +28,44 @@ SENDS = {
     ("alpha", "eval-act"): {"a-alpha", "c-alpha"},
 }
 
+# An evaluation chain (issue 63) steps several plays together: one message carries each play's
+# arrays as f"{name}{PLAY}{index}", the base name being one `SENDS` allows for the step. The
+# plays are named in the message's config as `plays_conf` writes them.
+PLAY = "#"
+
+
+def play_key(name: str, index: int) -> str:
+    return f"{name}{PLAY}{index}"
+
+
+def not_allowed(role: str, step: str, names) -> list[str]:
+    """The array names (a play's suffix ignored) that `SENDS` does not allow in this step."""
+    allowed = SENDS.get((role, step), set())
+    return sorted(k for k in names if k.split(PLAY, 1)[0] not in allowed)
+
+
+def plays_conf(plays: dict[int, tuple[str, str, bool]]) -> str:
+    """The chain's plays still stepping, {index: (split, weights, test_noise)}, as one config
+    string: "0:valid:last:on,1:valid:last:off"."""
+    return ",".join(
+        f"{i}:{split}:{weights}:{'on' if noise else 'off'}"
+        for i, (split, weights, noise) in sorted(plays.items())
+    )
+
+
+def parse_plays(text: str) -> dict[int, tuple[str, str, bool]]:
+    """`plays_conf`'s inverse; a malformed string is refused, naming it."""
+    out = {}
+    for part in str(text).split(","):
+        bits = part.split(":")
+        if len(bits) != 4 or not bits[0].isdigit() or bits[2] not in ("last", "best"):
+            raise ValueError(f"malformed evaluation play {part!r} in {text!r}")
+        if bits[3] not in ("on", "off"):
+            raise ValueError(f"malformed evaluation play {part!r} in {text!r}")
+        out[int(bits[0])] = (bits[1], bits[2], bits[3] == "on")
+    return out
+
+
 # action ids: 4 moves, 4 x 4 joint actions, Text2Action's 2; beta's -1 = stays (joint-action)
 ACTION_IDS = range(-1, 16)
 

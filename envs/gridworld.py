@@ -485,6 +485,11 @@ class GridWorld:
                 self._reset(b)
         return rewards, done_out, met_out, next_alpha, next_beta
 
+    @property
+    def longest(self) -> int:
+        """Most steps an evaluation play of this world takes: every episode ends by T_m."""
+        return int(self.T)
+
     def report(self, reward_sum: np.ndarray, met: np.ndarray) -> dict[str, float]:
         """An evaluation's scores: SuccRate and the mean episode reward (paper Sec. 5.1)."""
         return {"succ-rate": float(np.mean(met)), "avg-reward": float(np.mean(reward_sum))}

@@ -286,6 +286,12 @@ class TextWorld:
                 self._reset(b)
         return r, done, np.zeros(self.B, bool), nxt, nxt
 
+    @property
+    def longest(self) -> int:
+        """Most steps an evaluation play of this world takes: one per word of its longest text
+        (every play of a split takes exactly that many, whatever the policy does)."""
+        return int(self.c.lengths[self.ids].max())
+
     def report(self, reward_sum: np.ndarray, met: np.ndarray) -> dict[str, float]:
         """An evaluation's scores: precision, recall, F1 over the split, and AvgRwd per step."""
         return {**prf(self.counts), "avg-reward": float(np.sum(reward_sum) / max(1, self.steps[0]))}

@@ -13,8 +13,10 @@ Model selection (as the reference's main.py, which tests at the best valid epoch
 off; when valid SuccRate with test_noise=on beats the best so far, each party keeps a copy of its
 own networks ("keep-best"). In the last round the test split (if the run has one) is scored at
 the last and at the best checkpoint: `test-...` and `best-test-...` columns; `best-valid-...`
-is the valid score of the kept checkpoint. Each evaluation step costs two messages, so on 32x32
-(T_m = 178) one evaluation is ~700 messages: choose `eval-every` accordingly.
+is the valid score of the kept checkpoint. The plays of an evaluation (test_noise on and off;
+in the last round the last and the kept checkpoint too) step together, one chain of two messages
+a step for all of them (issue 63), so on 32x32 (T_m = 178) one evaluation is ~360 messages:
+choose `eval-every` accordingly.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from flwr.common import log
 
 from config import Config
 from config.schema import ConfigError
-from contracts.fedrl import ACTION_IDS, SENDS
+from contracts.fedrl import ACTION_IDS, PLAY, not_allowed
 from contracts.messages import SAVE_STATE, SERVER_ROUND
 from contracts.records import array_record, arrays_of
 from envs.errors import DataError
@@ -172,14 +174,14 @@ class Exchange:
         only the arrays `SENDS` lists, action ids as integers in [-1, 16) (4 moves, 4 x 4 joint
         actions, Text2Action's 2; beta's -1 = stays, in joint-action mode), and theta_g with the names and shapes it had the first time
         (a wrong one would reach the other party's network unchecked)."""
-        extra = sorted(set(out) - SENDS.get((role, step), set()))
+        extra = not_allowed(role, step, out)
         if extra:
             raise FederationError(
                 f"{role} sent arrays {extra} in {step!r}, which the protocol does not relay"
             )
-        for k in ("a-alpha", "a-beta"):
+        for k in out:
             if (
-                k in out
+                k.split(PLAY, 1)[0] in ("a-alpha", "a-beta")
                 and out[k].size
                 and (
                     out[k].dtype.kind not in "iu"

@@ -16,7 +16,7 @@ from clients.app import app
 from clients.audit import read
 from config import parse
 from config.schema import ConfigError, merged
-from contracts.fedrl import SENDS
+from contracts.fedrl import PLAY, SENDS
 from models.fedrl_nets import SharedMLP
 from server import fedrl_run as fedrl_server
 from tests.conftest import RESEARCH, InProcessGrid, assert_logged_as_sent
@@ -144,7 +144,8 @@ def test_parties_send_only_noised_q_outputs_targets_theta_g_and_ids(monkeypatch,
         who, step = role[sent.metadata.dst_node_id], str(sent.content["config"]["step"])
         seen.add((who, step))
         assert set(rep.content.array_records) <= {"data", "theta-g"}
-        data = {k: v.numpy() for k, v in rep.content["data"].items()}
+        # an evaluation's arrays are named `name#play` (contracts/fedrl.play_key)
+        data = {k.split(PLAY)[0]: v.numpy() for k, v in rep.content["data"].items()}
         assert set(data) <= SENDS[(who, step)]
         sent_names.setdefault((who, step), set()).update(data)
         for name, arr in data.items():
@@ -264,16 +265,18 @@ def test_in_paper_mode_beta_acts_on_its_federated_q_with_alphas_c():
     for _ in range(3):
         local.round()
     beta, alpha = local.beta, local.alpha
-    beta.start_evaluation("valid")
-    alpha.start_evaluation("valid")
-    c_alpha = alpha.observe(alpha.eval_world)
-    _, a_beta = beta.eval_act(None, c_alpha, test_noise=False)
-    with torch.no_grad():
-        own = release(beta.q(torch.as_tensor(beta.eval_world.obs_beta)), s.clip_bound, 0.0)
-        want = beta.mlp(torch.as_tensor(c_alpha), own, 1).argmax(1).numpy()
-    assert np.array_equal(a_beta, want)
-    with pytest.raises(ValueError, match="needs C_alpha"):
-        beta.eval_act(None, None)
+    beta.start_plays({0: ("valid", "last")})
+    alpha.start_plays({0: ("valid", "last")})
+    with alpha.playing(0):
+        c_alpha = alpha.observe(alpha.eval_world)
+    with beta.playing(0):
+        _, a_beta = beta.eval_act(None, c_alpha, test_noise=False)
+        with torch.no_grad():
+            own = release(beta.q(torch.as_tensor(beta.eval_world.obs_beta)), s.clip_bound, 0.0)
+            want = beta.mlp(torch.as_tensor(c_alpha), own, 1).argmax(1).numpy()
+        assert np.array_equal(a_beta, want)
+        with pytest.raises(ValueError, match="needs C_alpha"):
+            beta.eval_act(None, None)
     # in training too, beta's moves are not the argmax of its basic Q_beta alone
     n = beta.counters["transitions"]
     assert n > 0 and len(set(beta.replay.get(np.arange(n))["a"].tolist())) == 4
@@ -529,17 +532,17 @@ def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
         calls.append(step)
         return (
             {
-                "c-alpha": np.zeros(1),
-                "c-beta": np.zeros(1),
-                "a-beta": np.zeros(1, np.int64),
-                "a-alpha": np.zeros(1, np.int64),
+                "c-alpha#0": np.zeros(1),
+                "c-beta#0": np.zeros(1),
+                "a-beta#0": np.zeros(1, np.int64),
+                "a-alpha#0": np.zeros(1, np.int64),
             },
             None,
-            {"active": 1},
+            {"active#0": 1},
         )
 
     with pytest.raises(fedrl_server.FederationError, match="did not end"):
-        Protocol(s, send).play("valid", True)
+        Protocol(s, send).play([("valid", "last", True)])
     assert calls.count("eval-act") <= 2 * (s.max_steps + 1)
 
 
@@ -895,7 +898,11 @@ def test_two_default_runs_of_one_config_release_different_noise_and_their_logs_s
         extra = RESEARCH if study else {}
         fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=extra), parse(cfg), "fedrl")
         log = read(policy.Policy().state_root() / "audit" / "partition-0.jsonl")
-        mine = [r for r in log if r["run"] and any(a["name"] == "c-alpha" for a in r["arrays"])]
+        mine = [
+            r
+            for r in log
+            if r["run"] and any(a["name"].split(PLAY)[0] == "c-alpha" for a in r["arrays"])
+        ]
         return (
             [r["payload_sha256"] for r in mine],
             pd.read_csv(tmp_path / name / "rounds.csv"),
@@ -1109,3 +1116,68 @@ def test_a_fedrl_run_records_the_random_floor_and_its_plots_draw_it(tmp_path, mo
     labels = [line.get_label() for line in ax.get_lines()]
     assert "floor: both agents moving at random" in labels
     plt.close(fig)
+
+
+class _Reborn(DirectTransport):
+    """Each message to a party that is rebuilt from its saved arrays first, as a deployed
+    party is (a fresh process per message); counts messages per step name."""
+
+    def __init__(self, s):
+        super().__init__(s)
+        self.steps: list[str] = []
+
+    def send(self, role, step, data=None, theta_g=None, evaluation=False, **conf):
+        self.steps.append(step)
+        cls = Alpha if role == "alpha" else Beta
+        party = cls(self.s, restoring=True)
+        party.load_arrays(getattr(self, role).state_arrays())
+        party.noise_key = getattr(self, role).noise_key
+        setattr(self, role, party)
+        return super().send(role, step, data, theta_g, evaluation, **conf)
+
+
+@pytest.mark.parametrize("mode", ["paper", "joint-action"])
+def test_plays_stepped_together_score_and_train_as_plays_one_by_one(mode):
+    """Issue 63 item 1: the evaluation's independent plays (test_noise on and off; the last
+    and the kept checkpoint) step together, 2 messages a step for all of them, and give the
+    study-mode numbers playing them one by one gave: the same scores, the same epsilon, and
+    the same training afterwards (each play draws the noise counts it drew alone). Every
+    message goes to a party rebuilt from its saved state, as deployed."""
+    cfg = {**SMALL, "fedrl.sigma": 1.0, "fedrl.reproducible-noise": True}
+    s = Settings.of(parse(merged({**cfg, "fedrl.action-mode": mode})))
+    together, alone = _Reborn(s), _Reborn(s)
+    for run in (together, alone):
+        for _ in range(3):
+            run.round()
+        run.proto.flush()
+        run.proto.keep_best()
+        run.round()
+        run.proto.flush()
+        run.steps.clear()
+    plays = [("test", w, noise) for w in ("last", "best") for noise in (True, False)]
+    scores = together.proto.play(plays)
+    chained = together.steps.count("eval-act")
+    one_by_one = {}
+    for p in plays:
+        one_by_one.update(alone.proto.play([p]))
+    assert scores == one_by_one and len(scores) == 4 * 2
+    assert together.proto.privacy() == alone.proto.privacy()
+    # one chain of 2 messages a step, where the plays took 2 a step each
+    assert alone.steps.count("eval-act") == 4 * chained and chained <= 2 * (s.horizon + 1)
+    for role in ("alpha", "beta"):  # the count goes on from the draws used, once closed
+        for run in (together, alone):
+            getattr(run, role).close_plays()
+        assert getattr(together, role).counters == getattr(alone, role).counters
+    after = [run.round(True) for run in (together, alone)]
+    assert after[0] == pytest.approx(after[1], nan_ok=True)
+    assert set(scores) >= {"best-test-succ-rate-test_noise=off", "test-succ-rate-test_noise=on"}
+
+
+def test_an_evaluation_message_naming_a_play_that_was_not_started_is_refused():
+    s = Settings.of(parse(merged({**SMALL})))
+    local = DirectTransport(s)
+    local.round()
+    with pytest.raises(ValueError, match="play 3 was not started"):
+        local.send("beta", "eval-act", {}, plays="3:valid:last:on")
+    with pytest.raises(ValueError, match="malformed evaluation play"):
+        local.send("beta", "eval-act", {}, plays="0:valid:newest:on", start=True)

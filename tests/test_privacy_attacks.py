@@ -134,6 +134,7 @@ def _relayed_alpha_releases(reproducible: bool, monkeypatch):
     import training.fedrl_party as party_mod
     from config import parse
     from config.schema import merged
+    from contracts.fedrl import PLAY
     from training.fedrl_protocol import DirectTransport
     from training.fedrl_setup import Settings
 
@@ -163,16 +164,25 @@ def _relayed_alpha_releases(reproducible: bool, monkeypatch):
     seen = []
     send = runner.proto._send
 
+    plays: dict[int, list] = {}  # an evaluation's releases, per play (`c-alpha#<play>`)
+
     def relay(role, step, data=None, theta_g=None, evaluation=False, **conf):
         out = send(role, step, data, theta_g=theta_g, evaluation=evaluation, **conf)
         if role == "alpha" and out[0].get("c-alpha") is not None:
             seen.append(np.array(out[0]["c-alpha"]))
+        for k, v in out[0].items() if role == "alpha" else ():
+            if k.startswith(f"c-alpha{PLAY}") and v is not None:
+                plays.setdefault(int(k.split(PLAY)[1]), []).append(np.array(v))
         return out
 
     runner.proto._send = relay
     for rnd in range(1, 4):
         runner.round(rnd == 3)
     runner.evaluate("valid")
+    # the adversary read the code: the plays of a chain draw from consecutive blocks of
+    # counts, in play order (training/fedrl_party.start_plays), so it orders them that way
+    for i in sorted(plays):
+        seen.extend(plays[i])
     return s, seen, [truth[c.tobytes()] for c in seen]
 
 

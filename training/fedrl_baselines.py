@@ -165,10 +165,15 @@ class DQNLocal:
             )
         return total
 
-    def evaluate(self, split: str, weights: str = "last") -> dict:
-        net = self.best if weights == "best" and self.best is not None else self.net
-        pre = "best-" if weights == "best" else ""
-        return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, self.policy(net)).items()}
+    def evaluate(self, split: str, weights: str | tuple[str, ...] = "last") -> dict:
+        out = {}
+        for w in (weights,) if isinstance(weights, str) else weights:
+            net = self.best if w == "best" and self.best is not None else self.net
+            pre = "best-" if w == "best" else ""
+            out.update(
+                {f"{pre}{split}-{k}": v for k, v in play(self.s, split, self.policy(net)).items()}
+            )
+        return out
 
     def keep_best(self) -> None:
         self.best = copy.deepcopy(self.net)
@@ -227,7 +232,7 @@ class RandomLocal:
     def keep_best(self) -> None:
         pass  # nothing is trained
 
-    def evaluate(self, split: str, weights: str = "last") -> dict:
+    def evaluate(self, split: str, weights: str | tuple[str, ...] = "last") -> dict:
         def act(w, t: int):
             rng = np.random.default_rng([self.s.seed, 4, t])
             if self.s.text:  # select or neglect each word with probability 1/2
@@ -235,8 +240,11 @@ class RandomLocal:
             a = rng.integers(0, N_ACTIONS, (2, w.B))
             return a[0], (a[1] if self.both else np.full(w.B, STAY))
 
-        pre = "best-" if weights == "best" else ""
-        return {f"{pre}{split}-{k}": v for k, v in play(self.s, split, act).items()}
+        scores = play(self.s, split, act)  # the same moves at either "checkpoint"
+        ws = (weights,) if isinstance(weights, str) else weights
+        return {
+            f"{'best-' if w == 'best' else ''}{split}-{k}": v for w in ws for k, v in scores.items()
+        }
 
 
 def play(s: Settings, split: str, policy) -> dict:

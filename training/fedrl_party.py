@@ -43,6 +43,7 @@ beta's replay stores that joint action. Target networks are real copies refreshe
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
@@ -90,6 +91,7 @@ class Party:
     head = 0
     EXTRA: tuple[str, ...] = ()  # numpy attributes that must survive between messages
     NETS = ("q", "q_target", "mlp", "mlp_target")
+    PLAY = ("eval_world", "eval_split", "eval_weights", "eval_score", "eval_step")  # one play's
 
     def __init__(self, s: Settings, replay_fields: dict, restoring: bool = False):
         self.s = s
@@ -111,8 +113,10 @@ class Party:
         self.noise_key = None if s.reproducible_noise else new_key()
         self.world = s.world("train", reset=not restoring)
         self.counters = {"transitions": 0, "updates": 0, "messages": 0, "opened": -1}
-        self.eval_world: GridWorld | None = None
+        self.eval_world: GridWorld | None = None  # the play being stepped (`playing`)
         self.eval_weights = "last"
+        self.plays: dict[int, dict] = {}  # the evaluation chain's plays, parked between steps
+        self.chain = np.zeros(2, np.int64)  # the open chain's first noise count, its blocks' size
 
     @property
     def opt(self) -> torch.optim.Adam:
@@ -242,12 +246,18 @@ class Party:
         if self.noise_key is not None:  # context.state: the node's own, never a message
             out["noise.key"] = np.frombuffer(self.noise_key, np.uint8).copy()
         out.update({f"world.{k}": v for k, v in self.world.state().items()})
-        if self.eval_world is not None:
-            out.update({f"eval.{k}": v for k, v in self.eval_world.state().items()})
-            out["eval.split"] = np.array(SPLITS.index(self.eval_split))
-            out["eval.best"] = np.array(self.eval_weights == "best")
-            out["eval.score"] = self.eval_score
-            out["eval.step"] = np.asarray(self.eval_step)
+        if self.chain.any():  # open until the next step that is not an evaluation's
+            out["chain"] = self.chain.copy()
+        for i, p in self.plays.items():
+            pre = f"play.{i}."
+            out.update({f"{pre}world.{k}": v for k, v in p["eval_world"].state().items()})
+            out[pre + "split"] = np.array(SPLITS.index(p["eval_split"]))
+            out[pre + "best"] = np.array(p["eval_weights"] == "best")
+            out[pre + "score"] = p["eval_score"]
+            out[pre + "step"] = np.asarray(p["eval_step"])
+            out[pre + "draws"] = np.array([p["next"], p["end"]], np.int64)
+            if "eval_pending" in p:
+                out[pre + "pending"] = np.asarray(p["eval_pending"])
         out.update({f"counter.{k}": np.array(v) for k, v in self.counters.items()})
         out.update(
             {f"extra.{k}": np.asarray(getattr(self, k)) for k in self.EXTRA if hasattr(self, k)}
@@ -270,34 +280,101 @@ class Party:
         if self.noise_key is not None and "noise.key" in a:  # a resume keeps its key
             self.noise_key = np.asarray(a["noise.key"], np.uint8).tobytes()
         self.world.load_state({k[6:]: v for k, v in a.items() if k.startswith("world.")})
-        if "eval.split" in a:
-            self.eval_split = SPLITS[_scalar(a["eval.split"])]
-            self.eval_weights = "best" if _scalar(a["eval.best"]) else "last"
-            self.eval_world = self.s.world(self.eval_split, reset=False)
-            self.eval_world.load_state(
-                {
-                    k[5:]: v
-                    for k, v in a.items()
-                    if k.startswith("eval.") and k[5:] in type(self.eval_world).STATE
-                }
+        self.plays = {}
+        if "chain" in a:
+            self.chain = np.asarray(a["chain"], np.int64).copy()
+        for i in sorted({int(k.split(".")[1]) for k in a if k.startswith("play.")}):
+            pre = f"play.{i}."
+            split = SPLITS[_scalar(a[pre + "split"])]
+            world = self.s.world(split, reset=False)
+            world.load_state(
+                {k[len(pre) + 6 :]: v for k, v in a.items() if k.startswith(pre + "world.")}
             )
-            self.eval_score = a["eval.score"]
-            self.eval_step = np.array(_scalar(a["eval.step"]))
+            nxt, end = (int(x) for x in a[pre + "draws"])
+            self.plays[i] = {
+                "eval_world": world,
+                "eval_split": split,
+                "eval_weights": "best" if _scalar(a[pre + "best"]) else "last",
+                "eval_score": a[pre + "score"],
+                "eval_step": np.array(_scalar(a[pre + "step"])),
+                "next": nxt,
+                "end": end,
+            }
+            if pre + "pending" in a:
+                self.plays[i]["eval_pending"] = np.array(a[pre + "pending"])
         self.counters = {k[8:]: _scalar(v) for k, v in a.items() if k.startswith("counter.")}
         for k in self.EXTRA:
             if f"extra.{k}" in a:
                 setattr(self, k, np.array(a[f"extra.{k}"]))
 
-    def start_evaluation(self, split: str, weights: str = "last") -> None:
-        if weights not in ("last", "best"):
-            raise ValueError(f"evaluation weights must be 'last' or 'best', got {weights!r}")
-        self.eval_split, self.eval_weights = split, weights
-        self.eval_world = self.s.world(split)
-        self.eval_score = np.zeros((2, self.eval_world.B), np.float64)  # reward sum, met
-        self.eval_step = np.array(0)  # the step of the observation the play is at
+    # -- evaluation plays (issue 63: a chain steps several plays in one message) -----------
+    def draws_per_play(self, steps: int) -> int:
+        """Noise draws a play of `steps` steps takes from this party: one per step, and alpha in
+        paper mode one more per observation it releases (the first, and one after each step
+        but the last)."""
+        return 2 * steps if self.role == "alpha" and self.s.mode == "paper" else steps
 
-    def end_evaluation(self) -> None:
-        self.eval_world = None
+    def start_plays(self, plays: dict[int, tuple[str, str]]) -> None:
+        """Start a chain of plays {index: (split, weights)}. The chain reserves one block of
+        message counts per play, in index order, each as long as the play can be
+        (`draws_per_play` of its world's `longest`), and the party's count goes on after the
+        last block when the chain closes: no count is drawn twice, and what a play draws does
+        not depend on how long the others ran. Study mode's numbers are then those of playing
+        the plays one by one (each with its own messages, as before issue 63) whenever every
+        play runs its full length: always in Text2Action, and in Grid-World unless every
+        episode of a split meets before T_m (tests/test_fedrl.py checks the equality)."""
+        self.close_plays()
+        first = self.counters["messages"]
+        self.chain = np.array([first, 0], np.int64)
+        for i in sorted(plays):
+            split, weights = plays[i]
+            if weights not in ("last", "best"):
+                raise ValueError(f"evaluation weights must be 'last' or 'best', got {weights!r}")
+            world = self.s.world(split)
+            block = self.draws_per_play(world.longest)
+            self.plays[i] = {
+                "eval_world": world,
+                "eval_split": split,
+                "eval_weights": weights,
+                "eval_score": np.zeros((2, world.B), np.float64),  # reward sum, met
+                "eval_step": np.array(0),  # the step of the observation the play is at
+                "next": first,
+                "end": first + block,
+            }
+            if "eval_pending" in self.PLAY:
+                self.plays[i]["eval_pending"] = np.full(world.B, STAY, np.int64)
+            first += block
+            self.chain[1] += block
+
+    @contextlib.contextmanager
+    def playing(self, index: int):
+        """Step play `index` of the chain: its world, score and noise count are the party's
+        current evaluation while inside."""
+        p, outside = self.plays[index], self.counters["messages"]
+        for k in self.PLAY:
+            setattr(self, k, p[k])
+        self.counters["messages"] = p["next"]
+        try:
+            yield
+        finally:
+            for k in self.PLAY:
+                p[k] = getattr(self, k)
+            p["next"] = self.counters["messages"]
+            self.counters["messages"], self.eval_world = outside, None
+        if p["next"] > p["end"]:  # it would draw the next play's counts
+            raise RuntimeError(f"evaluation play {index} drew past its block of noise counts")
+
+    def end_play(self, index: int) -> None:
+        """A play whose episodes all ended (alpha knows; beta keeps it until the chain closes)."""
+        del self.plays[index]
+
+    def close_plays(self) -> None:
+        """End the chain: the noise count goes on after its last block."""
+        for i in list(self.plays):
+            self.end_play(i)
+        if self.chain.any():
+            self.counters["messages"] = int(self.chain[0] + self.chain[1])
+            self.chain = np.zeros(2, np.int64)
 
 
 class Beta(Party):
@@ -306,7 +383,8 @@ class Beta(Party):
     action moves it."""
 
     role, head = "beta", 1
-    EXTRA = ("pending_s", "pending_a", "has_pending", "eval_pending")
+    EXTRA = ("pending_s", "pending_a", "has_pending")
+    PLAY = (*Party.PLAY, "eval_pending")  # its move in the play, applied with alpha's next
 
     def __init__(self, s: Settings, restoring: bool = False):
         obs = s.obs_field("beta")

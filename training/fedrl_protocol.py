@@ -17,6 +17,11 @@ One round of the chunked exchange (B environments, S steps, K minibatches), 2S m
 The ids are drawn from the transitions both parties hold when beta answers the last step, i.e.
 all but the B of that step, which become eligible one round later (the one change to the order
 of Algorithms 1-2, measured in experiments/fedrl/throughput.py).
+
+An evaluation's plays (valid or test; test_noise on and off; the live or the kept networks) do
+not depend on each other, so they step together: one chain of 2 messages a step carries every
+play still running, each play's arrays named `name#play` (`contracts.fedrl.play_key`). The
+messages a run sends: python -m experiments.bench.fedrl_messages.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from contracts.errors import FederationError
-from contracts.fedrl import SENDS, sample_ids
+from contracts.fedrl import PLAY, SENDS, parse_plays, play_key, plays_conf, sample_ids
 from contracts.messages import SAVE_STATE
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_privacy import RelayLedger
@@ -41,6 +46,10 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
     prev, theta, metrics = data.get("prev-alpha"), None, None
     if (role, step) not in SENDS:
         raise ValueError(f"unknown FedRL step {step!r} for {role}")
+    if step.startswith("eval-"):
+        out, metrics = _play_step(party, role, step, data, theta_in, conf)
+        return out, None, {**metrics, **party.privacy()}
+    party.close_plays()  # any other step ends the evaluation chain
     if step == "observe":
         out = {"c-alpha": party.observe()}
     elif step == "act" and role == "beta":
@@ -71,25 +80,43 @@ def dispatch(party, role: str, step: str, data: dict, theta_in, conf) -> tuple:
         party.set_theta_g(theta_in)
         party.keep_best()
         out = {}
-    else:  # evaluation
-        if bool(conf.get("start", False)):
-            party.set_theta_g(theta_in)
-            party.start_evaluation(str(conf["split"]), str(conf.get("weights", "last")))
-        noise = bool(conf.get("test-noise", True))
-        if step == "eval-observe":
-            out = {"c-alpha": party.observe(party.eval_world)}
-        elif role == "beta":
-            c, a = party.eval_act(prev, data.get("c-alpha"), noise)
-            out = {"c-beta": c, "a-beta": a}
-        else:
-            a, active, c = party.eval_act(data["c-beta"], data["a-beta"], noise)
-            out, metrics = {"a-alpha": a, "c-alpha": c}, {"active": float(active)}
-            if not active:
-                metrics.update(party.eval_result())
-                party.end_evaluation()
-    if step in ("observe", "act", "eval-observe", "eval-act"):  # the party's own account
+    if step in ("observe", "act"):  # the party's own account
         metrics = {**(metrics or {}), **party.privacy()}
     return out, theta, metrics
+
+
+def _play_step(party, role: str, step: str, data: dict, theta_in, conf) -> tuple[dict, dict]:
+    """One step of every play the message names (`contracts.fedrl.parse_plays`), each on its
+    own world, score and noise: arrays and metrics keyed `name#play` (`play_key`). The first
+    message of a chain to a party (`start`) starts its plays with the theta_g it carries."""
+    plays = parse_plays(conf["plays"])
+    if bool(conf.get("start", False)):
+        party.set_theta_g(theta_in)
+        party.start_plays({i: (split, weights) for i, (split, weights, _) in plays.items()})
+    out, metrics, ended = {}, {}, []
+    for i, (_, _, noise) in plays.items():
+        if i not in party.plays:
+            raise ValueError(f"evaluation play {i} was not started on {role}")
+        with party.playing(i):
+            if step == "eval-observe":
+                out[play_key("c-alpha", i)] = party.observe(party.eval_world)
+            elif role == "beta":
+                c, a = party.eval_act(
+                    data.get(play_key("prev-alpha", i)), data.get(play_key("c-alpha", i)), noise
+                )
+                out.update({play_key("c-beta", i): c, play_key("a-beta", i): a})
+            else:
+                a, active, c = party.eval_act(
+                    data[play_key("c-beta", i)], data[play_key("a-beta", i)], noise
+                )
+                out.update({play_key("a-alpha", i): a, play_key("c-alpha", i): c})
+                metrics[play_key("active", i)] = float(active)
+                if not active:
+                    metrics.update({play_key(k, i): v for k, v in party.eval_result().items()})
+                    ended.append(i)
+    for i in ended:
+        party.end_play(i)
+    return out, metrics
 
 
 def _beta_update(party, data: dict, theta_in) -> tuple[dict, dict]:
@@ -218,64 +245,92 @@ class Protocol:
         self.pending = None
         return m
 
-    def evaluate(self, split: str, weights: str = "last") -> dict:
-        """Scores on `split` with test_noise on and off (`weights`: live or kept best)."""
+    def evaluate(self, split: str, weights: str | tuple[str, ...] = "last") -> dict:
+        """Scores on `split` with test_noise on and off, at each of `weights` (live "last",
+        kept "best"): all these plays step together, one chain of messages (`play`)."""
         self.flush()
-        return {**self.play(split, True, weights), **self.play(split, False, weights)}
+        ws = (weights,) if isinstance(weights, str) else tuple(weights)
+        return self.play([(split, w, noise) for w in ws for noise in (True, False)])
 
-    def play(self, split: str, test_noise: bool, weights: str = "last") -> dict:
-        """One greedy episode per usable map (or text) of `split`, both parties on their
-        federated Q; the scores are alpha's (Alpha.eval_result)."""
+    def play(self, plays: list[tuple[str, str, bool]]) -> dict:
+        """One greedy episode per usable map (or text) of each play's split, both parties on
+        their federated Q; the scores are alpha's (Alpha.eval_result). The plays
+        [(split, weights, test_noise)] do not depend on each other, so each message carries a
+        step of every play still running (issue 63: 2 messages a step for all of them, where
+        a play each took 2 a step for itself); a play leaves the chain when its episodes end."""
         send, paper = self.send, self.s.mode == "paper"
-        conf = {"split": split, "weights": weights, "test-noise": test_noise}
-        c_alpha, prev, first = None, None, True
-        step = 0  # the play's observation step; every release is counted about its record
+        running = dict(enumerate(plays))
+        prev: dict[int, np.ndarray | None] = dict.fromkeys(running)
+        c_alpha: dict[int, np.ndarray | None] = dict.fromkeys(running)
+        scores: dict = {}
+        step = 0  # the plays' observation step; every release is counted about its record
 
-        def count(role: str, rows, noised: bool = True) -> None:
+        def count(role: str, i: int, rows, noised: bool = True) -> None:
             if rows is not None:
-                self.ledger.evaluation(role, split, step, len(rows), noised)
+                self.ledger.evaluation(role, running[i][0], step, len(rows), noised)
+
+        def keyed(name: str, values: dict) -> dict:
+            return {play_key(name, i): v for i, v in values.items() if v is not None}
 
         if paper:
-            c_alpha = send(
-                "alpha", "eval-observe", theta_g=self.theta_g, evaluation=True, start=True, **conf
-            )[0]["c-alpha"]
-            count("alpha", c_alpha)
-        what = f"{split} episodes, test_noise={'on' if test_noise else 'off'}"
+            out = send(
+                "alpha",
+                "eval-observe",
+                theta_g=self.theta_g,
+                evaluation=True,
+                start=True,
+                plays=plays_conf(running),
+            )[0]
+            for i in running:
+                c_alpha[i] = out[play_key("c-alpha", i)]
+                count("alpha", i, c_alpha[i])
+        what = ", ".join(f"{sp} {w} test_noise={'on' if n else 'off'}" for sp, w, n in plays)
         tick = StepLog(what, self.s.horizon + 1) if self.progress else None
-        for _ in range(self.s.horizon + 1):
+        for first in [True] + [False] * self.s.horizon:
             if tick:
                 tick()
             b, _, _ = send(
                 "beta",
                 "eval-act",
-                {"prev-alpha": prev, "c-alpha": c_alpha},
+                {**keyed("prev-alpha", prev), **keyed("c-alpha", c_alpha)},
                 evaluation=True,
                 start=first,
-                **conf,
+                plays=plays_conf(running),
             )
-            count("beta", b["c-beta"])
-            if not test_noise and paper:  # beta's move, chosen on its un-noised Q, leaves
-                count("beta", b["a-beta"], noised=False)
+            data = {}
+            for i, (_, _, noise) in running.items():
+                c_beta, a_beta = b[play_key("c-beta", i)], b[play_key("a-beta", i)]
+                count("beta", i, c_beta)
+                if not noise and paper:  # beta's move, chosen on its un-noised Q, leaves
+                    count("beta", i, a_beta, noised=False)
+                data.update({play_key("c-beta", i): c_beta, play_key("a-beta", i): a_beta})
             a, _, m = send(
                 "alpha",
                 "eval-act",
-                {"c-beta": b["c-beta"], "a-beta": b["a-beta"]},
+                data,
                 theta_g=self.theta_g if first and not paper else None,
                 evaluation=True,
                 start=first and not paper,
-                **conf,
+                plays=plays_conf(running),
             )
-            prev, c_alpha, first = a["a-alpha"], a.get("c-alpha"), False
-            count("alpha", prev, noised=test_noise)  # alpha's move: a fresh draw, or none
+            for i, (_, _, noise) in running.items():
+                prev[i], c_alpha[i] = a[play_key("a-alpha", i)], a.get(play_key("c-alpha", i))
+                count("alpha", i, prev[i], noised=noise)  # alpha's move: a fresh draw, or none
             step += 1
-            count("alpha", c_alpha)  # about the next observation
-            if not m["active"]:
-                tag = "on" if test_noise else "off"
-                pre = "best-" if weights == "best" else ""
-                return {
-                    f"{pre}{split}-{k}-test_noise={tag}": v for k, v in m.items() if k != "active"
-                }
-        raise FederationError(f"evaluation on {split} did not end")
+            for i in list(running):
+                count("alpha", i, c_alpha[i])  # about the next observation
+            for i, (split, weights, noise) in list(running.items()):
+                if m[play_key("active", i)]:
+                    continue
+                pre, tag = ("best-" if weights == "best" else ""), ("on" if noise else "off")
+                for k, v in m.items():
+                    name, _, index = k.rpartition(PLAY)
+                    if index == str(i) and name != "active":
+                        scores[f"{pre}{split}-{name}-test_noise={tag}"] = v
+                del running[i], prev[i], c_alpha[i]
+            if not running:
+                return scores
+        raise FederationError(f"evaluation on {what} did not end")
 
     def keep_best(self) -> None:
         """Each party keeps a copy of its own networks (none leaves a party)."""
@@ -300,9 +355,8 @@ class Selection:
             self.best = {**{f"best-{k}": v for k, v in valid.items()}, "best-round": rnd}
             runner.keep_best()
         out = {**valid, **self.best}
-        if last and has_test:
-            out.update(runner.evaluate("test"))
-            out.update(runner.evaluate("test", "best"))
+        if last and has_test:  # the last and the kept checkpoint, played together
+            out.update(runner.evaluate("test", ("last", "best")))
         return out
 
 
@@ -333,7 +387,7 @@ class DirectTransport:
     def round(self, evaluating: bool = False) -> dict:
         return self.proto.train_round(evaluating)
 
-    def evaluate(self, split: str, weights: str = "last") -> dict:
+    def evaluate(self, split: str, weights: str | tuple[str, ...] = "last") -> dict:
         return self.proto.evaluate(split, weights)
 
     def keep_best(self) -> None:
