@@ -32,6 +32,7 @@ SENDS = {
 # arrays as f"{name}{PLAY}{index}", the base name being one `SENDS` allows for the step. The
 # plays are named in the message's config as `plays_conf` writes them.
 PLAY = "#"
+EVAL_SPLITS = ("valid", "test")  # a play is scored on one; never on the training world
 
 
 def play_key(name: str, index: int) -> str:
@@ -39,9 +40,15 @@ def play_key(name: str, index: int) -> str:
 
 
 def not_allowed(role: str, step: str, names) -> list[str]:
-    """The array names (a play's suffix ignored) that `SENDS` does not allow in this step."""
-    allowed = SENDS.get((role, step), set())
-    return sorted(k for k in names if k.split(PLAY, 1)[0] not in allowed)
+    """The array names `SENDS` does not allow in this step: an evaluation step's names carry a
+    play's index (`name#3`), any other step's carry none."""
+    allowed, play = SENDS.get((role, step), set()), step.startswith("eval-")
+
+    def ok(k: str) -> bool:
+        name, sep, index = k.partition(PLAY)
+        return name in allowed and (bool(sep) and index.isdigit()) == play
+
+    return sorted(k for k in names if not ok(k))
 
 
 def plays_conf(plays: dict[int, tuple[str, str, bool]]) -> str:
@@ -60,7 +67,7 @@ def parse_plays(text: str) -> dict[int, tuple[str, str, bool]]:
         bits = part.split(":")
         if len(bits) != 4 or not bits[0].isdigit() or bits[2] not in ("last", "best"):
             raise ValueError(f"malformed evaluation play {part!r} in {text!r}")
-        if bits[3] not in ("on", "off"):
+        if bits[1] not in EVAL_SPLITS or bits[3] not in ("on", "off"):
             raise ValueError(f"malformed evaluation play {part!r} in {text!r}")
         out[int(bits[0])] = (bits[1], bits[2], bits[3] == "on")
     return out

@@ -1162,8 +1162,9 @@ def test_plays_stepped_together_score_and_train_as_plays_one_by_one(mode):
         one_by_one.update(alone.proto.play([p]))
     assert scores == one_by_one and len(scores) == 4 * 2
     assert together.proto.privacy() == alone.proto.privacy()
-    # one chain of 2 messages a step, where the plays took 2 a step each
-    assert alone.steps.count("eval-act") == 4 * chained and chained <= 2 * (s.horizon + 1)
+    # one chain of 2 messages a step, where the plays took 2 a step each; every play ran its
+    # full length (T_m steps), so a play alone sent what a play sent before the chain
+    assert alone.steps.count("eval-act") == 4 * chained == 4 * 2 * s.world("test").longest
     for role in ("alpha", "beta"):  # the count goes on from the draws used, once closed
         for run in (together, alone):
             getattr(run, role).close_plays()
@@ -1181,3 +1182,25 @@ def test_an_evaluation_message_naming_a_play_that_was_not_started_is_refused():
         local.send("beta", "eval-act", {}, plays="3:valid:last:on")
     with pytest.raises(ValueError, match="malformed evaluation play"):
         local.send("beta", "eval-act", {}, plays="0:valid:newest:on", start=True)
+    with pytest.raises(ValueError, match="malformed evaluation play"):  # never the train world
+        local.send("beta", "eval-act", {}, plays="0:train:last:on", start=True)
+
+
+def test_a_play_index_is_allowed_only_on_an_evaluations_arrays():
+    """What a party may send (contracts/fedrl.not_allowed), checked by the party and the server:
+    `name#<play>` in an evaluation step, the bare name in any other."""
+    from contracts.fedrl import not_allowed
+
+    assert not_allowed("alpha", "eval-act", ["a-alpha#0", "c-alpha#12"]) == []
+    assert not_allowed("alpha", "eval-act", ["a-alpha", "c-alpha#x", "y#0", "a-alpha#"]) == [
+        "a-alpha",
+        "a-alpha#",
+        "c-alpha#x",
+        "y#0",
+    ]
+    assert not_allowed("alpha", "act", ["y", "c-alpha#0"]) == ["c-alpha#0"]
+    server = fedrl_server.Exchange.__new__(fedrl_server.Exchange)
+    with pytest.raises(fedrl_server.FederationError, match="does not relay"):
+        server.check_relayed("beta", "act", {"c-beta#9": np.zeros((8, 4), np.float32)}, None)
+    with pytest.raises(fedrl_server.FederationError, match="not action ids"):
+        server.check_relayed("beta", "eval-act", {"a-beta#1": np.array([99])}, None)

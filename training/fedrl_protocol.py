@@ -272,6 +272,11 @@ class Protocol:
         def keyed(name: str, values: dict) -> dict:
             return {play_key(name, i): v for i, v in values.items() if v is not None}
 
+        def need(got: dict, name: str, i: int, role: str):
+            if play_key(name, i) not in got:  # a party that leaves a play out stops the run
+                raise FederationError(f"{role} left {play_key(name, i)!r} out of its reply")
+            return got[play_key(name, i)]
+
         if paper:
             out = send(
                 "alpha",
@@ -282,7 +287,7 @@ class Protocol:
                 plays=plays_conf(running),
             )[0]
             for i in running:
-                c_alpha[i] = out[play_key("c-alpha", i)]
+                c_alpha[i] = need(out, "c-alpha", i, "alpha")
                 count("alpha", i, c_alpha[i])
         what = ", ".join(f"{sp} {w} test_noise={'on' if n else 'off'}" for sp, w, n in plays)
         tick = StepLog(what, self.s.horizon + 1) if self.progress else None
@@ -299,7 +304,7 @@ class Protocol:
             )
             data = {}
             for i, (_, _, noise) in running.items():
-                c_beta, a_beta = b[play_key("c-beta", i)], b[play_key("a-beta", i)]
+                c_beta, a_beta = need(b, "c-beta", i, "beta"), need(b, "a-beta", i, "beta")
                 count("beta", i, c_beta)
                 if not noise and paper:  # beta's move, chosen on its un-noised Q, leaves
                     count("beta", i, a_beta, noised=False)
@@ -314,13 +319,13 @@ class Protocol:
                 plays=plays_conf(running),
             )
             for i, (_, _, noise) in running.items():
-                prev[i], c_alpha[i] = a[play_key("a-alpha", i)], a.get(play_key("c-alpha", i))
+                prev[i], c_alpha[i] = need(a, "a-alpha", i, "alpha"), a.get(play_key("c-alpha", i))
                 count("alpha", i, prev[i], noised=noise)  # alpha's move: a fresh draw, or none
             step += 1
             for i in list(running):
                 count("alpha", i, c_alpha[i])  # about the next observation
             for i, (split, weights, noise) in list(running.items()):
-                if m[play_key("active", i)]:
+                if need(m, "active", i, "alpha"):
                     continue
                 pre, tag = ("best-" if weights == "best" else ""), ("on" if noise else "off")
                 for k, v in m.items():
