@@ -1204,3 +1204,30 @@ def test_a_play_index_is_allowed_only_on_an_evaluations_arrays():
         server.check_relayed("beta", "act", {"c-beta#9": np.zeros((8, 4), np.float32)}, None)
     with pytest.raises(fedrl_server.FederationError, match="not action ids"):
         server.check_relayed("beta", "eval-act", {"a-beta#1": np.array([99])}, None)
+
+
+def test_a_finished_episodes_rows_in_a_play_say_nothing_about_its_observation():
+    """A finished slot's frozen observation is not released again at every later step of the
+    play (the ledger would count each as a new record): its rows are zeros before the noise and
+    its move a constant; the running slots' releases, noise included, are unchanged."""
+    import copy
+
+    s = Settings.of(parse(merged({**SMALL, "fedrl.sigma": 1.0, "fedrl.reproducible-noise": True})))
+    local = DirectTransport(s)
+    local.round()
+    local.alpha.start_plays({0: ("valid", "last")})
+    out = {}
+    for case in ("running", "finished", "finished, other observation"):
+        alpha = copy.deepcopy(local.alpha)
+        with alpha.playing(0):
+            w = alpha.eval_world
+            w.active[0] = case == "running"
+            if case.endswith("other observation"):
+                w.obs_alpha[0] = 255 - w.obs_alpha[0]
+            c = alpha.observe(w)
+            a, _, _ = alpha.eval_act(np.zeros((w.B, 4), np.float32), np.zeros(w.B, np.int64), True)
+        out[case] = (c, a)
+    run, fin, other = out["running"], out["finished"], out["finished, other observation"]
+    assert np.array_equal(run[0][1:], fin[0][1:]) and np.array_equal(run[1][1:], fin[1][1:])
+    assert not np.array_equal(run[0][0], fin[0][0])  # the row changed: noise alone now
+    assert np.array_equal(fin[0][0], other[0][0]) and fin[1][0] == other[1][0] == 0

@@ -155,8 +155,13 @@ class Party:
 
     def eval_released(self, q: torch.Tensor, gen) -> torch.Tensor:
         """A release about a world other than the training one, counted in the evaluation
-        ledger (`eval_count`)."""
+        ledger (`eval_count`). In a play, a finished episode's rows are zeros before the noise:
+        its frozen last observation would otherwise leave again at every later step, under a
+        record (slot, step) the ledger counts as new. The noise drawn and every running row
+        are unchanged, and a finished slot's moves are ignored by the world."""
         self.eval_count(len(q))
+        if self.eval_world is not None:
+            q = q * torch.as_tensor(self.eval_world.active, dtype=q.dtype)[:, None]
         return self.released(q, gen)
 
     def eval_count(self, rows: int, noised: bool = True) -> None:
@@ -496,7 +501,8 @@ class Beta(Party):
             q = q_net(_t(w.obs_beta))
             c = self.eval_released(q, gen)
             own = c if test_noise else self.released(q, gen, noise=False)
-            self.eval_pending = self._greedy(mlp, c_alpha, own)
+            # a finished slot's move says nothing about its frozen observation (`eval_released`)
+            self.eval_pending = np.where(w.active, self._greedy(mlp, c_alpha, own), STAY)
         if not test_noise and self.s.mode != "joint-action":  # its move leaves, un-noised
             self.eval_count(len(q), noised=False)
         return c.numpy(), self.eval_pending
@@ -619,6 +625,7 @@ class Alpha(Party):
                 .argmax(1)
                 .numpy()
             )
+        a = np.where(w.active, a, 0)  # a finished slot's move: a constant (`eval_released`)
         self.eval_count(len(a), noised=test_noise)  # the action ids leave
         moves = self.s.joint_moves(a) if self.s.mode == "joint-action" else (a, np.asarray(a_beta))
         r, done, met, _, _ = w.step(*moves)  # finished slots get reward 0

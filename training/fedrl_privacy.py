@@ -172,7 +172,8 @@ class EvalLedger:
     """Releases about evaluation observations: one count per (episode slot, step) of a split,
     summed over every play of that split (valid and test, noise on and off, last and best).
     A slot's t-th observation in two plays is counted as one record, which over-counts when
-    the plays differ (a safe bound), and every row released is counted, finished slots too.
+    the plays differ (a safe bound), and every row released is counted, finished slots too
+    (their rows carry zeros before the noise, training/fedrl_party.eval_released: a safe bound).
     `unnoised`: the splits in which the party released something computed from un-noised Q
     (the moves of a test_noise=off play): their epsilon is unbounded."""
 
