@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.bench.loopback import PYTHON, ROOT, wait_for
+from experiments.bench.loopback import PYTHON, ROOT, unwind_on_sigterm, wait_for
 from experiments.bench.message_cost import (
     POLICY,
     VARIANTS,
@@ -148,6 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_deployed"))
     ap.add_argument("--force", action="store_true", help="overwrite the result file")
     a = ap.parse_args(argv)
+    unwind_on_sigterm()
     if a.rounds < 1:
         ap.error("--rounds must be >= 1")
     out = RESULTS / "fedrl_deployed.csv"

@@ -44,6 +44,12 @@ def wait_listening(host: str, port: int, timeout: float = 60, prefix=()) -> None
     raise TimeoutError(f"nothing listens on {host}:{port}")
 
 
+def unwind_on_sigterm() -> None:
+    """A script stopped with SIGTERM (`timeout`, `kill`) unwinds instead of dying at once, so the
+    `close()` in its `finally` runs: its SuperLink and SuperNodes do not live on after it."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 class Federation:
     """Processes started in their own sessions under `tmp`, all killed by `close()`."""
 

@@ -57,6 +57,7 @@ from experiments.bench.loopback import (
     ROOT,
     Federation,
     free_port,
+    unwind_on_sigterm,
     wait_for,
     wait_listening,
 )
@@ -303,6 +304,7 @@ def main(argv=None) -> int:
         help="deployed runs: Flower's own poll intervals and/or deploy/quick_poll.py's",
     )
     a = ap.parse_args(argv)
+    unwind_on_sigterm()
     if a.rounds < 1:
         print("message_cost: --rounds must be >= 1", file=sys.stderr)
         return 2
