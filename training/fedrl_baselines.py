@@ -35,7 +35,7 @@ from contracts.fedrl import sample_ids
 from envs.gridworld import STAY
 from models.fedrl_nets import N_ACTIONS
 from models.rng import owned
-from training.fedrl_protocol import DirectTransport, Selection
+from training.fedrl_protocol import DirectTransport, Selection, checkpoints
 from training.fedrl_replay import Replay, count_episodes, episode_report, explore
 from training.fedrl_setup import Settings
 
@@ -167,7 +167,7 @@ class DQNLocal:
 
     def evaluate(self, split: str, weights: str | tuple[str, ...] = "last") -> dict:
         out = {}
-        for w in (weights,) if isinstance(weights, str) else weights:
+        for w in checkpoints(weights):
             net = self.best if w == "best" and self.best is not None else self.net
             pre = "best-" if w == "best" else ""
             out.update(
@@ -241,9 +241,10 @@ class RandomLocal:
             return a[0], (a[1] if self.both else np.full(w.B, STAY))
 
         scores = play(self.s, split, act)  # the same moves at either "checkpoint"
-        ws = (weights,) if isinstance(weights, str) else weights
         return {
-            f"{'best-' if w == 'best' else ''}{split}-{k}": v for w in ws for k, v in scores.items()
+            f"{'best-' if w == 'best' else ''}{split}-{k}": v
+            for w in checkpoints(weights)
+            for k, v in scores.items()
         }
 
 

@@ -124,6 +124,11 @@ def _beta_update(party, data: dict, theta_in) -> tuple[dict, dict]:
     return theta, {"loss-beta": loss, **party.privacy()}
 
 
+def checkpoints(weights: str | tuple[str, ...]) -> tuple[str, ...]:
+    """An evaluation's `weights`, one name ("last" | "best") or several, as a tuple."""
+    return (weights,) if isinstance(weights, str) else tuple(weights)
+
+
 class Protocol:
     """Algorithms 1-2 in rounds, model selection and evaluation, over any `send`."""
 
@@ -249,8 +254,9 @@ class Protocol:
         """Scores on `split` with test_noise on and off, at each of `weights` (live "last",
         kept "best"): all these plays step together, one chain of messages (`play`)."""
         self.flush()
-        ws = (weights,) if isinstance(weights, str) else tuple(weights)
-        return self.play([(split, w, noise) for w in ws for noise in (True, False)])
+        return self.play(
+            [(split, w, noise) for w in checkpoints(weights) for noise in (True, False)]
+        )
 
     def play(self, plays: list[tuple[str, str, bool]]) -> dict:
         """One greedy episode per usable map (or text) of each play's split, both parties on

@@ -25,7 +25,7 @@ import pandas as pd
 from experiments.fedrl.table1 import settings_of, splits_for
 from experiments.simulate import RESULTS, command_line
 from experiments.tables import refuse_overwrite
-from training.fedrl_protocol import DirectTransport, Protocol, Selection
+from training.fedrl_protocol import DirectTransport, Protocol, Selection, checkpoints
 
 
 class OneByOne(Protocol):
@@ -33,9 +33,8 @@ class OneByOne(Protocol):
 
     def evaluate(self, split, weights="last"):
         self.flush()
-        ws = (weights,) if isinstance(weights, str) else tuple(weights)
         out = {}
-        for w in ws:
+        for w in checkpoints(weights):
             for noise in (True, False):
                 out.update(self.play([(split, w, noise)]))
         return out
