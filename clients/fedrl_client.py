@@ -20,6 +20,7 @@ from config import parse
 from contracts.fedrl import not_allowed, role_of
 from contracts.messages import SERVER_ROUND
 from contracts.records import array_record, arrays_of
+from training import numerics
 from training.fedrl_party import Alpha, Beta
 from training.fedrl_protocol import dispatch
 from training.fedrl_setup import DEFAULT_CLIP, Settings
@@ -114,6 +115,7 @@ def _settings(context: Context):
 
 
 def handle(msg: Message, context: Context) -> Message:
+    numerics.pin()  # before anything computes: the same kernels on every engine and host
     with costs.phase("rebuild"):
         c, s = _settings(context)
         torch.set_num_threads(c.run.client_threads)

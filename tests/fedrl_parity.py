@@ -32,3 +32,18 @@ def assert_flower_equals_local(cfg: dict, out, rounds: int = 4, every: int = 2):
         for k, v in row.items():
             assert got[k] == pytest.approx(v, rel=1e-6, nan_ok=True), k
     return flower, grid
+
+
+def flower_rounds_here(out: str, rounds: int = 6) -> None:
+    """Runs tests/test_fedrl.SMALL through the FedRL ClientApp on the in-process grid in this
+    process (study mode), writing `out`/rounds.csv: for a fresh process whose environment a
+    test chooses (tests/test_fedrl.py, the kernels a party computes with)."""
+    import torch
+
+    from config.schema import merged
+    from tests.test_fedrl import SMALL
+
+    torch.set_num_threads(1)
+    cfg = {**merged({**SMALL, "out-dir": out, "num-server-rounds": rounds})}
+    cfg["fedrl.reproducible-noise"] = True
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), parse(cfg), "fedrl")
