@@ -115,11 +115,15 @@ def run_warm(path: Path, argv: list[str]) -> int | None:
     return int.from_bytes(answer, "big", signed=True)
 
 
-def start_parent(path: Path) -> None:
-    """Start this node's warm parent in the background (its own session), once."""
+def start_parent(path: Path, superexec: int | None = None) -> None:
+    """Start this node's warm parent in the background (its own session), once. It is told
+    the node's SuperExec (`superexec`) from the start, so that a parent whose node stops before
+    it has served a message exits with it too, instead of idling for IDLE_EXIT_S (found after a
+    SuperNode was killed and restarted in tests/test_deployment.py)."""
     here = Path(__file__).resolve()
+    node = [str(superexec)] if superexec else []
     subprocess.Popen(  # noqa: S603 (our own script, our own interpreter)
-        [sys.executable, str(here), "serve", str(path)],
+        [sys.executable, str(here), "serve", str(path), *node],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -200,8 +204,9 @@ def _child(request: dict, fds: list[int], lock_fd: int) -> None:
         os._exit(code)
 
 
-def serve(path: Path) -> int:
-    """The warm parent: import the heavy modules once, then fork a child per request."""
+def serve(path: Path, node: int | None = None) -> int:
+    """The warm parent: import the heavy modules once, then fork a child per request, until
+    the node's SuperExec (`node`, else the first request's `--parent-pid`) is gone."""
     if not private_dir(path):
         print(f"warm_start: {path.parent} is not a private directory of this user", file=sys.stderr)
         return 2
@@ -223,7 +228,7 @@ def serve(path: Path) -> int:
     children: dict[int, socket.socket] = {}  # child pid -> the gate's connection
     killed: dict[int, float] = {}  # child pid -> when it gets SIGKILL (its gate went away)
     try:
-        _loop(server, lock, children, killed)
+        _loop(server, lock, children, killed, node)
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -239,10 +244,9 @@ def escalate(killed: dict[int, float], now: float) -> None:
             killed[pid] = math.inf
 
 
-def _loop(server, lock, children: dict, killed: dict) -> None:
+def _loop(server, lock, children: dict, killed: dict, node: int | None) -> None:
     """Fork a child per request, report each child's exit status to its gate, kill a child
     whose gate went away; until the node's SuperExec is gone or IDLE_EXIT_S without a message."""
-    node = None  # the SuperExec whose ClientApps this parent forks
     idle_since = time.monotonic()
     while children or (time.monotonic() - idle_since < IDLE_EXIT_S and _alive(node)):
         watched = [c for p, c in children.items() if p not in killed]
@@ -309,7 +313,7 @@ def gate_main(argv: list[str]) -> int:
             return code
         with contextlib.suppress(OSError):
             if private_dir(where):
-                start_parent(where)
+                start_parent(where, _superexec(argv))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import app_gate
 
@@ -318,5 +322,6 @@ def gate_main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        sys.exit(serve(Path(sys.argv[2])))
+        node = sys.argv[3:4]
+        sys.exit(serve(Path(sys.argv[2]), int(node[0]) if node else None))
     sys.exit(gate_main(sys.argv[1:]))

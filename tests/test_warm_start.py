@@ -120,6 +120,27 @@ def test_the_parent_exits_with_the_superexec_it_serves(warm_env, short_tmp):
     assert not _parents(sock) and not sock.exists()
 
 
+def test_a_parent_started_by_a_cold_message_exits_with_its_node_before_serving(warm_env, short_tmp):
+    """The gate that finds no parent runs its message cold and starts one; that parent is
+    told the node's SuperExec at once. A node stopped before the parent served anything (a
+    SuperNode killed and restarted: tests/test_deployment.py left one idling 30 min) leaves
+    no parent behind."""
+    superexec = subprocess.Popen(["sleep", "120"])
+    out, _ = _gate(["--help", "--parent-pid", str(superexec.pid)], warm_env)  # cold
+    assert out.returncode == 0
+    deadline = time.monotonic() + 60
+    while not list((short_tmp / "warm").glob("warm-*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (sock,) = (short_tmp / "warm").glob("warm-*.sock")
+    assert _parents(sock)
+    superexec.kill()  # the node stops
+    superexec.wait()
+    deadline = time.monotonic() + 10
+    while _parents(sock) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _parents(sock) and not sock.exists()
+
+
 def test_a_child_that_ignores_sigterm_gets_sigkill_after_its_grace():
     """A message's process whose gate was killed gets SIGTERM; one that ignores it (stuck in a
     C call, or a handler that waits) would hold the node forever. After KILL_GRACE_S the
