@@ -22,6 +22,15 @@ An evaluation's plays (valid or test; test_noise on and off; the live or the kep
 not depend on each other, so they step together: one chain of 2 messages a step carries every
 play still running, each play's arrays named `name#play` (`contracts.fedrl.play_key`). The
 messages a run sends: python -m experiments.bench.fedrl_messages.
+
+The two parties' messages of a step are not sent as one exchange (both at once), because no
+party's next move is independent of the other's current message: beta's C_beta of step t is
+computed on its world after alpha's actions of step t-1 (`prev-alpha`), and alpha's actions of
+step t are chosen on C_beta of step t (Eq. 2's joint Q). Sending both at once would need beta to
+release C_beta for every action alpha might take (|A| times the releases, each one counted by
+the ledger), or alpha to act on a stale C_beta: other numbers and other privacy, not the paper's
+exchange. The chain is therefore 2 messages a step, and fewer messages come from stepping
+independent plays together (above).
 """
 
 from __future__ import annotations
