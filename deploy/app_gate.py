@@ -136,6 +136,7 @@ def clientapp() -> None:
 
     import flwr.supernode.runtime.run_clientapp as runtime
     from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
+    from quick_poll import quick_object_pulls  # deploy/, beside this file
 
     flwr_log = runtime.log  # Flower's logger, as the ClientApp process uses it
 
@@ -146,6 +147,7 @@ def clientapp() -> None:
 
     runtime.install_from_fab = gated(runtime.install_from_fab, lambda m: flwr_log(ERROR, m))
     runtime.log = quiet_log
+    quick_object_pulls()  # the message's objects: asked again after 0.02 s, not 1 s
     flwr_clientapp()
 
 

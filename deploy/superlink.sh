@@ -99,7 +99,9 @@ pids+=($!)
 "${keep[@]}" python "$here/deploy/fleet_gateway.py" --relay "$relay" \
   --upstream "127.0.0.1:$control" "${gateway_tls[@]:0:2}" &
 pids+=($!)
-"${keep[@]}" flower-superexec --insecure --runtime-api-address "$relay" &
+# the ServerApp process it starts: Flower's, with quick object pulls (deploy/serverapp/flwr-serverapp)
+PATH="$here/deploy/serverapp:$PATH" "${keep[@]}" flower-superexec --insecure \
+  --runtime-api-address "$relay" &
 pids+=($!)
 "${keep[@]}" python "$here/deploy/fleet_gateway.py" --listen "$edge/gateway.sock" \
   --upstream "127.0.0.1:$control" --max-body "$EDGE_MAX_BODY" \
