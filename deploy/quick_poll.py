@@ -125,10 +125,10 @@ def serverapp() -> int:
 
 
 def main() -> int:
-    from flwr.supernode.cli.flower_supernode import flower_supernode
-
     if sys.argv[1:2] == ["serverapp"]:
         return serverapp()
+    from flwr.supernode.cli.flower_supernode import flower_supernode
+
     if os.environ.get("FEDEMBODIED_QUICK_POLL", "1") != "0":
         version = flower_version()
         if version not in TESTED:

@@ -54,8 +54,8 @@ PRELOAD = (
     # a torch optimizer's first construction imports it: 1.0 s of every FedRL message that
     # updates (measured on a 200-round deployed run: 1.3 s of `work`, 0.3 s of it updating)
     "torch._dynamo",
-    # the app's own third-party imports (0.11 s of every message's start in the 200-round
-    # Table-1 run: networkx for the Grid-World maps, tabulate for its tables)
+    # the app's own third-party imports (0.11 s of every message's start, `python -X importtime`
+    # of clients.app after the rest: networkx for the Grid-World maps, tabulate for its tables)
     "networkx",
     "tabulate",
     "flwr.supernode.cli.flwr_clientapp",

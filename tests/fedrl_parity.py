@@ -44,6 +44,6 @@ def flower_rounds_here(out: str, rounds: int = 6) -> None:
     from tests.test_fedrl import SMALL
 
     torch.set_num_threads(1)
-    cfg = {**merged({**SMALL, "out-dir": out, "num-server-rounds": rounds})}
+    cfg = merged({**SMALL, "out-dir": out, "num-server-rounds": rounds})
     cfg["fedrl.reproducible-noise"] = True
     fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), parse(cfg), "fedrl")
