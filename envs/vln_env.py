@@ -29,6 +29,7 @@ from envs.vln_features import (
     read_tsv,
     semantic_features,
     view_index,
+    view_rooms,
 )
 
 
@@ -56,7 +57,8 @@ class World:
             if self._tsv is None:
                 feats = semantic_features(self.data, name)
                 if self.appearance:
-                    look = appearance(name, scan.ids, self.appearance)
+                    rooms = view_rooms(self.data, name)
+                    look = appearance(name, scan.ids, rooms, self.appearance)
                     feats = np.concatenate([feats, look], axis=-1)
                 self._feats[name] = feats
             else:

@@ -81,16 +81,15 @@ def _room_onehot(code: str | None) -> np.ndarray:
     return v
 
 
-def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
-    """(n_viewpoints, 36, VIEW_DIM) float32 for the scan's included viewpoints, in Scan order."""
+def view_rooms(data: VLNData, scan_name: str) -> list[list[str | None]]:
+    """Per included viewpoint (Scan order), the room code each of its 36 views shows: the
+    nearest viewpoint visible in that view's direction, else the viewpoint's own (`there`)."""
     scan = data.scan(scan_name)
     rooms = data.rooms.get(scan_name, {})
-    objects = data.objects.get(scan_name, {})
     code = [rooms.get(v, {}).get("region_label") for v in scan.ids]
     visible = scan.visible if scan.visible is not None else np.zeros((len(scan.ids),) * 2, bool)
-    out = np.zeros((len(scan.ids), 36, VIEW_DIM), dtype=np.float32)
-    for i, vp in enumerate(scan.ids):
-        out[i, :, :ROOM_DIM] = _room_onehot(code[i])
+    out = []
+    for i in range(len(scan.ids)):
         there = [None] * 36
         best = [np.inf] * 36
         for j in np.flatnonzero(visible[i]):
@@ -98,8 +97,20 @@ def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
             d = float(np.linalg.norm(scan.pos[j] - scan.pos[i]))
             if d < best[k]:
                 best[k], there[k] = d, code[j]
+        out.append([t if t else code[i] for t in there])
+    return out
+
+
+def semantic_features(data: VLNData, scan_name: str) -> np.ndarray:
+    """(n_viewpoints, 36, VIEW_DIM) float32 for the scan's included viewpoints, in Scan order."""
+    scan = data.scan(scan_name)
+    rooms = data.rooms.get(scan_name, {})
+    objects = data.objects.get(scan_name, {})
+    out = np.zeros((len(scan.ids), 36, VIEW_DIM), dtype=np.float32)
+    for i, (vp, there) in enumerate(zip(scan.ids, view_rooms(data, scan_name))):
+        out[i, :, :ROOM_DIM] = _room_onehot(rooms.get(vp, {}).get("region_label"))
         for k in range(36):
-            out[i, k, ROOM_DIM : 2 * ROOM_DIM] = _room_onehot(there[k] if there[k] else code[i])
+            out[i, k, ROOM_DIM : 2 * ROOM_DIM] = _room_onehot(there[k])
         per_view: list[list[np.ndarray]] = [[] for _ in range(36)]
         for name, views in objects.get(vp, []):
             for k in views:

@@ -781,7 +781,7 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
 
     rows = []
     for seed, base in ((0, 10.0), (1, 20.0), (2, 30.0)):
-        for arm, gain in zip(ARMS, (0.0, 12.0, 1.0, -1.0)):
+        for arm, gain in zip(ARMS, (0.0, 12.0, 1.0, -1.0, 9.0, 2.0), strict=True):
             # house b has 3x the episodes of house a: pooled SR = (a + 3 b) / 4
             rows += [
                 {"seed": seed, "house": "a", "arm": arm, "n": 10, "sr": base + gain},
@@ -794,6 +794,12 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     # what the words add over the same routes with a constant sentence
     assert t.loc["grammar", "gain over constant (same routes)"].startswith("+13.0")
     assert t.loc["constant", "gain over constant (same routes)"] == ""
+    # the held-out-house control: what adapting in this house adds over adapting in another
+    other = "gain over the same adaptation in another house"
+    assert t.loc["grammar", other].startswith("+3.0")
+    assert t.loc["speaker", other].startswith("-1.0")
+    assert t.loc["grammar@other", "gain over none"].startswith("+9.0")
+    assert t.loc["none", other] == t.loc["constant", other] == t.loc["grammar@other", other] == ""
 
 
 def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house():

@@ -10,7 +10,7 @@ from config.schema import ConfigError, merged
 from envs.vln_appearance import APPEARANCE_DIM
 from envs.vln_data import VLNData
 from envs.vln_env import NavBatch, World
-from envs.vln_features import ANGLE_DIM, VIEW_DIM
+from envs.vln_features import ANGLE_DIM, VIEW_DIM, view_rooms
 from envs.vln_houses import HouseSpec, embedded_dataset
 
 
@@ -36,17 +36,23 @@ def test_off_leaves_the_features_as_they_were_and_on_appends_a_look_per_house(ho
         # a property of the house: the same in another process, run or party
         np.testing.assert_array_equal(b, World(houses, appearance=1.0).features(name))
     look = {n: looked.features(n)[..., VIEW_DIM:].reshape(-1, APPEARANCE_DIM) for n in scans}
-    # views of one house share its style (cosine 1/2 in expectation), of two houses nothing
+    room = {n: np.array([str(r) for vp in view_rooms(houses, n) for r in vp]) for n in scans}
+    # views of one house share its style; views of one room type share its look in every
+    # house (two kitchens look alike); views of two houses and two room types share nothing
     rng = np.random.default_rng(0)
-    within, across = [], []
+    within, same_kind, across = [], [], []
     for k, n in enumerate(scans):
         m = scans[(k + 1) % len(scans)]
-        for _ in range(200):
+        for _ in range(400):
             i, j = rng.integers(len(look[n]), size=2)
-            if i != j:
+            if i != j and room[n][i] != room[n][j]:
                 within.append(_cos(look[n][i], look[n][j]))
-            across.append(_cos(look[n][i], look[m][rng.integers(len(look[m]))]))
-    assert np.mean(within) > 0.35 and abs(np.mean(across)) < 0.1
+            j = rng.integers(len(look[m]))
+            (same_kind if room[n][i] == room[m][j] else across).append(_cos(look[n][i], look[m][j]))
+    assert len(same_kind) > 50 and len(across) > 50
+    assert 0.2 < np.mean(within) < 0.45  # style alone: 1/3
+    assert 0.2 < np.mean(same_kind) < 0.45  # room type alone: 1/3
+    assert abs(np.mean(across)) < 0.1
     # every view of a place looks different: a follower can tell places apart
     assert len({tuple(np.round(v, 4)) for v in look[scans[0]]}) == len(look[scans[0]])
     # twice the strength, twice the look; the environment hands the model every number

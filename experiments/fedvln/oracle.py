@@ -21,7 +21,12 @@ pre-exploration samples away from the evaluation data too). Arms:
 - `speaker`: our speaker writes them, batch by batch through the batch's environmental
   dropout (back-translation, what FedVLN's pre-exploration does);
 - `constant`: the train instruction with the best train BLEU, for every route (the floor: what
-  the routes teach with no language about them).
+  the routes teach with no language about them);
+- `grammar@other`, `speaker@other`: the held-out-house control (issue 64 item 4). The same
+  adaptation, but on the routes (and in the rooms) of the next unseen house in name order,
+  cyclically; still scored in this house. Its gain is what any adaptation gives (more steps on
+  the task, a look of unseen houses in general); the arm's gain over it is what adapting in
+  *this* house gives, the claim pre-exploration makes.
 
 Labelled arms (grammar, constant) weigh the imitation loss as back-translated batches are
 weighed (mlWeight of the augmented data), so the arms differ only in the words. Each is scored
@@ -80,8 +85,9 @@ from training import vln_speaker_quality as quality
 from training.vln_house import house_names, open_house, open_setup, speaker_routes
 from training.vln_loop import make_optimizer
 
-ARMS = ("none", "grammar", "speaker", "constant")
-R2R_ARMS = ("none", "human", "speaker", "constant")
+OTHER = "@other"  # suffix of an arm adapted in another house (the held-out-house control)
+ARMS = ("none", "grammar", "speaker", "constant", "grammar@other", "speaker@other")
+R2R_ARMS = ("none", "human", "speaker", "constant", "human@other", "speaker@other")
 # what decides a seed's rows: a kept oracle.csv is reused only if these match
 KEYED = ("steps", "routes", "batch_size", "lr")
 
@@ -135,6 +141,8 @@ def run_seed(a, seed: int) -> pd.DataFrame:
         launch["data_dir"] = a.data_dir
     if a.appearance:
         launch["appearance"] = a.appearance
+    arms, houses = (R2R_ARMS, _r2r_houses) if a.data_dir else (ARMS, _embedded_houses)
+    launch["arms"] = list(arms)
     if rows_csv.is_file() and not a.redo:
         if made_by.is_file() and json.loads(made_by.read_text()) == launch:
             return pd.read_csv(rows_csv)
@@ -143,12 +151,17 @@ def run_seed(a, seed: int) -> pd.DataFrame:
     speaker, _, _ = vln_checkpoint.load(ck / "speaker.pt")
     setup = open_setup(a.data_dir, "", HouseSpec(), a.appearance)  # vln_centralized's houses
     constant = quality.best_constant(setup.split("train"), seed)
-    arms, houses = (R2R_ARMS, _r2r_houses) if a.data_dir else (ARMS, _embedded_houses)
+    every = list(houses(setup, a, seed))
     rows = []
-    for house, routes, labelled in houses(setup, a, seed):
+    for i, (house, routes, labelled) in enumerate(every):
         labelled["constant"] = [dataclasses.replace(r, instruction=constant) for r in routes]
+        _, other_routes, other_labelled = every[(i + 1) % len(every)]  # the control's house
         for arm in arms:
-            r = adapt(follower, house, arm, speaker, routes, labelled, a, seed)
+            if arm.endswith(OTHER):
+                word = arm.removesuffix(OTHER)
+                r = adapt(follower, house, word, speaker, other_routes, other_labelled, a, seed)
+            else:
+                r = adapt(follower, house, arm, speaker, routes, labelled, a, seed)
             rows.append(
                 {
                     "seed": seed,
@@ -159,7 +172,7 @@ def run_seed(a, seed: int) -> pd.DataFrame:
                     **r,
                 }
             )
-            print(f"  seed {seed} {house.name} {arm:10s} SR {r['sr']:.1f}", flush=True)
+            print(f"  seed {seed} {house.name} {arm:14s} SR {r['sr']:.1f}", flush=True)
     df = pd.DataFrame(rows)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(rows_csv, index=False)
@@ -250,7 +263,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
     Over `constant` is what the words add, routes held equal: the gain over `none` also holds
     what the routes alone teach (on R2R the adapt half's goals are mostly the scored half's:
-    the house's likely goals)."""
+    the house's likely goals). Over `<arm>@other` is what adapting in this house adds over the
+    same adaptation elsewhere (issue 64 item 4): the part of the gain that is the house's."""
     pooled = (
         runs.assign(w=runs.sr * runs.n)
         .groupby(["arm", "seed"])
@@ -277,8 +291,11 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                 if arm == "none"
                 else paired(side[arm], side["none"])["within_noise"],
                 "gain over constant (same routes)": ""
-                if arm in ("none", "constant")
+                if arm in ("none", "constant") or arm.endswith(OTHER)
                 else gain(arm, "constant"),
+                "gain over the same adaptation in another house": gain(arm, arm + OTHER)
+                if arm + OTHER in side
+                else "",
             }
         )
     return pd.DataFrame(rows)
