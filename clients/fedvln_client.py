@@ -61,6 +61,7 @@ from training.vln_house import (
     house_of_partition,
     local_iterations,
     open_house,
+    routes_house,
     setup_of,
     speaker_routes,
     spec_of,
@@ -142,8 +143,9 @@ def routes_of(context: Context, h: House) -> list[Episode]:
         return []
     rec = context.state[ROUTES]
     words = rec["instructions"] if "instructions" in rec else [""] * len(rec["paths"])
+    scan = str(rec["scan"]) if "scan" in rec else h.name  # another house's: the control
     return [
-        Episode(f"aug-{h.name}-{k}", h.name, tuple(str(p).split()), float(hd), w, 10**7 + k)
+        Episode(f"aug-{scan}-{k}", scan, tuple(str(p).split()), float(hd), w, 10**7 + k)
         for k, (p, hd, w) in enumerate(zip(rec["paths"], rec["headings"], words))
     ]
 
@@ -173,13 +175,15 @@ def setup(msg: Message, context: Context, c: Config, h: House) -> RecordDict:
     n_aug = 0
     if "speaker" in msg.content:
         context.state[SPEAKER] = msg.content["speaker"]
-        routes = speaker_routes(h, int(msg.content["config"]["routes"]), c.run.seed)
+        src = routes_house(h, c.fedvln.routes_house)  # h, or the control's other house
+        routes = speaker_routes(src, int(msg.content["config"]["routes"]), c.run.seed)
         rec = {
+            "scan": src.name,
             "paths": [" ".join(e.path) for e in routes],
             "headings": [float(e.heading) for e in routes],
         }
         if c.fedvln.route_words == "grammar":  # a perfect speaker, kept on the house's disk
-            rec["instructions"] = grammar_words(h, routes, spec_of(c), c.run.seed)
+            rec["instructions"] = grammar_words(src, routes, spec_of(c), c.run.seed)
         context.state[ROUTES] = ConfigRecord(rec)
         n_aug = len(routes)
     return RecordDict(

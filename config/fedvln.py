@@ -11,6 +11,7 @@ VARIANTS = ("env-based", "fed-full", "fed-lan", "fed-lan+seen")
 RECIPES = ("cpu", "official")  # config/fedvln_recipe.py: OFFICIAL, CPU
 OPTIMIZERS = ("rms", "adam")  # training/vln_loop.py
 ROUTE_WORDS = ("speaker", "grammar")  # training.vln_house.grammar_words
+ROUTES_HOUSE = ("own", "next-unseen")  # training.vln_house.routes_house
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,13 @@ class FedVLNSettings(Section):
         "route: a perfect speaker, a diagnostic; embedded houses only)",
         choices=ROUTE_WORDS,
     )
+    routes_house: str = setting(
+        "where an unseen house samples its pre-exploration routes: own (the paper) | "
+        "next-unseen (the held-out-house control, issue 64: the next unseen house's routes, "
+        "walked in its rooms, while the house is still scored on its own episodes; a study "
+        "control for simulation, where every house's data is on one machine)",
+        choices=ROUTES_HOUSE,
+    )
 
     def validate(self) -> None:
         if self.appearance and self.features_tsv:
@@ -129,6 +137,11 @@ class FedVLNSettings(Section):
                 "run config 'fedvln.route-words' = \"grammar\" needs the embedded houses "
                 '(fedvln.data-dir = ""): only they have a grammar that wrote their '
                 f"instructions, and {self.data_dir!r} is a data folder"
+            )
+        if self.routes_house != "own" and self.stage != "preexplore":
+            raise ConfigError(
+                f"run config 'fedvln.routes-house' = {self.routes_house!r} is a control of the "
+                f"preexplore stage; stage {self.stage!r} samples no unseen house's routes"
             )
         if self.stage == "preexplore" and self.variant == "centralized":
             raise ConfigError(

@@ -381,6 +381,39 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
     _audit(grid, "")
     assert assert_logged_as_sent(grid) > 0
     assert pd.read_csv(env / "rounds.csv")["bytes_up"].sum() == 0
+    from clients import fedvln_client
+    from config.schema import ConfigError, merged
+
+    own = {
+        fedvln_client.house_of(ctx).name: str(ctx.state["fedvln-routes"]["scan"])
+        for ctx in grid.contexts.values()
+        if "fedvln-routes" in ctx.state
+    }
+    assert len(own) == 2 and all(h == scan for h, scan in own.items())
+
+    # the held-out-house control: each unseen house adapts on the other's routes, in its rooms
+    grid, other = _run(
+        tmp_path,
+        "env-other",
+        **{"fedvln.stage": "preexplore", "fedvln.variant": "env-based"},
+        **{"fedvln.routes-house": "next-unseen"},
+        **inits,
+    )
+    _audit(grid, "")
+    taken = {
+        fedvln_client.house_of(ctx).name: ctx
+        for ctx in grid.contexts.values()
+        if "fedvln-routes" in ctx.state
+    }
+    assert sorted(taken) == sorted(own)  # the unseen houses, each with the other's routes
+    for house, ctx in taken.items():
+        scan = str(ctx.state["fedvln-routes"]["scan"])
+        assert scan != house and scan in own
+        routes = fedvln_client.routes_of(ctx, fedvln_client.house_of(ctx))
+        assert routes and {r.scan for r in routes} == {scan}
+    assert pd.read_csv(other / "rounds.csv")["local_steps"].sum() > 0
+    with pytest.raises(ConfigError, match="fedvln.routes-house"):
+        parse(merged({**TINY, "fedvln.routes-house": "next-unseen"}))  # the agent stage
 
 
 # ---- the training recipe ---------------------------------------------------------------

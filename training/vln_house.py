@@ -125,6 +125,23 @@ def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     return out
 
 
+def routes_house(house: House, where: str) -> House:
+    """The house whose routes `house` adapts on (`fedvln.routes-house`): itself (`own`, the
+    paper), or for an unseen house the next unseen house in name order, cyclically
+    (`next-unseen`: the held-out-house control of issue 64). Adapting elsewhere and being
+    scored here tells "gain from this house" from "gain from any adaptation" (more steps on
+    the task, a look of unseen houses in general). A seen house always keeps its own."""
+    if where == "own" or house.role != "unseen":
+        return house
+    unseen = house_names(house.setup)[1]
+    if len(unseen) < 2:
+        raise DataError(
+            f"fedvln.routes-house = {where!r} needs 2 or more unseen houses; "
+            f"{house.setup.source} has {len(unseen)}"
+        )
+    return open_house(house.setup, unseen[(unseen.index(house.name) + 1) % len(unseen)])
+
+
 def local_iterations(n_items: int, epochs: float, batch_size: int, cap: int = 0) -> int:
     """Minibatch updates in `epochs` passes over n_items (at least one), capped if cap > 0."""
     it = max(1, int(np.ceil(epochs * n_items / batch_size)))

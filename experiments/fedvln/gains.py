@@ -17,7 +17,10 @@ near 0 by chance, and a difference below one evaluation's noise is not a finding
 - federation's cost: FedEnvdrop − Envdrop, FedEnvdrop_aug − Envdrop_aug (step-matched);
 - pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug)
   or the pipeline's `--start-models` follower (`start`), and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
-  loses nothing) and fed-lan − env-based (what federating the encoder adds).
+  loses nothing) and fed-lan − env-based (what federating the encoder adds);
+- the held-out-house control (issue 64 item 4): env-based − `env-based@other` (each unseen
+  house adapting the same way on the next unseen house's routes, scored in its own): the part
+  of the gain that comes from adapting in this house, not from any adaptation.
 
 Both checkpoints: `best` (the paper's: highest val_unseen SR of a run, chosen on the split it
 is scored on, so every `best` carries the same optimistic pick of the maximum of its
@@ -33,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from config.fedvln import VARIANTS
-from experiments.fedvln.runs import curve, pick
+from experiments.fedvln.runs import HOUSE_CONTROL, curve, pick
 from experiments.tables import gain_text, paired
 
 MODELS = {
@@ -44,9 +47,10 @@ MODELS = {
     "FedEnvdrop_control": "augment-control",
     "Envdrop_control": "central/augment-control",
     "centralized": "preexplore-centralized",
-    **{v: f"preexplore-{v}" for v in VARIANTS},
+    **{v: f"preexplore-{v}" for v in (*VARIANTS, HOUSE_CONTROL)},
     "start": "start",  # the pipeline's --start-models follower, scored once
 }
+PRE = ("centralized", *VARIANTS, HOUSE_CONTROL)  # every pre-exploration run
 # (what it tests, a, b): the gain is a − b
 COMPARISONS = [
     ("augmentation, federated", "FedEnvdrop_aug", "FedEnvdrop"),
@@ -63,11 +67,13 @@ COMPARISONS = [
     ),
     ("federation's cost, agent", "FedEnvdrop", "Envdrop"),
     ("federation's cost, augmented", "FedEnvdrop_aug", "Envdrop_aug"),
-    *[(f"pre-exploration, {v}", v, "FedEnvdrop_aug") for v in ("centralized", *VARIANTS)],
-    *[
-        (f"pre-exploration, {v}, from --start-models", v, "start")
-        for v in ("centralized", *VARIANTS)
-    ],
+    *[(f"pre-exploration, {v}", v, "FedEnvdrop_aug") for v in PRE],
+    *[(f"pre-exploration, {v}, from --start-models", v, "start") for v in PRE],
+    (
+        "pre-exploration in the house vs the same in another house (held-out-house control)",
+        "env-based",
+        HOUSE_CONTROL,
+    ),
     ("sharing only the language encoder vs the whole model", "fed-lan", "fed-full"),
     ("federating the language encoder vs each house alone", "fed-lan", "env-based"),
 ]
@@ -117,7 +123,7 @@ def gains(dirs: dict[int, Path]) -> pd.DataFrame:
 
 def _starts(a: str, b: str) -> bool:
     """True when b is the checkpoint a starts from (a pre-exploration and its augmented agent)."""
-    return b in STARTS_FROM and a in ("centralized", *VARIANTS)
+    return b in STARTS_FROM and a in PRE
 
 
 def _by_seed(scores: pd.DataFrame, model: str, ck: str) -> dict[int, tuple[float, float]]:

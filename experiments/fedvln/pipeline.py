@@ -76,7 +76,7 @@ from config.schema import parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size
 from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
-from experiments.fedvln.runs import curve, pick, seed_dirs, summary
+from experiments.fedvln.runs import HOUSE_CONTROL, curve, pick, seed_dirs, summary
 from experiments.fedvln.teaching import teaching
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, path_digest, simulate
 from experiments.tables import se_eval
@@ -120,6 +120,8 @@ PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "fed-lan": ([3.52, 77.6, 63.6, 67.2, 73.2, 67.6], "24.6%"),
     "fed-lan+seen": ([3.47, 78.1, 64.8, 68.3, 73.5, 67.3], "24.6%"),
 }
+# Table 5's runs: centralized, the paper's variants, and the held-out-house control
+PRE_RUNS = ("centralized", *VARIANTS, HOUSE_CONTROL)
 PAPER_T9 = {  # optimizer steps (x 10^2) to 44% (seen training) / 62% (pre-exploration), R2R
     ("seen", "centralized"): 356,
     ("seen", "federated"): 825,
@@ -269,6 +271,15 @@ def run_seed(a, out: Path, seed: int) -> None:
             a.pre_rounds,
             seed,
             stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'),
+        )
+    if "preexplore" in a.stages:  # the held-out-house control: env-based on another's routes
+        control = f'{pre} fedvln.variant="env-based" fedvln.routes-house="next-unseen"'
+        _stage(
+            a,
+            out / _pre_run(HOUSE_CONTROL),
+            a.pre_rounds,
+            seed,
+            stage_config(a, "preexplore", control),
         )
     centralized(a, out, seed)
     if "preexplore" in a.stages:
@@ -658,10 +669,17 @@ def table2(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
     )
 
 
+def _paper_t5(method: str) -> list[float] | None:
+    """Table 5's R2R row of a method; None for the held-out-house control (not in the paper)."""
+    return PAPER_T5[method][0] if method in PAPER_T5 else None
+
+
 def _with_paper(t: pd.DataFrame, paper_of, cols: list[str], keys: list[str]) -> pd.DataFrame:
     t = t.assign(source="ours")
     papers = []
     for _, r in t.drop_duplicates(keys).iterrows():
+        if paper_of(r) is None:
+            continue
         papers.append(
             {**{k: r[k] for k in keys}, "source": "paper", **dict(zip(cols, paper_of(r)))}
         )
@@ -739,7 +757,7 @@ def table5(dirs: dict[int, Path]) -> pd.DataFrame:
     rows = []
     for seed, out in dirs.items():
         start = start_curve(out)
-        for v in ("centralized",) + VARIANTS:
+        for v in PRE_RUNS:
             df = curve(out, _pre_run(v))
             if df is None or not len(df):
                 continue
@@ -763,7 +781,7 @@ def table5(dirs: dict[int, Path]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     t = summary(rows, ["method", "checkpoint"], NAV + ["se_eval", "start_sr", "mb_up", "steps"])
-    return _with_paper(t, lambda r: PAPER_T5[r["method"]][0], NAV, ["method"])
+    return _with_paper(t, lambda r: _paper_t5(r["method"]), NAV, ["method"])
 
 
 def steps_to(df: pd.DataFrame, target: float) -> float:
@@ -915,7 +933,7 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
                 f"| {r['method']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                 f"{_pm(r, 'sr')} | {_pm(r, 'spl')} | {_pm(r, 'ndtw')} | "
                 f"{r['se_eval']:.1f} | {_pm(r, 'start_sr')} | {mb} | "
-                f"{PAPER_T5[r['method']][0][3]} |"
+                f"{_paper_cell(r['method'])} |"
             )
         lines.append("")
     t = result["table9"]
@@ -1039,9 +1057,14 @@ def _plot_speaker(ax, dirs: dict[int, Path]) -> None:
     ax.legend(fontsize=7)
 
 
+def _paper_cell(method: str) -> str:
+    p = _paper_t5(method)
+    return "–" if p is None else f"{p[3]}"
+
+
 def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
-    for v in ("centralized",) + VARIANTS:
-        _band(ax, dirs, _pre_run(v), "val_unseen_sr", v)
+    for v in PRE_RUNS:
+        _band(ax, dirs, _pre_run(v), "val_unseen_sr", v, ":" if v == HOUSE_CONTROL else "-")
     starts = [
         c["val_unseen_sr"].max()
         for c in (start_curve(o) for o in dirs.values())
@@ -1064,7 +1087,7 @@ def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(
         handles,
-        [f"{lab}; paper {PAPER_T5[lab.split(' (')[0]][0][3]}" for lab in labels],
+        [f"{lab}; paper {_paper_cell(lab.split(' (')[0])}" for lab in labels],
         fontsize=7,
     )
 

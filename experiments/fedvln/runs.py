@@ -15,6 +15,10 @@ from config import parse
 from config.fedvln_recipe import recipe_record, recorded_recipe
 from config.schema import merged, parse_overrides
 
+# the held-out-house control of pre-exploration (issue 64 item 4): env-based, each unseen house
+# adapting on the next unseen house's routes (fedvln.routes-house = "next-unseen"), scored in its own
+HOUSE_CONTROL = "env-based@other"
+
 
 def curve(out: Path, run: str) -> pd.DataFrame | None:
     """Evaluations of one run of one seed, with `steps` (cumulative optimizer steps, all
