@@ -345,6 +345,40 @@ def test_floors_and_model_selection_report_best_and_last(tmp_path):
     assert len(floor) == 1 and 0 <= floor[0]["best-test-succ-rate"] <= 1
 
 
+def test_a_partly_random_policy_is_scored_over_several_evaluation_streams():
+    """Issue 66: one stream of DQN-alpha's random beta per seed made three networks score the
+    same by chance (sd 0.0). The score is the mean over EVAL_STREAMS streams, the first being
+    the one stream of before; a greedy play (DQN-full) has one stream and no `-streams` key."""
+    from experiments.fedrl.table1 import seed_values, streams_of
+    from training.fedrl_baselines import EVAL_STREAMS, eval_streams, make, play
+
+    s = Settings.of(parse(merged({**SMALL})))
+    runner = make("dqn-alpha", s)
+    for _ in range(3):
+        runner.round()
+    out = runner.evaluate("valid")
+    streams = out["valid-succ-rate-streams"]
+    assert len(streams) == EVAL_STREAMS >= 3 and eval_streams("dqn-alpha", s) == EVAL_STREAMS
+    assert out["valid-succ-rate"] == pytest.approx(np.mean(streams))
+    assert streams[0] == play(s, "valid", runner.policy(runner.net))["succ-rate"]  # as before
+    assert len(set(out["valid-avg-reward-streams"])) > 1  # the streams move the score
+    full = make("dqn-full", s)
+    full.round()
+    assert "valid-succ-rate-streams" not in full.evaluate("valid")
+    assert eval_streams("dqn-full", s) == eval_streams("fedrl", s) == 1
+    floor = make("random-alpha", s).evaluate("valid")
+    assert len(floor["valid-succ-rate-streams"]) == EVAL_STREAMS
+    # the fingerprint names the streams only where there are several (FedRL's cache holds)
+    job = {"method": "fedrl", "seed": 0}
+    assert streams_of(job, s) == {} and streams_of({**job, "method": "dqn-alpha"}, s)
+    # a table cell's sd is over seeds x streams
+    sel = pd.DataFrame(
+        {"succ_rate": [0.4, 0.4], "succ_rate_streams": ["[0.4, 0.3, 0.5]", "[0.4, 0.35, 0.45]"]}
+    )
+    assert seed_values(sel, "succ_rate").tolist() == [0.4, 0.3, 0.5, 0.4, 0.35, 0.45]
+    assert seed_values(sel.drop(columns="succ_rate_streams"), "succ_rate").tolist() == [0.4, 0.4]
+
+
 @pytest.mark.slow
 def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, monkeypatch, capsys):
     import experiments.fedrl.table1 as t1

@@ -114,7 +114,7 @@ def one_run(job: dict) -> list[dict]:
     """Train and score one (method, rules, size, seed); rows per checkpoint and noise setting."""
     import torch
 
-    from training.fedrl_baselines import train
+    from training.fedrl_baselines import eval_streams, train
 
     torch.set_num_threads(1)
     s = settings_of(job)
@@ -147,6 +147,11 @@ def one_run(job: dict) -> list[dict]:
                     "split": score,
                     "succ_rate": last[f"{pre}{score}-succ-rate{sfx}"],
                     "avg_reward": last[f"{pre}{score}-avg-reward{sfx}"],
+                    # each evaluation stream's score (training/fedrl_baselines.EVAL_STREAMS)
+                    "eval_streams": eval_streams(job["method"], s),
+                    "succ_rate_streams": json.dumps(
+                        last.get(f"{pre}{score}-succ-rate{sfx}-streams", [])
+                    ),
                     "best_round": last["best-round"],
                     "rounds": job["rounds"],
                     "transitions": job["rounds"] * s.envs * s.act_steps,
@@ -198,11 +203,35 @@ def settings_of(job: dict):
     )
 
 
+def streams_of(job: dict, settings) -> dict:
+    """The fingerprint's word for a method scored over several evaluation streams
+    (training/fedrl_baselines.eval_streams; none for one stream, so FedRL's and the -full
+    networks' cached runs keep their fingerprints)."""
+    from training.fedrl_baselines import eval_streams
+
+    n = eval_streams(job["method"], settings)
+    return {"eval_streams": n} if n > 1 else {}
+
+
 def fingerprint(job: dict) -> str:
     """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
     settings it resolves to (defaults included), the map file's bytes, method, rounds,
-    evaluation cadence and the exchange version."""
-    return job_fingerprint(settings_of(job), "map_file", job, EXCHANGE, numerics=numerics())
+    evaluation cadence, the exchange version and the evaluation streams."""
+    s = settings_of(job)
+    return job_fingerprint(s, "map_file", job, EXCHANGE, numerics=numerics(), **streams_of(job, s))
+
+
+def seed_values(sel: pd.DataFrame, col: str) -> np.ndarray:
+    """The values a table cell's mean ± sd is over: each run's score, or for a method scored
+    over several evaluation streams each stream's (seeds x streams), so its sd holds the
+    evaluation's own spread, not only the seeds' (issue 66: three DQN-alpha seeds each scored
+    146 / 386 on their one stream, "37.8 ± 0.0")."""
+    streams = f"{col}_streams"
+    if streams in sel and len(sel) and all(isinstance(v, str) for v in sel[streams]):
+        lists = [json.loads(v) for v in sel[streams]]
+        if all(lists):
+            return np.concatenate(lists)
+    return sel[col].to_numpy()
 
 
 def cached_run(job: dict) -> list[dict]:
@@ -250,7 +279,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                         & (runs.test_noise.fillna("") == noise)
                     ]
                     for ckpt in ("best", "last"):
-                        vals = sel[sel.checkpoint == ckpt][col].to_numpy() * scale
+                        vals = seed_values(sel[sel.checkpoint == ckpt], col) * scale
                         row[f"{size}x{size} ours {ckpt}"] = mean_sd(vals)
                     row[f"{size}x{size} seeds"] = sel.seed.nunique()
                     row[f"{size}x{size} paper"] = paper_value(paper, key, size)

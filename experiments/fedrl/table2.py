@@ -53,7 +53,7 @@ import pandas as pd  # noqa: E402
 from config import parse
 from config.papers import FEDRL_TABLE2, FEDRL_TABLE2_DATASETS
 from experiments.fedrl import STUDY, numerics
-from experiments.fedrl.table1 import EXCHANGE  # noqa: E402
+from experiments.fedrl.table1 import EXCHANGE, streams_of  # noqa: E402
 from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
@@ -201,7 +201,10 @@ def fingerprint(job: dict) -> str:
     """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
     settings (defaults included), the corpus folder's bytes, method, rounds, evaluation
     cadence and the exchange version."""
-    return job_fingerprint(settings_of(job), "t2a_data", job, EXCHANGE, numerics=numerics())
+    s = settings_of(job)
+    method = VARIANTS.get(job["method"], (job["method"],))[0]
+    streams = streams_of({**job, "method": method}, s)
+    return job_fingerprint(s, "t2a_data", job, EXCHANGE, numerics=numerics(), **streams)
 
 
 def cached_run(job: dict) -> list[dict]:
