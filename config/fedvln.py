@@ -46,6 +46,14 @@ class FedVLNSettings(Section):
     unseen_rate: float = setting(
         "r1: unseen houses per round in pre-exploration", lo=0, hi=1, lo_open=True
     )
+    env_based_rate: float = setting(
+        "env-based pre-exploration: the share of unseen houses that train each round; 1 = "
+        "every house every round (server/fedvln_run.py); the federated variants' r1 gives "
+        "each house their updates (issue 64: budget told from averaging)",
+        lo=0,
+        hi=1,
+        lo_open=True,
+    )
     preexplore_seen_rate: float = setting(
         "r2: seen houses per round in fed-lan+seen", lo=0, hi=1, lo_open=True
     )

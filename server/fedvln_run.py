@@ -19,7 +19,9 @@ the paper keeps the best BLEU: why, there); `model.pt` is the last round's. The 
 optimizer, its learning rate and the server learning rate come from `config/fedvln_recipe.py`.
 * `preexplore` (Algorithm 1), starting from `agent-init`, on routes each unseen house samples
   and the speaker (`speaker-init`) describes; variant:
-    - `env-based`: every unseen house trains its own follower each round; nothing is sent up;
+    - `env-based`: every unseen house trains its own follower each round (or a share
+      `env-based-rate` of them: at r1, each house makes the federated variants' updates);
+      nothing is sent up;
     - `fed-full`: unseen houses at r1 (`unseen-rate`, 0.6) share the whole follower;
     - `fed-lan`: they send only the language encoder; decoder and critic stay in the house;
     - `fed-lan+seen`: as fed-lan, plus seen houses at r2 (`preexplore-seen-rate`, 0.18)
@@ -122,7 +124,8 @@ def plan_of(c: Config) -> Plan:
         routes=c.fedvln.preexplore_routes,
     )
     if variant == "env-based":
-        return Plan("follower", "", {"unseen": 1.0}, follower_to=("unseen",), **common)
+        rate = c.fedvln.env_based_rate
+        return Plan("follower", "", {"unseen": rate}, follower_to=("unseen",), **common)
     if variant == "fed-full":
         return Plan("follower", "*", {"unseen": r1}, follower_to=("unseen",), **common)
     if variant == "fed-lan":

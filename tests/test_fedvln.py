@@ -1311,6 +1311,51 @@ def test_pre_exploration_from_given_models_is_compared_with_that_start(tmp_path)
     assert not any("augmentation" in c for c, _ in t.index)
 
 
+def test_table5_has_its_house_and_budget_controls_and_says_which_runs_hit_the_cap(tmp_path):
+    """Issue 64 items 4 and 6: env-based is paired with the same adaptation in another house
+    and with itself at the federated variants' r1; fed-lan with the latter (same updates per
+    house); Table 5 counts the seeds whose run stopped at its round cap."""
+    import json
+
+    from config import parse
+    from config.schema import merged
+    from experiments.fedvln.gains import gains
+    from experiments.fedvln.pipeline import NAV, table5
+    from experiments.fedvln.runs import BUDGET_CONTROL, HOUSE_CONTROL, seed_dirs
+    from server.fedvln_run import plan_of
+
+    for seed in (0, 1, 2):
+        out = tmp_path / f"seed{seed}"
+        _fake_run(out, "preexplore-env-based", [30 + seed, 36 + seed, 35 + seed])
+        _fake_run(out, f"preexplore-{HOUSE_CONTROL}", [30 + seed, 32 + seed, 33 + seed])
+        _fake_run(out, f"preexplore-{BUDGET_CONTROL}", [30 + seed, 33 + seed, 34 + seed])
+        _fake_run(out, "preexplore-fed-lan", [30 + seed, 34 + seed])
+        for run, cap in (("env-based", 3), (HOUSE_CONTROL, 60), (BUDGET_CONTROL, 3)):
+            (out / f"preexplore-{run}" / "config.json").write_text(
+                json.dumps({"wall_s": 1.0, "num-server-rounds": cap})
+            )
+        for run in ("env-based", HOUSE_CONTROL, BUDGET_CONTROL, "fed-lan"):  # Table 5's columns
+            f = out / f"preexplore-{run}" / "rounds.csv"
+            other = {f"val_unseen_{k}": 1.0 for k in NAV if k != "sr"}
+            df = pd.read_csv(f).assign(bytes_up=0, val_unseen_n=90, **other)
+            df.to_csv(f, index=False)
+    dirs = seed_dirs(tmp_path, [0, 1, 2])
+    t = gains(dirs).set_index(["comparison", "checkpoint"])
+    house = t.loc[(next(c for c, _ in t.index if "another house" in c), "best")]
+    assert house["by_seed"] == "+3.0 / +3.0 / +3.0" and house["b"] == HOUSE_CONTROL
+    budget = t.loc[(next(c for c, _ in t.index if "every round vs at r1" in c), "best")]
+    assert budget["by_seed"] == "+2.0 / +2.0 / +2.0"
+    equal = t.loc[(next(c for c, _ in t.index if "same updates per house" in c), "best")]
+    assert equal["a"] == "fed-lan" and equal["by_seed"] == "+0.0 / +0.0 / +0.0"
+    t5 = table5(dirs).query("source == 'ours' and checkpoint == 'best'").set_index("method")
+    assert t5.loc["env-based", "seeds_at_cap"] == 3  # 3 rounds of a cap of 3
+    assert t5.loc[HOUSE_CONTROL, "seeds_at_cap"] == 0  # stopped before its cap of 60
+    # env-based trains every unseen house each round unless told to train r1 of them
+    rc = {"method": "fedvln", "fedvln.stage": "preexplore", "fedvln.variant": "env-based"}
+    assert plan_of(parse(merged(rc))).rates == {"unseen": 1.0}
+    assert plan_of(parse(merged({**rc, "fedvln.env-based-rate": 0.6}))).rates == {"unseen": 0.6}
+
+
 def test_a_gain_below_one_evaluations_noise_is_within_noise_even_if_the_seeds_agree(tmp_path):
     """Two seeds whose augmented agents both beat their control by 0.6 SR: the seeds' own
     spread is 0, but each SR is measured on 360 episodes (binomial sd ~2.4 points), so the

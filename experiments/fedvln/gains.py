@@ -20,7 +20,11 @@ near 0 by chance, and a difference below one evaluation's noise is not a finding
   loses nothing) and fed-lan − env-based (what federating the encoder adds);
 - the held-out-house control (issue 64 item 4): env-based − `env-based@other` (each unseen
   house adapting the same way on the next unseen house's routes, scored in its own): the part
-  of the gain that comes from adapting in this house, not from any adaptation.
+  of the gain that comes from adapting in this house, not from any adaptation;
+- the budget control (item 6): env-based − `env-based@r1` (each house training at the
+  federated variants' r1, so with their updates per house), and fed-lan − `env-based@r1`:
+  what federating the encoder adds with the updates held equal, where fed-lan − env-based
+  also holds env-based's twice as many updates.
 
 Both checkpoints: `best` (the paper's: highest val_unseen SR of a run, chosen on the split it
 is scored on, so every `best` carries the same optimistic pick of the maximum of its
@@ -36,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from config.fedvln import VARIANTS
-from experiments.fedvln.runs import HOUSE_CONTROL, curve, pick
+from experiments.fedvln.runs import BUDGET_CONTROL, HOUSE_CONTROL, curve, pick
 from experiments.tables import gain_text, paired
 
 MODELS = {
@@ -47,10 +51,10 @@ MODELS = {
     "FedEnvdrop_control": "augment-control",
     "Envdrop_control": "central/augment-control",
     "centralized": "preexplore-centralized",
-    **{v: f"preexplore-{v}" for v in (*VARIANTS, HOUSE_CONTROL)},
+    **{v: f"preexplore-{v}" for v in (*VARIANTS, HOUSE_CONTROL, BUDGET_CONTROL)},
     "start": "start",  # the pipeline's --start-models follower, scored once
 }
-PRE = ("centralized", *VARIANTS, HOUSE_CONTROL)  # every pre-exploration run
+PRE = ("centralized", *VARIANTS, HOUSE_CONTROL, BUDGET_CONTROL)  # every pre-exploration run
 # (what it tests, a, b): the gain is a − b
 COMPARISONS = [
     ("augmentation, federated", "FedEnvdrop_aug", "FedEnvdrop"),
@@ -73,6 +77,16 @@ COMPARISONS = [
         "pre-exploration in the house vs the same in another house (held-out-house control)",
         "env-based",
         HOUSE_CONTROL,
+    ),
+    (
+        "env-based: every round vs at r1 (the federated variants' updates per house)",
+        "env-based",
+        BUDGET_CONTROL,
+    ),
+    (
+        "federating the language encoder vs each house alone, same updates per house",
+        "fed-lan",
+        BUDGET_CONTROL,
     ),
     ("sharing only the language encoder vs the whole model", "fed-lan", "fed-full"),
     ("federating the language encoder vs each house alone", "fed-lan", "env-based"),

@@ -20,6 +20,13 @@ in Flower's simulation engine):
    the federated `rounds.csv`), evaluated at the same step counts.
 3. `preexplore-centralized/`: one follower on every unseen house's routes pooled (non-private),
    back-translated by the same speaker, with as many steps per round as env-based makes.
+4. Table 5's two controls (issue 64), beside the variants: `preexplore-env-based@other`, each
+   unseen house adapting env-based on the next unseen house's routes and scored in its own
+   (`fedvln.routes-house="next-unseen"`: the gain from *this* house, told from the gain from
+   any adaptation), and `preexplore-env-based@r1`, env-based with each house training at the
+   federated variants' r1 (`fedvln.env-based-rate`), so that it makes their updates per house
+   (env-based otherwise trains every house every round: twice a federated house's updates at
+   r1 = 0.6 of 4 houses). Table 5 says, per row, how many seeds stopped at the round cap.
 
 `--stages preexplore --start-models 'DIR/{seed}'` runs Table 5 alone from a given follower
 (`agent_best.pt`) and speaker (`speaker.pt`), e.g. the centralized ones of the appearance study
@@ -72,11 +79,19 @@ import torch
 from config import parse
 from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import CPU, recipe_of
-from config.schema import parse_overrides
+from config.schema import merged, parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size
 from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
-from experiments.fedvln.runs import HOUSE_CONTROL, curve, pick, seed_dirs, summary
+from experiments.fedvln.runs import (
+    BUDGET_CONTROL,
+    HOUSE_CONTROL,
+    at_cap,
+    curve,
+    pick,
+    seed_dirs,
+    summary,
+)
 from experiments.fedvln.teaching import teaching
 from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, path_digest, simulate
 from experiments.tables import se_eval
@@ -121,7 +136,7 @@ PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "fed-lan+seen": ([3.47, 78.1, 64.8, 68.3, 73.5, 67.3], "24.6%"),
 }
 # Table 5's runs: centralized, the paper's variants, and the held-out-house control
-PRE_RUNS = ("centralized", *VARIANTS, HOUSE_CONTROL)
+PRE_RUNS = ("centralized", *VARIANTS, HOUSE_CONTROL, BUDGET_CONTROL)
 PAPER_T9 = {  # optimizer steps (x 10^2) to 44% (seen training) / 62% (pre-exploration), R2R
     ("seen", "centralized"): 356,
     ("seen", "federated"): 825,
@@ -272,15 +287,20 @@ def run_seed(a, out: Path, seed: int) -> None:
             seed,
             stage_config(a, "preexplore", f'{pre} fedvln.variant="{v}"'),
         )
-    if "preexplore" in a.stages:  # the held-out-house control: env-based on another's routes
-        control = f'{pre} fedvln.variant="env-based" fedvln.routes-house="next-unseen"'
-        _stage(
-            a,
-            out / _pre_run(HOUSE_CONTROL),
-            a.pre_rounds,
-            seed,
-            stage_config(a, "preexplore", control),
-        )
+    if "preexplore" in a.stages:  # Table 5's controls: another house's routes; r1's budget
+        env = f'{pre} fedvln.variant="env-based"'
+        r1 = parse(merged(parse_overrides(stage_config(a, "preexplore")))).fedvln.unseen_rate
+        for name, extra in (
+            (HOUSE_CONTROL, 'fedvln.routes-house="next-unseen"'),
+            (BUDGET_CONTROL, f"fedvln.env-based-rate={r1}"),
+        ):
+            _stage(
+                a,
+                out / _pre_run(name),
+                a.pre_rounds,
+                seed,
+                stage_config(a, "preexplore", f"{env} {extra}"),
+            )
     centralized(a, out, seed)
     if "preexplore" in a.stages:
         centralized_preexplore(a, out, seed)
@@ -775,12 +795,17 @@ def table5(dirs: dict[int, Path]) -> pd.DataFrame:
                         "steps": int(r["steps"]),
                         "n_eval": r["val_unseen_n"],
                         "se_eval": se_eval(r["val_unseen_sr"], r["val_unseen_n"]),
+                        "at_cap": at_cap(out, _pre_run(v)),
                         **{k: r[f"val_unseen_{k}"] for k in NAV},
                     }
                 )
     if not rows:
         return pd.DataFrame()
-    t = summary(rows, ["method", "checkpoint"], NAV + ["se_eval", "start_sr", "mb_up", "steps"])
+    cols = NAV + ["se_eval", "start_sr", "mb_up", "steps", "at_cap"]
+    t = summary(rows, ["method", "checkpoint"], cols)
+    # how many seeds' runs stopped at the round cap, not by patience (issue 64: say if it binds)
+    capped = pd.DataFrame(rows).groupby(["method", "checkpoint"], sort=False)["at_cap"].sum()
+    t["seeds_at_cap"] = [capped.get((m, c), np.nan) for m, c in zip(t["method"], t["checkpoint"])]
     return _with_paper(t, lambda r: _paper_t5(r["method"]), NAV, ["method"])
 
 
@@ -924,16 +949,19 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     if len(t):
         lines += [
             "| Table 5 (val_unseen) | checkpoint | seeds | SR | SPL | nDTW | "
-            "SE of one eval | start SR | MB up | paper SR |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "SE of one eval | start SR | MB up | paper SR |"
+            + (" seeds at the round cap |" if "seeds_at_cap" in t else ""),
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if "seeds_at_cap" in t else ""),
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             mb = "–" if r["mb_up"] != r["mb_up"] else f"{r['mb_up']:.1f}"
+            cap = r.get("seeds_at_cap", None)
             lines.append(
                 f"| {r['method']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                 f"{_pm(r, 'sr')} | {_pm(r, 'spl')} | {_pm(r, 'ndtw')} | "
                 f"{r['se_eval']:.1f} | {_pm(r, 'start_sr')} | {mb} | "
                 f"{_paper_cell(r['method'])} |"
+                + ("" if cap is None else (" – |" if cap != cap else f" {int(cap)} |"))
             )
         lines.append("")
     t = result["table9"]
@@ -1064,7 +1092,8 @@ def _paper_cell(method: str) -> str:
 
 def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
     for v in PRE_RUNS:
-        _band(ax, dirs, _pre_run(v), "val_unseen_sr", v, ":" if v == HOUSE_CONTROL else "-")
+        controls = (HOUSE_CONTROL, BUDGET_CONTROL)
+        _band(ax, dirs, _pre_run(v), "val_unseen_sr", v, ":" if v in controls else "-")
     starts = [
         c["val_unseen_sr"].max()
         for c in (start_curve(o) for o in dirs.values())

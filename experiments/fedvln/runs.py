@@ -18,6 +18,9 @@ from config.schema import merged, parse_overrides
 # the held-out-house control of pre-exploration (issue 64 item 4): env-based, each unseen house
 # adapting on the next unseen house's routes (fedvln.routes-house = "next-unseen"), scored in its own
 HOUSE_CONTROL = "env-based@other"
+# the budget control of federated Table 5 (issue 64 item 6): env-based with each unseen house
+# training at the federated variants' r1 (fedvln.env-based-rate), so each makes their updates
+BUDGET_CONTROL = "env-based@r1"
 
 
 def curve(out: Path, run: str) -> pd.DataFrame | None:
@@ -47,6 +50,18 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
     df["steps"] = df["local_steps"].fillna(0).cumsum()
     key = "val_unseen_sr" if "val_unseen_sr" in df else "val_unseen_bleu"
     return df[df[key].notna()].reset_index(drop=True)
+
+
+def at_cap(out: Path, run: str) -> float:
+    """1.0 if a finished federated run trained every round of its cap (`num-server-rounds`:
+    patience did not stop it, so the cap may bind), 0.0 if patience stopped it first, NaN for
+    a run without rounds.csv (the centralized ones)."""
+    f, cfg = out / run / "rounds.csv", out / run / "config.json"
+    if not f.is_file() or not cfg.is_file():
+        return float("nan")
+    cap = int(json.loads(cfg.read_text()).get("num-server-rounds", 0))
+    done = int(pd.read_csv(f)["round"].max())
+    return float(cap > 0 and done >= cap)
 
 
 # what the launcher fills in or a resume sets, none of which changes the training
