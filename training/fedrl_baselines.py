@@ -60,8 +60,11 @@ def eval_streams(method: str, s: Settings) -> int:
 
 def stream_ids(base: int, n: int) -> list[tuple[int, ...]]:
     """Seed words of n evaluation streams: the first is (base,), the one stream of the code
-    before EVAL_STREAMS (so its scores are unchanged), then (base, 1), (base, 2), ..."""
-    return [(base,)] + [(base, k) for k in range(1, n)]
+    before EVAL_STREAMS (so its scores are unchanged), then (1000 base + 1,), (1000 base + 2,),
+    ... A step t draws from [seed, *stream, t]. Each stream is one word, never two: numpy's
+    SeedSequence ignores trailing zeros, so a two-word stream (base, k) would draw at t = 0
+    what the stream (base,) draws at t = k."""
+    return [(base,)] + [(1000 * base + k,) for k in range(1, n)]
 
 
 def over_streams(scores: list[dict]) -> dict:

@@ -210,7 +210,8 @@ def streams_of(job: dict, settings) -> dict:
     from training.fedrl_baselines import eval_streams
 
     n = eval_streams(job["method"], settings)
-    return {"eval_streams": n} if n > 1 else {}
+    # version 2: one seed word per stream (training/fedrl_baselines.stream_ids)
+    return {"eval_streams": n, "stream_ids": 2} if n > 1 else {}
 
 
 def fingerprint(job: dict) -> str:
@@ -219,19 +220,6 @@ def fingerprint(job: dict) -> str:
     evaluation cadence, the exchange version and the evaluation streams."""
     s = settings_of(job)
     return job_fingerprint(s, "map_file", job, EXCHANGE, numerics=numerics(), **streams_of(job, s))
-
-
-def seed_values(sel: pd.DataFrame, col: str) -> np.ndarray:
-    """The values a table cell's mean ± sd is over: each run's score, or for a method scored
-    over several evaluation streams each stream's (seeds x streams), so its sd holds the
-    evaluation's own spread, not only the seeds' (issue 66: three DQN-alpha seeds each scored
-    146 / 386 on their one stream, "37.8 ± 0.0")."""
-    streams = f"{col}_streams"
-    if streams in sel and len(sel) and all(isinstance(v, str) for v in sel[streams]):
-        lists = [json.loads(v) for v in sel[streams]]
-        if all(lists):
-            return np.concatenate(lists)
-    return sel[col].to_numpy()
 
 
 def cached_run(job: dict) -> list[dict]:
@@ -279,7 +267,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                         & (runs.test_noise.fillna("") == noise)
                     ]
                     for ckpt in ("best", "last"):
-                        vals = seed_values(sel[sel.checkpoint == ckpt], col) * scale
+                        vals = sel[sel.checkpoint == ckpt][col].to_numpy() * scale
                         row[f"{size}x{size} ours {ckpt}"] = mean_sd(vals)
                     row[f"{size}x{size} seeds"] = sel.seed.nunique()
                     row[f"{size}x{size} paper"] = paper_value(paper, key, size)
