@@ -146,6 +146,18 @@ class FedVLNSettings(Section):
                 '(fedvln.data-dir = ""): only they have a grammar that wrote their '
                 f"instructions, and {self.data_dir!r} is a data folder"
             )
+        if self.routes_house != "own" and not self.data_dir and self.unseen_houses < 2:
+            raise ConfigError(
+                f"run config 'fedvln.routes-house' = {self.routes_house!r} adapts each unseen "
+                "house on another's routes: it needs 'fedvln.unseen-houses' >= 2, not "
+                f"{self.unseen_houses}"
+            )
+        if self.env_based_rate != 1 and (self.stage, self.variant) != ("preexplore", "env-based"):
+            raise ConfigError(
+                f"run config 'fedvln.env-based-rate' = {self.env_based_rate} is the share of "
+                "houses of env-based pre-exploration; this run is stage "
+                f"{self.stage!r}, variant {self.variant!r}"
+            )
         if self.routes_house != "own" and self.stage != "preexplore":
             raise ConfigError(
                 f"run config 'fedvln.routes-house' = {self.routes_house!r} is a control of the "

@@ -41,6 +41,10 @@ import math
 import numpy as np
 
 APPEARANCE_DIM = 32
+# which formula makes the look: 1 = issue 41's style + detail, 2 = issue 64's room type + style +
+# detail. A study's cache keys carry it wherever appearance is on, so a run made on another
+# look is trained again, never reused (experiments/simulate, experiments/fedvln/centralized)
+LOOK_VERSION = 2
 
 
 def _rng(*names: str) -> np.random.Generator:

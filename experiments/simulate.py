@@ -71,6 +71,8 @@ def simulate(
     launch = {"args": cmd[2:], "defaults": defaults(), "policy": path_digest(policy or "")}
     if starts := _starts(run_config):
         launch["starts"] = starts
+    if look := _look(method, run_config):
+        launch["appearance_look"] = look
     recorded = json.loads(done_file.read_text()) if done_file.is_file() else None
     same = recorded is not None and operator.eq(*_pair(recorded, launch, run_config))
     same = same and not _recipe_changed(run_dir, method, run_config)
@@ -211,6 +213,19 @@ def _starts(run_config: str) -> dict[str, str]:
         for k, v in parse_overrides(run_config).items()
         if k.endswith("-init") and v
     }
+
+
+def _look(method: str, run_config: str) -> int | None:
+    """FedVLN's appearance formula where the run has one on (envs/vln_appearance.LOOK_VERSION,
+    code, not a run-config default): a run made on another look is another launch."""
+    if method != "fedvln":
+        return None
+    from config import parse
+    from config.schema import merged
+    from envs.vln_appearance import LOOK_VERSION
+
+    overrides = {**parse_overrides(run_config), "method": "fedvln"}
+    return LOOK_VERSION if parse(merged(overrides)).fedvln.appearance > 0 else None
 
 
 def _recipe_changed(run_dir: Path, method: str, run_config: str) -> bool:

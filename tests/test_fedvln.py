@@ -414,6 +414,11 @@ def test_privacy_audit_of_every_stage_and_fed_lan_sends_only_the_language_encode
     assert pd.read_csv(other / "rounds.csv")["local_steps"].sum() > 0
     with pytest.raises(ConfigError, match="fedvln.routes-house"):
         parse(merged({**TINY, "fedvln.routes-house": "next-unseen"}))  # the agent stage
+    pre = {**TINY, "fedvln.stage": "preexplore", "fedvln.variant": "env-based"}
+    with pytest.raises(ConfigError, match="fedvln.unseen-houses"):  # no other house to use
+        parse(merged({**pre, "fedvln.routes-house": "next-unseen", "fedvln.unseen-houses": 1}))
+    with pytest.raises(ConfigError, match="fedvln.env-based-rate"):  # not env-based
+        parse(merged({**pre, "fedvln.variant": "fed-lan", "fedvln.env-based-rate": 0.5}))
 
 
 # ---- the training recipe ---------------------------------------------------------------
@@ -833,6 +838,42 @@ def test_oracle_summary_pools_houses_by_episodes_and_pairs_each_arm_with_none():
     assert t.loc["speaker", other].startswith("-1.0")
     assert t.loc["grammar@other", "gain over none"].startswith("+9.0")
     assert t.loc["none", other] == t.loc["constant", other] == t.loc["grammar@other", other] == ""
+
+
+def test_the_oracles_control_adapts_on_another_unseen_houses_routes(tmp_path, monkeypatch):
+    """Issue 64 item 4: `<arm>@other` adapts on the next unseen house's routes (and words) and
+    is scored on this house's episodes; the other arms adapt at home."""
+    from experiments.fedvln import oracle
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for f in ("agent_best.pt", "speaker.pt"):
+        (ck / f).write_bytes(b"x")
+    seen = []
+
+    def fake_adapt(follower, house, arm, speaker, routes, labelled, a, seed):
+        scans = {r.scan for r in routes}
+        words = {r.scan for r in labelled.get(arm, routes)}
+        seen.append((house.name, arm, scans, words, {e.scan for e in house.val}))
+        return {"n": len(house.val), "sr": 0.0, "spl": 0.0}
+
+    monkeypatch.setattr(oracle, "adapt", fake_adapt)
+    monkeypatch.setattr(oracle, "_models", lambda a, seed: ck)
+    monkeypatch.setattr(oracle.vln_checkpoint, "load", lambda p: (None, None, None))
+    a = oracle.argparse.Namespace(
+        steps=1, routes=4, batch_size=2, lr=1e-4, data_dir="", appearance=0.0, models=str(ck),
+        out=str(tmp_path / "out"), redo=True,
+    )  # fmt: skip
+    oracle.run_seed(a, 0)
+    houses = sorted({h for h, *_ in seen})
+    assert len(houses) == 4 and len(seen) == 4 * len(oracle.ARMS)
+    for k, (house, word, scans, words, scored) in enumerate(seen):
+        arm = oracle.ARMS[k % len(oracle.ARMS)]  # adapted in the order of ARMS, house by house
+        assert word == arm.removesuffix("@other") and scored == {house}  # scored at home
+        if arm == "none":
+            continue
+        want = houses[(houses.index(house) + 1) % 4] if arm.endswith("@other") else house
+        assert scans == {want} and words == {want}, (house, arm)
 
 
 def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house():
@@ -1330,9 +1371,14 @@ def test_table5_has_its_house_and_budget_controls_and_says_which_runs_hit_the_ca
         _fake_run(out, f"preexplore-{HOUSE_CONTROL}", [30 + seed, 32 + seed, 33 + seed])
         _fake_run(out, f"preexplore-{BUDGET_CONTROL}", [30 + seed, 33 + seed, 34 + seed])
         _fake_run(out, "preexplore-fed-lan", [30 + seed, 34 + seed])
-        for run, cap in (("env-based", 3), (HOUSE_CONTROL, 60), (BUDGET_CONTROL, 3)):
+        for run, cap, early in (
+            ("env-based", 3, False),
+            (HOUSE_CONTROL, 60, False),
+            (BUDGET_CONTROL, 3, True),  # patience stopped it in the cap's own round
+        ):
+            conv = {"stopped_early": early}
             (out / f"preexplore-{run}" / "config.json").write_text(
-                json.dumps({"wall_s": 1.0, "num-server-rounds": cap})
+                json.dumps({"wall_s": 1.0, "num-server-rounds": cap, "convergence": conv})
             )
         for run in ("env-based", HOUSE_CONTROL, BUDGET_CONTROL, "fed-lan"):  # Table 5's columns
             f = out / f"preexplore-{run}" / "rounds.csv"
@@ -1350,6 +1396,8 @@ def test_table5_has_its_house_and_budget_controls_and_says_which_runs_hit_the_ca
     t5 = table5(dirs).query("source == 'ours' and checkpoint == 'best'").set_index("method")
     assert t5.loc["env-based", "seeds_at_cap"] == 3  # 3 rounds of a cap of 3
     assert t5.loc[HOUSE_CONTROL, "seeds_at_cap"] == 0  # stopped before its cap of 60
+    assert t5.loc[BUDGET_CONTROL, "seeds_at_cap"] == 0  # patience, not the cap
+    assert np.isnan(t5.loc["fed-lan", "seeds_at_cap"])  # no convergence record: not known
     # env-based trains every unseen house each round unless told to train r1 of them
     rc = {"method": "fedvln", "fedvln.stage": "preexplore", "fedvln.variant": "env-based"}
     assert plan_of(parse(merged(rc))).rates == {"unseen": 1.0}

@@ -94,6 +94,17 @@ def test_a_run_made_before_the_flag_resumes_with_it_off():
     off = centralized.stage_settings(centralized.parse_args([]), "agent")
     on = centralized.stage_settings(centralized.parse_args(["--appearance", "1"]), "agent")
     assert "appearance" not in off and on["appearance"] == 1.0
+    # which look made it (issue 64 changed the formula): a run on another look is retrained
+    from envs.vln_appearance import LOOK_VERSION
+
+    assert on["appearance_look"] == LOOK_VERSION and "appearance_look" not in off
+
+
+def test_a_federated_study_run_on_another_look_is_another_launch():
+    from experiments.simulate import _look
+
+    assert _look("fedvln", "fedvln.appearance=1") == 2
+    assert _look("fedvln", "") is None and _look("fedavg", "") is None
 
 
 def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_flags(tmp_path, capsys):

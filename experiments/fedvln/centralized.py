@@ -345,6 +345,10 @@ def stage_settings(a, stage: str) -> dict:
     kept = {k: v for k, v in sorted(vars(a).items()) if k not in NOT_SETTINGS | other}
     if not kept.get("appearance"):  # off, as in every run made before the flag: those resume
         kept.pop("appearance", None)
+    else:  # which look (envs/vln_appearance.LOOK_VERSION): a run on another one is retrained
+        from envs.vln_appearance import LOOK_VERSION
+
+        kept["appearance_look"] = LOOK_VERSION
     return kept
 
 

@@ -75,6 +75,7 @@ import torch
 
 from config.fedvln_recipe import CPU
 from envs.errors import DataError
+from envs.vln_appearance import LOOK_VERSION
 from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
 from experiments.simulate import RESULTS, ROOT, command_line, path_digest
@@ -141,6 +142,7 @@ def run_seed(a, seed: int) -> pd.DataFrame:
         launch["data_dir"] = a.data_dir
     if a.appearance:
         launch["appearance"] = a.appearance
+        launch["appearance_look"] = LOOK_VERSION  # envs/vln_appearance.py
     arms, houses = (R2R_ARMS, _r2r_houses) if a.data_dir else (ARMS, _embedded_houses)
     launch["arms"] = list(arms)
     if rows_csv.is_file() and not a.redo:
@@ -152,6 +154,10 @@ def run_seed(a, seed: int) -> pd.DataFrame:
     setup = open_setup(a.data_dir, "", HouseSpec(), a.appearance)  # vln_centralized's houses
     constant = quality.best_constant(setup.split("train"), seed)
     every = list(houses(setup, a, seed))
+    if len(every) < 2:  # the control would adapt in the house it is scored in
+        raise ValueError(
+            f"the held-out-house control needs 2 or more unseen houses, not {len(every)}"
+        )
     rows = []
     for i, (house, routes, labelled) in enumerate(every):
         labelled["constant"] = [dataclasses.replace(r, instruction=constant) for r in routes]

@@ -135,7 +135,7 @@ PAPER_T5 = {  # Envdrop rows, R2R val_unseen; shared share of parameters
     "fed-lan": ([3.52, 77.6, 63.6, 67.2, 73.2, 67.6], "24.6%"),
     "fed-lan+seen": ([3.47, 78.1, 64.8, 68.3, 73.5, 67.3], "24.6%"),
 }
-# Table 5's runs: centralized, the paper's variants, and the held-out-house control
+# Table 5's runs: centralized, the paper's variants, the held-out-house and the budget controls
 PRE_RUNS = ("centralized", *VARIANTS, HOUSE_CONTROL, BUDGET_CONTROL)
 PAPER_T9 = {  # optimizer steps (x 10^2) to 44% (seen training) / 62% (pre-exploration), R2R
     ("seen", "centralized"): 356,
@@ -690,7 +690,7 @@ def table2(dirs: dict[int, Path], stages=STAGES) -> pd.DataFrame:
 
 
 def _paper_t5(method: str) -> list[float] | None:
-    """Table 5's R2R row of a method; None for the held-out-house control (not in the paper)."""
+    """Table 5's R2R row of a method; None for the two controls (not in the paper)."""
     return PAPER_T5[method][0] if method in PAPER_T5 else None
 
 
@@ -804,7 +804,11 @@ def table5(dirs: dict[int, Path]) -> pd.DataFrame:
     cols = NAV + ["se_eval", "start_sr", "mb_up", "steps", "at_cap"]
     t = summary(rows, ["method", "checkpoint"], cols)
     # how many seeds' runs stopped at the round cap, not by patience (issue 64: say if it binds)
-    capped = pd.DataFrame(rows).groupby(["method", "checkpoint"], sort=False)["at_cap"].sum()
+    capped = (
+        pd.DataFrame(rows)
+        .groupby(["method", "checkpoint"], sort=False)["at_cap"]
+        .sum(min_count=1)  # all NaN (the centralized run): not known, not 0
+    )
     t["seeds_at_cap"] = [capped.get((m, c), np.nan) for m, c in zip(t["method"], t["checkpoint"])]
     return _with_paper(t, lambda r: _paper_t5(r["method"]), NAV, ["method"])
 

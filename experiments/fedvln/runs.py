@@ -53,15 +53,20 @@ def curve(out: Path, run: str) -> pd.DataFrame | None:
 
 
 def at_cap(out: Path, run: str) -> float:
-    """1.0 if a finished federated run trained every round of its cap (`num-server-rounds`:
-    patience did not stop it, so the cap may bind), 0.0 if patience stopped it first, NaN for
-    a run without rounds.csv (the centralized ones)."""
-    f, cfg = out / run / "rounds.csv", out / run / "config.json"
-    if not f.is_file() or not cfg.is_file():
+    """1.0 if a finished federated run trained to its round cap (`num-server-rounds`) without
+    patience stopping it (so the cap may bind), 0.0 if patience stopped it (even in the cap's
+    round) or something else ended it (a privacy budget), NaN where that is not recorded (no
+    rounds.csv: the centralized runs; a run without `convergence` in its config.json)."""
+    f, cfg_file = out / run / "rounds.csv", out / run / "config.json"
+    if not f.is_file() or not cfg_file.is_file():
         return float("nan")
-    cap = int(json.loads(cfg.read_text()).get("num-server-rounds", 0))
-    done = int(pd.read_csv(f)["round"].max())
-    return float(cap > 0 and done >= cap)
+    cfg = json.loads(cfg_file.read_text())
+    conv, cap = cfg.get("convergence"), int(cfg.get("num-server-rounds", 0))
+    if not isinstance(conv, dict) or cap <= 0:
+        return float("nan")
+    if conv.get("stopped_early") or "stopped" in cfg:
+        return 0.0
+    return float(int(pd.read_csv(f)["round"].max()) >= cap)
 
 
 # what the launcher fills in or a resume sets, none of which changes the training
