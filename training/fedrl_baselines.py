@@ -45,15 +45,21 @@ METHODS = ("fedrl", *BASELINES, *FLOORS)
 # evaluation streams of a policy whose moves are partly random (issue 66): with one stream per
 # seed, DQN-alpha's three 16x16 networks each scored 146 / 386 test maps (sd 0.0), while another
 # stream moved the same networks by 17-34 maps. The score is the mean over the streams, and
-# every stream's score is kept beside it (`<key>-streams`), so a table's sd can hold them.
+# every stream's score is kept beside it (`<key>-streams`).
 EVAL_STREAMS = 5
+
+
+def beta_at_random(full: bool, s: Settings) -> bool:
+    """Whether beta moves at random beside the network: an alpha-only network in paper mode
+    (in joint-action mode it moves both agents; a -full network has beta's own head)."""
+    return not full and s.mode != "joint-action"
 
 
 def eval_streams(method: str, s: Settings) -> int:
     """Streams `method`'s evaluation averages: EVAL_STREAMS where its moves are partly random
     (the floors; an alpha-only network in paper mode, beside a random beta), else 1 (FedRL,
     the -full networks and joint-action mode play greedily: one stream is the whole score)."""
-    if method in FLOORS or (method in ("dqn-alpha", "fcn-alpha") and s.mode != "joint-action"):
+    if method in FLOORS or (method in ("dqn-alpha", "fcn-alpha") and beta_at_random(False, s)):
         return EVAL_STREAMS
     return 1
 
@@ -201,7 +207,7 @@ class DQNLocal:
         """Greedy play of the last (and best) network, averaged over the evaluation streams of
         the random beta beside an alpha-only network (`eval_streams`; one where none moves at
         random). Valid scores choose the best checkpoint on that mean too."""
-        n = EVAL_STREAMS if not (self.full or self.joint) else 1
+        n = EVAL_STREAMS if beta_at_random(self.full, self.s) else 1
         out = {}
         for w in checkpoints(weights):
             net = self.best if w == "best" and self.best is not None else self.net
