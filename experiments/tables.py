@@ -8,6 +8,7 @@ Runs and seeds themselves live in experiments/simulate.py (`cached`, `in_paralle
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -117,13 +118,49 @@ def study_files(results_dir, name: str) -> list[Path]:
     return [res / f"{name}.csv", res / f"{name}_runs.csv", res / f"{name}.png"]
 
 
+def made_by(df, csv: Path) -> str:
+    """The command that made a committed CSV (its `command` column), for a figure drawn again
+    from it (`--plot-only`): the figure names the command that made its numbers, not the redraw."""
+    cmds = sorted(set(df["command"].dropna())) if "command" in df else []
+    if len(cmds) != 1:
+        raise ValueError(f"{csv}: needs one `command` (the command that made it), found {cmds}")
+    return cmds[0]
+
+
+def redraw(csv: Path, draw, **read) -> int:
+    """`--plot-only`: `draw(df, command)` from a committed CSV and the command that made it;
+    exit status 2 with one line naming the file when it is missing or has no command."""
+    import pandas as pd
+
+    try:
+        if not Path(csv).is_file():
+            raise ValueError(f"{csv}: no such file (run the study first)")
+        df = pd.read_csv(csv, **read)
+        draw(df, made_by(df, csv))
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    return 0
+
+
+def redraw_study(files: list[Path], draw) -> int:
+    """`--plot-only` for a `save_study` study: its figure from its committed runs CSV, under the
+    command its summary records."""
+    import pandas as pd
+
+    def from_runs(table, command):
+        draw(pd.read_csv(files[1]), files[2], command)
+
+    return redraw(files[0], from_runs)
+
+
 def save_study(files: list[Path], runs, table, command: str, draw) -> None:
     """Write `study_files`: the runs, the summary with the command that made it, and the
-    figure `draw(runs, png)` makes."""
+    figure `draw(runs, png, command)` makes (`experiments.figures.save`)."""
     files[0].parent.mkdir(parents=True, exist_ok=True)
     runs.to_csv(files[1], index=False)
     table.assign(command=command).to_csv(files[0], index=False)
-    draw(runs, files[2])
+    draw(runs, files[2], command)
 
 
 def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:

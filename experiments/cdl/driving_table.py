@@ -49,8 +49,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments import figures  # noqa: E402
 from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate  # noqa: E402
-from experiments.tables import paired_interval  # noqa: E402
+from experiments.tables import paired_interval, redraw  # noqa: E402
 
 STUDY = "driving.train-per-silo=150 driving.test-per-silo=50"
 ROUNDS = 10
@@ -295,9 +296,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     cmd = command_line(__file__, argv)
     if args.plot_only:  # cdl_driving_table.png needs the per-seed runs (--tables-only)
-        plot_signal(pd.read_csv(RESULTS / "cdl_signal_sweep.csv"))
-        plot_noniid(pd.read_csv(RESULTS / "cdl_noniid.csv"))
-        return 0
+        signal = redraw(RESULTS / "cdl_signal_sweep.csv", plot_signal)
+        return signal or redraw(RESULTS / "cdl_noniid.csv", plot_noniid)
     if args.markdown:
         print(markdown())
         return 0
@@ -351,7 +351,7 @@ def main(argv=None) -> int:
         )
         summary["seeds"] = summary.key.map(iso.groupby("key").seed.nunique())
         save(summary, "cdl_driving_table.csv", cmd)
-        plot_isolate(iso, fl)
+        plot_isolate(iso, fl, cmd)
     if "signal" in args.parts:
         sig = done(signal_runs(seeds))
         sig["beta"] = sig.key.str.extract(r"beta=([\d.]+)")[0].astype(float)
@@ -401,7 +401,7 @@ def main(argv=None) -> int:
                 "cdl_signal_strongest.csv",
                 cmd,
             )
-        plot_signal(grid)
+        plot_signal(grid, cmd)
     if "official" in args.parts:
         off = done(official_runs(seeds, args.rounds_official))
         runs_all.append(off)
@@ -410,7 +410,7 @@ def main(argv=None) -> int:
             "cdl_official.csv",
             cmd,
         )
-        plot_official(off, work, seeds, args.rounds_official, fl)
+        plot_official(off, work, seeds, args.rounds_official, fl, cmd)
     if "noniid" in args.parts:
         rows = []
         base = done(
@@ -430,7 +430,7 @@ def main(argv=None) -> int:
             right_index=True,
         )
         save(table, "cdl_noniid.csv", cmd)
-        plot_noniid(table)
+        plot_noniid(table, cmd)
     print("\n" + markdown())
     return 0
 
@@ -521,7 +521,7 @@ def markdown() -> str:
     return "\n".join(parts)
 
 
-def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame) -> None:
+def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame, command: str) -> None:
     keys = list(dict.fromkeys(iso.key))
     dfl = [k for k in keys if iso[iso.key == k].consensus.max() > 0]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
@@ -568,10 +568,10 @@ def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame) -> None:
     axes[1].set_ylabel("consensus distance (parameters)")
     axes[1].set_title("DFL silos' disagreement")
     fig.tight_layout()
-    fig.savefig(RESULTS / "cdl_driving_table.png", dpi=110)
+    figures.save(fig, RESULTS / "cdl_driving_table.png", command)
 
 
-def plot_signal(grid: pd.DataFrame) -> None:
+def plot_signal(grid: pd.DataFrame, command: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for b, g in grid[~grid.key.str.contains("clip")].groupby("beta"):
         g = g.sort_values("temperature")
@@ -603,10 +603,12 @@ def plot_signal(grid: pd.DataFrame) -> None:
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(RESULTS / "cdl_signal_sweep.png", dpi=110)
+    figures.save(fig, RESULTS / "cdl_signal_sweep.png", command)
 
 
-def plot_official(off: pd.DataFrame, work: Path, seeds, rounds: int, fl: pd.DataFrame) -> None:
+def plot_official(
+    off: pd.DataFrame, work: Path, seeds, rounds: int, fl: pd.DataFrame, command: str
+) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, method in (("gossip", "gossip"), ("cdl", "cdl")):
         curves = []
@@ -630,10 +632,10 @@ def plot_official(off: pd.DataFrame, work: Path, seeds, rounds: int, fl: pd.Data
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "cdl_official.png", dpi=110)
+    figures.save(fig, RESULTS / "cdl_official.png", command)
 
 
-def plot_noniid(table: pd.DataFrame) -> None:
+def plot_noniid(table: pd.DataFrame, command: str) -> None:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(13, 3.6))
     for ax, metric in zip(axes, METRICS):
         t = table[table.metric == metric].sort_values("non_iid")
@@ -654,7 +656,7 @@ def plot_noniid(table: pd.DataFrame) -> None:
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(RESULTS / "cdl_noniid.png", dpi=110)
+    figures.save(fig, RESULTS / "cdl_noniid.png", command)
 
 
 if __name__ == "__main__":

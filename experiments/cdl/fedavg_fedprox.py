@@ -25,7 +25,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
+from experiments import figures  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line, simulate  # noqa: E402
+from experiments.tables import made_by  # noqa: E402
 
 
 def centralized_reference(args, seed: int) -> dict:
@@ -99,8 +101,8 @@ def main(argv=None) -> int:
     p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
     args = p.parse_args(argv)
     if args.plot_only:
-        redraw(args.name)
-        return 0
+        return redraw(args.name)
+    cmd = command_line(__file__, argv)
     frames = []
     for seed in args.seeds:
         for method in args.methods:
@@ -155,15 +157,18 @@ def main(argv=None) -> int:
     summary.insert(2, "silos", args.num_clients)
     summary.insert(3, "seeds", len(args.seeds))
     RESULTS.mkdir(parents=True, exist_ok=True)
+    summary = summary.assign(command=cmd)
     summary.to_csv(RESULTS / f"{args.name}.csv", index=False, float_format="%.4f")
     rounds.to_csv(RESULTS / f"{args.name}_rounds.csv", index=False, float_format="%.4f")
-    draw(rounds, summary, args.name, args.num_clients)
-    print(summary.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    draw(rounds, summary, args.name, args.num_clients, cmd)
+    print(summary.drop(columns="command").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"wrote {RESULTS / args.name}.csv, _rounds.csv, .png")
     return 0
 
 
-def draw(rounds: pd.DataFrame, summary: pd.DataFrame, name: str, num_clients: int) -> None:
+def draw(
+    rounds: pd.DataFrame, summary: pd.DataFrame, name: str, num_clients: int, command: str
+) -> None:
     """RMSE per round, mean and sd over seeds (FedAvg and FedProx side by side, not on top of
     each other), our centralized and constant yardsticks, and the CDL paper's FedAvg and
     FedProx RMSE (Udacity+, their silos: another data set, drawn for scale)."""
@@ -203,14 +208,19 @@ def draw(rounds: pd.DataFrame, summary: pd.DataFrame, name: str, num_clients: in
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=110)
-    plt.close(fig)
+    figures.save(fig, RESULTS / f"{name}.png", command)
 
 
-def redraw(name: str) -> None:
-    """The figure again from the committed CSVs (no run)."""
-    summary = pd.read_csv(RESULTS / f"{name}.csv")
-    draw(pd.read_csv(RESULTS / f"{name}_rounds.csv"), summary, name, int(summary.silos.iloc[0]))
+def redraw(name: str) -> int:
+    """The figure again from the committed CSVs (no run), under the command that made them."""
+    csv = RESULTS / f"{name}.csv"
+    if not csv.is_file():
+        print(f"{csv}: no such file (run the study first)", file=sys.stderr)
+        return 2
+    summary = pd.read_csv(csv)
+    rounds = pd.read_csv(RESULTS / f"{name}_rounds.csv")
+    draw(rounds, summary, name, int(summary.silos.iloc[0]), made_by(summary, csv))
+    return 0
 
 
 if __name__ == "__main__":

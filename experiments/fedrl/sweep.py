@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments import figures  # noqa: E402
 from experiments.fedrl.table1 import (  # noqa: E402
     check_common,
     common_args,
@@ -34,7 +35,7 @@ from experiments.fedrl.table1 import (  # noqa: E402
     splits_for,
 )
 from experiments.simulate import RESULTS, command_line  # noqa: E402
-from experiments.tables import refuse_overwrite  # noqa: E402
+from experiments.tables import redraw, refuse_overwrite  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -64,21 +65,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rules", default="paper", choices=["paper", "reference"])
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--name", default="")
-    ap.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSV")
     common_args(ap)
     args = ap.parse_args(argv)
     cmd = command_line(__file__, argv)
     name = args.name or f"fedrl_sweep_{args.knob}"
     csv, png = RESULTS / f"{name}.csv", RESULTS / f"{name}.png"
     if args.plot_only:
-        table = pd.read_csv(csv, keep_default_na=False)
-        draw(
-            table,
-            args.knob,
-            png,
-            f"{cmd} (from {csv.name}, settings: {table.settings.iloc[0]})",
-        )
-        return 0
+        return redraw(csv, lambda t, c: draw(t, args.knob, png, c), keep_default_na=False)
     values = [v if args.knob == "lr" else int(v) for v in args.values]
     try:
         if args.rounds <= 0 or min(values) <= 0:
@@ -124,7 +117,7 @@ def main(argv=None) -> int:
     table.insert(1, "size", args.size)
     table.insert(2, "rounds", args.rounds)
     table.insert(3, "settings", args.run_config)
-    table.to_csv(csv, index=False)
+    table.assign(command=cmd).to_csv(csv, index=False)
     print(f"\n{cmd}\n" + table.to_string(index=False))
     draw(table, args.knob, png, cmd)
     return 0
@@ -178,10 +171,8 @@ def draw(table: pd.DataFrame, knob: str, png, command: str) -> None:
         ax.set_title(f"{size}x{size}, {rules} rules, {ckpt} checkpoint")
         ax.set_ylabel("SuccRate % (mean ± sd over seeds)")
         ax.legend(fontsize=6, ncol=2)
-    fig.suptitle(command, fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import pandas as pd  # noqa: E402
 
 from config import parse
 from config.papers import FEDRL_TABLE1, FEDRL_TABLE1_SIZES
+from experiments import figures  # noqa: E402
 from experiments.fedrl import STUDY, numerics
 from experiments.simulate import (  # noqa: E402
     RESULTS,
@@ -60,6 +61,7 @@ from experiments.tables import (  # noqa: E402
     ours_bars,
     paper_bars,
     pipe_table,
+    redraw,
     refuse_overwrite,
 )
 
@@ -293,7 +295,7 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
+def plot(runs: pd.DataFrame, rules: str, path: Path, command: str) -> None:
     sizes = sorted(runs["size"].unique())
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False)
     labels = [r[0] for r in ROWS]
@@ -318,10 +320,8 @@ def plot(runs: pd.DataFrame, rules: str, path: Path, title: str) -> None:
         ax.set_title(f"{size}x{size}, {rules} rules: SuccRate %")
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, fontsize=8)
-    fig.suptitle(title, fontsize=8)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figures.save(fig, path, command)
 
 
 def parse_rounds(text: str, sizes) -> dict[int, int]:
@@ -353,6 +353,11 @@ def common_args(ap: argparse.ArgumentParser) -> None:
         help="where finished runs are kept (resume)",
     )
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
+    ap.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSV, under the command that made it",
+    )
 
 
 def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
@@ -391,6 +396,10 @@ def main(argv=None) -> int:
     cmd = command_line(__file__, argv)
     out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
     pngs = [RESULTS / f"{args.name}_{r}.png" for r in args.rules]
+    if args.plot_only:
+        return redraw(
+            runs_csv, lambda runs, c: [plot(runs, r, p, c) for r, p in zip(args.rules, pngs)]
+        )
     try:
         rounds = parse_rounds(args.rounds, args.sizes) if args.rounds else dict(DEFAULT_ROUNDS)
         extra, files = check_common(args, args.sizes)
@@ -421,7 +430,7 @@ def main(argv=None) -> int:
         print(f"{size}x{size}: maps {ranges[size]} from {files[size] or 'generated maps'}")
     runs = run_jobs(jobs, args.jobs)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(runs_csv, index=False)
+    runs.assign(command=cmd).to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
     print(f"\n{cmd}\n\n" + markdown(table))

@@ -52,6 +52,7 @@ import pandas as pd  # noqa: E402
 
 from config import parse
 from config.papers import FEDRL_TABLE2, FEDRL_TABLE2_DATASETS
+from experiments import figures  # noqa: E402
 from experiments.fedrl import STUDY, numerics
 from experiments.fedrl.table1 import EXCHANGE, streams_of  # noqa: E402
 from experiments.simulate import (  # noqa: E402
@@ -67,6 +68,7 @@ from experiments.tables import (  # noqa: E402
     ours_bars,
     paper_bars,
     pipe_table,
+    redraw,
     refuse_overwrite,
 )
 
@@ -262,7 +264,7 @@ def markdown(table: pd.DataFrame) -> str:
     return pipe_table(head, rows)
 
 
-def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
+def plot(runs: pd.DataFrame, path: Path, command: str) -> None:
     datasets = [d for d in DATASETS if d in set(runs.dataset)]
     fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4.2), squeeze=False)
     rows = shown(runs)
@@ -288,10 +290,8 @@ def plot(runs: pd.DataFrame, path: Path, title: str) -> None:
         ax.set_title(f"{NAMES[ds]} ({ds})")
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, fontsize=8)
-    fig.suptitle(title, fontsize=7)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figures.save(fig, path, command)
 
 
 def paired(runs: pd.DataFrame) -> pd.DataFrame:
@@ -348,6 +348,11 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="fedrl_table2")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
     ap.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSV, under the command that made it",
+    )
+    ap.add_argument(
         "--paired-only",
         action="store_true",
         help="only write <name>_paired.csv from the committed <name>_runs.csv (no training)",
@@ -356,6 +361,8 @@ def main(argv=None) -> int:
     cmd = command_line(__file__, argv)
     out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
     png, paired_csv = RESULTS / f"{args.name}.png", RESULTS / f"{args.name}_paired.csv"
+    if args.plot_only:
+        return redraw(runs_csv, lambda runs, c: plot(runs, png, c))
     if args.paired_only:
         if not runs_csv.is_file():
             print(f"fedrl_table2: {runs_csv}: no such file (run the table first)", file=sys.stderr)
@@ -407,7 +414,7 @@ def main(argv=None) -> int:
     done = in_parallel(cached_run, order, args.jobs, "text2action runs", processes=True)
     runs = pd.DataFrame([r for rows in done for r in rows])
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(runs_csv, index=False)
+    runs.assign(command=cmd).to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
     print(f"\n{cmd}\n\n" + markdown(table))

@@ -38,7 +38,8 @@ from contracts.fedvln import SPEAKER_SELECTION
 from envs.errors import DataError
 from envs.vln_houses import HouseSpec
 from envs.vln_setup import open_vln
-from experiments.simulate import RESULTS, ROOT
+from experiments import figures
+from experiments.simulate import RESULTS, ROOT, command_line
 from models import vln_checkpoint
 from models.envdrop import Follower, FollowerSize, parameter_share
 from models.speaker import Speaker, SpeakerSize
@@ -303,6 +304,7 @@ def converged(best: Patience, rows: list[dict], log: Path, stage: str) -> bool:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    a.command = command_line(__file__, argv)
     try:
         return run(a)
     except DataError as e:  # bad data folder, feature file or missing earlier stage
@@ -495,11 +497,11 @@ def run(a) -> int:
             )
         follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
         train_follower(a, vln, follower, train, evals, "augment-control", out, tokens, settings)
-    summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}")
+    summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}", a.command)
     return 0
 
 
-def summarize(out: Path, dest: Path) -> None:
+def summarize(out: Path, dest: Path, command: str) -> None:
     """The paper-vs-ours table of the run in `out`, written to dest.csv and dest.png."""
     rows = []
     for model, stage in (("Envdrop", "agent"), ("Envdrop_aug", "augment")):
@@ -544,10 +546,10 @@ def summarize(out: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     table.round(2).to_csv(dest.with_suffix(".csv"), index=False)
     print(table.round(1).to_string(index=False))
-    plot_curves(out, dest.with_suffix(".png"))
+    plot_curves(out, dest.with_suffix(".png"), command)
 
 
-def plot_curves(out: Path, png: Path) -> None:
+def plot_curves(out: Path, png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -572,8 +574,7 @@ def plot_curves(out: Path, png: Path) -> None:
         axes[1].set(xlabel="iteration", ylabel="BLEU-4", title="speaker")
         axes[1].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.simulate import RESULTS, ROOT, simulate
+from experiments import figures
+from experiments.simulate import RESULTS, ROOT, command_line, simulate
 from experiments.tables import pipe_table
 
 # name: (run config beyond the speaker stage, round cap, eval every, patience in evaluations);
@@ -166,7 +167,7 @@ def main(argv=None) -> int:
         )
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(dest.with_suffix(".png"), dpi=110)
+    figures.save(fig, dest.with_suffix(".png"), command_line(__file__, argv))
     return 0
 
 

@@ -43,9 +43,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.fedvln.pipeline import _pm
 from experiments.fedvln.runs import curve, finished_twin, pick
-from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
+from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
 
 # every run names all four settings it varies, so a later change of the defaults leaves its
 # numbers as they are (it is trained again, study.json records the defaults, to the same result)
@@ -210,7 +211,7 @@ def main(argv=None) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     table.round(2).to_csv(dest / "fedvln_gap.csv", index=False)
     df.round(2).to_csv(dest / "fedvln_gap_runs.csv", index=False)
-    plot(pd.concat(curves), dest / "fedvln_gap.png", a)
+    plot(pd.concat(curves), dest / "fedvln_gap.png", a, command_line(__file__, argv))
     print(table.round(1).to_string(index=False))
     return 0
 
@@ -234,7 +235,7 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot(curves: pd.DataFrame, png: Path, a) -> None:
+def plot(curves: pd.DataFrame, png: Path, a, command: str) -> None:
     """Mean val_unseen SR over seeds against optimizer steps (all houses), one line per run;
     a seed that stopped early holds its last value, so the mean is over every seed."""
     import matplotlib
@@ -254,8 +255,7 @@ def plot(curves: pd.DataFrame, png: Path, a) -> None:
     )
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.simulate import RESULTS, ROOT, simulate
+from experiments import figures
+from experiments.simulate import RESULTS, ROOT, command_line, simulate
 
 PAPER_T7 = pd.DataFrame(
     {  # Envdrop on R2R: rounds to reach 43/45/47% unseen SR, best SR
@@ -114,11 +115,11 @@ def main(argv=None) -> int:
     out = pd.concat([ours.assign(source="ours"), PAPER_T7.assign(source="paper (R2R)")])
     out.round(2).to_csv(dest / f"fedvln_local_epochs{suffix}.csv", index=False)
     print(out.round(1).to_string(index=False))
-    plot(curves, targets, dest / f"fedvln_local_epochs{suffix}.png")
+    plot(curves, targets, dest / f"fedvln_local_epochs{suffix}.png", command_line(__file__, argv))
     return 0
 
 
-def plot(curves: dict, targets: list[float], png: Path) -> None:
+def plot(curves: dict, targets: list[float], png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,8 +148,7 @@ def plot(curves: dict, targets: list[float], png: Path) -> None:
     ax.set(xlabel="local epochs E", ylabel="rounds", title="paper Table 7 (Envdrop, R2R)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 if __name__ == "__main__":

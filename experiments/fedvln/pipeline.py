@@ -81,6 +81,7 @@ from config.fedvln import STAGES, VARIANTS
 from config.fedvln_recipe import CPU, recipe_of
 from config.schema import merged, parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size
+from experiments import figures
 from experiments.fedvln import centralized as vln_centralized
 from experiments.fedvln import gains as fedvln_gains
 from experiments.fedvln.runs import (
@@ -93,7 +94,15 @@ from experiments.fedvln.runs import (
     summary,
 )
 from experiments.fedvln.teaching import teaching
-from experiments.simulate import RESEARCH_POLICY, RESULTS, ROOT, in_parallel, path_digest, simulate
+from experiments.simulate import (
+    RESEARCH_POLICY,
+    RESULTS,
+    ROOT,
+    command_line,
+    in_parallel,
+    path_digest,
+    simulate,
+)
 from experiments.tables import se_eval
 from models import vln_checkpoint
 from models.envdrop import Follower
@@ -1012,7 +1021,7 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
         if len(t):
             t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
             print(f"\n{name}\n{t.round(1).to_string(index=False)}")
-    plot(dirs, dest / f"fedvln_pipeline{suffix}.png", a.stages)
+    plot(dirs, dest / f"fedvln_pipeline{suffix}.png", a.command, a.stages)
     print("\n" + markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"]))
     return result
 
@@ -1029,7 +1038,7 @@ def _band(ax, dirs, run, col, label, style="-"):
     ax.fill_between(x, wide.min(axis=1), wide.max(axis=1), color=line.get_color(), alpha=0.15)
 
 
-def plot(dirs: dict[int, Path], png: Path, stages=STAGES) -> None:
+def plot(dirs: dict[int, Path], png: Path, command: str, stages=STAGES) -> None:
     """One panel per table the study made (--stages): Table 2's follower, Table 4's speaker,
     Table 5's pre-exploration, each with the paper's R2R numbers drawn beside ours."""
     import matplotlib
@@ -1050,8 +1059,7 @@ def plot(dirs: dict[int, Path], png: Path, stages=STAGES) -> None:
     for draw, ax in zip(panels, np.atleast_1d(axes)):
         draw(ax, dirs)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def _plot_follower(ax, dirs: dict[int, Path]) -> None:
@@ -1127,6 +1135,7 @@ def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    a.command = command_line(__file__, argv)
     for flag in (
         "agent_rounds",
         "speaker_rounds",

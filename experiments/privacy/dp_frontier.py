@@ -58,7 +58,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.simulate import RESULTS, ROOT, simulate  # noqa: E402
+from experiments import figures  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line, simulate  # noqa: E402
+from experiments.tables import redraw  # noqa: E402
 from strategies.floors import headline_rmse  # noqa: E402
 
 CENTRAL_Z = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
@@ -270,8 +272,7 @@ def main(argv=None) -> int:
         print(norms.groupby("round")[["norm_with_statistics", "norm_weights_only"]].median())
         return 0
     if args.plot_only:
-        draw(pd.read_csv(RESULTS / f"{name}.csv"), name)
-        return 0
+        return redraw(RESULTS / f"{name}.csv", lambda table, cmd: draw(table, cmd, name))
     runs = []
     for seed in args.seeds:
         for mode, knob, run_config in settings(args):
@@ -342,13 +343,14 @@ def main(argv=None) -> int:
     table.insert(0, "method", args.method)
     table.insert(1, "batchnorm", args.batchnorm)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / f"{name}.csv", index=False, float_format="%.6g")
+    cmd = command_line(__file__, argv)
+    table.assign(command=cmd).to_csv(RESULTS / f"{name}.csv", index=False, float_format="%.6g")
     seeded = [floors.assign(mode=mode, rmse=floors[col])[["mode", "seed", "rmse"]]
               for mode, col in (("local-only (no release)", "local_only_rmse"),
                                 ("constant (pooled train mean)", "constant_rmse"))]  # fmt: skip
     runs = pd.concat([runs, *seeded], ignore_index=True)  # the floors seed by seed too
     runs.to_csv(RESULTS / f"{name}_runs.csv", index=False, float_format="%.6g")
-    draw(table, name)
+    draw(table, cmd, name)
     print(table.to_string(index=False))
     return 0
 
@@ -446,7 +448,7 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def draw(table: pd.DataFrame, name: str = NAME) -> None:
+def draw(table: pd.DataFrame, command: str, name: str = NAME) -> None:
     """RMSE (last round, mean and sd over seeds) against epsilon on a log axis, central and
     local DP, with no-DP FedAvg, local-only and the constant predictor as lines."""
     label = method_label(table)
@@ -482,8 +484,7 @@ def draw(table: pd.DataFrame, name: str = NAME) -> None:
                  f"{how}{where})", fontsize=10)  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=120)
-    plt.close(fig)
+    figures.save(fig, RESULTS / f"{name}.png", command, dpi=120)
 
 
 if __name__ == "__main__":

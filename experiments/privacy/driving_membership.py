@@ -35,8 +35,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite, save_study, study_files
+from experiments.tables import (
+    mean_sd,
+    pipe_table,
+    redraw_study,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
 
 FRONTIER = ROOT / "runs" / "dp_frontier"
 
@@ -166,9 +174,16 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default=str(FRONTIER), help="dp_frontier's runs folder")
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
+    ap.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
     a = ap.parse_args(argv)
     runs_dir = Path(a.runs)
     outs = study_files(a.results_dir, "driving_membership")
+    if a.plot_only:
+        return redraw_study(outs, plot)
     refuse_overwrite(outs, a.force)
     frontier = pd.read_csv(RESULTS / "dp_frontier_runs.csv")
     rows = []
@@ -255,7 +270,7 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, body)
 
 
-def plot(runs: pd.DataFrame, png: Path) -> None:
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,8 +291,7 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
            title="Loss-threshold membership inference on the global model")  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 if __name__ == "__main__":

@@ -47,9 +47,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, refuse_overwrite, save_study, study_files
+from experiments.tables import mean_sd, redraw_study, refuse_overwrite, save_study, study_files
 
 DIRECTIONS = ("up", "down", "left", "right")
 DELTA = 1e-5
@@ -267,7 +268,7 @@ def auc_panel(ax, runs: pd.DataFrame, curves, title: str):
     return g, sig, x
 
 
-def plot(runs: pd.DataFrame, png: Path) -> None:
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,8 +286,7 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
     bx.set(xscale="log", xlabel="σ", ylabel="test SuccRate (%)", title="The task at the same σ")
     bx.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def true_pairs(alpha, s, steps: int, seed: int):
@@ -388,7 +388,7 @@ def markdown_defence(t: pd.DataFrame) -> str:
     return pipe_table(head, body)
 
 
-def plot_defence(runs: pd.DataFrame, png: Path) -> None:
+def plot_defence(runs: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -399,8 +399,7 @@ def plot_defence(runs: pd.DataFrame, png: Path) -> None:
               ("auc_shuffled", "chance (labels shuffled)", "s--"))  # fmt: skip
     auc_panel(ax, runs, curves, "One trained network, released at each σ")
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def main(argv=None) -> int:
@@ -414,6 +413,11 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="fedrl_attack")
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
     ap.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
+    ap.add_argument(
         "--defence-curve",
         action="store_true",
         help="one network per seed (trained at sigma 1), released at each of --sigmas",
@@ -424,6 +428,8 @@ def main(argv=None) -> int:
         return 2
     if a.defence_curve:
         outs = study_files(a.results_dir, a.name + "_defence")
+        if a.plot_only:
+            return redraw_study(outs, plot_defence)
         refuse_overwrite(outs, a.force)
         runs = pd.DataFrame(
             [
@@ -437,6 +443,8 @@ def main(argv=None) -> int:
         print(markdown_defence(t))
         return 0
     outs = study_files(a.results_dir, a.name)
+    if a.plot_only:
+        return redraw_study(outs, plot)
     refuse_overwrite(outs, a.force)
     runs = pd.DataFrame(
         [one_run(sg, sd, a.rounds, a.steps, Path(a.work)) for sg in a.sigmas for sd in a.seeds]

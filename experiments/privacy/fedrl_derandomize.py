@@ -38,9 +38,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, refuse_overwrite, save_study, study_files
+from experiments.tables import mean_sd, redraw_study, refuse_overwrite, save_study, study_files
 
 ALPHA = 0  # the role number SeededNoise mixes into its seed
 
@@ -183,7 +184,7 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, body)
 
 
-def plot(runs: pd.DataFrame, png: Path) -> None:
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,8 +209,7 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
                title=f"σ = {sigma:g}: β reads α's view")  # fmt: skip
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def main(argv=None) -> int:
@@ -223,11 +223,18 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--name", default="fedrl_derandomize")
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
+    ap.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
     a = ap.parse_args(argv)
     if a.rounds < 1 or a.steps < 1 or a.window < 1 or any(x <= 0 for x in a.sigmas):
         print("fedrl_derandomize: --rounds, --steps, --window >= 1; --sigmas > 0", file=sys.stderr)
         return 2
     outs = study_files(a.results_dir, a.name)
+    if a.plot_only:
+        return redraw_study(outs, plot)
     refuse_overwrite(outs, a.force)
     runs = pd.DataFrame(
         [

@@ -37,6 +37,7 @@ import sys
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.fedrl.table1 import PAPER, check_common, common_args, run_jobs, splits_for
 from experiments.simulate import RESULTS, command_line
 from experiments.tables import (
@@ -44,6 +45,7 @@ from experiments.tables import (
     mean_sd,
     paired,
     pipe_table,
+    redraw_study,
     refuse_overwrite,
     save_study,
     study_files,
@@ -214,7 +216,7 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, body) + "\n\n" + said
 
 
-def plot(runs: pd.DataFrame, png) -> None:
+def plot(runs: pd.DataFrame, png, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -252,8 +254,7 @@ def plot(runs: pd.DataFrame, png) -> None:
         ax.set_ylabel(f"test SuccRate % (mean ± sd, {int(t.seeds.max())} seeds)")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def main(argv=None) -> int:
@@ -265,6 +266,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cmd = command_line(__file__, argv)
     outs = study_files(RESULTS, args.name)
+    if args.plot_only:
+        return redraw_study(outs, plot)
     try:
         if args.rounds <= 0 or min(args.sigmas) < 0:
             raise ValueError("--rounds must be positive and --sigmas >= 0")

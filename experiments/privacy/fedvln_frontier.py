@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.fedvln import centralized
 from experiments.fedvln.runs import curve, pick
 from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
@@ -54,6 +55,7 @@ from experiments.tables import (
     mean_sd,
     paired,
     pipe_table,
+    redraw_study,
     refuse_overwrite,
     save_study,
     study_files,
@@ -85,6 +87,11 @@ def parse_args(argv=None):
     p.add_argument("--name", default="fedvln_frontier")
     p.add_argument("--work", default="", help="runs folder (default runs/<name>)")
     p.add_argument("--force", action="store_true", help="overwrite committed results")
+    p.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
     return p.parse_args(argv)
 
 
@@ -350,7 +357,7 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, body) + "\n\n" + said
 
 
-def plot(runs: pd.DataFrame, png) -> None:
+def plot(runs: pd.DataFrame, png, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -387,14 +394,15 @@ def plot(runs: pd.DataFrame, png) -> None:
         ax.set_xlim(right=right)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
     cmd = command_line(__file__, argv)
     outs = study_files(RESULTS, a.name)
+    if a.plot_only:
+        return redraw_study(outs, plot)
     try:
         if a.rounds <= 0 or a.clip <= 0 or a.jobs < 1 or a.floor_houses < 0:
             raise ValueError("--rounds, --clip and --jobs must be positive, --floor-houses >= 0")

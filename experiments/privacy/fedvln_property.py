@@ -45,8 +45,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite, save_study, study_files
+from experiments.tables import (
+    mean_sd,
+    pipe_table,
+    redraw_study,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
 
 VARIANTS = {"whole model": "", "language encoder": "lang_encoder."}
 PROJECTION = 128
@@ -230,7 +238,7 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, body)
 
 
-def plot(runs: pd.DataFrame, png: Path) -> None:
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -253,8 +261,7 @@ def plot(runs: pd.DataFrame, png: Path) -> None:
            title="Property inference on one house's release")  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figures.save(fig, png, command)
 
 
 def main(argv=None) -> int:
@@ -268,6 +275,11 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
     ap.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
+    ap.add_argument(
         "--resummarize",
         action="store_true",
         help="only the summary and figure again, from the committed per-run CSV",
@@ -277,6 +289,8 @@ def main(argv=None) -> int:
         print("fedvln_property: --houses >= 10, --steps >= 1, --noise >= 0", file=sys.stderr)
         return 2
     outs = study_files(a.results_dir, "fedvln_property")
+    if a.plot_only:
+        return redraw_study(outs, plot)
     refuse_overwrite(outs, a.force)
     if a.resummarize:
         runs = pd.read_csv(outs[1])
