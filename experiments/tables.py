@@ -127,6 +127,15 @@ def made_by(df, csv: Path) -> str:
     return cmds[0]
 
 
+def plot_only_flag(parser) -> None:
+    """A study script's `--plot-only`: its figure again from its committed CSVs (`redraw`)."""
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
+
+
 def redraw(csv: Path, draw, **read) -> int:
     """`--plot-only`: `draw(df, command)` from a committed CSV and the command that made it;
     exit status 2 with one line naming the file when it is missing or has no command."""

@@ -61,6 +61,7 @@ from experiments.tables import (  # noqa: E402
     ours_bars,
     paper_bars,
     pipe_table,
+    plot_only_flag,
     redraw,
     refuse_overwrite,
 )
@@ -353,11 +354,7 @@ def common_args(ap: argparse.ArgumentParser) -> None:
         help="where finished runs are kept (resume)",
     )
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    ap.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSV, under the command that made it",
-    )
+    plot_only_flag(ap)
 
 
 def check_common(args, sizes) -> tuple[dict, dict[int, str]]:

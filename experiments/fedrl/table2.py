@@ -68,6 +68,7 @@ from experiments.tables import (  # noqa: E402
     ours_bars,
     paper_bars,
     pipe_table,
+    plot_only_flag,
     redraw,
     refuse_overwrite,
 )
@@ -347,11 +348,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_table2"))
     ap.add_argument("--name", default="fedrl_table2")
     ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    ap.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSV, under the command that made it",
-    )
+    plot_only_flag(ap)
     ap.add_argument(
         "--paired-only",
         action="store_true",

@@ -50,7 +50,14 @@ import pandas as pd
 from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, redraw_study, refuse_overwrite, save_study, study_files
+from experiments.tables import (
+    mean_sd,
+    plot_only_flag,
+    redraw_study,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
 
 DIRECTIONS = ("up", "down", "left", "right")
 DELTA = 1e-5
@@ -412,11 +419,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--name", default="fedrl_attack")
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
-    ap.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSVs, under the command that made them",
-    )
+    plot_only_flag(ap)
     ap.add_argument(
         "--defence-curve",
         action="store_true",

@@ -41,7 +41,14 @@ import pandas as pd
 from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
 from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, redraw_study, refuse_overwrite, save_study, study_files
+from experiments.tables import (
+    mean_sd,
+    plot_only_flag,
+    redraw_study,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
 
 ALPHA = 0  # the role number SeededNoise mixes into its seed
 
@@ -223,11 +230,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--name", default="fedrl_derandomize")
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
-    ap.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSVs, under the command that made them",
-    )
+    plot_only_flag(ap)
     a = ap.parse_args(argv)
     if a.rounds < 1 or a.steps < 1 or a.window < 1 or any(x <= 0 for x in a.sigmas):
         print("fedrl_derandomize: --rounds, --steps, --window >= 1; --sigmas > 0", file=sys.stderr)

@@ -55,6 +55,7 @@ from experiments.tables import (
     mean_sd,
     paired,
     pipe_table,
+    plot_only_flag,
     redraw_study,
     refuse_overwrite,
     save_study,
@@ -87,11 +88,7 @@ def parse_args(argv=None):
     p.add_argument("--name", default="fedvln_frontier")
     p.add_argument("--work", default="", help="runs folder (default runs/<name>)")
     p.add_argument("--force", action="store_true", help="overwrite committed results")
-    p.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSVs, under the command that made them",
-    )
+    plot_only_flag(p)
     return p.parse_args(argv)
 
 

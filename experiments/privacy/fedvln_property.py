@@ -50,6 +50,7 @@ from experiments.simulate import RESULTS, ROOT, command_line
 from experiments.tables import (
     mean_sd,
     pipe_table,
+    plot_only_flag,
     redraw_study,
     refuse_overwrite,
     save_study,
@@ -274,11 +275,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedvln_property"))
     ap.add_argument("--results-dir", default=str(RESULTS))
     ap.add_argument("--force", action="store_true", help="overwrite committed results")
-    ap.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSVs, under the command that made them",
-    )
+    plot_only_flag(ap)
     ap.add_argument(
         "--resummarize",
         action="store_true",
