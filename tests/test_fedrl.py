@@ -383,55 +383,68 @@ def test_a_partly_random_policy_is_scored_over_several_evaluation_streams():
     assert len(set(draws.values())) == len(draws)
 
 
+STUDY_FILE = """
+name = "fedrl_table1"
+runs = "fedrl-gridworld"
+analysis = "experiments.fedrl.table1"
+[grid]
+sizes = [8]
+rules = ["paper"]
+seeds = [0, 1]
+methods = ["random-both", "dqn-alpha"]
+rounds = 3
+eval-every = 1
+run-config = { "fedrl.eval-episodes" = 10, "fedrl.warmup" = 32, "fedrl.envs" = 8, "fedrl.batch-size" = 8 }
+"""
+
+
 @pytest.mark.slow
-def test_table_script_resumes_refuses_overwrite_and_names_bad_flags(tmp_path, monkeypatch, capsys):
+def test_a_study_file_runs_resumes_refuses_overwrite_and_names_bad_fields(
+    tmp_path, monkeypatch, capsys
+):
+    """experiments/study.py on a Table 1 study file: it writes the runs, the table with the
+    paper's values and the figure under its own command, refuses to overwrite them, resumes
+    every finished run, and names the file and field of a mistake (exit 2, nothing run)."""
     import experiments.fedrl.table1 as t1
+    from experiments import study
 
     monkeypatch.setattr(t1, "RESULTS", tmp_path / "results")
-    args = [
-        "--sizes",
-        "8",
-        "--rules",
-        "paper",
-        "--methods",
-        "random-both",
-        "dqn-alpha",
-        "--seeds",
-        "0",
-        "1",
-        "--rounds",
-        "3",
-        "--eval-every",
-        "1",
-        "--jobs",
-        "1",
-        "--work",
-        str(tmp_path / "work"),
-        "--run-config",
-        "fedrl.eval-episodes=10 fedrl.warmup=32 fedrl.envs=8 fedrl.batch-size=8",
-    ]
+    toml = tmp_path / "t1.toml"
+    toml.write_text(STUDY_FILE)
+    args = [str(toml), "--jobs", "1", "--work", str(tmp_path / "work")]
     # called as from a notebook or a venv elsewhere: sys.argv[0] is not in the project
     monkeypatch.setattr(sys, "argv", [str(tmp_path / "elsewhere" / "bin" / "pytest"), "-q"])
-    assert t1.main(args) == 0
-    assert "python -m experiments.fedrl.table1 --sizes 8 --rules paper" in capsys.readouterr().out
+    assert study.main(args) == 0
+    assert f"python -m experiments.study {toml}" in capsys.readouterr().out
     runs = pd.read_csv(tmp_path / "results" / "fedrl_table1_runs.csv")
     assert set(runs.checkpoint) == {"best", "last"} and runs.seed.nunique() == 2
     assert set(runs.split) == {"test"}  # generated maps hold the paper's test split
+    assert set(runs.command) == {
+        f"python -m experiments.study {toml} --jobs 1 --work {tmp_path / 'work'}"
+    }
     table = pd.read_csv(tmp_path / "results" / "fedrl_table1.csv")
     dqn = table[(table.method == "DQN-alpha") & (table.metric == "SuccRate %")].iloc[0]
     assert str(dqn["8x8 paper"]) == "88.27" and "±" in dqn["8x8 ours best"]
     assert (tmp_path / "results" / "fedrl_table1_paper.png").stat().st_size > 0
-    assert t1.main(args) == 2 and "--force" in capsys.readouterr().err  # no silent overwrite
+    assert study.main(args) == 2 and "--force" in capsys.readouterr().err  # no silent overwrite
 
     def retrain(job):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(t1, "one_run", retrain)
-    assert t1.main(args + ["--force"]) == 0  # every run resumed from --work
-    assert t1.main(args[:-2] + ["--force", "--map-dir", str(tmp_path / "none")]) == 2
-    assert "gridworld_o_8.mat not found" in capsys.readouterr().err
-    assert t1.main(args[:-2] + ["--force", "--run-config", "fedrl.nope=1"]) == 2
-    assert "fedrl.nope" in capsys.readouterr().err
+    assert study.main(args + ["--force"]) == 0  # every run resumed from --work
+    for bad, named in (
+        (STUDY_FILE + 'map-dir = "no/such/dir"\n', "grid.map-dir"),
+        (STUDY_FILE.replace('"dqn-alpha"', '"dqn-alfa"'), "grid.methods"),
+        (STUDY_FILE.replace("rounds = 3", "rounds = 0"), "grid.rounds"),
+        (STUDY_FILE.replace("fedrl.warmup", "fedrl.warm-up"), "grid.run-config"),
+        (STUDY_FILE.replace("[grid]", "[grids]"), "grids"),
+        (STUDY_FILE.replace('runs = "fedrl-gridworld"', 'runs = "gridworld"'), "runs ="),
+    ):
+        toml.write_text(bad)
+        assert study.main(args + ["--force"]) == 2
+        err = capsys.readouterr().err
+        assert str(toml) in err and named in err, (named, err)
 
 
 @pytest.mark.slow

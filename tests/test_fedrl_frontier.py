@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -95,21 +96,33 @@ def test_the_crossing_is_the_largest_sigma_whose_paired_interval_clears_dqn_alph
 
 
 @pytest.mark.slow
-def test_the_study_records_each_party_s_epsilon_and_refuses_sigma_in_run_config(
-    tmp_path, monkeypatch, capsys
-):
+def test_the_study_records_each_party_s_epsilon(tmp_path, monkeypatch, capsys):
     import experiments.privacy.fedrl_frontier as fr
+    from experiments import study
 
     monkeypatch.setattr(fr, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(sys, "argv", ["pytest"])
-    args = ["--sigmas", "0", "1", "1000", "--seeds", "0", "--rounds", "3", "--eval-every", "1",
-            "--jobs", "1", "--work", str(tmp_path / "work"), "--train-maps", "0-199",
-            "--valid-maps", "6400-6449", "--test-maps", "7200-7249",
-            "--run-config", "fedrl.eval-episodes=10 fedrl.warmup=8 fedrl.envs=8 "
-            "fedrl.batch-size=8"]  # fmt: skip
-    assert fr.main(args) == 0
+    committed = (Path(study.__file__).parent / "studies" / "fedrl_frontier.toml").read_text()
+    # the committed study, shrunk: 3 sigmas, one seed, 3 rounds, small maps and batches
+    toml = tmp_path / "frontier.toml"
+    toml.write_text(
+        committed.replace('map-dir = "../shared/data/gridworld"', "")
+        .replace("seeds = [0, 1, 2]", "seeds = [0]")
+        .replace("rounds = 200", "rounds = 3")
+        .replace("eval-every = 10", 'eval-every = 1\nmaps = { train = "0-199", '
+                 'valid = "6400-6449", test = "7200-7249" }\nrun-config = { '
+                 '"fedrl.eval-episodes" = 10, "fedrl.warmup" = 8, "fedrl.envs" = 8, '
+                 '"fedrl.batch-size" = 8 }')
+        .replace('  { "fedrl.sigma" = 0.25 },\n', "")
+        .replace('  { "fedrl.sigma" = 2.0 },\n  { "fedrl.sigma" = 4.0 },\n', "")
+        .replace('  { "fedrl.sigma" = 8.0 },\n  { "fedrl.sigma" = 16.0 },\n', "")
+        .replace('  { "fedrl.sigma" = 64.0 },\n  { "fedrl.sigma" = 256.0 },\n',
+                 '  { "fedrl.sigma" = 1000.0 },\n')
+    )  # fmt: skip
+    assert study.main([str(toml), "--jobs", "1", "--work", str(tmp_path / "work")]) == 0
     runs = pd.read_csv(tmp_path / "results" / "fedrl_frontier_runs.csv")
     fed = runs[(runs.method == "fedrl") & (runs.checkpoint == "best")]
+    assert sorted(set(fed.sigma)) == [0.0, 1.0, 1000.0]
     eps = fed.groupby("sigma").eps_alpha.max()
     assert math.isinf(eps[0.0]) and 0 < eps[1000.0] < eps[1.0] < np.inf
     # each epsilon is the accountant's for the party's whole-run count of its most-released
@@ -130,5 +143,3 @@ def test_the_study_records_each_party_s_epsilon_and_refuses_sigma_in_run_config(
     assert len(base[base.method == "dqn-alpha"]) == 2  # once per seed (best, last), not per sigma
     assert (tmp_path / "results" / "fedrl_frontier.png").stat().st_size > 0
     assert "FedRL σ = 1 (paper's)" in capsys.readouterr().out
-    bad = args[:-1] + ["fedrl.sigma=2"]
-    assert fr.main(bad + ["--force"]) == 2 and "--sigmas" in capsys.readouterr().err

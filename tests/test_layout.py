@@ -361,6 +361,13 @@ def test_every_committed_figure_names_a_command_its_script_accepts(monkeypatch):
             pass
         except SystemExit as e:
             broken.append(f"{png.name}: {command!r}: its parser refused it (exit {e.code})")
+        if module == "experiments.study":  # and the study file it names is one that loads
+            from experiments.study import load
+
+            try:
+                load(ROOT / args[0])
+            except ValueError as e:
+                broken.append(f"{png.name}: {e}")
     assert not broken, broken
     assert not UNSTAMPED_FIGURES - {p.name for p in pngs}, "a listed figure no longer exists"
 

@@ -1,28 +1,28 @@
-"""The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's beside ours.
+"""The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's beside ours,
+and the run layer every Grid-World study shares (the study kind "fedrl-gridworld" of
+experiments/study.py):
 
-    python -m experiments.fedrl.table1 --map-dir ../shared/data/gridworld
-           [--sizes 8 16 32] [--rules paper reference] [--seeds 0 1 2] [--rounds 8=300,16=400]
-           [--train-maps 0-6399 --valid-maps 6400-7199 --test-maps 7200-7999]
-           [--run-config "fedrl.history=4 ..."] [--jobs 2] [--name fedrl_table1] [--force]
+    python -m experiments.study experiments/studies/fedrl_table1.toml
 
 Methods (experiments/fedrl/local.py says who acts on what): FCN-alpha, DQN-alpha, FedRL
 (test_noise on / off), FCN-full, DQN-full, and two floors that learn nothing: alpha moving
 uniformly at random with beta staying, and both moving at random. Every method gets the same
 maps, rules, T_m, rounds (B envs x S steps, then K updates per round), exploration, replay and
-model selection: valid every `--eval-every` rounds, the best-valid checkpoint kept; each run is
+model selection: valid every `eval-every` rounds, the best-valid checkpoint kept; each run is
 scored on the score split at the best checkpoint (`best`, what the paper and the reference's
 main.py report) and at the last round (`last`).
 
-Maps: `--map-dir` takes gridworld_o_<n>.mat files. With all 8000 maps the paper's split is used
-(train 0-6399, valid 6400-7199, test 7200-7999). Our shared copy holds maps 0-7199 only (the test
-maps are kept aside), so by default the paper's valid range is halved: 6400-6799 selects the
-checkpoint and 6800-7199 is scored (scoring the maps that selected it would flatter every
-method). Without `--map-dir`: the embedded generated maps (8000 per size, paper split). The maps
-used per split, and why any were skipped, are printed and saved in the per-run CSV.
+Maps: a study's `map-dir` names a folder of gridworld_o_<n>.mat files. With all 8000 maps the
+paper's split is used (train 0-6399, valid 6400-7199, test 7200-7999). Our shared copy holds
+maps 0-7199 only (the test maps are kept aside), so by default the paper's valid range is
+halved: 6400-6799 selects the checkpoint and 6800-7199 is scored (scoring the maps that selected
+it would flatter every method); `maps = {train = "A-B", ...}` overrides a split. Without
+`map-dir`: the embedded generated maps (8000 per size, paper split). The maps used per split,
+and why any were skipped, are printed and saved in the per-run CSV.
 
-Each run is saved as it finishes (`--work`, default runs/fedrl_table1/) and a rerun skips runs
-already there, so the script resumes. Results go to experiments/results/<name>{,_runs}.csv and
-<name>_<rules>.png; existing result files are not overwritten without `--force`.
+Each run is saved as it finishes (runs/fedrl_table1/, or the runner's `--work`) and a rerun
+skips runs already there under the same fingerprint, so a study resumes. Results go to
+experiments/results/<name>{,_runs}.csv and <name>_<rules>.png.
 FedRL runs in one process (experiments/fedrl/local.py: the Flower app's protocol as direct
 calls; tests/test_fedrl.py checks both compute the same). The paper's FedRL-1 / FedRL-2 labels
 contradict each other (Sec. 5.1 calls FedRL-1 "adding" noise at test time, Figure 4's text the
@@ -32,9 +32,7 @@ beside both.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -52,7 +50,6 @@ from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
     cached,
-    command_line,
     in_parallel,
     job_fingerprint,
 )
@@ -61,9 +58,7 @@ from experiments.tables import (  # noqa: E402
     ours_bars,
     paper_bars,
     pipe_table,
-    plot_only_flag,
     redraw,
-    refuse_overwrite,
 )
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
@@ -90,15 +85,17 @@ def paper_value(keys: tuple, metric: str, size: int) -> str:
 
 
 def splits_for(map_file: str | None, args) -> dict[str, str]:
-    """train/valid/test ranges: the flags, else the paper's split of what the file holds."""
+    """train/valid/test ranges from a script's --train-maps/--valid-maps/--test-maps flags."""
+    flags = {k: getattr(args, f"{k}_maps") for k in ("train", "valid", "test")}
+    return split_of(map_file, {k: v for k, v in flags.items() if v})
+
+
+def split_of(map_file: str | None, maps: dict) -> dict[str, str]:
+    """train/valid/test ranges: the paper's split of what the file holds, `maps` over it."""
     from envs.gridworld import load_mat, paper_split
 
     count = load_mat(map_file).count if map_file else 8000
-    ranges = paper_split(count)
-    for k in ranges:
-        if getattr(args, f"{k}_maps"):
-            ranges[k] = getattr(args, f"{k}_maps")
-    return ranges
+    return paper_split(count) | {k: str(v) for k, v in maps.items()}
 
 
 def job_key(job: dict) -> str:
@@ -325,38 +322,6 @@ def plot(runs: pd.DataFrame, rules: str, path: Path, command: str) -> None:
     figures.save(fig, path, command)
 
 
-def parse_rounds(text: str, sizes) -> dict[int, int]:
-    """'300' -> every size 300; '8=300,16=400' -> per size (DEFAULT_ROUNDS for the rest)."""
-    out = dict(DEFAULT_ROUNDS)
-    try:
-        if "=" not in text:
-            out = {s: int(text) for s in sizes}
-        else:
-            out.update({int(k): int(v) for k, v in (p.split("=") for p in text.split(","))})
-    except ValueError:
-        raise ValueError(f"--rounds: expected N or SIZE=N,SIZE=N, got {text!r}") from None
-    if any(v <= 0 for v in out.values()):
-        raise ValueError(f"--rounds must be positive, got {text!r}")
-    return out
-
-
-def common_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--eval-every", type=int, default=10, help="valid every k rounds")
-    ap.add_argument("--map-dir", default="", help="folder of gridworld_o_<n>.mat (paper maps)")
-    for k in ("train", "valid", "test"):
-        ap.add_argument(f"--{k}-maps", default="", help=f"{k} map range FIRST-LAST")
-    ap.add_argument("--run-config", default="", help='fedrl.* overrides, e.g. "fedrl.history=4"')
-    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
-    ap.add_argument(
-        "--work",
-        default=str(ROOT / "runs" / "fedrl_table1"),
-        help="where finished runs are kept (resume)",
-    )
-    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    plot_only_flag(ap)
-
-
 def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
     """Validated run-config overrides and map file per size (ValueError names the flag)."""
     from config.schema import merged, parse_overrides
@@ -379,62 +344,107 @@ def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
     return extra, files
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), choices=SIZES)
-    ap.add_argument(
-        "--rules", nargs="+", default=["paper", "reference"], choices=["paper", "reference"]
-    )
-    ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
-    ap.add_argument("--rounds", default="", help="N, or SIZE=N,... (default 8=300,16=400,32=500)")
-    ap.add_argument("--name", default="fedrl_table1")
-    common_args(ap)
-    args = ap.parse_args(argv)
-    cmd = command_line(__file__, argv)
-    out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
-    pngs = [RESULTS / f"{args.name}_{r}.png" for r in args.rules]
-    if args.plot_only:
-        return redraw(
-            runs_csv, lambda runs, c: [plot(runs, r, p, c) for r, p in zip(args.rules, pngs)]
+# --- the study kind "fedrl-gridworld" (experiments/study.py): one cached run per cell ---
+
+CELL = {"method", "rules", "size", "seed", "rounds", "eval-every", "map-dir", "maps", "run-config"}
+WORK = ROOT / "runs" / "fedrl_table1"  # where finished runs are kept (every FedRL study shares it)
+
+
+def check(cell: dict, where) -> None:
+    """One study cell's fields (ValueError naming the study file and the field)."""
+    from config.schema import merged
+
+    unknown = set(cell) - CELL
+    if unknown:
+        raise ValueError(f"{where}: grid: unknown field(s) {', '.join(sorted(unknown))}")
+    if cell["method"] not in METHODS:
+        raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {METHODS}")
+    if cell["rules"] not in ("paper", "reference"):
+        raise ValueError(f"{where}: grid.rules: {cell['rules']!r} is not paper or reference")
+    if cell["size"] not in SIZES:
+        raise ValueError(f"{where}: grid.sizes: {cell['size']!r} is not one of {list(SIZES)}")
+    rounds = rounds_of(cell)
+    if not isinstance(rounds, int) or rounds <= 0:
+        raise ValueError(
+            f"{where}: grid.rounds: a positive number, or one per size, at {cell['size']}"
         )
-    try:
-        rounds = parse_rounds(args.rounds, args.sizes) if args.rounds else dict(DEFAULT_ROUNDS)
-        extra, files = check_common(args, args.sizes)
-        refuse_overwrite([out_csv, runs_csv, *pngs], args.force)
-        ranges = {size: splits_for(files[size], args) for size in args.sizes}
-    except (ValueError, OSError) as e:
-        print(f"fedrl_table1: {e}", file=sys.stderr)
-        return 2
-    jobs = [
-        {
-            "method": m,
-            "rules": r,
-            "size": size,
-            "seed": seed,
-            "rounds": rounds[size],
-            "eval_every": args.eval_every,
-            "map_file": files[size],
-            "ranges": ranges[size],
-            "extra": extra,
-            "work": args.work,
-        }
-        for size in args.sizes
-        for r in args.rules
-        for seed in args.seeds
-        for m in args.methods
-    ]
-    for size in args.sizes:
-        print(f"{size}x{size}: maps {ranges[size]} from {files[size] or 'generated maps'}")
-    runs = run_jobs(jobs, args.jobs)
+    if not isinstance(cell.get("eval-every", 10), int) or cell.get("eval-every", 10) <= 0:
+        raise ValueError(f"{where}: grid.eval-every: a positive number")
+    unknown = [k for k in cell["run-config"] if k not in merged({})]
+    if unknown:
+        raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")
+    f = map_file(cell)
+    if f and not Path(f).is_file():
+        raise ValueError(f"{where}: grid.map-dir: {f} not found")
+
+
+def rounds_of(cell: dict):
+    """`rounds`: one number, or a table of one per size ({8 = 200, 16 = 300})."""
+    r = cell.get("rounds")
+    return r.get(str(cell["size"])) if isinstance(r, dict) else r
+
+
+def map_file(cell: dict) -> str:
+    """The paper's maps of the cell's size under `map-dir` (relative to the project), or ""
+    for the embedded generated maps."""
+    d = cell.get("map-dir", "")
+    return str((ROOT / d / f"gridworld_o_{cell['size']}.mat").resolve()) if d else ""
+
+
+def jobs(cells: list[dict], work: Path | None) -> list[dict]:
+    """The run layer's job dicts (`cached_run`): the maps' split read once per file."""
+    out, ranges = [], {}
+    for c in cells:
+        f = map_file(c)
+        key = (f, tuple(sorted(c.get("maps", {}).items())))
+        if key not in ranges:
+            ranges[key] = split_of(f, c.get("maps", {}))
+            print(f"{c['size']}x{c['size']}: maps {ranges[key]} from {f or 'generated maps'}")
+        out.append(
+            {
+                "method": c["method"],
+                "rules": c["rules"],
+                "size": c["size"],
+                "seed": c["seed"],
+                "rounds": rounds_of(c),
+                "eval_every": c.get("eval-every", 10),
+                "map_file": f,
+                "ranges": ranges[key],
+                "extra": dict(c["run-config"]),
+                "work": str(work or WORK),
+            }
+        )
+    return out
+
+
+# --- Table 1's analysis (experiments/studies/fedrl_table1*.toml) ---
+
+
+def outputs(study: dict) -> list[Path]:
+    name = study["name"]
+    pngs = [RESULTS / f"{name}_{r}.png" for r in _rules(study)]
+    return [RESULTS / f"{name}.csv", RESULTS / f"{name}_runs.csv", *pngs]
+
+
+def _rules(study: dict) -> list[str]:
+    grid = study["grid"]
+    seen = grid.get("rules", []) + [r for a in grid.get("arms", []) for r in a.get("rules", [])]
+    return list(dict.fromkeys(seen))
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    out_csv, runs_csv, *pngs = outputs(study)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.assign(command=cmd).to_csv(runs_csv, index=False)
+    runs.assign(command=command).to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(f"\n{cmd}\n\n" + markdown(table))
-    for rules, png in zip(args.rules, pngs):
-        plot(runs, rules, png, cmd)
-    return 0
+    for rules, png in zip(_rules(study), pngs):
+        plot(runs, rules, png, command)
+    return markdown(table)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    _, runs_csv, *pngs = outputs(study)
+    return redraw(
+        runs_csv, lambda runs, c: [plot(runs, r, p, c) for r, p in zip(_rules(study), pngs)]
+    )

@@ -1,14 +1,12 @@
 """FedRL's privacy-utility frontier at the Table-1 budget: test SuccRate against the run's
 epsilon over sigma, with DQN-alpha (alpha alone, nothing shared) and the random policies as
-lines (issue 44 item 3).
+lines (issue 44 item 3). The analysis of the study file experiments/studies/fedrl_frontier.toml:
 
-    python -m experiments.privacy.fedrl_frontier --map-dir ../shared/data/gridworld
-           [--sigmas 0 0.25 1 2 4 8 16 64] [--seeds 0 1 2] [--rounds 200] [--jobs 2]
-           [--work runs/fedrl_table1] [--name fedrl_frontier] [--force]
+    python -m experiments.study experiments/studies/fedrl_frontier.toml
 
 The runs are Table 1's (experiments/fedrl/table1.py: the same maps and split, the paper's
-rules, 8x8, 200 rounds as docs/fedrl.md's Table 1, model selection, caching in --work and
-resume); only `fedrl.sigma` changes, the std of the Gaussian noise on every released Q output
+rules, 8x8, 200 rounds as docs/fedrl.md's Table 1, model selection, run cache and resume); only
+`fedrl.sigma` changes, the std of the Gaussian noise on every released Q output
 (Eq. 1-2, `training.fedrl_privacy.release`). sigma = 0 is the undefended point
 (`fedrl.insecure-no-noise`, epsilon infinite). DQN-alpha and the floors release nothing and do
 not depend on sigma: trained once per seed, epsilon 0.
@@ -30,28 +28,24 @@ number beside), <name>_runs.csv (one row per run) and <name>.png.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 import numpy as np
 import pandas as pd
 
 from experiments import figures
-from experiments.fedrl.table1 import PAPER, check_common, common_args, run_jobs, splits_for
-from experiments.simulate import RESULTS, command_line
+from experiments.fedrl.table1 import PAPER
+from experiments.simulate import RESULTS
 from experiments.tables import (
     epsilon_text,
     mean_sd,
     paired,
     pipe_table,
     redraw_study,
-    refuse_overwrite,
     save_study,
     study_files,
 )
 
-SIZE, RULES = 8, "paper"
 BASELINES = {
     "dqn-alpha": "DQN-alpha (α alone)",
     "random-both": "random α and β",
@@ -60,29 +54,6 @@ BASELINES = {
 # the paper's 8x8 SuccRate %: FedRL at its sigma = 1 (FedRL-1 / FedRL-2 as printed), DQN-alpha
 PAPER_FEDRL = f"{PAPER[('fedrl-1', 'succ')][0]:g} / {PAPER[('fedrl-2', 'succ')][0]:g}"
 PAPER_DQN = PAPER[("dqn-alpha", "succ")][0]
-
-
-def jobs_for(args, extra: dict, map_file: str, ranges: dict) -> list[dict]:
-    """Table 1's job dicts: FedRL at every sigma, the baselines once per seed."""
-    base = {
-        "rules": RULES,
-        "size": SIZE,
-        "rounds": args.rounds,
-        "eval_every": args.eval_every,
-        "map_file": map_file,
-        "ranges": ranges,
-        "work": args.work,
-    }
-    jobs = []
-    for seed in args.seeds:
-        for sigma in args.sigmas:
-            noise = {"fedrl.sigma": float(sigma)}
-            if sigma == 0:  # the undefended point, said so explicitly as the policy requires
-                noise["fedrl.insecure-no-noise"] = True
-            jobs.append(base | {"method": "fedrl", "seed": seed, "extra": extra | noise})
-        for m in BASELINES:
-            jobs.append(base | {"method": m, "seed": seed, "extra": dict(extra)})
-    return jobs
 
 
 def scored(runs: pd.DataFrame) -> pd.DataFrame:
@@ -257,34 +228,15 @@ def plot(runs: pd.DataFrame, png, command: str) -> None:
     figures.save(fig, png, command)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sigmas", type=float, nargs="+", default=[0, 0.25, 1, 2, 4, 8, 16, 64])
-    ap.add_argument("--rounds", type=int, default=200, help="Table 1's 8x8 budget")
-    ap.add_argument("--name", default="fedrl_frontier")
-    common_args(ap)
-    args = ap.parse_args(argv)
-    cmd = command_line(__file__, argv)
-    outs = study_files(RESULTS, args.name)
-    if args.plot_only:
-        return redraw_study(outs, plot)
-    try:
-        if args.rounds <= 0 or min(args.sigmas) < 0:
-            raise ValueError("--rounds must be positive and --sigmas >= 0")
-        extra, files = check_common(args, [SIZE])
-        if "fedrl.sigma" in extra or "fedrl.insecure-no-noise" in extra:
-            raise ValueError("--run-config: sigma is this study's knob, set it with --sigmas")
-        refuse_overwrite(outs, args.force)
-        ranges = splits_for(files[SIZE], args)
-    except (ValueError, OSError) as e:
-        print(f"fedrl_frontier: {e}", file=sys.stderr)
-        return 2
-    runs = run_jobs(jobs_for(args, extra, files[SIZE], ranges), args.jobs)
+def outputs(study: dict) -> list:
+    return study_files(RESULTS, study["name"])
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     t = summarize(runs)
-    save_study(outs, runs, t, cmd, plot)
-    print(f"\n{cmd}\n\n" + markdown(t))
-    return 0
+    save_study(outputs(study), runs, t, command, plot)
+    return markdown(t)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    return redraw_study(outputs(study), plot)

@@ -1,0 +1,141 @@
+"""One runner for the studies kept as files (issue 66 item 1).
+
+    python -m experiments.study experiments/studies/fedrl_frontier.toml [--jobs 2] [--force]
+    python -m experiments.study experiments/studies/fedrl_frontier.toml --plot-only
+
+A study file (experiments/studies/<name>.toml) is a table's or a figure's exact settings: the
+runs it is made of (methods x settings x seeds) and the analysis that reads them. The runner
+expands the runs, trains only what its cache lacks (a finished run is reused only under the
+same fingerprint, so a study resumes), and hands them to the analysis, which writes the CSVs
+and draws the figure (experiments/figures.save) under this command. What stays in Python is
+what is specific to a study: its analysis module's `outputs(study)`, `report(runs, study,
+command)` (returns the table as markdown) and `replot(study)` (the figure again from the
+committed CSVs, `--plot-only`).
+
+The file, keys in kebab-case:
+
+    name = "fedrl_frontier"            # experiments/results/<name>...
+    runs = "fedrl-gridworld"           # which runs: a key of RUNS
+    analysis = "experiments.privacy.fedrl_frontier"
+    [grid]                             # every run's settings; lists are crossed
+    methods = ["dqn-alpha"]
+    seeds = [0, 1, 2]
+    ...
+    run-config = { "fedrl.envs" = 32 } # one table of overrides, or a list: one run per entry
+    [[grid.arms]]                      # optional: groups of runs, each overriding the grid
+    methods = ["fedrl"]
+    run-config = [{ "fedrl.sigma" = 0.25 }, { "fedrl.sigma" = 1.0 }]
+    [report]                           # what the analysis alone reads (e.g. a sweep's knob)
+
+A list-valued `run-config` in an arm is merged over the grid's table, one run per entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import sys
+import tomllib
+from pathlib import Path
+
+from experiments.simulate import command_line
+from experiments.tables import refuse_overwrite
+
+# runs kind -> module with check(cell), jobs(cells, work) and run_jobs(jobs, n_jobs)
+RUNS = {"fedrl-gridworld": "experiments.fedrl.table1"}
+TOP = {"name", "runs", "analysis", "grid", "report"}
+CROSSED = ("sizes", "rules", "seeds", "methods")  # crossed in this order, then run-config
+
+
+def load(path: Path | str) -> dict:
+    """The study file, checked: one line naming the file and the field on any mistake."""
+    path = Path(path)
+    try:
+        study = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: not TOML: {e}") from None
+    unknown = set(study) - TOP
+    if unknown:
+        raise ValueError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
+    for key in ("name", "runs", "analysis", "grid"):
+        if key not in study:
+            raise ValueError(f"{path}: missing field `{key}`")
+    if study["runs"] not in RUNS:
+        raise ValueError(f"{path}: runs = {study['runs']!r}: one of {', '.join(RUNS)}")
+    if importlib.util.find_spec(study["analysis"]) is None:
+        raise ValueError(f"{path}: analysis = {study['analysis']!r}: no such module")
+    study["file"] = path
+    return study
+
+
+def cells(study: dict) -> list[dict]:
+    """Every run the study is made of, one dict per run: the grid's settings with an arm's
+    over them, `sizes`, `rules`, `seeds` and `methods` crossed, then one run per run-config."""
+    grid = {k: v for k, v in study["grid"].items() if k != "arms"}
+    out = []
+    for arm in study["grid"].get("arms") or [{}]:
+        g = grid | arm
+        base = grid.get("run-config", {})
+        if not isinstance(base, dict):
+            raise ValueError(f"{study['file']}: grid.run-config: a table of overrides")
+        rc = arm.get("run-config", [{}])
+        variants = [base | v for v in rc] if isinstance(rc, list) else [base | rc]
+        for key in CROSSED:
+            if not isinstance(g.get(key), list) or not g[key]:
+                raise ValueError(f"{study['file']}: grid.{key}: a non-empty list")
+        for size, rules, seed, method in itertools.product(*(g[k] for k in CROSSED)):
+            for run_config in variants:
+                cell = {k: v for k, v in g.items() if k not in (*CROSSED, "run-config")}
+                out.append(
+                    cell
+                    | {"size": size, "rules": rules, "seed": seed, "method": method}
+                    | {"run-config": run_config}
+                )
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.study", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("study", help="a study file, e.g. experiments/studies/fedrl_table1.toml")
+    p.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
+    p.add_argument("--work", default="", help="where finished runs are kept (default: the kind's)")
+    p.add_argument("--force", action="store_true", help="overwrite committed results")
+    p.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="draw the figure again from the committed CSVs, under the command that made them",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    command = command_line(__file__, argv)
+    try:
+        study = load(a.study)
+        analysis = importlib.import_module(study["analysis"])
+        if a.plot_only:
+            return analysis.replot(study)
+        if a.jobs <= 0:
+            raise ValueError("--jobs must be positive")
+        kind = importlib.import_module(RUNS[study["runs"]])
+        runs = cells(study)
+        for cell in runs:
+            kind.check(cell, study["file"])
+        refuse_overwrite(analysis.outputs(study), a.force)
+        jobs = kind.jobs(runs, Path(a.work) if a.work else None)
+    except ValueError as e:
+        print(f"study: {e}", file=sys.stderr)
+        return 2
+    text = analysis.report(kind.run_jobs(jobs, a.jobs), study, command)
+    print(f"\n{command}\n\n{text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
