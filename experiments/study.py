@@ -42,10 +42,13 @@ from pathlib import Path
 from experiments.simulate import command_line
 from experiments.tables import refuse_overwrite
 
-# runs kind -> module with check(cell), jobs(cells, work) and run_jobs(jobs, n_jobs)
-RUNS = {"fedrl-gridworld": "experiments.fedrl.table1"}
+# runs kind -> module with CROSSED ({list field: cell field}, crossed in that order),
+# check(cell, file), jobs(cells, work) and run_jobs(jobs, n_jobs)
+RUNS = {
+    "fedrl-gridworld": "experiments.fedrl.table1",
+    "fedrl-text2action": "experiments.fedrl.table2",
+}
 TOP = {"name", "runs", "analysis", "grid", "report"}
-CROSSED = ("sizes", "rules", "seeds", "methods")  # crossed in this order, then run-config
 
 
 def load(path: Path | str) -> dict:
@@ -71,9 +74,10 @@ def load(path: Path | str) -> dict:
     return study
 
 
-def cells(study: dict) -> list[dict]:
+def cells(study: dict, crossed: dict[str, str]) -> list[dict]:
     """Every run the study is made of, one dict per run: the grid's settings with an arm's
-    over them, `sizes`, `rules`, `seeds` and `methods` crossed, then one run per run-config."""
+    over them, the kind's list fields crossed (`crossed`: {"seeds": "seed", ...}), then one
+    run per run-config."""
     grid = {k: v for k, v in study["grid"].items() if k != "arms"}
     out = []
     for arm in study["grid"].get("arms") or [{}]:
@@ -83,17 +87,14 @@ def cells(study: dict) -> list[dict]:
             raise ValueError(f"{study['file']}: grid.run-config: a table of overrides")
         rc = arm.get("run-config", [{}])
         variants = [base | v for v in rc] if isinstance(rc, list) else [base | rc]
-        for key in CROSSED:
+        for key in crossed:
             if not isinstance(g.get(key), list) or not g[key]:
                 raise ValueError(f"{study['file']}: grid.{key}: a non-empty list")
-        for size, rules, seed, method in itertools.product(*(g[k] for k in CROSSED)):
+        fixed = {k: v for k, v in g.items() if k not in (*crossed, "run-config")}
+        for values in itertools.product(*(g[k] for k in crossed)):
             for run_config in variants:
-                cell = {k: v for k, v in g.items() if k not in (*CROSSED, "run-config")}
-                out.append(
-                    cell
-                    | {"size": size, "rules": rules, "seed": seed, "method": method}
-                    | {"run-config": run_config}
-                )
+                one = dict(zip(crossed.values(), values))
+                out.append(fixed | one | {"run-config": run_config})
     return out
 
 
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
         if a.jobs <= 0:
             raise ValueError("--jobs must be positive")
         kind = importlib.import_module(RUNS[study["runs"]])
-        runs = cells(study)
+        runs = cells(study, kind.CROSSED)
         for cell in runs:
             kind.check(cell, study["file"])
         refuse_overwrite(analysis.outputs(study), a.force)

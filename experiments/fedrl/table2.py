@@ -1,14 +1,14 @@
-"""The FedRL paper's Table 2 (Text2Action: WHS, CT, WHG), the paper's numbers beside ours.
+"""The FedRL paper's Table 2 (Text2Action: WHS, CT, WHG), the paper's numbers beside ours, and
+the run layer of the study kind "fedrl-text2action" (experiments/study.py):
 
-    python -m experiments.fedrl.table2 [--data ../shared/data/text2action]
-           [--datasets win2k cooking wikihow] [--folds 0 1 2 3 4] [--seeds 0] [--rounds 150]
-           [--words 100] [--run-config "fedrl.updates=16 ..."] [--jobs 2] [--force]
+    python -m experiments.study experiments/studies/fedrl_table2.toml
 
 Methods (experiments/fedrl/local.py; Text2Action has one joint action per word, select or
 neglect): FCN-alpha / FCN-full (TextCNN trained by cross-entropy on the action with the larger
 basic reward, following it), DQN-alpha (alpha's POS features only), FedRL (alpha: POS, beta: word
-vectors; test_noise on / off) with theta_g as the paper sizes it (4 hidden units; `--methods
-fedrl-mlp32` adds 32, the one change), DQN-full (both features in one network), and a floor that
+vectors; test_noise on / off) with theta_g as the paper sizes it (4 hidden units; the method
+`fedrl-mlp32` has 32, the one change; not in the committed study: the paper's 4 learns on
+every fold once the targets are slow, experiments/fedrl/t2a_collapse.py), DQN-full (both features in one network), and a floor that
 learns nothing: each word selected with probability 1/2. All methods get the same texts, rewards,
 rounds (B texts x S words, then K updates per round), exploration, replay and model selection.
 
@@ -19,11 +19,11 @@ cross-validation, each with its own seed. Each run is scored at the best-valid c
 (`best`) and the last round (`last`). (The reference picks its best epoch on the held-out fold
 itself; we never score the texts that selected the checkpoint.)
 
-CPU defaults, and what full scale changes: texts cut to their first `--words` 100 words (the
+CPU defaults, and what full scale changes: texts cut to their first `words` = 100 words (the
 reference keeps 500: win2k's texts average 45 words, cooking's 209, wikihow's 417, so cooking and
 wikihow are scored on their openings only); 150 rounds of 4 texts x 8 words with 32 updates each
 (4,800 words and updates, about one pass over win2k's training words; the reference trains up to
-20 passes with early stopping). Full scale: `--words 500 --rounds 3000`.
+20 passes with early stopping). Full scale: `words = 500`, `rounds = 3000` in the study file.
 
 Word vectors: the reference's pretrained 50-d model is not published; beta uses word2vec trained
 on the three corpora (envs/word_vectors.py), named as such in the CSV.
@@ -32,15 +32,13 @@ Dataset columns: the paper's Table 2 does not label them; we read them as WHS, C
 cooking, wikihow), the order of EASDRL's tables and of the F1s falling with the share of action
 words (19%, 10%, 8%).
 
-Each run is saved as it finishes (`--work`, default runs/fedrl_table2/); a rerun skips those
-there. Results: experiments/results/<name>{,_runs}.csv and <name>.png.
+Each run is saved as it finishes (runs/fedrl_table2/, or the runner's `--work`); a rerun skips
+those there. Results: experiments/results/<name>{,_runs,_paired}.csv and <name>.png.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -59,7 +57,6 @@ from experiments.simulate import (  # noqa: E402
     RESULTS,
     ROOT,
     cached,
-    command_line,
     in_parallel,
     job_fingerprint,
 )
@@ -68,9 +65,7 @@ from experiments.tables import (  # noqa: E402
     ours_bars,
     paper_bars,
     pipe_table,
-    plot_only_flag,
     redraw,
-    refuse_overwrite,
 )
 
 DATASETS = FEDRL_TABLE2_DATASETS
@@ -90,9 +85,6 @@ ROWS = [
     ("DQN-full", "dqn-full", "", ("dqn-full",)),
 ]
 METHODS = list(dict.fromkeys(r[1] for r in ROWS))
-# run by default: every row but the 32-unit theta_g (the paper's 4 learns on every fold once the
-# targets are slow; experiments/fedrl/t2a_collapse.py)
-DEFAULT_METHODS = [m for m in METHODS if m != "fedrl-mlp32"]
 # variants: (method of experiments/fedrl/local.py, run config): 32 hidden units (Grid-World's
 # "32 x 4") instead of the paper's 4 isolates that one choice
 VARIANTS = {"fedrl-mlp32": ("fedrl", {"fedrl.mlp-hidden": 32})}
@@ -327,100 +319,99 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> int:
-    from config.schema import merged, parse_overrides
+# --- the study kind "fedrl-text2action" (experiments/study.py): one cached run per cell ---
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--data",
-        default=str(ROOT.parent / "shared" / "data" / "text2action"),
-        help="directory of the EASDRL pickles",
-    )
-    ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
-    ap.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=METHODS)
-    ap.add_argument("--folds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--rounds", type=int, default=150)
-    ap.add_argument("--words", type=int, default=100, help="words kept per text (paper: 500)")
-    ap.add_argument("--eval-every", type=int, default=10, help="valid every k rounds")
-    ap.add_argument("--run-config", default="", help="fedrl.* overrides")
-    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_table2"))
-    ap.add_argument("--name", default="fedrl_table2")
-    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    plot_only_flag(ap)
-    ap.add_argument(
-        "--paired-only",
-        action="store_true",
-        help="only write <name>_paired.csv from the committed <name>_runs.csv (no training)",
-    )
-    args = ap.parse_args(argv)
-    cmd = command_line(__file__, argv)
-    out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
-    png, paired_csv = RESULTS / f"{args.name}.png", RESULTS / f"{args.name}_paired.csv"
-    if args.plot_only:
-        return redraw(runs_csv, lambda runs, c: plot(runs, png, c))
-    if args.paired_only:
-        if not runs_csv.is_file():
-            print(f"fedrl_table2: {runs_csv}: no such file (run the table first)", file=sys.stderr)
-            return 2
-        table = paired(pd.read_csv(runs_csv))
-        table.to_csv(paired_csv, index=False)
-        print(table.to_string(index=False))
-        return 0
+CROSSED = {"datasets": "dataset", "folds": "fold", "seeds": "seed", "methods": "method"}
+CELL = {"method", "dataset", "fold", "seed", "rounds", "words", "eval-every", "data", "run-config"}
+WORK = ROOT / "runs" / "fedrl_table2"
+
+
+def check(cell: dict, where) -> None:
+    """One study cell's fields (ValueError naming the study file and the field)."""
+    from config.schema import merged
+
+    unknown = set(cell) - CELL
+    if unknown:
+        raise ValueError(f"{where}: grid: unknown field(s) {', '.join(sorted(unknown))}")
+    if cell["method"] not in METHODS:
+        raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {METHODS}")
+    if cell["dataset"] not in DATASETS:
+        raise ValueError(f"{where}: grid.datasets: {cell['dataset']!r} is not one of {DATASETS}")
+    for key in ("rounds", "words", "eval-every"):
+        if not isinstance(cell.get(key), int) or cell[key] <= 0:
+            raise ValueError(f"{where}: grid.{key}: a positive number")
+    if not data_dir(cell).is_dir():
+        raise ValueError(f"{where}: grid.data: {data_dir(cell)}: no such directory")
+    unknown = [k for k in cell["run-config"] if k not in merged({})]
+    if unknown:
+        raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")
+
+
+def data_dir(cell: dict) -> Path:
+    """The EASDRL pickles' folder, relative to the project."""
+    return (ROOT / cell["data"]).resolve()
+
+
+def jobs(cells: list[dict], work: Path | None) -> list[dict]:
+    """The run layer's job dicts (`cached_run`); a run's seed is 10 x seed + fold, so a row's
+    folds each have their own. A bad fold or a broken file fails here, not in a worker."""
+    out = [
+        {
+            "method": c["method"],
+            "dataset": c["dataset"],
+            "fold": c["fold"],
+            "seed": 10 * c["seed"] + c["fold"],
+            "rounds": c["rounds"],
+            "words": c["words"],
+            "eval_every": c["eval-every"],
+            "data": str(data_dir(c)),
+            "extra": dict(c["run-config"]),
+            "work": str(work or WORK),
+        }
+        for c in cells
+    ]
     try:
-        if min(args.rounds, args.words, args.eval_every, args.jobs) <= 0:
-            raise ValueError("--rounds, --words, --eval-every and --jobs must be positive")
-        if not Path(args.data).is_dir():
-            raise ValueError(f"--data: {args.data}: no such directory")
-        extra = parse_overrides(args.run_config)
-        unknown = [k for k in extra if k not in merged({})]
-        if unknown:
-            raise ValueError(f"--run-config: unknown key(s) {', '.join(unknown)}")
-        refuse_overwrite([out_csv, runs_csv, png], args.force)
-        jobs = [
-            {
-                "method": m,
-                "dataset": ds,
-                "fold": f,
-                "seed": 10 * sd + f,
-                "rounds": args.rounds,
-                "words": args.words,
-                "eval_every": args.eval_every,
-                "data": str(Path(args.data).resolve()),
-                "extra": extra,
-                "work": args.work,
-            }
-            for ds in args.datasets
-            for f in args.folds
-            for sd in args.seeds
-            for m in args.methods
-        ]
-        for ds in args.datasets:  # a bad fold or a broken file fails here, not in a worker
-            settings_of({**jobs[0], "dataset": ds, "fold": max(args.folds)}).check_maps()
-    except Exception as e:  # one line naming the flag or file
-        print(f"fedrl_table2: {e}", file=sys.stderr)
-        return 2
-    Path(args.work).mkdir(parents=True, exist_ok=True)
+        for j in {(j["dataset"], j["fold"], j["data"]): j for j in out}.values():
+            settings_of(j).check_maps()
+    except Exception as e:  # one line naming the file
+        raise ValueError(str(e)) from None
+    return out
+
+
+def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
     from envs.word_vectors import word_vectors
 
+    work = Path(jobs[0]["work"])
+    work.mkdir(parents=True, exist_ok=True)
     word_vectors(jobs[0]["data"])  # train/cache once before the workers read it
-    there = sum((Path(args.work) / f"{job_key(j)}.json").exists() for j in jobs)
-    print(f"{len(jobs)} runs ({there} found in {args.work}), {args.jobs} at a time", flush=True)
+    there = sum((work / f"{job_key(j)}.json").exists() for j in jobs)
+    print(f"{len(jobs)} runs ({there} found in {work}), {n_jobs} at a time", flush=True)
     order = sorted(jobs, key=lambda j: not j["method"].startswith("fedrl"))  # longest first
-    done = in_parallel(cached_run, order, args.jobs, "text2action runs", processes=True)
-    runs = pd.DataFrame([r for rows in done for r in rows])
+    done = in_parallel(cached_run, order, n_jobs, "text2action runs", processes=True)
+    return pd.DataFrame([r for rows in done for r in rows])
+
+
+# --- Table 2's analysis (experiments/studies/fedrl_table2.toml) ---
+
+
+def outputs(study: dict) -> list[Path]:
+    name = study["name"]
+    return [RESULTS / f"{name}{sfx}" for sfx in (".csv", "_runs.csv", ".png", "_paired.csv")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The table (paper beside), the runs, the figure, and the paired comparisons."""
+    out_csv, runs_csv, png, paired_csv = outputs(study)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.assign(command=cmd).to_csv(runs_csv, index=False)
+    runs.assign(command=command).to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(f"\n{cmd}\n\n" + markdown(table))
-    plot(runs, png, cmd)
+    plot(runs, png, command)
     pairs = paired(runs)
     pairs.to_csv(paired_csv, index=False)
-    print("\n" + pairs.to_string(index=False))
-    return 0
+    return markdown(table) + "\n\n" + pairs.to_string(index=False)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    _, runs_csv, png, _ = outputs(study)
+    return redraw(runs_csv, lambda runs, c: plot(runs, png, c))
