@@ -42,11 +42,12 @@ from pathlib import Path
 from experiments.simulate import command_line
 from experiments.tables import refuse_overwrite
 
-# runs kind -> module with CROSSED ({list field: cell field}, crossed in that order),
+# runs kind -> module with crossed(study) ({list field: cell field}, crossed in that order),
 # check(cell, file), jobs(cells, work) and run_jobs(jobs, n_jobs)
 RUNS = {
     "fedrl-gridworld": "experiments.fedrl.table1",
     "fedrl-text2action": "experiments.fedrl.table2",
+    "function": "experiments.function_runs",
 }
 TOP = {"name", "runs", "analysis", "grid", "report"}
 
@@ -68,10 +69,22 @@ def load(path: Path | str) -> dict:
             raise ValueError(f"{path}: missing field `{key}`")
     if study["runs"] not in RUNS:
         raise ValueError(f"{path}: runs = {study['runs']!r}: one of {', '.join(RUNS)}")
-    if importlib.util.find_spec(study["analysis"]) is None:
+    module, _, attr = study["analysis"].partition(":")
+    if importlib.util.find_spec(module) is None:
         raise ValueError(f"{path}: analysis = {study['analysis']!r}: no such module")
+    if attr and not hasattr(importlib.import_module(module), attr):
+        raise ValueError(f"{path}: analysis = {study['analysis']!r}: {module} has no {attr}")
     study["file"] = path
     return study
+
+
+def analysis_of(study: dict):
+    """The study's analysis: a module, or `module:NAME`, a namespace in it (a module with two
+    studies, e.g. experiments.privacy.fedrl_attack:DEFENCE), with outputs, report, replot and
+    optionally check(cell) for what its runs accept."""
+    module, _, attr = study["analysis"].partition(":")
+    found = importlib.import_module(module)
+    return getattr(found, attr) if attr else found
 
 
 def cells(study: dict, crossed: dict[str, str]) -> list[dict]:
@@ -88,9 +101,9 @@ def cells(study: dict, crossed: dict[str, str]) -> list[dict]:
         rc = arm.get("run-config", [{}])
         variants = [base | v for v in rc] if isinstance(rc, list) else [base | rc]
         for key in crossed:
-            if not isinstance(g.get(key), list) or not g[key]:
+            if not isinstance(g.get(key), list) or not g[key]:  # an arm may hold its own
                 raise ValueError(f"{study['file']}: grid.{key}: a non-empty list")
-        fixed = {k: v for k, v in g.items() if k not in (*crossed, "run-config")}
+        fixed = {k: v for k, v in g.items() if k not in (*crossed, "run-config", "cross")}
         for values in itertools.product(*(g[k] for k in crossed)):
             for run_config in variants:
                 one = dict(zip(crossed.values(), values))
@@ -119,15 +132,17 @@ def main(argv=None) -> int:
     command = command_line(__file__, argv)
     try:
         study = load(a.study)
-        analysis = importlib.import_module(study["analysis"])
+        analysis = analysis_of(study)
         if a.plot_only:
             return analysis.replot(study)
         if a.jobs <= 0:
             raise ValueError("--jobs must be positive")
         kind = importlib.import_module(RUNS[study["runs"]])
-        runs = cells(study, kind.CROSSED)
+        runs = cells(study, kind.crossed(study))
         for cell in runs:
             kind.check(cell, study["file"])
+            if hasattr(analysis, "check"):
+                analysis.check(cell, study["file"])
         refuse_overwrite(analysis.outputs(study), a.force)
         jobs = kind.jobs(runs, Path(a.work) if a.work else None)
     except ValueError as e:

@@ -18,11 +18,13 @@ def test_every_committed_study_file_loads_and_names_runs_its_kind_accepts(path):
 
     s = study.load(path)
     kind = importlib.import_module(study.RUNS[s["runs"]])
-    cells = study.cells(s, kind.CROSSED)
+    cells = study.cells(s, kind.crossed(s))
     assert cells
+    analysis = study.analysis_of(s)
     for cell in cells:
         kind.check(cell, path)
-    analysis = importlib.import_module(s["analysis"])
+        if hasattr(analysis, "check"):
+            analysis.check(cell, path)
     assert all(callable(getattr(analysis, f, None)) for f in ("outputs", "report", "replot"))
     assert s["name"] == path.stem
     assert any(p.is_file() for p in analysis.outputs(s)), "no committed result of this study"
@@ -63,7 +65,7 @@ def test_a_text2action_run_seed_is_ten_seeds_plus_its_fold(tmp_path):
 
     s = study.load(ROOT / "experiments" / "studies" / "fedrl_table2.toml")
     s["grid"] |= {"seeds": [0, 1], "datasets": ["win2k"], "methods": ["dqn-alpha"]}
-    jobs = table2.jobs(study.cells(s, table2.CROSSED), tmp_path)
+    jobs = table2.jobs(study.cells(s, table2.crossed(s)), tmp_path)
     assert sorted((j["fold"], j["seed"]) for j in jobs) == [
         (f, 10 * sd + f) for f in range(5) for sd in (0, 1)
     ]
@@ -89,3 +91,33 @@ def test_a_study_mistake_is_one_line_naming_the_file_and_field(tmp_path, capsys)
         assert str(f) in err and named in err and err.count("\n") == 1, err
     assert study.main([str(tmp_path / "none.toml")]) == 2
     assert "none.toml" in capsys.readouterr().err
+
+
+def test_a_function_study_calls_its_function_once_per_crossed_cell(tmp_path, monkeypatch):
+    """The "function" kind: the crossed fields give one call each, the others are passed
+    whole (a list stays a list), `work` is relative to the project unless --work says, and a
+    field the function does not take is named before anything runs."""
+    from experiments import function_runs, study
+    from experiments.privacy import fedrl_attack
+
+    calls = []
+
+    def fake(sigmas, seed, rounds, steps, work):
+        calls.append((tuple(sigmas), seed, rounds, steps, work))
+        return [{"sigma": s, "seed": seed} for s in sigmas]
+
+    monkeypatch.setattr(fedrl_attack, "defence_run", fake)
+    s = study.load(ROOT / "experiments" / "studies" / "fedrl_attack_defence.toml")
+    cells = study.cells(s, function_runs.crossed(s))
+    for cell in cells:
+        function_runs.check(cell, "f.toml")
+    runs = function_runs.run_jobs(function_runs.jobs(cells, None), 1)
+    assert [c[1] for c in calls] == [0, 1, 2] and len(runs) == 27
+    assert {c[0] for c in calls} == {(0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)}
+    assert {c[4] for c in calls} == {ROOT / "runs" / "fedrl_attack"}
+    function_runs.run_jobs(function_runs.jobs(cells[:1], tmp_path), 1)
+    assert calls[-1][4] == tmp_path
+    with pytest.raises(ValueError, match="f.toml.*window"):
+        function_runs.check(cells[0] | {"window": 3}, "f.toml")
+    with pytest.raises(ValueError, match="grid.run"):
+        function_runs.check(cells[0] | {"run": "experiments.privacy.fedrl_attack.nope"}, "f.toml")

@@ -347,8 +347,14 @@ def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
 # --- the study kind "fedrl-gridworld" (experiments/study.py): one cached run per cell ---
 
 CROSSED = {"sizes": "size", "rules": "rules", "seeds": "seed", "methods": "method"}
+
 CELL = {"method", "rules", "size", "seed", "rounds", "eval-every", "map-dir", "maps", "run-config"}
 WORK = ROOT / "runs" / "fedrl_table1"  # where finished runs are kept (every FedRL study shares it)
+
+
+def crossed(study: dict) -> dict[str, str]:
+    """The grid's list fields crossed into cells (experiments/study.cells)."""
+    return CROSSED
 
 
 def check(cell: dict, where) -> None:

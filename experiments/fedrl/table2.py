@@ -322,8 +322,14 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
 # --- the study kind "fedrl-text2action" (experiments/study.py): one cached run per cell ---
 
 CROSSED = {"datasets": "dataset", "folds": "fold", "seeds": "seed", "methods": "method"}
+
 CELL = {"method", "dataset", "fold", "seed", "rounds", "words", "eval-every", "data", "run-config"}
 WORK = ROOT / "runs" / "fedrl_table2"
+
+
+def crossed(study: dict) -> dict[str, str]:
+    """The grid's list fields crossed into cells (experiments/study.cells)."""
+    return CROSSED
 
 
 def check(cell: dict, where) -> None:

@@ -1,8 +1,7 @@
 """What beta learns about alpha from the noised Q outputs it receives (issue 44 item 4, FedRL).
 
-    python -m experiments.privacy.fedrl_attack [--sigmas 0 0.1 1 4 16] [--seeds 0 1 2]
-           [--rounds 60] [--work runs/fedrl_attack] [--force]
-    python -m experiments.privacy.fedrl_attack --defence-curve [--sigmas 0 0.5 1 2 4 8 16 32 64]
+    python -m experiments.study experiments/studies/fedrl_attack.toml           # one network per sigma
+    python -m experiments.study experiments/studies/fedrl_attack_defence.toml   # one, released at each
 
 Alpha's private view is its 3x3 window of the map (paper Sec. 5.1); what leaves alpha about it
 is C_alpha = Q_hat_alpha(s_alpha), its Q outputs clipped to C and noised with N(0, sigma^2)
@@ -10,7 +9,7 @@ is C_alpha = Q_hat_alpha(s_alpha), its Q outputs clipped to C and noised with N(
 tell from one C_alpha whether each of alpha's four neighbouring cells is blocked, that is, read
 alpha's surroundings, which beta's own 5x5 window does not show?
 
-Per (sigma, seed): FedRL trains `--rounds` rounds in one process (`DirectTransport`, the same
+Per (sigma, seed): FedRL trains `rounds` rounds in one process (`DirectTransport`, the same
 parties and release path a Flower run uses) with the package's defaults (8x8 embedded maps)
 and that sigma; its test SuccRate is the task score. Then alpha's trained Q-network releases
 C_alpha, exactly as `Alpha.observe` does, for every step of random walks on the *test* maps
@@ -29,32 +28,29 @@ record, training or evaluation).
 
 Two readings of sigma. The default sweep trains one network per sigma, so a column mixes the
 network's change with the noise's (the averaged reader's AUC even rises with sigma, as
-each network differs). `--defence-curve` holds one network fixed (trained at the paper's
+each network differs). The defence curve (`DEFENCE`) holds one network fixed (trained at the paper's
 sigma = 1, per seed) and releases its outputs on the same walks at each sigma, with fresh
 secret noise: the defence curve a reader needs (results fedrl_attack_defence*).
 
 Results: experiments/results/fedrl_attack{,_runs}.csv and fedrl_attack.png. Runs are cached
-per (sigma, seed, rounds) in --work and reused.
+per (sigma, seed, rounds) in `work` and reused.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
 from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
-from experiments.simulate import RESULTS, ROOT, command_line
+from experiments.simulate import RESULTS
 from experiments.tables import (
     mean_sd,
-    plot_only_flag,
     redraw_study,
-    refuse_overwrite,
     save_study,
     study_files,
 )
@@ -409,54 +405,38 @@ def plot_defence(runs: pd.DataFrame, png: Path, command: str) -> None:
     figures.save(fig, png, command)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.1, 1.0, 4.0, 16.0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--rounds", type=int, default=60, help="training rounds per run")
-    ap.add_argument("--steps", type=int, default=40, help="random-walk steps of 64 walkers")
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_attack"))
-    ap.add_argument("--results-dir", default=str(RESULTS))
-    ap.add_argument("--name", default="fedrl_attack")
-    ap.add_argument("--force", action="store_true", help="overwrite committed results")
-    plot_only_flag(ap)
-    ap.add_argument(
-        "--defence-curve",
-        action="store_true",
-        help="one network per seed (trained at sigma 1), released at each of --sigmas",
-    )
-    a = ap.parse_args(argv)
-    if a.rounds < 1 or a.steps < 1 or any(x < 0 for x in a.sigmas):
-        print("fedrl_attack: --rounds and --steps must be >= 1, --sigmas >= 0", file=sys.stderr)
-        return 2
-    if a.defence_curve:
-        outs = study_files(a.results_dir, a.name + "_defence")
-        if a.plot_only:
-            return redraw_study(outs, plot_defence)
-        refuse_overwrite(outs, a.force)
-        runs = pd.DataFrame(
-            [
-                r
-                for sd in a.seeds
-                for r in defence_run(a.sigmas, sd, a.rounds, a.steps, Path(a.work))
-            ]
-        )
-        t = summarize_defence(runs)
-        save_study(outs, runs, t, command_line(__file__, argv), plot_defence)
-        print(markdown_defence(t))
-        return 0
-    outs = study_files(a.results_dir, a.name)
-    if a.plot_only:
-        return redraw_study(outs, plot)
-    refuse_overwrite(outs, a.force)
-    runs = pd.DataFrame(
-        [one_run(sg, sd, a.rounds, a.steps, Path(a.work)) for sg in a.sigmas for sd in a.seeds]
-    )
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if cell.get("rounds", 1) < 1 or cell.get("steps", 1) < 1:
+        raise ValueError(f"{where}: grid.rounds and grid.steps: at least 1")
+    if any(x < 0 for x in np.atleast_1d(cell.get("sigma", cell.get("sigmas", 0)))):
+        raise ValueError(f"{where}: grid.sigma(s): at least 0")
+
+
+def outputs(study: dict) -> list:
+    return study_files(RESULTS, study["name"])
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     t = summarize(runs)
-    save_study(outs, runs, t, command_line(__file__, argv), plot)
-    print(markdown(t))
-    return 0
+    save_study(outputs(study), runs, t, command, plot)
+    return markdown(t)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    return redraw_study(outputs(study), plot)
+
+
+def _report_defence(runs: pd.DataFrame, study: dict, command: str) -> str:
+    t = summarize_defence(runs)
+    save_study(outputs(study), runs, t, command, plot_defence)
+    return markdown_defence(t)
+
+
+# the defence curve's study (experiments/studies/fedrl_attack_defence.toml)
+DEFENCE = SimpleNamespace(
+    check=check,
+    outputs=outputs,
+    report=_report_defence,
+    replot=lambda study: redraw_study(outputs(study), plot_defence),
+)

@@ -1,12 +1,11 @@
 """The adversary who has read our code: can beta (or the server) regenerate alpha's noise and
 subtract it? (issue 61)
 
-    python -m experiments.privacy.fedrl_derandomize [--sigmas 1 16] [--seeds 0 1 2]
-           [--rounds 20] [--steps 40] [--window 1000] [--work runs/fedrl_derandomize] [--force]
+    python -m experiments.study experiments/studies/fedrl_derandomize.toml
 
 The attacker knows the code, the run config (its seed) and every message it relayed, with its
 position in the protocol. It does not know alpha's message counter exactly: it starts from a
-guess up to `--window` away and, for each release of C_alpha it saw, tries every candidate
+guess up to `window` away and, for each release of C_alpha it saw, tries every candidate
 count m in the window, regenerating the study mode's noise (`SeededNoise(seed, alpha, m)`),
 subtracting it, and keeping the candidate that explains the first 8 releases best: the true
 candidate leaves alpha's clipped Q, whose rows never exceed the public clip C, and no extra
@@ -14,7 +13,7 @@ energy; any other leaves rows over C and noise of variance 2 sigma^2 on every co
 it follows alpha's counter from there. `recovered` is the share of
 releases it recovers to float32 rounding (max error < 1e-3).
 
-Per (sigma, seed): FedRL trains `--rounds` rounds in study mode (the package's 8x8 defaults,
+Per (sigma, seed): FedRL trains `rounds` rounds in study mode (the package's 8x8 defaults,
 `DirectTransport`), and then alpha's one trained Q-network releases C_alpha on random walks on
 the test maps (experiments/privacy/fedrl_attack.released_pairs) twice: with the study mode's
 seeded noise (what every run did before this change) and with its default secret noise (a
@@ -25,14 +24,12 @@ ROC AUC, shuffled labels as chance) then reads (a) the noised releases, (b) what
 derandomizer recovered from them, (c) alpha's true un-noised clipped outputs (the attack's
 ceiling).
 
-Results: experiments/results/fedrl_derandomize{,_runs}.csv and .png; runs cached in --work.
+Results: experiments/results/fedrl_derandomize{,_runs}.csv and .png; runs cached in `work`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +37,10 @@ import pandas as pd
 
 from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
-from experiments.simulate import RESULTS, ROOT, command_line
+from experiments.simulate import RESULTS
 from experiments.tables import (
     mean_sd,
-    plot_only_flag,
     redraw_study,
-    refuse_overwrite,
     save_study,
     study_files,
 )
@@ -219,39 +214,21 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     figures.save(fig, png, command)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sigmas", type=float, nargs="+", default=[1.0, 16.0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--rounds", type=int, default=20, help="training rounds per run")
-    ap.add_argument("--steps", type=int, default=40, help="random-walk steps of 64 walkers")
-    ap.add_argument("--window", type=int, default=1000, help="candidate counts searched")
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_derandomize"))
-    ap.add_argument("--results-dir", default=str(RESULTS))
-    ap.add_argument("--name", default="fedrl_derandomize")
-    ap.add_argument("--force", action="store_true", help="overwrite committed results")
-    plot_only_flag(ap)
-    a = ap.parse_args(argv)
-    if a.rounds < 1 or a.steps < 1 or a.window < 1 or any(x <= 0 for x in a.sigmas):
-        print("fedrl_derandomize: --rounds, --steps, --window >= 1; --sigmas > 0", file=sys.stderr)
-        return 2
-    outs = study_files(a.results_dir, a.name)
-    if a.plot_only:
-        return redraw_study(outs, plot)
-    refuse_overwrite(outs, a.force)
-    runs = pd.DataFrame(
-        [
-            r
-            for sg in a.sigmas
-            for sd in a.seeds
-            for r in one_run(sg, sd, a.rounds, a.steps, a.window, Path(a.work))
-        ]
-    )
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if min(cell["rounds"], cell["steps"], cell["window"]) < 1 or cell["sigma"] <= 0:
+        raise ValueError(f"{where}: grid.rounds, steps, window: at least 1; grid.sigma: above 0")
+
+
+def outputs(study: dict) -> list:
+    return study_files(RESULTS, study["name"])
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     t = summarize(runs)
-    save_study(outs, runs, t, command_line(__file__, argv), plot)
-    print(markdown(t))
-    return 0
+    save_study(outputs(study), runs, t, command, plot)
+    return markdown(t)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    return redraw_study(outputs(study), plot)

@@ -1,0 +1,75 @@
+"""The study kind "function" (experiments/study.py): each cell is one call of a Python
+function that trains, scores and caches its own run (`run = "module.function"` in the grid).
+
+The grid's other fields are the call's keyword arguments; `cross` names the fields that are
+lists to cross (one call per combination), every other field is passed whole (a list stays a
+list: e.g. the sigmas one network is released at). `work`, the folder the function caches in,
+is relative to the project and `python -m experiments.study --work` replaces it. A call
+returns one row or a list of rows; the analysis reads them as one table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.simulate import ROOT
+
+
+def crossed(study: dict) -> dict[str, str]:
+    cross = study["grid"].get("cross")
+    if not isinstance(cross, list) or not all(isinstance(c, str) for c in cross):
+        raise ValueError(f"{study['file']}: grid.cross: the list of fields to cross")
+    return {c: c for c in cross}
+
+
+def function(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, ValueError, AttributeError):
+        raise ValueError(f"grid.run: {dotted!r} is not a function of the project") from None
+
+
+def arguments(cell: dict) -> dict:
+    """The call's keyword arguments: the cell without `run` (and the runner's run-config,
+    which a function's own study does not have)."""
+    return {k: v for k, v in cell.items() if k not in ("run", "run-config")}
+
+
+def check(cell: dict, where) -> None:
+    """The cell names a function that takes exactly its fields (a misspelt or missing field is
+    named); values are checked by the analysis's own `check`."""
+    if "run" not in cell:
+        raise ValueError(f"{where}: grid.run: the function each cell calls")
+    if cell.get("run-config"):
+        raise ValueError(
+            f"{where}: grid.run-config: a function's study passes its settings as fields"
+        )
+    try:
+        fn = function(cell["run"])
+        inspect.signature(fn).bind(**arguments(cell))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def jobs(cells: list[dict], work: Path | None) -> list[dict]:
+    out = []
+    for c in cells:
+        kwargs = arguments(c)
+        if "work" in kwargs:
+            kwargs["work"] = work or ROOT / kwargs["work"]
+        out.append({"run": c["run"], "kwargs": kwargs})
+    return out
+
+
+def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
+    """One call after another (each function pins its own threads and caches its run)."""
+    rows = []
+    for j in jobs:
+        got = function(j["run"])(**j["kwargs"])
+        rows += got if isinstance(got, list) else [got]
+    return pd.DataFrame(rows)
