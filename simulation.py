@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="server rounds (default: the method's, 5; 180 for fedvln --stage speaker under "
-        "the cpu recipe, its grounding schedule)",
+        "the cpu recipe)",
     )
     p.add_argument("--num-clients", type=int, default=None, help="simulated SuperNodes")
     p.add_argument("--fraction", type=float, default=None, help="share of clients per round")

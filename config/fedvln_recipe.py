@@ -41,19 +41,21 @@ far below the kept optimizer's best val_unseen SR. eta = 2 with the kept optimiz
 per round swings and stops early, so eta stays 1.
 
 The cpu speaker is the exception to eta = 1, and it trains more houses a round and more rounds
-(issue 64: the stage's defaults are the schedule that grounds). With r = 0.2 of the 12 seen
+(issue 64 asked the stage's defaults to be a schedule that grounds). With r = 0.2 of the 12 seen
 houses (2 a round) and eta = 1 its averaged speaker stays on the template sentence: best
 val_seen route fidelity 33.4 in 4,560 sequential steps (seed 0), and an independent route-fact
 parser found it naming the goal room 14 % and the stop object 2 % of the time, a constant
 sentence's level. With 6 houses a round (r = 0.5) and the official speaker's eta = 1.6 the
-pipeline's speaker grounded in each of 3 seeds, best at rounds 162-183 (docs/fedvln.md, "A
-speaker that says the route"; `python -m experiments.fedvln.fed_speaker`). So the cpu speaker
-is r = 0.5, eta = 1.6, and `num-server-rounds = 0` means 180 rounds for it. Not a guarantee:
-run with these defaults on the houses as generated since issue 64 (seed 0), the speaker was
-still on the template plateau at round 180 (best val_seen fidelity 36.6, round 146) and, resumed,
-at round 249 (40.1, the strict score of issue 64); when it leaves the plateau varies by seed
-and data. The follower's stages keep r = 0.2 and the run's
-default rounds (config/methods.py).
+pipeline's speaker grounded in each of 3 seeds on the houses before issue 64, best at rounds
+162-183 (docs/fedvln.md, "A speaker that says the route"; `python -m
+experiments.fedvln.fed_speaker`). So the cpu speaker is r = 0.5, eta = 1.6, and
+`num-server-rounds = 0` means 180 rounds for it. **It does not ground on today's houses**
+(generated since issue 64): seed 0 was still on the template plateau at round 249 (best val_seen
+fidelity 40.1, strict score), and with all 12 houses a round (r = 1) at round 180 (36.2). The
+official code's speaker round is sequential through the houses (eric-ai-lab/FedVLN
+r2r_src/train.py:137-158: the local speaker is reset to the global one once per round, not per
+house), which ours, parallel FedAvg as the paper's Eq. 7, is not (docs/fedvln.md says more). The
+follower's stages keep r = 0.2 and the run's default rounds (config/methods.py).
 
 `fedvln.optimizer`, `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay` and
 `fedvln.seen-rate` override the recipe's value when set (non-empty / > 0), and
@@ -87,7 +89,7 @@ OFFICIAL = {
 }
 CPU = {
     "agent": Recipe(optimizer="rms", lr=1e-3, server_lr=1.0),
-    # the schedule that grounds the federated speaker (the module docstring says why)
+    # the schedule that grounded the federated speaker on the older houses (module docstring)
     "speaker": Recipe(optimizer="adam", lr=1e-3, server_lr=1.6, seen_rate=0.5, rounds=180),
     "augment": Recipe(optimizer="rms", lr=1e-4, server_lr=1.0),  # fine-tunes a trained agent
     "preexplore": Recipe(optimizer="rms", lr=1e-4, server_lr=1.0),

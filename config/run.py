@@ -19,7 +19,7 @@ class RunSettings(Section):
     method: str = setting("the method to run (`python simulation.py --help` lists them)")
     num_server_rounds: int = setting(
         "server rounds; 0 = the method's default: 5, but 180 for FedVLN's speaker stage under "
-        "the cpu recipe (its grounding schedule, config/fedvln_recipe.py)",
+        "the cpu recipe (config/fedvln_recipe.py)",
         lo=0,
         hi=10**5,
     )

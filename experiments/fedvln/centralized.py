@@ -304,9 +304,8 @@ def converged(best: Patience, rows: list[dict], log: Path, stage: str) -> bool:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    a.command = command_line(__file__, argv)
-    try:
-        return run(a)
+    try:  # the command is not one of `a`'s settings: stage_settings keys the stages by those
+        return run(a, command_line(__file__, argv))
     except DataError as e:  # bad data folder, feature file or missing earlier stage
         print(f"vln_centralized: error: {e}", file=sys.stderr)
         return 2
@@ -354,7 +353,7 @@ def stage_settings(a, stage: str) -> dict:
     return kept
 
 
-def run(a) -> int:
+def run(a, command: str) -> int:
     if a.lr <= 0 or a.aug_lr <= 0 or a.speaker_lr <= 0:
         print("vln_centralized: --lr, --aug-lr and --speaker-lr must be > 0", file=sys.stderr)
         return 2
@@ -497,7 +496,7 @@ def run(a) -> int:
             )
         follower, _, _ = vln_checkpoint.load(ck / "agent_best.pt")
         train_follower(a, vln, follower, train, evals, "augment-control", out, tokens, settings)
-    summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}", a.command)
+    summarize(out, Path(a.results_dir) / f"vln_centralized{suffix}", command)
     return 0
 
 

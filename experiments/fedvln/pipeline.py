@@ -364,14 +364,14 @@ def start_curve(out: Path) -> pd.DataFrame | None:
     return aug if aug is not None else curve(out, "start")
 
 
-def run_seed_then_tables(a, out: Path, seed: int) -> None:
+def run_seed_then_tables(a, out: Path, command: str, seed: int) -> None:
     """One seed's stages, then the tables of every seed finished so far, as progress in the
     runs folder (OUT/progress): the results folder gets the tables once every seed is done, so
     a rerun in progress never overwrites the committed ones with fewer seeds."""
     if a.jobs > 1:  # seeds share the cores: torch's own threads would oversubscribe them
         torch.set_num_threads(1)  # (centralized pre-exploration ran 10x slower with 3 seeds)
     run_seed(a, out / f"seed{seed}", seed)
-    tables(a, out, out / "progress")
+    tables(a, out, out / "progress", command)
 
 
 # what the floors are made from: a rerun into the same folder with other data, features or
@@ -1003,7 +1003,7 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines)
 
 
-def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
+def tables(a, out: Path, dest: Path, command: str) -> dict[str, pd.DataFrame]:
     suffix = f"_{a.tag}" if a.tag else ""
     dirs = seed_dirs(out, a.seeds)
     for seed, d in dirs.items():
@@ -1021,7 +1021,7 @@ def tables(a, out: Path, dest: Path) -> dict[str, pd.DataFrame]:
         if len(t):
             t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
             print(f"\n{name}\n{t.round(1).to_string(index=False)}")
-    plot(dirs, dest / f"fedvln_pipeline{suffix}.png", a.command, a.stages)
+    plot(dirs, dest / f"fedvln_pipeline{suffix}.png", command, a.stages)
     print("\n" + markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"]))
     return result
 
@@ -1135,7 +1135,7 @@ def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    a.command = command_line(__file__, argv)
+    command = command_line(__file__, argv)
     for flag in (
         "agent_rounds",
         "speaker_rounds",
@@ -1178,13 +1178,13 @@ def main(argv=None) -> int:
     out = out.resolve()  # checkpoints are handed to the stages by absolute path
     if not a.tables_only:
         in_parallel(
-            partial(run_seed_then_tables, a, out),
+            partial(run_seed_then_tables, a, out, command),
             a.seeds,
             a.jobs,
             "fedvln_pipeline seeds",
             processes=True,
         )
-    tables(a, out, Path(a.results_dir))
+    tables(a, out, Path(a.results_dir), command)
     return 0
 
 
