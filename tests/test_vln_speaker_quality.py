@@ -344,3 +344,22 @@ def test_teaching_is_measured_from_the_constant_sentence():
     got = quality.with_teaching_gain(rows).set_index(["seed", "speaker"])["taught_gain"]
     assert got[(0, "grounded")] == 0.5 and got[(1, "grounded")] == pytest.approx(0.8)
     assert got[(0, "constant")] == 0 and got[(1, "true")] == 1
+
+
+@pytest.mark.slow
+def test_the_official_sequential_speaker_round_differs_from_fedavg_only_across_houses(tmp_path):
+    """experiments/fedvln/speaker_round.py: with one house a round the official code's round
+    (the local speaker not reset between houses) is FedAvg's, to the last digit; with two it is
+    not (the second house starts where the first ended), so the comparison measures that one
+    difference."""
+    from experiments.fedvln.speaker_round import one_run
+
+    def run(mode, houses):
+        job = {"mode": mode, "seed": 0, "rounds": 1, "houses": houses, "epochs": 0.5,
+               "eval_every": 1, "server_lr": 1.6, "work": str(tmp_path / f"h{houses}")}  # fmt: skip
+        [row] = one_run(job)
+        return {k: v for k, v in row.items() if k.startswith("val_") or k == "loss"}
+
+    assert run("parallel", 1) == run("sequential", 1)
+    par, seq = run("parallel", 2), run("sequential", 2)
+    assert par["loss"] != seq["loss"] and par != seq
