@@ -362,10 +362,12 @@ def test_every_committed_figure_names_a_command_its_script_accepts(monkeypatch):
         except SystemExit as e:
             broken.append(f"{png.name}: {command!r}: its parser refused it (exit {e.code})")
         if module == "experiments.study":  # and the study file it names is one that loads
-            from experiments.study import load
+            from experiments.study import analysis_of, load
 
             try:
-                load(ROOT / args[0])
+                study = load(ROOT / args[0])
+                if png not in analysis_of(study).outputs(study):
+                    broken.append(f"{png.name}: {args[0]} does not draw this figure")
             except ValueError as e:
                 broken.append(f"{png.name}: {e}")
     assert not broken, broken

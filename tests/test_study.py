@@ -121,3 +121,20 @@ def test_a_function_study_calls_its_function_once_per_crossed_cell(tmp_path, mon
         function_runs.check(cells[0] | {"window": 3}, "f.toml")
     with pytest.raises(ValueError, match="grid.run"):
         function_runs.check(cells[0] | {"run": "experiments.privacy.fedrl_attack.nope"}, "f.toml")
+
+
+def test_a_sweep_whose_knob_is_not_what_its_arms_vary_is_refused_before_it_trains(tmp_path, capsys):
+    """A review found a sweep study with a wrong or missing `[report] knob` trained every run
+    and then failed (or grouped by a constant); and a misspelt map split was dropped silently."""
+    from experiments import study
+
+    studies = ROOT / "experiments" / "studies"
+    bad = tmp_path / "sweep.toml"
+    bad.write_text(
+        (studies / "fedrl_sweep_history.toml").read_text().replace('"history"', '"updates"')
+    )
+    assert study.main([str(bad)]) == 2
+    assert "report.knob = 'updates'" in capsys.readouterr().err
+    bad.write_text((studies / "fedrl_table1.toml").read_text() + 'maps = { vaild = "6400-6799" }\n')
+    assert study.main([str(bad)]) == 2
+    assert "grid.maps" in capsys.readouterr().err

@@ -348,10 +348,10 @@ def test_teaching_is_measured_from_the_constant_sentence():
 
 @pytest.mark.slow
 def test_the_official_sequential_speaker_round_differs_from_fedavg_only_across_houses(tmp_path):
-    """experiments/fedvln/speaker_round.py: with one house a round the official code's round
-    (the local speaker not reset between houses) is FedAvg's, to the last digit; with two it is
-    not (the second house starts where the first ended), so the comparison measures that one
-    difference."""
+    """experiments/fedvln/speaker_round.py: in a first round with one house the official
+    code's round (the local speaker not reset between houses, one Adam state for all) is
+    FedAvg's, to the last digit; with two houses it is not (the second house starts where the
+    first ended). Houses, batches and the server step are the same in both modes."""
     from experiments.fedvln.speaker_round import one_run
 
     def run(mode, houses):

@@ -29,6 +29,12 @@ from experiments.tables import redraw  # noqa: E402
 
 
 def outputs(study: dict) -> list[Path]:
+    """The sweep's CSV and figure; refuses (before anything trains) a study whose `[report]
+    knob` is missing or is not the one run-config key its runs vary."""
+    knob = study.get("report", {}).get("knob")
+    varied = {k for a in study["grid"].get("arms", []) for v in a.get("run-config", []) for k in v}
+    if not knob or {f"fedrl.{knob}"} != varied:
+        raise ValueError(f"{study['file']}: report.knob = {knob!r}: the arms vary {sorted(varied)}")
     return [RESULTS / f"{study['name']}.csv", RESULTS / f"{study['name']}.png"]
 
 

@@ -370,8 +370,10 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.rules: {cell['rules']!r} is not paper or reference")
     if cell["size"] not in SIZES:
         raise ValueError(f"{where}: grid.sizes: {cell['size']!r} is not one of {list(SIZES)}")
+    if set(cell.get("maps", {})) - {"train", "valid", "test"}:
+        raise ValueError(f"{where}: grid.maps: only train, valid and test, got {cell['maps']}")
     rounds = rounds_of(cell)
-    if not isinstance(rounds, int) or rounds <= 0:
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds <= 0:
         raise ValueError(
             f"{where}: grid.rounds: a positive number, or one per size, at {cell['size']}"
         )

@@ -343,8 +343,11 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {METHODS}")
     if cell["dataset"] not in DATASETS:
         raise ValueError(f"{where}: grid.datasets: {cell['dataset']!r} is not one of {DATASETS}")
+    for key in ("rounds", "words", "eval-every", "data"):
+        if key not in cell:
+            raise ValueError(f"{where}: grid.{key}: missing")
     for key in ("rounds", "words", "eval-every"):
-        if not isinstance(cell.get(key), int) or cell[key] <= 0:
+        if not isinstance(cell[key], int) or isinstance(cell[key], bool) or cell[key] <= 0:
             raise ValueError(f"{where}: grid.{key}: a positive number")
     if not data_dir(cell).is_dir():
         raise ValueError(f"{where}: grid.data: {data_dir(cell)}: no such directory")

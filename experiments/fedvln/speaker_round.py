@@ -12,7 +12,10 @@
   throughout the run); after house k the server adds eta * n_k / n * (w_k - w), w_k being the
   model after houses 1..k. (Its follower round resets per house, :473-482.)
 
-Everything else is the cpu speaker recipe and the Flower run's: the embedded houses, the same
+The official round differs from ours in two ways, and this measures them together, as the
+official code runs them: the local model is not reset between houses, and one Adam state serves
+every house (ours keeps one per house, as our Flower client does). Everything else is the cpu
+speaker recipe and the Flower run's: the embedded houses, the same
 `--houses` seen houses a round (one seeded draw per round, the same for both), tau = 5 local
 epochs (19 updates of 32 a house), Adam at 1e-3, eta = 1.6, the speaker of models/speaker.py.
 Every `--eval-every` rounds the global speaker writes one instruction per val path; route
