@@ -40,7 +40,7 @@ import tomllib
 from pathlib import Path
 
 from experiments.simulate import command_line
-from experiments.tables import refuse_overwrite
+from experiments.tables import plot_only_flag, refuse_overwrite
 
 # runs kind -> module with crossed(study) ({list field: cell field}, crossed in that order),
 # check(cell, file), jobs(cells, work) and run_jobs(jobs, n_jobs)
@@ -111,6 +111,21 @@ def cells(study: dict, crossed: dict[str, str]) -> list[dict]:
     return out
 
 
+def check_cell(cell: dict, where, fields: set[str], methods) -> None:
+    """What every kind of run checks in a cell (ValueError naming the study file and field):
+    no field the kind does not take, a method it runs, run-config keys the app knows."""
+    from config.schema import merged
+
+    unknown = set(cell) - fields
+    if unknown:
+        raise ValueError(f"{where}: grid: unknown field(s) {', '.join(sorted(unknown))}")
+    if cell["method"] not in methods:
+        raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {methods}")
+    unknown = [k for k in cell["run-config"] if k not in merged({})]
+    if unknown:
+        raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m experiments.study", description=__doc__.split("\n")[0]
@@ -119,11 +134,7 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel (1 torch thread each)")
     p.add_argument("--work", default="", help="where finished runs are kept (default: the kind's)")
     p.add_argument("--force", action="store_true", help="overwrite committed results")
-    p.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="draw the figure again from the committed CSVs, under the command that made them",
-    )
+    plot_only_flag(p)
     return p.parse_args(argv)
 
 

@@ -359,13 +359,9 @@ def crossed(study: dict) -> dict[str, str]:
 
 def check(cell: dict, where) -> None:
     """One study cell's fields (ValueError naming the study file and the field)."""
-    from config.schema import merged
+    from experiments.study import check_cell
 
-    unknown = set(cell) - CELL
-    if unknown:
-        raise ValueError(f"{where}: grid: unknown field(s) {', '.join(sorted(unknown))}")
-    if cell["method"] not in METHODS:
-        raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {METHODS}")
+    check_cell(cell, where, CELL, METHODS)
     if cell["rules"] not in ("paper", "reference"):
         raise ValueError(f"{where}: grid.rules: {cell['rules']!r} is not paper or reference")
     if cell["size"] not in SIZES:
@@ -379,9 +375,6 @@ def check(cell: dict, where) -> None:
         )
     if not isinstance(cell.get("eval-every", 10), int) or cell.get("eval-every", 10) <= 0:
         raise ValueError(f"{where}: grid.eval-every: a positive number")
-    unknown = [k for k in cell["run-config"] if k not in merged({})]
-    if unknown:
-        raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")
     f = map_file(cell)
     if f and not Path(f).is_file():
         raise ValueError(f"{where}: grid.map-dir: {f} not found")

@@ -334,13 +334,9 @@ def crossed(study: dict) -> dict[str, str]:
 
 def check(cell: dict, where) -> None:
     """One study cell's fields (ValueError naming the study file and the field)."""
-    from config.schema import merged
+    from experiments.study import check_cell
 
-    unknown = set(cell) - CELL
-    if unknown:
-        raise ValueError(f"{where}: grid: unknown field(s) {', '.join(sorted(unknown))}")
-    if cell["method"] not in METHODS:
-        raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {METHODS}")
+    check_cell(cell, where, CELL, METHODS)
     if cell["dataset"] not in DATASETS:
         raise ValueError(f"{where}: grid.datasets: {cell['dataset']!r} is not one of {DATASETS}")
     for key in ("rounds", "words", "eval-every", "data"):
@@ -351,9 +347,6 @@ def check(cell: dict, where) -> None:
             raise ValueError(f"{where}: grid.{key}: a positive number")
     if not data_dir(cell).is_dir():
         raise ValueError(f"{where}: grid.data: {data_dir(cell)}: no such directory")
-    unknown = [k for k in cell["run-config"] if k not in merged({})]
-    if unknown:
-        raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")
 
 
 def data_dir(cell: dict) -> Path:
