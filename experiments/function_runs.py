@@ -1,7 +1,8 @@
 """The study kind "function" (experiments/study.py): each cell is one call of a Python
 function that trains, scores and caches its own run (`run = "module.function"` in the grid).
 
-The grid's other fields are the call's keyword arguments; `cross` names the fields that are
+The grid's other fields are the call's keyword arguments (kebab-case keys become the
+function's snake_case names); `cross` names the fields that are
 lists to cross (one call per combination), every other field is passed whole (a list stays a
 list: e.g. the sigmas one network is released at). `work`, the folder the function caches in,
 is relative to the project and `python -m experiments.study --work` replaces it. A call
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.simulate import ROOT
+from experiments.simulate import ROOT, in_parallel
 
 
 def crossed(study: dict) -> dict[str, str]:
@@ -37,7 +38,7 @@ def function(dotted: str):
 def arguments(cell: dict) -> dict:
     """The call's keyword arguments: the cell without `run` (and the runner's run-config,
     which a function's own study does not have)."""
-    return {k: v for k, v in cell.items() if k not in ("run", "run-config")}
+    return {k.replace("-", "_"): v for k, v in cell.items() if k not in ("run", "run-config")}
 
 
 def check(cell: dict, where) -> None:
@@ -66,10 +67,16 @@ def jobs(cells: list[dict], work: Path | None) -> list[dict]:
     return out
 
 
+def _call(job: dict) -> list[dict]:
+    got = function(job["run"])(**job["kwargs"])
+    return got if isinstance(got, list) else [got]
+
+
 def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
-    """One call after another (each function pins its own threads and caches its run)."""
-    rows = []
-    for j in jobs:
-        got = function(j["run"])(**j["kwargs"])
-        rows += got if isinstance(got, list) else [got]
-    return pd.DataFrame(rows)
+    """`n_jobs` calls at a time, each in its own process (each function pins its own threads
+    and caches its run); rows in the order of the study's cells."""
+    if n_jobs == 1:
+        done = [_call(j) for j in jobs]
+    else:
+        done = in_parallel(_call, jobs, n_jobs, "study runs", processes=True)
+    return pd.DataFrame([r for rows in done for r in rows])

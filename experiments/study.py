@@ -38,9 +38,17 @@ import itertools
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
-from experiments.simulate import command_line
-from experiments.tables import plot_only_flag, refuse_overwrite
+from experiments.simulate import RESULTS, command_line
+from experiments.tables import (
+    pipe_table,
+    plot_only_flag,
+    redraw_study,
+    refuse_overwrite,
+    save_study,
+    study_files,
+)
 
 # runs kind -> module with crossed(study) ({list field: cell field}, crossed in that order),
 # check(cell, file), jobs(cells, work) and run_jobs(jobs, n_jobs)
@@ -81,10 +89,29 @@ def load(path: Path | str) -> dict:
 def analysis_of(study: dict):
     """The study's analysis: a module, or `module:NAME`, a namespace in it (a module with two
     studies, e.g. experiments.privacy.fedrl_attack:DEFENCE), with outputs, report, replot and
-    optionally check(cell) for what its runs accept."""
+    optionally check(cell) for what its runs accept. One that has no `report` is a standard
+    study: `summarize(runs)` gives the table, `markdown(table)` (default: a pipe table) prints
+    it and `plot(runs, png, command)` draws it; it writes the three files of `study_files`."""
     module, _, attr = study["analysis"].partition(":")
     found = importlib.import_module(module)
-    return getattr(found, attr) if attr else found
+    a = getattr(found, attr) if attr else found
+    if hasattr(a, "report"):
+        return a
+    return SimpleNamespace(**standard(a, study_files(RESULTS, study["name"])))
+
+
+def standard(a, files: list[Path]) -> dict:
+    """outputs, report and replot of a standard study from its summarize, markdown and plot."""
+
+    def report(runs, study, command):
+        table = a.summarize(runs)
+        save_study(files, runs, table, command, a.plot)
+        show = getattr(a, "markdown", lambda t: pipe_table(list(t.columns), t.values.tolist()))
+        return show(table)
+
+    out = {"outputs": lambda study: files, "report": report,
+           "replot": lambda study: redraw_study(files, a.plot)}  # fmt: skip
+    return out | ({"check": a.check} if hasattr(a, "check") else {})
 
 
 def cells(study: dict, crossed: dict[str, str]) -> list[dict]:

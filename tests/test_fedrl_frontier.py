@@ -97,10 +97,9 @@ def test_the_crossing_is_the_largest_sigma_whose_paired_interval_clears_dqn_alph
 
 @pytest.mark.slow
 def test_the_study_records_each_party_s_epsilon(tmp_path, monkeypatch, capsys):
-    import experiments.privacy.fedrl_frontier as fr
     from experiments import study
 
-    monkeypatch.setattr(fr, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(study, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(sys, "argv", ["pytest"])
     committed = (Path(study.__file__).parent / "studies" / "fedrl_frontier.toml").read_text()
     # the committed study, shrunk: 3 sigmas, one seed, 3 rounds, small maps and batches

@@ -47,12 +47,8 @@ import pandas as pd
 
 from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
-from experiments.simulate import RESULTS
 from experiments.tables import (
     mean_sd,
-    redraw_study,
-    save_study,
-    study_files,
 )
 
 DIRECTIONS = ("up", "down", "left", "right")
@@ -413,30 +409,7 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.sigma(s): at least 0")
 
 
-def outputs(study: dict) -> list:
-    return study_files(RESULTS, study["name"])
-
-
-def report(runs: pd.DataFrame, study: dict, command: str) -> str:
-    t = summarize(runs)
-    save_study(outputs(study), runs, t, command, plot)
-    return markdown(t)
-
-
-def replot(study: dict) -> int:
-    return redraw_study(outputs(study), plot)
-
-
-def _report_defence(runs: pd.DataFrame, study: dict, command: str) -> str:
-    t = summarize_defence(runs)
-    save_study(outputs(study), runs, t, command, plot_defence)
-    return markdown_defence(t)
-
-
-# the defence curve's study (experiments/studies/fedrl_attack_defence.toml)
+# the defence curve's study (experiments/studies/fedrl_attack_defence.toml), a standard one
 DEFENCE = SimpleNamespace(
-    check=check,
-    outputs=outputs,
-    report=_report_defence,
-    replot=lambda study: redraw_study(outputs(study), plot_defence),
+    check=check, summarize=summarize_defence, markdown=markdown_defence, plot=plot_defence
 )

@@ -37,12 +37,8 @@ import pandas as pd
 
 from experiments import figures
 from experiments.fedrl import numerics  # noqa: F401  (pins the floating-point kernels first)
-from experiments.simulate import RESULTS
 from experiments.tables import (
     mean_sd,
-    redraw_study,
-    save_study,
-    study_files,
 )
 
 ALPHA = 0  # the role number SeededNoise mixes into its seed
@@ -218,17 +214,3 @@ def check(cell: dict, where) -> None:
     """What a run of this study accepts (experiments/study.py)."""
     if min(cell["rounds"], cell["steps"], cell["window"]) < 1 or cell["sigma"] <= 0:
         raise ValueError(f"{where}: grid.rounds, steps, window: at least 1; grid.sigma: above 0")
-
-
-def outputs(study: dict) -> list:
-    return study_files(RESULTS, study["name"])
-
-
-def report(runs: pd.DataFrame, study: dict, command: str) -> str:
-    t = summarize(runs)
-    save_study(outputs(study), runs, t, command, plot)
-    return markdown(t)
-
-
-def replot(study: dict) -> int:
-    return redraw_study(outputs(study), plot)

@@ -35,15 +35,11 @@ import pandas as pd
 
 from experiments import figures
 from experiments.fedrl.table1 import PAPER
-from experiments.simulate import RESULTS
 from experiments.tables import (
     epsilon_text,
     mean_sd,
     paired,
     pipe_table,
-    redraw_study,
-    save_study,
-    study_files,
 )
 
 BASELINES = {
@@ -226,17 +222,3 @@ def plot(runs: pd.DataFrame, png, command: str) -> None:
         ax.legend(fontsize=6)
     fig.tight_layout()
     figures.save(fig, png, command)
-
-
-def outputs(study: dict) -> list:
-    return study_files(RESULTS, study["name"])
-
-
-def report(runs: pd.DataFrame, study: dict, command: str) -> str:
-    t = summarize(runs)
-    save_study(outputs(study), runs, t, command, plot)
-    return markdown(t)
-
-
-def replot(study: dict) -> int:
-    return redraw_study(outputs(study), plot)
