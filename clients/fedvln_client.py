@@ -32,6 +32,7 @@ from clients import costs, faults, policy
 from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import (
+    CHAIN,
     FOLLOWER_TO,
     SPEAKER_TO,
     follower_size,
@@ -210,6 +211,13 @@ def train(msg: Message, context: Context) -> Message:
         raise policy.Refused(
             f"house {h.name}: the server asked for share={share!r}; this "
             f"house sends at most {allowed!r} in this stage (policy key {key})"
+        )
+    node_policy = policy.of_node(context.node_config)
+    if bool(conf.get(CHAIN, False)) and not node_policy.fedvln.allow_chain:
+        raise node_policy.refuse(
+            "fedvln.allow-chain",
+            f"house {h.name}: a chained speaker round passes the model this house returns on "
+            "to the next house, and this house serves none",
         )
     rnd = int(conf[SERVER_ROUND])
     fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")

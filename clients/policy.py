@@ -22,6 +22,8 @@ protection below, whatever the run asks.
     [fedvln]
     train-share = "*"               # federated agent/speaker training: the model (paper)
     preexplore-share = "lang_encoder."  # pre-exploration: language encoder only (fed-lan)
+    allow-chain = false             # never serve a chained speaker round (fedvln.speaker-round
+                                    #   = "chain"): its model would go on to the next house
     [cdl]
     share-sub-network = false       # only the backbone leaves a silo (paper Eq. 3-5)
     [dp]                            # fedavg, fedprox, cdl-sfl, fedvln (clients/dp.py)
@@ -70,6 +72,7 @@ class FedRLPolicy:
 class FedVLNPolicy:
     train_share: str = "*"
     preexplore_share: str = LANG_ENCODER
+    allow_chain: bool = False  # never train in a round that hands this house's model onward
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,8 @@ def main(argv=None) -> int:
         f"{'the run seed if asked' if p.fedrl.allow_reproducible_noise else 'its own key only'}"
         f"; fedvln shares "
         f"{p.fedvln.train_share!r} in training, {p.fedvln.preexplore_share!r} in "
-        f"pre-exploration; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
+        f"pre-exploration, {'may' if p.fedvln.allow_chain else 'never'} to another house "
+        f"(chained rounds); cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
         f"sub-network; weight updates {_dp_line(p.dp)}"
     )
     return 0

@@ -12,6 +12,7 @@ RECIPES = ("cpu", "official")  # config/fedvln_recipe.py: OFFICIAL, CPU
 OPTIMIZERS = ("rms", "adam")  # training/vln_loop.py
 ROUTE_WORDS = ("speaker", "grammar")  # training.vln_house.grammar_words
 ROUTES_HOUSE = ("own", "next-unseen")  # training.vln_house.routes_house
+SPEAKER_ROUNDS = ("fedavg", "chain")  # strategies/fedvln_strategy.FedVLNStrategy.chain
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,13 @@ class FedVLNSettings(Section):
         "round: a fresh local optimizer every round | house: each house keeps its own "
         "between rounds",
         choices=("round", "house"),
+    )
+    speaker_round: str = setting(
+        "fedavg: every house of a speaker round trains from the global model (Eq. 7) | chain: "
+        "each house trains the model the house before it returned, as the official code's "
+        "speaker round (r2r_src/train.py:137-158); hands a house's model to the next house, "
+        "so a house serves it only if its policy allows (fedvln.allow-chain)",
+        choices=SPEAKER_ROUNDS,
     )
     local_epochs: float = setting(
         "tau for the follower (paper: 3 for Envdrop)", lo=0, hi=1000, lo_open=True
@@ -162,6 +170,11 @@ class FedVLNSettings(Section):
             raise ConfigError(
                 f"run config 'fedvln.routes-house' = {self.routes_house!r} is a control of the "
                 f"preexplore stage; stage {self.stage!r} samples no unseen house's routes"
+            )
+        if self.speaker_round != "fedavg" and self.stage != "speaker":
+            raise ConfigError(
+                f"run config 'fedvln.speaker-round' = {self.speaker_round!r} is how the speaker "
+                f"stage's round runs; stage {self.stage!r} trains no speaker"
             )
         if self.stage == "preexplore" and self.variant == "centralized":
             raise ConfigError(

@@ -53,6 +53,7 @@ from config import Config
 from config.fedvln_recipe import recipe_of, recipe_record
 from config.schema import ConfigError
 from contracts.fedvln import (
+    CHAIN,
     FOLLOWER_TO,
     LANG,
     SPEAKER_SELECTION,
@@ -137,6 +138,12 @@ def check_config(c: Config) -> Plan:
     """The stage's plan, or ConfigError naming the key (ranges and choices: config/fedvln.py;
     here only what needs files: the checkpoints a stage starts from)."""
     plan = plan_of(c)
+    if c.fedvln.speaker_round == "chain" and c.dp.mode == "central":
+        raise ConfigError(
+            "run config 'fedvln.speaker-round' = \"chain\" passes each house's model to the "
+            "next house before the server sees it; 'dp.mode' = \"central\" clips and noises "
+            'only what reaches the server (use dp.mode = "local")'
+        )
     needs = (["agent-init"] if plan.init_agent else []) + (
         ["speaker-init"] if plan.speaker_to else []
     )
@@ -329,6 +336,7 @@ def _start(strategy, grid, c: Config, plan: Plan, initial, rounds: int, end_of_r
                 "share": plan.share,
                 "keep-local": plan.keep_local,
                 SPEAKER_TO: ",".join(plan.speaker_to),
+                CHAIN: c.fedvln.speaker_round == "chain",
                 FOLLOWER_TO: ",".join(plan.follower_to),
             }
         ),
@@ -399,6 +407,8 @@ def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedV
         server_lr=recipe.server_lr,
         lr_decay=recipe.server_lr_decay,
         send_global_for_eval=not plan.keep_local,
+        chain=c.fedvln.speaker_round == "chain",
+        round_timeout=c.run.round_timeout,
         num_clients=len(parts),
         **screened_args(c, recorder),
     )

@@ -11,6 +11,17 @@ What the global model is depends on the stage: the whole follower or speaker, on
 encoder (`fed-lan` pre-exploration), or nothing (`env-based`, where the server only schedules
 local training). Whatever it is, the same arrays go down and come back up.
 
+A chained round (`chain`, the speaker stage's `fedvln.speaker-round = "chain"`): the round's
+houses train one after another, each from the model the house before it returned (the first
+from w), as the official code's speaker round does (eric-ai-lab/FedVLN r2r_src/train.py:137-158:
+one local speaker loaded from the global once per round, trained house after house). Its server
+step is the official one, w <- w + eta * sum_k n_k / n * (w_k - w) with w_k the model after
+houses 1..k, which is Eq. 7 applied to the chain's models, so `server_step` serves both. Why:
+FedAvg's speaker stays on the template plateau on the embedded houses where the chain grounds
+(experiments/studies/fedvln_speaker_round.toml). What it costs: a house's trained model goes to
+the next house (each house's policy must allow it, fedvln.allow-chain), and a round takes the
+houses' training times summed, not their maximum.
+
 Sampling: `rates` gives each role (`seen`, `unseen`) its participation rate; a role with rate r
 and n houses trains max(1, floor(r * n)) of them per round (the paper's r * n), chosen with a
 seeded RNG so runs repeat. Evaluation goes to every house of `eval_roles`.
@@ -25,7 +36,15 @@ from collections.abc import Iterable
 from logging import WARNING
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.common import log
 from flwr.serverapp import Grid
 from sacrebleu.metrics import BLEU
@@ -126,9 +145,13 @@ class FedVLNStrategy(ScreenedFedAvg):
         server_lr: float = 2.0,
         lr_decay: float = 1.0,
         send_global_for_eval: bool = True,
+        chain: bool = False,
+        round_timeout: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.chain, self.round_timeout = chain, round_timeout
+        self.chained: list[Message] = []  # the replies of a chained round's houses but the last
         self.server_lr = server_lr  # eta_t of the current round
         self.base_lr, self.lr_decay = server_lr, lr_decay
         self.global_arrays: ArrayRecord | None = None  # w of Eq. 7
@@ -188,7 +211,33 @@ class FedVLNStrategy(ScreenedFedAvg):
         self.server_lr = self.base_lr * self.lr_decay ** (t - 1)
         if self.global_arrays is None:  # the start (or the resumed round's) global model
             self.global_arrays = arrays
-        return super().configure_train(server_round, arrays, config, grid)
+        msgs = list(super().configure_train(server_round, arrays, config, grid))
+        return self._chain(server_round, msgs, grid) if self.chain and len(msgs) > 1 else msgs
+
+    def _chain(self, server_round: int, msgs: list[Message], grid: Grid) -> list[Message]:
+        """A chained round: every house but the last trained here, one after another, each
+        from the last model that passed screening; the last house's message is Flower's to
+        send. A house that fails or is screened out is skipped (the next starts from the
+        model before it); every reply is aggregated and recorded with the last one's."""
+        current, sent, self.chained = self.current, [], []
+        for msg in msgs:
+            content = RecordDict(dict(msg.content.items()))
+            content[self.arrayrecord_key] = current
+            one = Message(
+                content=content,
+                message_type=msg.metadata.message_type,
+                dst_node_id=msg.metadata.dst_node_id,
+            )
+            sent.append(one)
+            if len(sent) == len(msgs):
+                break
+            for rep in grid.send_and_receive([one], timeout=self.round_timeout):
+                self.chained.append(rep)
+                node = msg.metadata.dst_node_id
+                if self._problem(server_round + self.round_offset, node, rep, {})[0] is None:
+                    current = rep.content[self.arrayrecord_key]
+        self.sent = sent
+        return sent[-1:]
 
     def server_step(self, average: ArrayRecord) -> ArrayRecord:
         """Eq. 7: w <- w + eta_t * (sum_i n_i / n * w_i - w), array by array. A round with no
@@ -206,7 +255,7 @@ class FedVLNStrategy(ScreenedFedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
+        replies, self.chained = self.chained + list(replies), []
         average, metrics = super().aggregate_train(server_round, replies)
         arrays = None if average is None else self.server_step(average)
         if metrics is not None:  # local_steps: optimizer steps summed over houses (Table 9)

@@ -1658,3 +1658,76 @@ def test_the_speaker_stage_grounds_by_default_and_a_value_given_wins():
         merged({"method": "fedvln", "fedvln.stage": "speaker", "fedvln.recipe": "official"})
     )
     assert plan_of(official).rates == {"seen": 0.2}  # the official script's r = 0.2 of 61
+
+
+def test_a_chained_round_trains_house_after_house_and_steps_as_the_official_code(tmp_path):
+    """fedvln.speaker-round = "chain": each house of the round gets the model the house before
+    it returned (the first gets w), and the server step is the official code's
+    w + eta * sum_k n_k / n * (w_k - w) (r2r_src/train.py:137-158); a house whose reply is
+    screened out (non-finite) is skipped, the next starting from the model before it; every
+    house's message says the round is chained, so its policy can refuse."""
+    from contracts.fedvln import CHAIN
+
+    got = []
+
+    class Grid:
+        def get_node_ids(self):
+            return [1000, 1001, 1002, 1003]
+
+        def send_and_receive(self, msgs, timeout=None):
+            for m in msgs:
+                w = m.content["arrays"]["w"].numpy()
+                got.append((m.metadata.dst_node_id, float(w[0]), bool(m.content["config"][CHAIN])))
+                step = np.nan if m.metadata.dst_node_id == 1001 else 1.0  # house 1 breaks
+                yield _reply(m, float(w[0]) + step, {1000: 1, 1001: 1, 1002: 2, 1003: 4}[
+                    m.metadata.dst_node_id])
+
+    roles = {p: "seen" for p in range(4)}
+    s = _strategy(tmp_path, roles, {"seen": 1.0}, server_lr=2.0, chain=True)
+    w0 = ArrayRecord({"w": Array(np.zeros(3, np.float32))})
+    last = list(s.configure_train(1, w0, ConfigRecord({CHAIN: True}), grid=Grid()))
+    assert len(last) == 1 and last[0].metadata.dst_node_id == 1003
+    replies = list(Grid().send_and_receive(last))
+    # houses 0, 1 (broken), 2, 3 start from 0, 1, 1 (house 1 skipped), 2
+    assert [(n, w) for n, w, _ in got] == [(1000, 0.0), (1001, 1.0), (1002, 1.0), (1003, 2.0)]
+    assert all(c for *_, c in got)
+    arrays, _ = s.aggregate_train(1, replies)
+    # w_k of the accepted houses: 1 (n 1), 2 (n 2), 3 (n 4); w = 0 + 2 * (1 + 4 + 12) / 7
+    assert np.allclose(arrays["w"].numpy(), 2.0 * 17 / 7)
+    assert not s.chained  # the round's replies were all used, none carried into the next
+    # not chained: every house gets w, as FedAvg
+    s = _strategy(tmp_path / "b", roles, {"seen": 1.0}, server_lr=2.0)
+    assert len(list(s.configure_train(1, w0, ConfigRecord(), grid=Grid()))) == 4
+
+
+def test_a_house_serves_a_chained_round_only_if_its_own_policy_allows(tmp_path):
+    """A chained speaker round hands the model a house returns to the next house: the house
+    refuses it under the secure default whatever the run asks, trains under a policy with
+    fedvln.allow-chain; the run config refuses a chain outside the speaker stage and with
+    central DP (which clips and noises only what reaches the server)."""
+    from flwr.app import Context
+
+    from clients import fedvln_client as house
+    from config.schema import ConfigError, merged
+    from contracts.fedvln import CHAIN, shared_part
+    from server.fedvln_run import check_config
+
+    rc = {**TINY, "fedvln.stage": "speaker", "fedvln.speaker-round": "chain"}
+    ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 5},
+                  state=RecordDict(), run_config=rc)  # fmt: skip
+    arrays = shared_part(house._model("speaker", parse(rc), house.house_of(ctx)), "*")
+    conf = {"step": "speaker", "server-round": 1, "epochs": 1.0, "share": "*", CHAIN: True}
+    msg = Message(RecordDict({"arrays": arrays, "config": ConfigRecord(conf)}),
+                  dst_node_id=5000, message_type="train")  # fmt: skip
+    with pytest.raises(PermissionError, match="chained.*fedvln.allow-chain"):
+        house.train(msg, ctx)
+    allows = tmp_path / "allows.toml"
+    allows.write_text("[fedvln]\nallow-chain = true\n")
+    allows.chmod(0o600)
+    ctx.node_config["policy"] = str(allows)
+    reply = house.train(msg, ctx)
+    assert reply.content["arrays"].keys() == arrays.keys()
+    with pytest.raises(ConfigError, match="fedvln.speaker-round"):
+        parse(merged({**rc, "fedvln.stage": "agent"}))
+    with pytest.raises(ConfigError, match="dp.mode"):
+        check_config(parse(merged({**rc, "dp.mode": "central", "dp.noise": 0.1})))
