@@ -1679,8 +1679,11 @@ def test_a_chained_round_trains_house_after_house_and_steps_as_the_official_code
                 w = m.content["arrays"]["w"].numpy()
                 got.append((m.metadata.dst_node_id, float(w[0]), bool(m.content["config"][CHAIN])))
                 step = np.nan if m.metadata.dst_node_id == 1001 else 1.0  # house 1 breaks
-                yield _reply(m, float(w[0]) + step, {1000: 1, 1001: 1, 1002: 2, 1003: 4}[
-                    m.metadata.dst_node_id])
+                yield _reply(
+                    m,
+                    float(w[0]) + step,
+                    {1000: 1, 1001: 1, 1002: 2, 1003: 4}[m.metadata.dst_node_id],
+                )
 
     roles = {p: "seen" for p in range(4)}
     s = _strategy(tmp_path, roles, {"seen": 1.0}, server_lr=2.0, chain=True)
