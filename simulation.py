@@ -173,7 +173,9 @@ def resolve(args) -> tuple[dict, Path]:
             )
     try:
         overrides = parse_overrides(args.run_config)
-        check_overrides(overrides)
+        # --stage / --variant are fedvln.stage / variant: checked with the keys that need them
+        flagged = {f"fedvln.{f}": getattr(args, f) for f in ("stage", "variant")}
+        check_overrides({**overrides, **{k: v for k, v in flagged.items() if v}})
     except ConfigError as e:
         raise BadInput(str(e)) from None
     asked = [k for k in ("resume", "resume-round") if overrides.get(k)]

@@ -243,3 +243,20 @@ def test_a_bad_run_config_says_how_to_fix_it(run_config, says):
     res = _run(method or "fedavg", "--run-config", run_config)
     assert res.returncode == 2 and re.search(says, res.stderr), res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_key_that_needs_a_stage_is_checked_with_the_stage_flag(tmp_path):
+    """`--stage speaker --run-config fedvln.speaker-round="chain"` passes the launcher's checks
+    (the flag is the key the option needs; it was checked before the flag was merged in);
+    without the flag the same run config is refused naming the key."""
+    import simulation
+    from simulation import BadInput
+
+    def resolve(*argv):
+        args = simulation.build_parser().parse_args(["fedvln", "--out", str(tmp_path / "r"), *argv])
+        return simulation.resolve(args)[0]
+
+    got = resolve("--stage", "speaker", "--run-config", 'fedvln.speaker-round="chain"')
+    assert got["fedvln.stage"] == "speaker" and got["fedvln.speaker-round"] == "chain"
+    with pytest.raises(BadInput, match="fedvln.speaker-round"):
+        resolve("--run-config", 'fedvln.speaker-round="chain"')
