@@ -174,8 +174,12 @@ def resolve(args) -> tuple[dict, Path]:
     try:
         overrides = parse_overrides(args.run_config)
         # --stage / --variant are fedvln.stage / variant: checked with the keys that need them
-        flagged = {f"fedvln.{f}": getattr(args, f) for f in ("stage", "variant")}
-        check_overrides({**overrides, **{k: v for k, v in flagged.items() if v}})
+        domain = methods.domain_of(args.method)  # what the method's data fixes (domains/)
+        for flag in ("stage", "variant"):
+            if getattr(args, flag) and flag not in domain.FLAGS:
+                raise BadInput(f"--{flag} is not a flag of {args.method} (it is fedvln's)")
+        flagged = {f"fedvln.{f}": getattr(args, f) for f in domain.FLAGS if getattr(args, f)}
+        check_overrides({**overrides, **flagged})
     except ConfigError as e:
         raise BadInput(str(e)) from None
     asked = [k for k in ("resume", "resume-round") if overrides.get(k)]
@@ -185,10 +189,6 @@ def resolve(args) -> tuple[dict, Path]:
             "them from DIR's finished rounds), not on a fresh launch"
         )
     cfg = {**defaults(), **overrides}
-    domain = methods.domain_of(args.method)  # what the method's data fixes (domains/)
-    for flag in ("stage", "variant"):
-        if getattr(args, flag) and flag not in domain.FLAGS:
-            raise BadInput(f"--{flag} is not a flag of {args.method} (it is fedvln's)")
     flags = {
         "num-server-rounds": args.rounds,
         "num-clients": args.num_clients,

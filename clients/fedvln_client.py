@@ -32,7 +32,6 @@ from clients import costs, faults, policy
 from config import Config, parse
 from config.fedvln_recipe import recipe_of
 from contracts.fedvln import (
-    CHAIN,
     FOLLOWER_TO,
     SPEAKER_TO,
     follower_size,
@@ -40,6 +39,7 @@ from contracts.fedvln import (
     speaker_size,
 )
 from contracts.messages import (
+    CHAIN_ROUND,
     FIT_S,
     LOCAL_STEPS,
     NUM_AUGMENTED,
@@ -213,7 +213,7 @@ def train(msg: Message, context: Context) -> Message:
             f"house sends at most {allowed!r} in this stage (policy key {key})"
         )
     node_policy = policy.of_node(context.node_config)
-    if bool(conf.get(CHAIN, False)) and not node_policy.fedvln.allow_chain:
+    if bool(conf.get(CHAIN_ROUND, False)) and not node_policy.fedvln.allow_chain:
         raise node_policy.refuse(
             "fedvln.allow-chain",
             f"house {h.name}: a chained speaker round passes the model this house returns on "

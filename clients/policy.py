@@ -22,8 +22,11 @@ protection below, whatever the run asks.
     [fedvln]
     train-share = "*"               # federated agent/speaker training: the model (paper)
     preexplore-share = "lang_encoder."  # pre-exploration: language encoder only (fed-lan)
-    allow-chain = false             # never serve a chained speaker round (fedvln.speaker-round
-                                    #   = "chain"): its model would go on to the next house
+    allow-chain = false             # refuse a chained speaker round (fedvln.speaker-round =
+                                    #   "chain") whose server hands this house's model on to
+                                    #   the next house: consent the honest server code asks
+                                    #   for; a dishonest server can forward any update anyway
+                                    #   (only dp.local-epsilon protects against it)
     [cdl]
     share-sub-network = false       # only the backbone leaves a silo (paper Eq. 3-5)
     [dp]                            # fedavg, fedprox, cdl-sfl, fedvln (clients/dp.py)
@@ -279,8 +282,8 @@ def main(argv=None) -> int:
         f"{'the run seed if asked' if p.fedrl.allow_reproducible_noise else 'its own key only'}"
         f"; fedvln shares "
         f"{p.fedvln.train_share!r} in training, {p.fedvln.preexplore_share!r} in "
-        f"pre-exploration, {'may' if p.fedvln.allow_chain else 'never'} to another house "
-        f"(chained rounds); cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
+        f"pre-exploration, {'and consents' if p.fedvln.allow_chain else 'never consents'} to "
+        f"chained rounds; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
         f"sub-network; weight updates {_dp_line(p.dp)}"
     )
     return 0

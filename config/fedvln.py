@@ -76,9 +76,10 @@ class FedVLNSettings(Section):
     )
     speaker_round: str = setting(
         "fedavg: every house of a speaker round trains from the global model (Eq. 7) | chain: "
-        "each house trains the model the house before it returned, as the official code's "
-        "speaker round (r2r_src/train.py:137-158); hands a house's model to the next house, "
-        "so a house serves it only if its policy allows (fedvln.allow-chain)",
+        "each house, in a random order, trains the model the house before it returned, as the "
+        "official code's speaker round (r2r_src/train.py:137-158); the next house learns what "
+        "a house's training did, so houses serve it only with their policy's consent "
+        "(fedvln.allow-chain); round-timeout then bounds each house, not the round",
         choices=SPEAKER_ROUNDS,
     )
     local_epochs: float = setting(

@@ -16,10 +16,6 @@ LANG = "lang_encoder."  # the follower's language encoder (fed-lan shares only t
 # without the speaker's routes or its own follower
 SPEAKER_TO = "speaker-to"
 FOLLOWER_TO = "follower-to"
-# train config: true in a chained speaker round (fedvln.speaker-round = "chain"), where the
-# model a house returns is the next house's starting model; a house serves it only if its
-# operator's policy allows (clients/policy.py, fedvln.allow-chain)
-CHAIN = "chain"
 # What keeps a speaker checkpoint, federated and centralized: the pooled val_seen route
 # fidelity (envs/vln_fidelity.py). The paper keeps the best val_unseen BLEU
 # (`best_val_unseen_bleu`); on the embedded houses a constant sentence reaches a trained

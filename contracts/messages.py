@@ -14,6 +14,10 @@ if TYPE_CHECKING:  # no flwr at run time: training/ reads these keys too
 # --- what the server puts in a message's "config" record ---------------------------------------
 SERVER_ROUND = "server-round"  # the round this message belongs to (1-based)
 SAVE_STATE = "save-state"  # True: the node writes its state after this message (the round's end)
+# in every train message of a chained round (FedVLN's speaker-round = "chain"): True when the
+# model this node returns is the next node's starting model (its policy must allow that),
+# False for the round's last node
+CHAIN_ROUND = "chain-round"
 
 # --- what a node puts in its reply's "metrics" record ------------------------------------------
 NUM_EXAMPLES = "num-examples"  # the weight of the node's update in the mean (FedAvg)

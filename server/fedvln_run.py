@@ -53,7 +53,6 @@ from config import Config
 from config.fedvln_recipe import recipe_of, recipe_record
 from config.schema import ConfigError
 from contracts.fedvln import (
-    CHAIN,
     FOLLOWER_TO,
     LANG,
     SPEAKER_SELECTION,
@@ -139,10 +138,11 @@ def check_config(c: Config) -> Plan:
     here only what needs files: the checkpoints a stage starts from)."""
     plan = plan_of(c)
     if c.fedvln.speaker_round == "chain" and c.dp.mode == "central":
-        raise ConfigError(
-            "run config 'fedvln.speaker-round' = \"chain\" passes each house's model to the "
-            "next house before the server sees it; 'dp.mode' = \"central\" clips and noises "
-            'only what reaches the server (use dp.mode = "local")'
+        raise ConfigError(  # central DP noises only the aggregate the server releases
+            "run config 'fedvln.speaker-round' = \"chain\" relays each house's model, un-noised, "
+            "to the next house, and a house's update moves every later house's start, so its "
+            "influence on the mean is not bounded by dp.clip: 'dp.mode' = \"central\" protects "
+            'neither (use dp.mode = "local": each house noises what it returns)'
         )
     needs = (["agent-init"] if plan.init_agent else []) + (
         ["speaker-init"] if plan.speaker_to else []
@@ -336,7 +336,6 @@ def _start(strategy, grid, c: Config, plan: Plan, initial, rounds: int, end_of_r
                 "share": plan.share,
                 "keep-local": plan.keep_local,
                 SPEAKER_TO: ",".join(plan.speaker_to),
-                CHAIN: c.fedvln.speaker_round == "chain",
                 FOLLOWER_TO: ",".join(plan.follower_to),
             }
         ),

@@ -12,15 +12,22 @@ encoder (`fed-lan` pre-exploration), or nothing (`env-based`, where the server o
 local training). Whatever it is, the same arrays go down and come back up.
 
 A chained round (`chain`, the speaker stage's `fedvln.speaker-round = "chain"`): the round's
-houses train one after another, each from the model the house before it returned (the first
-from w), as the official code's speaker round does (eric-ai-lab/FedVLN r2r_src/train.py:137-158:
-one local speaker loaded from the global once per round, trained house after house). Its server
-step is the official one, w <- w + eta * sum_k n_k / n * (w_k - w) with w_k the model after
-houses 1..k, which is Eq. 7 applied to the chain's models, so `server_step` serves both. Why:
-FedAvg's speaker stays on the template plateau on the embedded houses where the chain grounds
-(experiments/studies/fedvln_speaker_round.toml). What it costs: a house's trained model goes to
-the next house (each house's policy must allow it, fedvln.allow-chain), and a round takes the
-houses' training times summed, not their maximum.
+houses train one after another, in a seeded random order, each from the model the house before
+it returned (the first from w), as the official code's speaker round does (eric-ai-lab/FedVLN
+r2r_src/train.py:137-158: one local speaker loaded from the global once per round, trained
+house after house in `random.sample`'s order; there one Adam state also serves every house,
+which houses that keep their own cannot do: here each house keeps its own,
+`fedvln.optimizer-state`). Its server step is the official one, w <- w + eta * sum_k n_k / n *
+(w_k - w) with w_k the model after houses 1..k, which is Eq. 7 applied to the chain's models,
+so `server_step` serves both. Why: experiments/studies/fedvln_speaker_round.toml. What it
+costs: a house's trained model goes to the next house (the second house of a round, holding w
+from the last evaluation, learns the first house's exact update; a later one the sum of the
+updates before it); houses serve it only with their operator's consent (policy
+fedvln.allow-chain), which the honest server code asks for in every message (CHAIN_ROUND) but a
+server that is not honest can skip, as it can forward any update in FedAvg too: against it only
+local DP protects. A round lasts the houses' training times summed, and `round-timeout` bounds
+each house's exchange, not the round. The model passed on is the screened, re-encoded arrays
+of the reply, never its bytes.
 
 Sampling: `rates` gives each role (`seen`, `unseen`) its participation rate; a role with rate r
 and n houses trains max(1, floor(r * n)) of them per round (the paper's r * n), chosen with a
@@ -49,7 +56,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from sacrebleu.metrics import BLEU
 
-from contracts.messages import LOCAL_STEPS
+from contracts.messages import CHAIN_ROUND, LOCAL_STEPS
 from envs.vln_fidelity import STATS as FIDELITY_STATS
 from envs.vln_fidelity import from_stats as fidelity_from_stats
 from strategies.screened_fedavg import ScreenedFedAvg, sample_size
@@ -215,27 +222,35 @@ class FedVLNStrategy(ScreenedFedAvg):
         return self._chain(server_round, msgs, grid) if self.chain and len(msgs) > 1 else msgs
 
     def _chain(self, server_round: int, msgs: list[Message], grid: Grid) -> list[Message]:
-        """A chained round: every house but the last trained here, one after another, each
-        from the last model that passed screening; the last house's message is Flower's to
-        send. A house that fails or is screened out is skipped (the next starts from the
-        model before it); every reply is aggregated and recorded with the last one's."""
+        """A chained round: every house but the last trained here, one after another in a
+        seeded random order, each from the last model that passed screening (re-encoded from
+        the decoded arrays, so a house's bytes never reach another house); the last house's
+        message is Flower's to send. A house that fails or is screened out is skipped (the
+        next starts from the model before it); every reply is aggregated and recorded with
+        the last one's. Each message says whether the model it asks for is handed on."""
+        t = server_round + self.round_offset
+        order = random.Random((self.seed * 100_003 + t) * 7 + 3).sample(msgs, len(msgs))
         current, sent, self.chained = self.current, [], []
-        for msg in msgs:
-            content = RecordDict(dict(msg.content.items()))
-            content[self.arrayrecord_key] = current
+        for i, msg in enumerate(order):
+            config = ConfigRecord(
+                {**dict(msg.content[self.configrecord_key]), CHAIN_ROUND: i < len(order) - 1}
+            )
             one = Message(
-                content=content,
+                content=RecordDict({self.arrayrecord_key: current, self.configrecord_key: config}),
                 message_type=msg.metadata.message_type,
                 dst_node_id=msg.metadata.dst_node_id,
             )
             sent.append(one)
-            if len(sent) == len(msgs):
+            if i == len(order) - 1:
                 break
             for rep in grid.send_and_receive([one], timeout=self.round_timeout):
                 self.chained.append(rep)
                 node = msg.metadata.dst_node_id
-                if self._problem(server_round + self.round_offset, node, rep, {})[0] is None:
-                    current = rep.content[self.arrayrecord_key]
+                problem, update = self._problem(t, node, rep, {})
+                if problem is None:
+                    current = ArrayRecord(
+                        {k: Array(np.ascontiguousarray(v)) for k, v in update.items()}
+                    )
         self.sent = sent
         return sent[-1:]
 

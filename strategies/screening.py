@@ -113,6 +113,11 @@ def _problem(
                 f"expected {ref.dtype}{list(ref.shape)}"
             )
         values = decoded[name] = decode(a)
+        if values.shape != tuple(ref.shape) or values.dtype != np.dtype(ref.dtype):
+            return (  # the bytes say otherwise than the array's own metadata
+                f"rejected: '{name}' holds {values.dtype}{list(values.shape)} under metadata "
+                f"{a.dtype}{list(a.shape)}"
+            )
         if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
             return f"rejected: '{name}' has NaN/Inf"
     return None

@@ -21,6 +21,8 @@ from logging import INFO
 
 from flwr.common import log
 
+from contracts.messages import CHAIN_ROUND
+
 REPLY_POLL_S = 0.1  # the simulation engine's InMemoryGrid pull_interval
 
 
@@ -50,10 +52,15 @@ def exchange(grid, messages: list, timeout: float | None) -> list:
 
 
 def _kind(messages) -> str:
+    """What an exchange is timed as: its message type and step; a chained round's exchange
+    (FedVLN's speaker-round = "chain": one house at a time) also by its house, since houses
+    differ in how long they train and one house's time says nothing of another's."""
     msg = messages[0]
     config = msg.content.config_records.get("config")
     step = config.get("step", "") if config is not None else ""
-    return f"{msg.metadata.message_type}/{step}"
+    chained = config is not None and CHAIN_ROUND in config and len(messages) == 1
+    house = f"/node{msg.metadata.dst_node_id}" if chained else ""
+    return f"{msg.metadata.message_type}/{step}{house}"
 
 
 class AdaptiveTimeout:

@@ -542,3 +542,25 @@ def test_replies_are_pulled_every_tenth_of_a_second_not_every_three(monkeypatch)
     assert [r.metadata.reply_to_message_id for r in got] == ["a"]
     own = SimpleNamespace(send_and_receive=lambda messages, timeout=None: ["its own"])
     assert t.exchange(own, ["a"], timeout=1) == ["its own"]
+
+
+def test_a_chained_rounds_houses_are_timed_each_on_its_own():
+    """A chained round (FedVLN speaker-round = "chain") sends one house at a time; houses
+    differ in how long they train, so each house's exchange is its own kind for the adaptive
+    timeout (a review found a 6x-larger house cut off in every round when one slow-house
+    limit came from a small house); a plain round's kind stays its type and step."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from contracts.messages import CHAIN_ROUND
+    from strategies.timeouts import AdaptiveTimeout, _kind
+
+    def msg(node, chained):
+        extra = {CHAIN_ROUND: True} if chained else {}
+        rd = RecordDict({"config": ConfigRecord({"step": "speaker", **extra})})
+        return Message(rd, dst_node_id=node, message_type="train")
+
+    assert _kind([msg(7, True)]) != _kind([msg(8, True)])
+    assert _kind([msg(7, False)]) == _kind([msg(8, False)]) == "train/speaker"
+    grid = AdaptiveTimeout(None, 5.0, 0.01)
+    grid.slowest[_kind([msg(7, True)])] = 0.1  # a small house was quick
+    assert grid.limit(_kind([msg(8, True)]), 60.0) == 60.0  # the large one still gets the ceiling

@@ -807,3 +807,26 @@ def test_forged_label_moments_give_no_floor(tmp_path):
     replies[1].content["metrics"]["label-sq-mean"] = 0.25  # labels all 0.5: sd 0 there
     m = s.aggregate_evaluate(1, replies)
     assert math.isclose(m["floor-rmse"], math.sqrt(0.375 - 0.25))
+
+
+def test_a_reply_whose_bytes_disagree_with_its_array_metadata_is_rejected():
+    """Screening decodes every array: bytes holding another dtype or shape than the array's
+    own metadata says are refused (a relayed model, FedVLN's chained round, must never carry a
+    house's bytes to another house), as is a float32 array that is honest throughout kept."""
+    from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+    from strategies.screening import screen_update
+
+    ref = ArrayRecord({"w": Array(np.zeros(3, np.float32))})
+    honest = Array(np.ones(3, np.float32))
+    lying = Array(dtype="float32", shape=(3,), stype=honest.stype,
+                  data=Array(np.ones(1, np.float64)).data)  # fmt: skip
+
+    def reply(a):
+        rd = RecordDict({"arrays": ArrayRecord({"w": a}),
+                         "metrics": MetricRecord({"num-examples": 4})})  # fmt: skip
+        return Message(rd, dst_node_id=1, message_type="train")
+
+    assert screen_update(reply(honest), ref)[0] is None
+    problem, update = screen_update(reply(lying), ref)
+    assert update is None and "holds float64[1]" in problem
