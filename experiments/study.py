@@ -56,6 +56,7 @@ RUNS = {
     "fedrl-gridworld": "experiments.fedrl.table1",
     "fedrl-text2action": "experiments.fedrl.table2",
     "function": "experiments.function_runs",
+    "simulation": "experiments.simulation_runs",
 }
 TOP = {"name", "runs", "analysis", "grid", "report"}
 

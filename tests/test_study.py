@@ -138,3 +138,43 @@ def test_a_sweep_whose_knob_is_not_what_its_arms_vary_is_refused_before_it_train
     bad.write_text((studies / "fedrl_table1.toml").read_text() + 'maps = { vaild = "6400-6799" }\n')
     assert study.main([str(bad)]) == 2
     assert "grid.maps" in capsys.readouterr().err
+
+
+def test_a_simulation_study_launches_each_cell_in_its_own_folder(tmp_path, monkeypatch):
+    """The "simulation" kind: methods x seeds each one simulate() launch (simulation.py) in
+    <work>/<label or method>-s<seed>, its run-config table passed as the --run-config text
+    Flower's parser reads back to the same values; two runs sharing a folder, a run count
+    that is not a whole number, or a missing work folder are refused before anything runs."""
+    from config.schema import parse_overrides
+    from experiments import simulation_runs, study
+
+    f = tmp_path / "s.toml"
+    f.write_text(
+        'name = "x"\nruns = "simulation"\nanalysis = "experiments.cdl.fedavg_fedprox"\n'
+        '[grid]\nmethods = ["fedavg", "fedprox"]\nseeds = [0, 1]\nrounds = 2\nnum-clients = 3\n'
+        'work = "runs/x"\nrun-config = { "driving.lr" = 0.05, "driving.image-size" = 32 }\n'
+    )
+    s = study.load(f)
+    cells = study.cells(s, simulation_runs.crossed(s))
+    for cell in cells:
+        simulation_runs.check(cell, f)
+    launched = []
+
+    def fake(method, run_dir, *, rounds, seed, num_clients, topology, run_config):
+        launched.append((method, run_dir, rounds, seed, num_clients, parse_overrides(run_config)))
+        return run_dir
+
+    monkeypatch.setattr(simulation_runs, "simulate", fake)
+    runs = simulation_runs.run_jobs(simulation_runs.jobs(cells, tmp_path), 1)
+    assert sorted((m, d.name) for m, d, *_ in launched) == [
+        ("fedavg", "fedavg-s0"), ("fedavg", "fedavg-s1"),
+        ("fedprox", "fedprox-s0"), ("fedprox", "fedprox-s1"),
+    ]  # fmt: skip
+    assert all(d.parent == tmp_path and r == 2 and n == 3 for _, d, r, _, n, _ in launched)
+    assert all(cfg == {"driving.lr": 0.05, "driving.image-size": 32} for *_, cfg in launched)
+    assert set(runs.run_dir) == {str(d) for _, d, *_ in launched}
+    with pytest.raises(ValueError, match="share"):
+        simulation_runs.jobs(cells + cells[:1], tmp_path)
+    for bad in ({"rounds": 2.5}, {"num-clients": 0}, {"work": None}):
+        with pytest.raises(ValueError, match=f"{f}"):
+            simulation_runs.check(cells[0] | bad, f)

@@ -1,7 +1,7 @@
 """Why our federated speaker stays on the template plateau where the official code's does not
-(issue 64 item 1): one federated speaker round two ways, in one process, all else equal.
+(issue 64 item 1): one federated speaker round several ways, in one process, all else equal.
 
-    python -m experiments.fedvln.speaker_round [--seeds 0 1 2] [--rounds 40] [--jobs 2]
+    python -m experiments.study experiments/studies/fedvln_speaker_round.toml [--jobs 2]
 
 - `parallel`: FedAvg as the paper's Eq. 7 describes it and as our Flower app runs it: every
   house of the round trains from the global speaker (keeping its own Adam state across
@@ -12,27 +12,34 @@
   throughout the run); after house k the server adds eta * n_k / n * (w_k - w), w_k being the
   model after houses 1..k. (Its follower round resets per house, :473-482.)
 
-The official round differs from ours in two ways, and this measures them together, as the
-official code runs them: the local model is not reset between houses, and one Adam state serves
-every house (ours keeps one per house, as our Flower client does). Everything else is the cpu
+The official round differs from ours in two ways: the local model is not reset between houses,
+and one Adam state serves every house (ours keeps one per house, as our Flower client does).
+`--modes` adds the two other corners of that 2 x 2, to tell which matters, and one more FedAvg:
+
+- `chain-own-adam`: not reset between houses (as the official round), each house its own Adam;
+- `parallel-shared-adam`: reset per house (as FedAvg), one Adam state through every house;
+- `parallel-fresh`: FedAvg with a fresh Adam for every house every round (no optimizer state
+  kept on a house between rounds), a schedule a Flower client can run with no protocol change.
+
+Only `parallel` and `parallel-fresh` are FedAvg (a house sees only the global model); the other
+three hand one house's trained model to the next house of the round. Everything else is the cpu
 speaker recipe and the Flower run's: the embedded houses, the same
 `--houses` seen houses a round (one seeded draw per round, the same for both), tau = 5 local
 epochs (19 updates of 32 a house), Adam at 1e-3, eta = 1.6, the speaker of models/speaker.py.
 Every `--eval-every` rounds the global speaker writes one instruction per val path; route
 fidelity (envs.vln_fidelity, strict) on val_seen and val_unseen, with rooms on route, goal room
 and stop object. Floors beside, from experiments/results/fedvln_speaker_floors.csv: a constant
-sentence and the true words. Each (mode, seed) is cached in --work.
+sentence and the true words. Each (mode, seed) is cached in the study's `work`.
 
-Writes experiments/results/fedvln_speaker_round.csv (best and last evaluation per mode and
-seed: the kept checkpoint is the best val_seen fidelity, as the stage's) and its figure.
+Writes experiments/results/fedvln_speaker_round.csv (best and last evaluation per mode, mean
++- sd over seeds: the kept checkpoint is the best val_seen fidelity, as the stage's),
+fedvln_speaker_round_runs.csv (every evaluation) and the figure.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,31 +47,40 @@ import pandas as pd
 import torch
 
 from experiments import figures
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel
-from experiments.tables import mean_sd, pipe_table
+from experiments.simulate import RESULTS
+from experiments.tables import mean_sd
 
-MODES = ("parallel", "sequential")
+MODES = ("parallel", "sequential", "chain-own-adam", "parallel-shared-adam", "parallel-fresh")
+# mode: (the local model reset to the global one for every house, whose Adam state it trains with)
+ROUND = {
+    "parallel": (True, "own"),
+    "sequential": (False, "shared"),
+    "chain-own-adam": (False, "own"),
+    "parallel-shared-adam": (True, "shared"),
+    "parallel-fresh": (True, "fresh"),
+}
 PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--rounds", type=int, default=40)
-    p.add_argument("--houses", type=int, default=6, help="seen houses a round (of 12)")
-    p.add_argument("--eval-every", type=int, default=4)
-    p.add_argument("--server-lr", type=float, default=1.6)
-    p.add_argument("--epochs", type=float, default=5.0)
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--work", default=str(ROOT / "runs" / "fedvln-speaker-round"))
-    return p.parse_args(argv)
-
-
-def one_run(job: dict) -> list[dict]:
-    """One (mode, seed): the federated speaker's rounds, evaluated; cached in work."""
-    cache = Path(job["work"]) / f"{job['mode']}-s{job['seed']}-r{job['rounds']}.json"
-    if cache.is_file() and json.loads(cache.read_text())["job"] == job:
-        return json.loads(cache.read_text())["rows"]
+def one_run(
+    mode: str,
+    seed: int,
+    rounds: int,
+    houses: int,
+    epochs: float,
+    eval_every: int,
+    server_lr: float,
+    work: Path,
+) -> list[dict]:
+    """One (mode, seed): the federated speaker's rounds, evaluated every `eval_every` rounds
+    and at the last; cached in `work` under these settings (the folder itself is not one)."""
+    job = {"mode": mode, "seed": seed, "rounds": rounds, "houses": houses, "epochs": epochs,
+           "eval_every": eval_every, "server_lr": server_lr}  # fmt: skip
+    cache = Path(work) / f"{mode}-s{seed}-r{rounds}.json"
+    if cache.is_file():
+        kept = json.loads(cache.read_text())
+        if {k: v for k, v in kept["job"].items() if k != "work"} == job:
+            return [{k: v for k, v in r.items() if k != "work"} for r in kept["rows"]]
     from config import parse
     from config.schema import merged
     from contracts.fedvln import speaker_size
@@ -99,21 +115,23 @@ def one_run(job: dict) -> list[dict]:
         new = {k: v.clone() for k, v in w.items()}
         local.load_state_dict(w)
         loss = []
+        reset, adam = ROUND[job["mode"]]
         for h in chosen:
-            if job["mode"] == "parallel":
+            if reset:
                 local.load_state_dict(w)
-                opt = make_optimizer("adam", local.parameters(), s.lr)
-                if h in opts:
-                    opt.load_state_dict(opts[h])
-            else:
+            if adam == "shared":
                 opt = shared
+            else:
+                opt = make_optimizer("adam", local.parameters(), s.lr)
+                if adam == "own" and h in opts:
+                    opt.load_state_dict(opts[h])
             iters = local_iterations(len(data[h]), job["epochs"], s.batch_size)
             loss.append(
                 vln_speaker.train_batches(
                     local, opt, inputs, data[h], vln.vocab, s, iterations=iters, rng=rng
                 )
             )
-            if job["mode"] == "parallel":
+            if adam == "own":
                 opts[h] = copy.deepcopy(opt.state_dict())
             for k, v in local.state_dict().items():
                 if v.is_floating_point():
@@ -121,7 +139,7 @@ def one_run(job: dict) -> list[dict]:
         glob.load_state_dict(new)
         if rnd % job["eval_every"] and rnd != job["rounds"]:
             continue
-        per_round = iters * (len(chosen) if job["mode"] == "sequential" else 1)
+        per_round = iters * (1 if reset else len(chosen))
         row = {**job, "round": rnd, "seq_steps": rnd * per_round, "loss": float(np.mean(loss))}
         for split, (paths, refs) in evals.items():
             hyps = vln_speaker.write_instructions(glob, inputs, paths, vln.vocab)
@@ -170,39 +188,23 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for (mode, seed), g in curves.groupby(["mode", "seed"]):
-        ax.plot(g["round"], g["val_unseen_fidelity"], color="C0" if mode == "parallel" else "C1",
+        ax.plot(g["round"], g["val_unseen_fidelity"], color=f"C{MODES.index(mode)}",
                 label=f"{mode}" if seed == curves.seed.min() else None)  # fmt: skip
     for name, style in (("constant", ":"), ("true", "--")):
         ax.axhline(floors()[name], color="grey", ls=style, label=f"{name} words (floor / top)")
     ax.set(xlabel="round (same houses, local updates and eta in both)",
            ylabel="val_unseen route fidelity (strict)",
-           title="federated speaker round: parallel FedAvg vs the official sequential round")  # fmt: skip
+           title="federated speaker round: FedAvg, the official sequential round, and between")  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()
     figures.save(fig, png, command)
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    if min(a.rounds, a.houses, a.eval_every, a.jobs) < 1 or not 0 < a.server_lr:
-        print("speaker_round: --rounds, --houses, --eval-every, --jobs >= 1; --server-lr > 0",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    jobs = [
-        {"mode": m, "seed": sd, "rounds": a.rounds, "houses": a.houses, "epochs": a.epochs,
-         "eval_every": a.eval_every, "server_lr": a.server_lr, "work": a.work}
-        for sd in a.seeds for m in MODES
-    ]  # fmt: skip
-    done = in_parallel(one_run, jobs, a.jobs, "speaker rounds", processes=True)
-    curves = pd.DataFrame([r for rows in done for r in rows])
-    table = summarize(curves)
-    command = command_line(__file__, argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.assign(command=command).to_csv(RESULTS / "fedvln_speaker_round.csv", index=False)
-    plot(curves, RESULTS / "fedvln_speaker_round.png", command)
-    print(f"\n{command}\n\n" + pipe_table(list(table.columns), table.values.tolist()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if cell.get("mode") not in ROUND:
+        raise ValueError(f"{where}: grid.mode: one of {', '.join(MODES)}")
+    if min(cell.get(k, 1) for k in ("rounds", "houses", "eval-every")) < 1:
+        raise ValueError(f"{where}: grid.rounds, grid.houses, grid.eval-every: at least 1")
+    if not cell.get("server-lr", 1) > 0 or not cell.get("epochs", 1) > 0:
+        raise ValueError(f"{where}: grid.server-lr and grid.epochs: above 0")
