@@ -112,16 +112,13 @@ def rows() -> list[dict]:
     vln = pd.read_csv(RESULTS / "vln_update_speed.csv")
     before = vln[vln.variant.str.endswith("(before)")].iloc[0]
     others = vln[vln.variant != before.variant]
-    best = others.loc[others.ratio_to_before.idxmax()]
-    for _, r in others.iterrows():
+    for _, r in others.iterrows():  # issue 18's >= 1.5x goal was against a rollout since removed
         out.append(
             {
                 "what": f"FedVLN follower update, {r.variant} vs {before.variant}",
                 "measured": f"{r.ratio_to_before:.2f}x ({r.updates_per_s:.2f} updates/s)",
-                "goal": ">= 1.5x" if r.variant == best.variant else "",
-                "met": ("yes" if r.ratio_to_before >= 1.5 else "no")
-                if r.variant == best.variant
-                else "",
+                "goal": "",
+                "met": "",
             }
         )
     return out
