@@ -1,22 +1,21 @@
 """FedAvg vs FedProx on the embedded non-IID driving silos, and Flower's overhead per round.
 
-    python -m experiments.cdl.fedavg_fedprox [--rounds 5 --num-clients 10 --seeds 0 ...]
+    python -m experiments.study experiments/studies/driving_fedavg_fedprox.toml
 
-Runs both methods through simulation.py (Flower's simulation engine, as a user would), then
+The study file runs both methods through simulation.py (Flower's simulation engine, as a user
+would; the study kind "simulation"); this is its analysis. It
 reports per method: the RMSE/MAE reached, and the overhead ratio = median over rounds of the
 round's wall time divided by the sum of its clients' local training time (fit_s), both measured
 in the same run. With 2 ClientApps in parallel on 2 cores a ratio below 1 is possible; above 1
 it is what orchestration, evaluation and data loading cost on top of training.
 For scale it also trains one model centrally on the pooled data (as many epochs as a client
 trains in the whole run) and scores the constant predictor.
-Writes experiments/results/driving_fedavg_fedprox.csv (summary), _rounds.csv (per round) and
-.png (RMSE per round).
+Writes experiments/results/<name>.csv (summary), <name>_rounds.csv (per round) and <name>.png
+(RMSE per round).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -26,11 +25,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS, ROOT, command_line, simulate  # noqa: E402
-from experiments.tables import made_by  # noqa: E402
+from experiments.simulate import RESULTS  # noqa: E402
+from experiments.simulation_runs import overrides  # noqa: E402
+from experiments.tables import redraw  # noqa: E402
 
 
-def centralized_reference(args, seed: int) -> dict:
+def centralized_reference(rounds: int, num_clients: int, run_config: str, seed: int) -> dict:
     """The yardsticks, on the same silos: one model trained on the pooled training data of all
     silos for as many epochs as a client trains in the whole federated run (no privacy), and
     the constant predictor (the pooled training mean)."""
@@ -43,11 +43,10 @@ def centralized_reference(args, seed: int) -> dict:
     from models.resnet8 import ResNet8
     from training.steering import LocalOptimizer, evaluate_steering, train_steering
 
-    d = parse(parse_overrides(args.run_config)).driving
+    d = parse(parse_overrides(run_config)).driving
     size, ch = d.image_size, d.channels
     silos = [
-        make_silo(i, seed, d.train_per_silo, d.test_per_silo, size, ch)
-        for i in range(args.num_clients)
+        make_silo(i, seed, d.train_per_silo, d.test_per_silo, size, ch) for i in range(num_clients)
     ]
     x = np.concatenate([s.x_train for s in silos])
     y = np.concatenate([s.y_train for s in silos])
@@ -56,7 +55,7 @@ def centralized_reference(args, seed: int) -> dict:
     torch.manual_seed(seed)
     torch.set_num_threads(2)
     model = ResNet8(size, ch)
-    epochs = args.rounds * d.local_epochs
+    epochs = rounds * d.local_epochs
     train_steering(
         model,
         x,
@@ -89,34 +88,25 @@ def per_round(run_dir: Path, method: str, seed: int) -> pd.DataFrame:
     return df
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--num-clients", type=int, default=10)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--methods", nargs="+", default=["fedavg", "fedprox"])
-    p.add_argument("--run-config", default="")
-    p.add_argument("--work", type=Path, default=ROOT / "runs" / "driving_fedavg_fedprox")
-    p.add_argument("--name", default="driving_fedavg_fedprox")
-    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
-    args = p.parse_args(argv)
-    if args.plot_only:
-        return redraw(args.name)
-    cmd = command_line(__file__, argv)
-    frames = []
-    for seed in args.seeds:
-        for method in args.methods:
-            run_dir = simulate(
-                method,
-                args.work / f"{method}-s{seed}",
-                rounds=args.rounds,
-                seed=seed,
-                num_clients=args.num_clients,
-                run_config=args.run_config,
-            )
-            frames.append(per_round(run_dir, method, seed))
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}{sfx}" for sfx in (".csv", "_rounds.csv", ".png")]
+
+
+def check(cell: dict, where) -> None:
+    if cell["method"] not in ("fedavg", "fedprox") or cell.get("num-clients") is None:
+        raise ValueError(f"{where}: grid.methods: fedavg and fedprox, with grid.num-clients")
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """Per method: the RMSE/MAE reached, the overhead ratio, and the yardsticks beside."""
+    frames = [per_round(Path(r.run_dir), r.method, r.seed) for r in runs.itertuples()]
     rounds = pd.concat(frames, ignore_index=True)
-    refs = pd.DataFrame([centralized_reference(args, seed) for seed in args.seeds])
+    one = runs.iloc[0]
+    n_rounds, clients, cfg = int(one["rounds"]), int(one["num-clients"]), one["run-config"]
+    seeds = sorted(set(runs.seed))
+    refs = pd.DataFrame(
+        [centralized_reference(n_rounds, clients, overrides(cfg), s) for s in seeds]
+    )
     print(refs.to_string(index=False), flush=True)
     last = rounds[rounds["round"] == rounds["round"].max()]
     summary = (
@@ -153,21 +143,20 @@ def main(argv=None) -> int:
         ]
     )
     summary = pd.concat([summary, ref_rows], ignore_index=True)
-    summary.insert(1, "rounds", args.rounds)
-    summary.insert(2, "silos", args.num_clients)
-    summary.insert(3, "seeds", len(args.seeds))
+    summary.insert(1, "rounds", n_rounds)
+    summary.insert(2, "silos", clients)
+    summary.insert(3, "seeds", len(seeds))
+    out_csv, rounds_csv, png = outputs(study)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    summary = summary.assign(command=cmd)
-    summary.to_csv(RESULTS / f"{args.name}.csv", index=False, float_format="%.4f")
-    rounds.to_csv(RESULTS / f"{args.name}_rounds.csv", index=False, float_format="%.4f")
-    draw(rounds, summary, args.name, args.num_clients, cmd)
-    print(summary.drop(columns="command").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(f"wrote {RESULTS / args.name}.csv, _rounds.csv, .png")
-    return 0
+    summary = summary.assign(command=command)
+    summary.to_csv(out_csv, index=False, float_format="%.4f")
+    rounds.to_csv(rounds_csv, index=False, float_format="%.4f")
+    draw(rounds, summary, png, clients, command)
+    return summary.drop(columns="command").to_string(index=False, float_format=lambda v: f"{v:.4f}")
 
 
 def draw(
-    rounds: pd.DataFrame, summary: pd.DataFrame, name: str, num_clients: int, command: str
+    rounds: pd.DataFrame, summary: pd.DataFrame, png: Path, num_clients: int, command: str
 ) -> None:
     """RMSE per round, mean and sd over seeds (FedAvg and FedProx side by side, not on top of
     each other), our centralized and constant yardsticks, and the CDL paper's FedAvg and
@@ -208,20 +197,14 @@ def draw(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    figures.save(fig, RESULTS / f"{name}.png", command)
+    figures.save(fig, png, command)
 
 
-def redraw(name: str) -> int:
+def replot(study: dict) -> int:
     """The figure again from the committed CSVs (no run), under the command that made them."""
-    csv = RESULTS / f"{name}.csv"
-    if not csv.is_file():
-        print(f"{csv}: no such file (run the study first)", file=sys.stderr)
-        return 2
-    summary = pd.read_csv(csv)
-    rounds = pd.read_csv(RESULTS / f"{name}_rounds.csv")
-    draw(rounds, summary, name, int(summary.silos.iloc[0]), made_by(summary, csv))
-    return 0
+    csv, rounds_csv, png = outputs(study)
 
+    def again(summary: pd.DataFrame, command: str) -> None:
+        draw(pd.read_csv(rounds_csv), summary, png, int(summary.silos.iloc[0]), command)
 
-if __name__ == "__main__":
-    sys.exit(main())
+    return redraw(csv, again)
