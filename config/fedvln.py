@@ -12,7 +12,7 @@ RECIPES = ("cpu", "official")  # config/fedvln_recipe.py: OFFICIAL, CPU
 OPTIMIZERS = ("rms", "adam")  # training/vln_loop.py
 ROUTE_WORDS = ("speaker", "grammar")  # training.vln_house.grammar_words
 ROUTES_HOUSE = ("own", "next-unseen")  # training.vln_house.routes_house
-SPEAKER_ROUNDS = ("fedavg", "chain")  # strategies/fedvln_strategy.FedVLNStrategy.chain
+SPEAKER_ROUNDS = ("fedavg", "chain")  # strategies/fedvln_strategy.py (FedVLNStrategy._chain)
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,8 @@ def test_a_simulation_study_launches_each_cell_in_its_own_folder(tmp_path, monke
         simulation_runs.check(cell, f)
     launched = []
 
-    def fake(method, run_dir, *, rounds, seed, num_clients, topology, run_config):
+    def fake(method, run_dir, *, rounds, seed, num_clients, topology, run_config, policy):
+        assert policy is None  # the study names none
         launched.append((method, run_dir, rounds, seed, num_clients, parse_overrides(run_config)))
         return run_dir
 
@@ -175,6 +176,6 @@ def test_a_simulation_study_launches_each_cell_in_its_own_folder(tmp_path, monke
     assert set(runs.run_dir) == {str(d) for _, d, *_ in launched}
     with pytest.raises(ValueError, match="share"):
         simulation_runs.jobs(cells + cells[:1], tmp_path)
-    for bad in ({"rounds": 2.5}, {"num-clients": 0}, {"work": None}):
+    for bad in ({"rounds": 2.5}, {"num-clients": 0}, {"work": None}, {"policy": "no/such.toml"}):
         with pytest.raises(ValueError, match=f"{f}"):
             simulation_runs.check(cells[0] | bad, f)
