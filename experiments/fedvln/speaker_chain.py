@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments import figures
-from experiments.fedvln.speaker_round import PARTS, floors
+from experiments.fedvln.speaker_round import PARTS, draw_floors, floor_table
 from experiments.simulate import RESULTS
 from experiments.tables import mean_sd, pipe_table, redraw_study, save_study, study_files
 
@@ -64,8 +64,7 @@ def summarize(curve: pd.DataFrame) -> pd.DataFrame:
 def floor_rows() -> list[dict]:
     """The val_unseen floors on the embedded houses, every part: a constant sentence, another
     path's true words (another sample's label), and the true words (the top)."""
-    t = pd.read_csv(RESULTS / "fedvln_speaker_floors.csv")
-    t = t[(t["data"] == "embedded houses") & (t["split"] == "val_unseen")].set_index("floor")
+    t = floor_table()
     names = {"constant": "floor: a constant sentence", "other path": "floor: another path's words",
              "true": "top: the true words"}  # fmt: skip
     return [
@@ -87,8 +86,7 @@ def plot(curve: pd.DataFrame, png: Path, command: str) -> None:
                 label=f"chained round, seed {seed}")  # fmt: skip
     ax.plot(curve.groupby("round")["floor-val_unseen_fidelity"].mean(), color="grey", lw=1,
             label="untrained speaker (floor)")  # fmt: skip
-    for name, style in (("constant", ":"), ("true", "--")):
-        ax.axhline(floors()[name], color="grey", ls=style, label=f"{name} words (floor / top)")
+    draw_floors(ax)
     ax.set(xlabel="round (6 of 12 seen houses, one after another)",
            ylabel="val_unseen route fidelity (strict)",
            title="federated speaker stage, chained round (Flower simulation engine)")  # fmt: skip

@@ -156,11 +156,23 @@ def one_run(
     return rows
 
 
+def floor_table() -> pd.DataFrame:
+    """The val_unseen floors on the embedded houses (experiments/results/
+    fedvln_speaker_floors.csv), one row per floor: constant, other path, true."""
+    t = pd.read_csv(RESULTS / "fedvln_speaker_floors.csv")
+    return t[(t["data"] == "embedded houses") & (t["split"] == "val_unseen")].set_index("floor")
+
+
 def floors() -> dict[str, float]:
     """The constant sentence's and the true words' val_unseen fidelity (embedded houses)."""
-    t = pd.read_csv(RESULTS / "fedvln_speaker_floors.csv")
-    t = t[(t["data"] == "embedded houses") & (t["split"] == "val_unseen")].set_index("floor")
+    t = floor_table()
     return {f: float(str(t.loc[f, "fidelity"]).split(" ± ")[0]) for f in ("constant", "true")}
+
+
+def draw_floors(ax) -> None:
+    """The constant sentence's and the true words' fidelity as lines on a fidelity plot."""
+    for name, style in (("constant", ":"), ("true", "--")):
+        ax.axhline(floors()[name], color="grey", ls=style, label=f"{name} words (floor / top)")
 
 
 def summarize(curves: pd.DataFrame) -> pd.DataFrame:
@@ -190,8 +202,7 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
     for (mode, seed), g in curves.groupby(["mode", "seed"]):
         ax.plot(g["round"], g["val_unseen_fidelity"], color=f"C{MODES.index(mode)}",
                 label=f"{mode}" if seed == curves.seed.min() else None)  # fmt: skip
-    for name, style in (("constant", ":"), ("true", "--")):
-        ax.axhline(floors()[name], color="grey", ls=style, label=f"{name} words (floor / top)")
+    draw_floors(ax)
     ax.set(xlabel="round (same houses, local updates and eta in both)",
            ylabel="val_unseen route fidelity (strict)",
            title="federated speaker round: FedAvg, the official sequential round, and between")  # fmt: skip
