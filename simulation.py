@@ -236,6 +236,17 @@ def resolve(args) -> tuple[dict, Path]:
         domain.check_data(c)
     except ConfigError as e:
         raise BadInput(str(e)) from None
+    if c.fedvln.speaker_round == "chain":
+        from clients.policy import Policy, load  # every simulated house reads this policy
+
+        if not (load(args.policy) if args.policy else Policy()).fedvln.allow_chain:
+            raise BadInput(
+                "run config 'fedvln.speaker-round' = \"chain\" hands each house's speaker to "
+                "the next house; the houses' policy "
+                f"({args.policy or 'the secure default'}) refuses it (fedvln.allow-chain): "
+                "pass --policy deploy/policies/research.toml, or a policy of yours with "
+                "allow-chain = true"
+            )
     return overrides, out
 
 

@@ -248,7 +248,8 @@ def test_a_bad_run_config_says_how_to_fix_it(run_config, says):
 def test_a_key_that_needs_a_stage_is_checked_with_the_stage_flag(tmp_path):
     """`--stage speaker --run-config fedvln.speaker-round="chain"` passes the launcher's checks
     (the flag is the key the option needs; it was checked before the flag was merged in);
-    without the flag the same run config is refused naming the key."""
+    without the flag the same run config is refused naming the key, and with the default
+    policy, which no house would serve, naming the policy key and the policy that consents."""
     import simulation
     from simulation import BadInput
 
@@ -256,7 +257,13 @@ def test_a_key_that_needs_a_stage_is_checked_with_the_stage_flag(tmp_path):
         args = simulation.build_parser().parse_args(["fedvln", "--out", str(tmp_path / "r"), *argv])
         return simulation.resolve(args)[0]
 
-    got = resolve("--stage", "speaker", "--run-config", 'fedvln.speaker-round="chain"')
+    research = str(ROOT / "deploy" / "policies" / "research.toml")
+    got = resolve(
+        "--stage", "speaker", "--policy", research, "--run-config", 'fedvln.speaker-round="chain"'
+    )  # fmt: skip
     assert got["fedvln.stage"] == "speaker" and got["fedvln.speaker-round"] == "chain"
     with pytest.raises(BadInput, match="fedvln.speaker-round"):
         resolve("--run-config", 'fedvln.speaker-round="chain"')
+    # the houses' policy refuses a chain unless it consents: said before anything starts
+    with pytest.raises(BadInput, match="refuses it.*allow-chain.*research.toml"):
+        resolve("--stage", "speaker", "--run-config", 'fedvln.speaker-round="chain"')
