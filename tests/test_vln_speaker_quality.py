@@ -366,3 +366,25 @@ def test_the_speaker_rounds_differ_from_fedavg_only_across_houses(tmp_path):
     for m in ("sequential", "chain-own-adam", "parallel-shared-adam"):
         assert run(m, 2)["loss"] != par["loss"], m
     assert run("parallel-fresh", 2) == par  # round 1: no house has an Adam state to keep yet
+
+
+def test_the_speaker_round_summary_keeps_each_tau_apart_and_counts_grounded_seeds():
+    """experiments/fedvln/speaker_round.summarize: FedAvg at tau = 5 and at tau = 30 are two
+    rows (not one mean over both), the kept checkpoint is each seed's best val_seen fidelity,
+    and a seed counts as grounded when its kept val_unseen fidelity reaches 50."""
+    import pandas as pd
+
+    from experiments.fedvln.speaker_round import PARTS, summarize
+
+    rows = []
+    for tau, unseen in ((5.0, (20, 30)), (30.0, (60, 40))):
+        for seed, top in enumerate(unseen):
+            for rnd, seen in ((4, 10), (8, top)):
+                row = {"mode": "parallel", "epochs": tau, "seed": seed, "round": rnd,
+                       "val_seen_fidelity": seen}  # fmt: skip
+                row |= {f"val_unseen_{k}": (top if rnd == 8 else 1.0) for k in PARTS}
+                rows.append(row)
+    t = summarize(pd.DataFrame(rows)).set_index(["tau", "checkpoint"])
+    assert t.loc[(5.0, "best"), "seeds_unseen_fidelity_ge_50"] == 0
+    assert t.loc[(30.0, "best"), "seeds_unseen_fidelity_ge_50"] == 1
+    assert t.loc[(30.0, "best"), "val_unseen_fidelity"] == "50.0 ± 14.1"
