@@ -325,8 +325,12 @@ class LocalDPLedger:
         if self.claims:
             out["dp_epsilon_claimed"] = max(self.claims)
         self.claims, self.problems = [], []
+        self.save()
+        return out
+
+    def save(self) -> None:
+        """The counts to <out>/dp_local_releases.json (atomically), for a resumed run."""
         if self.path is not None:
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self.count))
             os.replace(tmp, self.path)
-        return out

@@ -159,6 +159,7 @@ class FedVLNStrategy(ScreenedFedAvg):
         super().__init__(**kwargs)
         self.chain, self.round_timeout = chain, round_timeout
         self.chained: list[Message] = []  # the replies of a chained round's houses but the last
+        self.chained_counted: list[Message] = []  # those of them aggregated now
         self.server_lr = server_lr  # eta_t of the current round
         self.base_lr, self.lr_decay = server_lr, lr_decay
         self.global_arrays: ArrayRecord | None = None  # w of Eq. 7
@@ -246,6 +247,9 @@ class FedVLNStrategy(ScreenedFedAvg):
             for rep in grid.send_and_receive([one], timeout=self.round_timeout):
                 self.chained.append(rep)
                 node = msg.metadata.dst_node_id
+                if self.dp_local:  # released now (the next house gets it): counted now
+                    self._count_release(node, rep)
+                    self.dp_local.save()
                 problem, update = self._problem(t, node, rep, {})
                 if problem is None:
                     current = ArrayRecord(
@@ -253,6 +257,11 @@ class FedVLNStrategy(ScreenedFedAvg):
                     )
         self.sent = sent
         return sent[-1:]
+
+    def _count_release(self, node: int, rep: Message) -> None:
+        """A chained reply was counted when it arrived (`_chain`), not again at aggregation."""
+        if not any(rep is r for r in self.chained_counted):
+            super()._count_release(node, rep)
 
     def server_step(self, average: ArrayRecord) -> ArrayRecord:
         """Eq. 7: w <- w + eta_t * (sum_i n_i / n * w_i - w), array by array. A round with no
@@ -270,8 +279,10 @@ class FedVLNStrategy(ScreenedFedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        self.chained_counted = self.chained  # local DP counted them as they arrived
         replies, self.chained = self.chained + list(replies), []
         average, metrics = super().aggregate_train(server_round, replies)
+        self.chained_counted = []
         arrays = None if average is None else self.server_step(average)
         if metrics is not None:  # local_steps: optimizer steps summed over houses (Table 9)
             steps = sum(

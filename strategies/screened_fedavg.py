@@ -254,11 +254,7 @@ class ScreenedFedAvg(FedAvg):
         pairs.sort(key=lambda ir: self._partition(self.sent[ir[0]].metadata.dst_node_id))
         if self.dp_local:  # every noised update that arrived was a release, used or not
             for i, rep in pairs:
-                if not rep.has_error() and rep.content.array_records:
-                    metrics = next(iter(rep.content.metric_records.values()), {})
-                    self.dp_local.received(
-                        self._partition(self.sent[i].metadata.dst_node_id), dict(metrics)
-                    )
+                self._count_release(self.sent[i].metadata.dst_node_id, rep)
             self.recorder.add_metrics(self.dp_local.report())
         accepted = self._screen_and_record(server_round, pairs)
         self._record_silent(pairs)
@@ -267,6 +263,12 @@ class ScreenedFedAvg(FedAvg):
             return None, None  # the global model stays as it was
         self.empty_rounds = 0
         return self._mean(accepted)
+
+    def _count_release(self, node: int, rep: Message) -> None:
+        """Local DP's ledger: an update `node` sent (noised by its LocalDpMod) reached us."""
+        if not rep.has_error() and rep.content.array_records:
+            metrics = next(iter(rep.content.metric_records.values()), {})
+            self.dp_local.received(self._partition(node), dict(metrics))
 
     def _partition(self, node: int) -> int:
         return (self.partitions or {}).get(node, -1)

@@ -1750,3 +1750,36 @@ def test_a_house_serves_a_chained_round_only_if_its_own_policy_allows(tmp_path):
         parse(merged({**rc, "fedvln.stage": "agent"}))
     with pytest.raises(ConfigError, match="dp.mode"):
         check_config(parse(merged({**rc, "dp.mode": "central", "dp.noise": 0.1})))
+
+
+def test_local_dp_counts_a_chained_houses_release_when_it_reaches_the_next_house(tmp_path):
+    """With local DP, a chained round's reply is a release the moment it arrives (the next house
+    gets it): the server's ledger (strategies/dp.LocalDPLedger) counts and saves it then, so a
+    server that dies mid-chain has counted what reached a peer, and aggregation does not count
+    it twice; the last house's reply is counted at aggregation, as in FedAvg."""
+    import json
+
+    from config.schema import merged
+    from strategies.dp import LocalDPLedger
+
+    size = {1000: 1, 1001: 1, 1002: 2, 1003: 4}
+
+    class Grid:
+        def get_node_ids(self):
+            return list(size)
+
+        def send_and_receive(self, msgs, timeout=None):
+            for m in msgs:
+                yield _reply(m, float(m.content["arrays"]["w"].numpy()[0]) + 1.0, 1)
+
+    c = parse(merged({"dp.mode": "local", "dp.local-epsilon": 8.0, "dp.clip": 1.0}))
+    ledger = LocalDPLedger(c, tmp_path)
+    s = _strategy(tmp_path, {p: "seen" for p in range(4)}, {"seen": 1.0}, chain=True,
+                  dp_local=ledger)  # fmt: skip
+    w0 = ArrayRecord({"w": Array(np.zeros(3, np.float32))})
+    last = list(s.configure_train(1, w0, ConfigRecord(), grid=Grid()))
+    saved = json.loads((tmp_path / LocalDPLedger.FILE).read_text())
+    assert sorted(saved.values()) == [1, 1, 1] and len(saved) == 3  # before any aggregation
+    s.aggregate_train(1, list(Grid().send_and_receive(last)))
+    assert ledger.count == {p: 1 for p in range(4)}
+    assert json.loads((tmp_path / LocalDPLedger.FILE).read_text()) == {str(p): 1 for p in range(4)}
