@@ -21,8 +21,12 @@ and one Adam state serves every house (ours keeps one per house, as our Flower c
 - `parallel-fresh`: FedAvg with a fresh Adam for every house every round (no optimizer state
   kept on a house between rounds), a schedule a Flower client can run with no protocol change.
 
-Only `parallel` and `parallel-fresh` are FedAvg (a house sees only the global model); the other
-three hand one house's trained model to the next house of the round. Everything else is the cpu
+A run's tau (`epochs`) is a field of its study:
+experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, each house
+making the chain's 114 sequential updates a round, beside the tau = 5 parallel and
+chain-own-adam runs (the same cache). Only `parallel` and `parallel-fresh` are FedAvg (a house
+sees only the global model); the other three hand one house's trained model to the next house
+of the round. Everything else is the cpu
 speaker recipe and the Flower run's: the embedded houses, the same
 `--houses` seen houses a round (one seeded draw per round, the same for both), tau = 5 local
 epochs (19 updates of 32 a house), Adam at 1e-3, eta = 1.6, the speaker of models/speaker.py.
@@ -211,7 +215,7 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
                 label=(mode if solo else f"{mode}, tau = {tau:g}")
                 if seed == curves.seed.min() else None)  # fmt: skip
     draw_floors(ax)
-    ax.set(xlabel="round (same houses, local updates and eta in both)",
+    ax.set(xlabel="round (the same 6 houses a round and eta in every arm)",
            ylabel="val_unseen route fidelity (strict)",
            title="federated speaker round: FedAvg, the official sequential round, and between")  # fmt: skip
     ax.legend(fontsize=8)
