@@ -1,12 +1,13 @@
 """The federated speaker stage with the official code's chained round, as a user runs it (issue
 64 item 1): does the chain ground the speaker in our Flower app, as it did in
-experiments/fedvln/speaker_round.py's one-process study?
+experiments/fedvln/speaker_round.py's one-process study, where FedAvg does not?
 
     python -m experiments.study experiments/studies/fedvln_speaker_chain.toml [--jobs 2]
 
-Each seed is one `simulation.py fedvln --stage speaker` run with `fedvln.speaker-round =
-"chain"` under deploy/policies/research.toml (the secure default policy refuses a chained
-round: each house's trained speaker goes to the next house of the round). The checkpoint kept
+Each seed of an arm is one `simulation.py fedvln --stage speaker` run under
+deploy/policies/research.toml (the secure default policy refuses a chained round: each house's
+trained speaker goes to the next house of the round): `chain` with `fedvln.speaker-round =
+"chain"`, `fedavg` its twin with the stage's default round, all else equal. The checkpoint kept
 is the best val_seen route fidelity, as the stage keeps it; the last evaluation beside it.
 Reported on val_unseen: route fidelity (strict, envs.vln_fidelity) and its parts, rooms on
 route, goal room and stop object; floors beside, the constant sentence and the true words
@@ -81,15 +82,16 @@ def plot(curve: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for seed, g in curve.groupby("seed"):
-        ax.plot(g["round"], g["val_unseen_fidelity"], color="C1", alpha=0.4 + 0.2 * seed,
-                label=f"chained round, seed {seed}")  # fmt: skip
+    names = {"chain": "chained round", "fedavg": "FedAvg round (the default)"}
+    for (label, seed), g in curve.groupby(["label", "seed"], sort=False):
+        ax.plot(g["round"], g["val_unseen_fidelity"], color="C1" if label == "chain" else "C0",
+                alpha=0.4 + 0.2 * seed, label=f"{names.get(label, label)}, seed {seed}")  # fmt: skip
     ax.plot(curve.groupby("round")["floor-val_unseen_fidelity"].mean(), color="grey", lw=1,
             label="untrained speaker (floor)")  # fmt: skip
     draw_floors(ax)
-    ax.set(xlabel="round (6 of 12 seen houses, one after another)",
+    ax.set(xlabel="round (6 of 12 seen houses a round)",
            ylabel="val_unseen route fidelity (strict)",
-           title="federated speaker stage, chained round (Flower simulation engine)")  # fmt: skip
+           title="federated speaker stage, chained and FedAvg rounds (Flower simulation engine)")  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
     figures.save(fig, png, command)
