@@ -54,10 +54,10 @@ experiments.fedvln.fed_speaker`). So the cpu speaker is r = 0.5, eta = 1.6, and
 fidelity 40.1, strict score), and with all 12 houses a round (r = 1) at round 180 (36.2). The
 official code's speaker round is sequential through the houses (eric-ai-lab/FedVLN
 r2r_src/train.py:137-158: the local speaker is reset to the global one once per round, not per
-house), which ours, parallel FedAvg as the paper's Eq. 7, is not (docs/fedvln.md says more); FedAvg with the chained round's
-114 sequential updates in each house (tau = 30) stays on the plateau too
-(experiments/studies/fedvln_speaker_local_steps.toml). The
-follower's stages keep r = 0.2 and the run's default rounds (config/methods.py).
+house), which ours, parallel FedAvg as the paper's Eq. 7, is not (docs/fedvln.md says more);
+FedAvg with the chained round's 114 sequential updates in each house (tau = 30) stays on the
+plateau too (experiments/studies/fedvln_speaker_local_steps.toml). The follower's stages keep
+r = 0.2 and the run's default rounds (config/methods.py).
 
 `fedvln.optimizer`, `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay` and
 `fedvln.seen-rate` override the recipe's value when set (non-empty / > 0), and

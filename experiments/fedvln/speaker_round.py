@@ -26,9 +26,8 @@ experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, eac
 making the chain's 114 sequential updates a round, beside the tau = 5 parallel and
 chain-own-adam runs (the same cache). Only `parallel` and `parallel-fresh` are FedAvg (a house
 sees only the global model); the other three hand one house's trained model to the next house
-of the round. Everything else is the cpu
-speaker recipe and the Flower run's: the embedded houses, the same
-`--houses` seen houses a round (one seeded draw per round, the same for both), tau = 5 local
+of the round. Everything else is the cpu speaker recipe and the Flower run's: the embedded
+houses, the same `--houses` seen houses a round (one seeded draw per round, the same for both), tau = 5 local
 epochs (19 updates of 32 a house), Adam at 1e-3, eta = 1.6, the speaker of models/speaker.py.
 Every `--eval-every` rounds the global speaker writes one instruction per val path; route
 fidelity (envs.vln_fidelity, strict) on val_seen and val_unseen, with rooms on route, goal room
@@ -209,8 +208,8 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     arms = list(dict.fromkeys(zip(curves["mode"], curves["epochs"])))
+    solo = len(set(curves["epochs"])) == 1  # one tau: the mode alone names the arm
     for (mode, tau, seed), g in curves.groupby(["mode", "epochs", "seed"]):
-        solo = len(set(curves["epochs"])) == 1  # one tau: the mode alone names the arm
         ax.plot(g["round"], g["val_unseen_fidelity"], color=f"C{arms.index((mode, tau))}",
                 label=(mode if solo else f"{mode}, tau = {tau:g}")
                 if seed == curves.seed.min() else None)  # fmt: skip
