@@ -86,12 +86,6 @@ def _fedvln_speaker_floors() -> str:
     return markdown(_csv("fedvln_speaker_floors.csv"))
 
 
-def _fedvln_fed_speaker() -> str:
-    from experiments.fedvln.fed_speaker import markdown
-
-    return markdown(_csv("fedvln_fed_speaker.csv"))
-
-
 def _fedvln_oracle(name: str = "fedvln_oracle") -> str:
     from experiments.fedvln.oracle import markdown
 
@@ -199,7 +193,6 @@ BLOCKS = {
     "fedvln-oracle": _fedvln_oracle,
     "fedvln-oracle-r2r": lambda: _fedvln_oracle("fedvln_oracle_r2r"),
     "fedvln-oracle-appearance": lambda: _fedvln_oracle("fedvln_oracle_appearance"),
-    "fedvln-fed-speaker": _fedvln_fed_speaker,
     "fedrl-table1": _fedrl_table1,
     "fedrl-table2": _fedrl_table2,
     "cdl": _cdl,

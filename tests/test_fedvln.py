@@ -1481,46 +1481,26 @@ def test_table4_carries_what_each_speaker_teaches_beside_its_floors(tmp_path):
     )
 
 
-def test_fed_speaker_study_counts_sequential_steps_and_keeps_best_and_last(tmp_path):
-    """experiments.fedvln.fed_speaker compares schedules at the same sequential steps: one
-    house's local steps a round (summed steps / houses), and reports the best val_seen
-    fidelity's evaluation and the last one."""
-    from experiments.fedvln.fed_speaker import _finished, curve, markdown, row
+def test_table4_shows_a_removed_lenient_score_as_a_dash_and_keeps_the_unchanged_parts():
+    """A Table 4 made before issue 64's strict fidelity has its lenient columns emptied (route
+    fidelity, rooms on route, stop object): each shows '–', and goal room, whose rule did not
+    change, still shows its number; a row with none of them is one '–'."""
+    from experiments.fedvln import pipeline as fp
 
-    rows = [
-        {
-            "round": r,
-            "local_steps": 114,
-            "n_clients": 6,
-            "val_seen_fidelity": f,
-            "val_unseen_fidelity": f and f + 1,
-            "val_unseen_goal_room": f and 2 * f,
-            "val_unseen_bleu": 40.0,
-        }
-        for r, f in ((1, None), (2, 30.0), (3, None), (4, 64.0), (5, 60.0))
-    ]
-    pd.DataFrame(rows).to_csv(tmp_path / "rounds.csv", index=False)
-    df = curve(tmp_path)
-    assert list(df["seq_steps"]) == [38, 76, 95]  # 19 a round, evaluated rounds only
-    best, last = row("r0.5", df, "6", seed=1)
-    assert (best["checkpoint"], best["seq_steps"], best["val_seen_fidelity"]) == ("best", 76, 64.0)
-    assert best["seed"] == last["seed"] == 1
-    assert (last["checkpoint"], last["seq_steps"], last["val_unseen_fidelity"]) == (
-        "last",
-        95,
-        61.0,
+    row = {"speaker": "Fed", "checkpoint": "best", "n_seeds": 3, "steps": 10, "steps_sd": 0,
+           "val_seen_bleu": 40.0, "val_unseen_bleu": 41.0, "source": "ours"}  # fmt: skip
+    kept = {**row, "val_unseen_goal_room": 89.4, "val_unseen_goal_room_sd": 1.7}
+    none = {**row, "speaker": "untrained (floor)"}
+    full = {**row, "speaker": "Cent", "val_seen_fidelity": 80.0, "val_unseen_fidelity": 78.0,
+            **{m: 50.0 for m in fp.T4_PARTS}}  # fmt: skip
+    text = fp.markdown(
+        {k: pd.DataFrame() for k in ("table2", "table5", "table9")}
+        | {"table4": pd.DataFrame([kept, none, full])}
     )
-    assert best["val_unseen_goal_room"] == 128.0 and best["seq_steps_cap"] == 95
-    table = markdown(pd.DataFrame([best, last]))
-    assert (
-        "| 1 | r0.5 | 6 | 76 / 95 | 64.0 | 65.0 |  | 128.0 |  | 40.0 |" in table
-    )  # no parts logged
-    assert table.count("\n") == 2  # header, rule, the best row only
-    assert not _finished(tmp_path)  # the pipeline's run joins the table once it finished
-    (tmp_path / "study.json").write_text('{"finished": false}')
-    assert not _finished(tmp_path)
-    (tmp_path / "study.json").write_text('{"finished": true}')
-    assert _finished(tmp_path)
+    lines = {r.split(" | ")[0].lstrip("| "): r.split(" | ") for r in text.splitlines()[2:] if r}
+    assert lines["Fed"][6:8] == ["–", "– / 89.4 ± 1.7 / –"]
+    assert lines["untrained (floor)"][6:8] == ["–", "–"]
+    assert lines["Cent"][6:8] == ["80.0 / 78.0", "50.0 / 50.0 / 50.0"]
 
 
 def test_centralized_pre_exploration_is_redone_when_its_start_changed(tmp_path):

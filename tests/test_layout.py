@@ -301,7 +301,6 @@ def test_every_command_the_readme_and_docs_name_runs_its_help(capsys):
 UNSTAMPED_FIGURES = {
     "cdl_driving_table.png",
     "cdl_official.png",
-    "fedvln_fed_speaker.png",
     "fedvln_gap.png",
     "fedvln_local_epochs.png",
     "fedvln_pipeline.png",

@@ -901,6 +901,14 @@ def _pm(r: pd.Series, col: str, digits: int = 1) -> str:
     return f"{m:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd == sd and sd is not None else "")
 
 
+def _pm_joined(r: pd.Series, cols: list[str]) -> str:
+    """'a / b / ...' of several `_pm` cells, each '–' where its score is missing (a table
+    made before issue 64's strict fidelity has its lenient columns emptied), or one '–'
+    where all are."""
+    cells = [_pm(r, c) for c in cols]
+    return "–" if all(c == "–" for c in cells) else " / ".join(cells)
+
+
 def _taught_cell(r: pd.Series) -> str:
     """'SR ± sd (ratio ± sd)' of Table 4's teaching columns, or '–'."""
     if r.get("val_unseen_taught_sr", np.nan) != r.get("val_unseen_taught_sr", np.nan):
@@ -942,16 +950,8 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
         ]
         for _, r in t[t["source"] == "ours"].iterrows():
             p = PAPER_T4.get(r["speaker"], ("–", "–"))
-            fid = (
-                f"{_pm(r, 'val_seen_fidelity')} / {_pm(r, 'val_unseen_fidelity')}"
-                if "val_seen_fidelity" in r and r["val_seen_fidelity"] == r["val_seen_fidelity"]
-                else "–"
-            )
-            parts = (
-                " / ".join(_pm(r, m) for m in T4_PARTS)
-                if r.get(T4_PARTS[-1], np.nan) == r.get(T4_PARTS[-1], np.nan)
-                else "–"
-            )
+            fid = _pm_joined(r, ["val_seen_fidelity", "val_unseen_fidelity"])
+            parts = _pm_joined(r, T4_PARTS)
             lines.append(
                 f"| {r['speaker']} | {r['checkpoint']} | {int(r['n_seeds'])} | "
                 f"{_pm(r, 'steps', 0)} | {_pm(r, 'val_seen_bleu')} | {_pm(r, 'val_unseen_bleu')} | "
