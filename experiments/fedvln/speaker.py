@@ -289,7 +289,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--patience", type=int, default=6, help="evaluations without a better score")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--agent-iters", type=int, default=3000, help="follower cap")
-    ap.add_argument("--speaker-iters", type=int, default=3000, help="speaker cap")
+    ap.add_argument(
+        "--speaker-iters",
+        type=int,
+        default=6000,
+        help="speaker cap; --patience stops it first: on the houses since issue 64 the grounded "
+        "speaker leaves the template plateau at 1,250-2,000 updates and was still rising at "
+        "3,000, the cap before (seed 0), so the cap is set not to bind",
+    )
     ap.add_argument("--aug-iters", type=int, default=1500, help="augment stage cap")
     ap.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
     ap.add_argument(
