@@ -27,8 +27,9 @@ making the chain's 114 sequential updates a round, beside the tau = 5 parallel a
 chain-own-adam runs (the same cache). Only `parallel` and `parallel-fresh` are FedAvg (a house
 sees only the global model); the other three hand one house's trained model to the next house
 of the round. Everything else is the cpu speaker recipe and the Flower run's: the embedded
-houses, the same `--houses` seen houses a round (one seeded draw per round, the same for both), tau = 5 local
-epochs (19 updates of 32 a house), Adam at 1e-3, eta = 1.6, the speaker of models/speaker.py.
+houses, the same `--houses` seen houses a round (one seeded draw per round, the same for both),
+tau = 5 local epochs (19 updates of 32 a house), Adam at 1e-3, eta = 1.6, the speaker of
+models/speaker.py.
 Every `--eval-every` rounds the global speaker writes one instruction per val path; route
 fidelity (envs.vln_fidelity, strict) on val_seen and val_unseen, with rooms on route, goal room
 and stop object. Floors beside, from experiments/results/fedvln_speaker_floors.csv: a constant
