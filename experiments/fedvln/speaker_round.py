@@ -64,6 +64,12 @@ ROUND = {
     "parallel-fresh": (True, "fresh"),
 }
 PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
+# the server's step from the round's mean update D = sum n_k/n (w_k - w): `avg` is Eq. 7's
+# w + eta D; `adam` is FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2:
+# m = b1 m + (1 - b1) D, v = b2 v + (1 - b2) D^2, w + eta m / (sqrt(v) + tau); no bias
+# correction, as there), a server optimizer that sees only what FedAvg's server sees
+SERVER_OPTS = ("avg", "adam")
+FEDADAM = {"b1": 0.9, "b2": 0.99, "tau": 1e-3}  # Reddi et al.'s defaults (Sec. 5, App. D)
 
 
 def one_run(
@@ -75,13 +81,18 @@ def one_run(
     eval_every: int,
     server_lr: float,
     work: Path,
+    server_opt: str = "avg",
 ) -> list[dict]:
     """One (mode, seed): the federated speaker's rounds, evaluated every `eval_every` rounds
-    and at the last; cached in `work` under these settings (the folder itself is not one)."""
+    and at the last; cached in `work` under these settings (the folder itself is not one).
+    `server_opt` (SERVER_OPTS) is the server's step, `server_lr` its eta."""
     job = {"mode": mode, "seed": seed, "rounds": rounds, "houses": houses, "epochs": epochs,
            "eval_every": eval_every, "server_lr": server_lr}  # fmt: skip
+    if server_opt != "avg":  # Eq. 7's runs keep their first keys and names
+        job["server_opt"] = server_opt
     tau = "" if epochs == 5 else f"-tau{epochs:g}"  # tau = 5 runs keep their first names
-    cache = Path(work) / f"{mode}-s{seed}-r{rounds}{tau}.json"
+    opt_name = "" if server_opt == "avg" else f"-server-{server_opt}"
+    cache = Path(work) / f"{mode}-s{seed}-r{rounds}{tau}{opt_name}.json"
     if cache.is_file():
         kept = json.loads(cache.read_text())
         if {k: v for k, v in kept["job"].items() if k != "work"} == job:
@@ -112,12 +123,13 @@ def one_run(
     s = vln_speaker.SpeakerSettings(lr=1e-3)
     opts: dict[str, dict] = {}  # parallel: each house's own Adam state
     shared = make_optimizer("adam", local.parameters(), s.lr)  # sequential: one throughout
+    moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in glob.state_dict().items()}
     rows = []
     for rnd in range(1, job["rounds"] + 1):
         chosen = [houses[i] for i in sorted(draw.choice(len(houses), job["houses"], False))]
         n = sum(len(data[h]) for h in chosen)
         w = {k: v.detach().clone() for k, v in glob.state_dict().items()}
-        new = {k: v.clone() for k, v in w.items()}
+        mean_update = {k: torch.zeros_like(v) for k, v in w.items()}
         local.load_state_dict(w)
         loss = []
         reset, adam = ROUND[job["mode"]]
@@ -140,8 +152,8 @@ def one_run(
                 opts[h] = copy.deepcopy(opt.state_dict())
             for k, v in local.state_dict().items():
                 if v.is_floating_point():
-                    new[k] += job["server_lr"] * len(data[h]) / n * (v - w[k])
-        glob.load_state_dict(new)
+                    mean_update[k] += len(data[h]) / n * (v - w[k])
+        glob.load_state_dict(server_step(w, mean_update, moments, server_opt, server_lr))
         if rnd % job["eval_every"] and rnd != job["rounds"]:
             continue
         per_round = iters * (1 if reset else len(chosen))
@@ -159,6 +171,23 @@ def one_run(
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"job": job, "rows": rows}))
     return rows
+
+
+def server_step(w: dict, d: dict, moments: dict, server_opt: str, eta: float) -> dict:
+    """The next global model from w and the round's mean update d (SERVER_OPTS); `moments`
+    holds FedAdam's (m, v) per tensor across rounds and is updated in place."""
+    if server_opt == "avg":
+        return {k: w[k] + eta * d[k] for k in w}
+    new = {}
+    for k in w:
+        if not w[k].is_floating_point():
+            new[k] = w[k]
+            continue
+        m, v = moments[k]
+        m.mul_(FEDADAM["b1"]).add_((1 - FEDADAM["b1"]) * d[k])
+        v.mul_(FEDADAM["b2"]).add_((1 - FEDADAM["b2"]) * d[k] ** 2)
+        new[k] = w[k] + eta * m / (v.sqrt() + FEDADAM["tau"])
+    return new
 
 
 def floor_table() -> pd.DataFrame:
@@ -180,20 +209,32 @@ def draw_floors(ax) -> None:
         ax.axhline(floors()[name], color="grey", ls=style, label=f"{name} words (floor / top)")
 
 
+def arm_keys(curves: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The columns that name an arm: mode and tau, and the server's step where a study has
+    FedAdam runs (Eq. 7's runs carry no `server_opt`, so the older studies' tables stay as
+    they were)."""
+    if "server_opt" not in curves:
+        return curves, ["mode", "epochs"]
+    return curves.assign(server_opt=curves["server_opt"].fillna("avg")), [
+        "mode", "epochs", "server_opt"]  # fmt: skip
+
+
 def summarize(curves: pd.DataFrame) -> pd.DataFrame:
     """Per mode and tau: the best (val_seen fidelity) and the last evaluation, mean ± sd over
     seeds, and how many seeds reached a val_unseen fidelity of 50 (grounded: the constant
     sentence scores 14.8, the true words 91.4)."""
+    curves, keys = arm_keys(curves)
     rows = []
-    for (mode, tau), g in curves.groupby(["mode", "epochs"], sort=False):
+    for arm, g in curves.groupby(keys, sort=False):
+        mode, tau = arm[:2]
         for ck in ("best", "last"):
             picked = [
                 d.loc[d["val_seen_fidelity"].idxmax()] if ck == "best" else d.iloc[-1]
                 for _, d in g.groupby("seed")
             ]
             p = pd.DataFrame(picked)
-            row = {"mode": mode, "tau": tau, "checkpoint": ck, "seeds": len(p),
-                   "round": mean_sd(p["round"], 0)}  # fmt: skip
+            row = {"mode": mode, "tau": tau, **dict(zip(keys[2:], arm[2:])), "checkpoint": ck,
+                   "seeds": len(p), "round": mean_sd(p["round"], 0)}  # fmt: skip
             for col in ["val_seen_fidelity"] + [f"val_unseen_{k}" for k in PARTS]:
                 row[col] = mean_sd(p[col])
             row["seeds_unseen_fidelity_ge_50"] = int((p["val_unseen_fidelity"] >= 50).sum())
@@ -208,12 +249,16 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    arms = list(dict.fromkeys(zip(curves["mode"], curves["epochs"])))
+    curves, keys = arm_keys(curves)
+    arms = list(dict.fromkeys(zip(*(curves[k] for k in keys))))
     solo = len(set(curves["epochs"])) == 1  # one tau: the mode alone names the arm
-    for (mode, tau, seed), g in curves.groupby(["mode", "epochs", "seed"]):
-        ax.plot(g["round"], g["val_unseen_fidelity"], color=f"C{arms.index((mode, tau))}",
-                label=(mode if solo else f"{mode}, tau = {tau:g}")
-                if seed == curves.seed.min() else None)  # fmt: skip
+    for arm, g in curves.groupby(keys):
+        for seed, d in g.groupby("seed"):
+            label = arm[0] if solo else f"{arm[0]}, tau = {arm[1]:g}"
+            if len(arm) > 2:
+                label += f", server {arm[2]}"
+            ax.plot(d["round"], d["val_unseen_fidelity"], color=f"C{arms.index(arm)}",
+                    label=label if seed == curves.seed.min() else None)  # fmt: skip
     draw_floors(ax)
     ax.set(xlabel="round (the same 6 houses a round and eta in every arm)",
            ylabel="val_unseen route fidelity (strict)",
@@ -231,3 +276,5 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.rounds, grid.houses, grid.eval-every: at least 1")
     if not cell.get("server-lr", 1) > 0 or not cell.get("epochs", 1) > 0:
         raise ValueError(f"{where}: grid.server-lr and grid.epochs: above 0")
+    if cell.get("server-opt", "avg") not in SERVER_OPTS:
+        raise ValueError(f"{where}: grid.server-opt: one of {', '.join(SERVER_OPTS)}")
