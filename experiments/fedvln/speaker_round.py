@@ -210,13 +210,17 @@ def draw_floors(ax) -> None:
 
 
 def arm_keys(curves: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """The columns that name an arm: mode and tau, and the server's step where a study has
-    FedAdam runs (Eq. 7's runs carry no `server_opt`, so the older studies' tables stay as
-    they were)."""
-    if "server_opt" not in curves:
-        return curves, ["mode", "epochs"]
-    return curves.assign(server_opt=curves["server_opt"].fillna("avg")), [
-        "mode", "epochs", "server_opt"]  # fmt: skip
+    """The columns that name an arm: mode and tau, then the server's step where a study has
+    FedAdam runs and the houses a round where a study varies them (Eq. 7's runs carry no
+    `server_opt`, and the older studies one number of houses, so their tables stay as they
+    were)."""
+    keys = ["mode", "epochs"]
+    if "server_opt" in curves:
+        curves = curves.assign(server_opt=curves["server_opt"].fillna("avg"))
+        keys.append("server_opt")
+    if curves["houses"].nunique() > 1:
+        keys.append("houses")
+    return curves, keys
 
 
 def summarize(curves: pd.DataFrame) -> pd.DataFrame:
@@ -252,15 +256,25 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
     curves, keys = arm_keys(curves)
     arms = list(dict.fromkeys(zip(*(curves[k] for k in keys))))
     solo = len(set(curves["epochs"])) == 1  # one tau: the mode alone names the arm
+    per_house = "houses" in keys  # x: house trainings, the data budget, where houses vary
     for arm, g in curves.groupby(keys):
+        named = dict(zip(keys, arm))
         for seed, d in g.groupby("seed"):
             label = arm[0] if solo else f"{arm[0]}, tau = {arm[1]:g}"
-            if len(arm) > 2:
-                label += f", server {arm[2]}"
-            ax.plot(d["round"], d["val_unseen_fidelity"], color=f"C{arms.index(arm)}",
+            if "server_opt" in named:
+                label += f", server {named['server_opt']}, eta {d['server_lr'].iloc[0]:g}"
+            if per_house:
+                label += f", {named['houses']} house(s) a round"
+            x = d["round"] * d["houses"] if per_house else d["round"]
+            ax.plot(x, d["val_unseen_fidelity"], color=f"C{arms.index(arm)}",
                     label=label if seed == curves.seed.min() else None)  # fmt: skip
     draw_floors(ax)
-    ax.set(xlabel="round (the same 6 houses a round and eta in every arm)",
+    xlabel = "round (the same 6 houses a round and eta in every arm)"
+    if per_house:
+        xlabel = "house trainings (rounds x houses a round, each tau epochs)"
+    elif len(keys) > 2:
+        xlabel = "round (the same 6 houses a round in every arm)"
+    ax.set(xlabel=xlabel,
            ylabel="val_unseen route fidelity (strict)",
            title="federated speaker round: FedAvg, the official sequential round, and between")  # fmt: skip
     ax.legend(fontsize=8)
