@@ -409,3 +409,24 @@ def test_fedadam_steps_by_its_moments_where_eq7_steps_by_the_mean_update():
     assert torch.equal(first["n"], w["n"])
     second = server_step(first, d, moments, "adam", 0.01)
     assert (second["a"] - first["a"])[0] > step  # m grows faster than sqrt(v)
+
+
+def test_the_speaker_round_summary_keeps_houses_a_round_and_server_steps_apart():
+    """experiments/fedvln/speaker_round.summarize: FedAvg with 6 houses a round, with 1, and
+    FedAdam are three rows where a study has all three (an FedAdam run carries `server_opt`,
+    an Eq. 7 run none), each with its own grounded count."""
+    import pandas as pd
+
+    from experiments.fedvln.speaker_round import PARTS, summarize
+
+    rows = []
+    for houses, opt, top in ((6, None, 20), (1, None, 60), (6, "adam", 30)):
+        row = {"mode": "parallel", "epochs": 5.0, "houses": houses, "seed": 0, "round": 4,
+               "val_seen_fidelity": top} | {f"val_unseen_{k}": top for k in PARTS}  # fmt: skip
+        rows.append(row if opt is None else row | {"server_opt": opt})
+    t = summarize(pd.DataFrame(rows))
+    best = t[t.checkpoint == "best"].set_index(["houses", "server_opt"])
+    assert len(best) == 3
+    assert best.loc[(1, "avg"), "seeds_unseen_fidelity_ge_50"] == 1
+    assert best.loc[(6, "avg"), "val_unseen_fidelity"].startswith("20.0")
+    assert best.loc[(6, "adam"), "val_unseen_fidelity"].startswith("30.0")

@@ -21,6 +21,10 @@ and one Adam state serves every house (ours keeps one per house, as our Flower c
 - `parallel-fresh`: FedAvg with a fresh Adam for every house every round (no optimizer state
   kept on a house between rounds), a schedule a Flower client can run with no protocol change.
 
+Two more FedAvg studies keep the round parallel and change one thing:
+experiments/studies/fedvln_speaker_fedadam.toml the server's step (`server-opt = "adam"`,
+FedAdam, `server_step`), and experiments/studies/fedvln_speaker_one_house.toml the houses a
+round (one: the round's global model is that house's update, so each round is a chain link).
 A run's tau (`epochs`) is a field of its study:
 experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, each house
 making the chain's 114 sequential updates a round, beside the tau = 5 parallel and
@@ -218,7 +222,7 @@ def arm_keys(curves: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if "server_opt" in curves:
         curves = curves.assign(server_opt=curves["server_opt"].fillna("avg"))
         keys.append("server_opt")
-    if curves["houses"].nunique() > 1:
+    if "houses" in curves and curves["houses"].nunique() > 1:
         keys.append("houses")
     return curves, keys
 
