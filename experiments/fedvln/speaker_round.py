@@ -23,7 +23,7 @@ and one Adam state serves every house (ours keeps one per house, as our Flower c
 
 Two more FedAvg studies keep the round parallel and change one thing:
 experiments/studies/fedvln_speaker_fedadam.toml the server's step (`server-opt = "adam"`,
-FedAdam, `server_step`), and experiments/studies/fedvln_speaker_one_house.toml the houses a
+FedAdam, `fedadam_step`), and experiments/studies/fedvln_speaker_one_house.toml the houses a
 round (one: the round's global model is that house's update, so each round is a chain link).
 A run's tau (`epochs`) is a field of its study:
 experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, each house
@@ -68,10 +68,10 @@ ROUND = {
     "parallel-fresh": (True, "fresh"),
 }
 PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
-# the server's step from the round's mean update D = sum n_k/n (w_k - w): `avg` is Eq. 7's
-# w + eta D; `adam` is FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2:
-# m = b1 m + (1 - b1) D, v = b2 v + (1 - b2) D^2, w + eta m / (sqrt(v) + tau); no bias
-# correction, as there), a server optimizer that sees only what FedAvg's server sees
+# the server's step: `avg` is Eq. 7's w + eta sum n_k/n (w_k - w), added house by house as
+# it always was here (so an older study's run computes what its cache holds); `adam` is
+# FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2, `fedadam_step`), a
+# server optimizer that sees only what FedAvg's server sees
 SERVER_OPTS = ("avg", "adam")
 FEDADAM = {"b1": 0.9, "b2": 0.99, "tau": 1e-3}  # Reddi et al.'s defaults (Sec. 5, App. D)
 
@@ -133,7 +133,8 @@ def one_run(
         chosen = [houses[i] for i in sorted(draw.choice(len(houses), job["houses"], False))]
         n = sum(len(data[h]) for h in chosen)
         w = {k: v.detach().clone() for k, v in glob.state_dict().items()}
-        mean_update = {k: torch.zeros_like(v) for k, v in w.items()}
+        new = {k: v.clone() for k, v in w.items()}  # Eq. 7, house by house
+        mean_update = {k: torch.zeros_like(v) for k, v in w.items()}  # FedAdam's D
         local.load_state_dict(w)
         loss = []
         reset, adam = ROUND[job["mode"]]
@@ -156,8 +157,11 @@ def one_run(
                 opts[h] = copy.deepcopy(opt.state_dict())
             for k, v in local.state_dict().items():
                 if v.is_floating_point():
+                    new[k] += job["server_lr"] * len(data[h]) / n * (v - w[k])
                     mean_update[k] += len(data[h]) / n * (v - w[k])
-        glob.load_state_dict(server_step(w, mean_update, moments, server_opt, server_lr))
+        if server_opt == "adam":
+            new = fedadam_step(w, mean_update, moments, server_lr)
+        glob.load_state_dict(new)
         if rnd % job["eval_every"] and rnd != job["rounds"]:
             continue
         per_round = iters * (1 if reset else len(chosen))
@@ -177,11 +181,12 @@ def one_run(
     return rows
 
 
-def server_step(w: dict, d: dict, moments: dict, server_opt: str, eta: float) -> dict:
-    """The next global model from w and the round's mean update d (SERVER_OPTS); `moments`
-    holds FedAdam's (m, v) per tensor across rounds and is updated in place."""
-    if server_opt == "avg":
-        return {k: w[k] + eta * d[k] for k in w}
+def fedadam_step(w: dict, d: dict, moments: dict, eta: float) -> dict:
+    """FedAdam's next global model (Reddi et al. 2021, Alg. 2): m = b1 m + (1 - b1) D,
+    v = b2 v + (1 - b2) D^2, w + eta m / (sqrt(v) + tau), no bias correction, as there.
+    D is the round's update averaged by the houses' sizes, n_k/n (w_k - w), as Eq. 7
+    weighs them (Alg. 2 averages uniformly; weighted here so that FedAdam and FedAvg differ
+    only in the step). `moments` holds (m, v) per tensor across rounds, updated in place."""
     new = {}
     for k in w:
         if not w[k].is_floating_point():
