@@ -32,8 +32,9 @@ Measured on the embedded houses, val_unseen, kept checkpoint, 3 seeds, strict ro
 official 42.9 / 5.8 / 0.53 (one seed of three grounded); word dropout alone 67.3 / 22.1 /
 0.46; the skip alone 73.8 / 31.2 / 0.53; skip + word dropout 0.25 75.3 / 42.7 / 0.56. Either
 grounds the speaker; the skip grounds it further, and word dropout on top names more stop
-objects (+11.5, every seed) with no measurable change in teaching at 3 seeds. Word dropout is off by
-default only because the speaker study and the tables from its speaker were made without it.
+objects (+11.5, every seed) with no measurable change in teaching at 3 seeds. Word dropout is
+off by default only because the speaker study and the tables from its speaker were made
+without it.
 """
 
 from __future__ import annotations

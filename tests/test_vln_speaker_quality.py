@@ -411,7 +411,7 @@ def test_fedadam_steps_by_its_moments():
 
 def test_the_speaker_round_summary_keeps_houses_a_round_and_server_steps_apart():
     """experiments/fedvln/speaker_round.summarize: FedAvg with 6 houses a round, with 1, and
-    FedAdam are three rows where a study has all three (an FedAdam run carries `server_opt`,
+    FedAdam are three rows where a study has all three (a FedAdam run carries `server_opt`,
     an Eq. 7 run none), each with its own grounded count."""
     import pandas as pd
 

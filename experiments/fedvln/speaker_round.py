@@ -73,7 +73,8 @@ PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
 # FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2, `fedadam_step`), a
 # server optimizer that sees only what FedAvg's server sees
 SERVER_OPTS = ("avg", "adam")
-FEDADAM = {"b1": 0.9, "b2": 0.99, "tau": 1e-3}  # Reddi et al.'s defaults (Sec. 5, App. D)
+# b1 and b2 as Reddi et al. fix them; tau, which they tune, at Flower's FedAdam default
+FEDADAM = {"b1": 0.9, "b2": 0.99, "tau": 1e-3}
 
 
 def one_run(
