@@ -75,6 +75,8 @@ PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
 SERVER_OPTS = ("avg", "adam")
 # b1 and b2 as Reddi et al. fix them; tau, which they tune, at Flower's FedAdam default
 FEDADAM = {"b1": 0.9, "b2": 0.99, "tau": 1e-3}
+# each server step's first eta: a run at another eta is cached under a name that says it
+FIRST_ETA = {"avg": 1.6, "adam": 0.03}
 
 
 def one_run(
@@ -97,7 +99,8 @@ def one_run(
         job["server_opt"] = server_opt
     tau = "" if epochs == 5 else f"-tau{epochs:g}"  # tau = 5 runs keep their first names
     opt_name = "" if server_opt == "avg" else f"-server-{server_opt}"
-    cache = Path(work) / f"{mode}-s{seed}-r{rounds}{tau}{opt_name}.json"
+    eta = "" if server_lr == FIRST_ETA[server_opt] else f"-eta{server_lr:g}"  # first names kept
+    cache = Path(work) / f"{mode}-s{seed}-r{rounds}{tau}{opt_name}{eta}.json"
     if cache.is_file():
         kept = json.loads(cache.read_text())
         if {k: v for k, v in kept["job"].items() if k != "work"} == job:
