@@ -236,18 +236,21 @@ def resolve(args) -> tuple[dict, Path]:
         domain.check_data(c)
     except ConfigError as e:
         raise BadInput(str(e)) from None
-    if c.fedvln.speaker_round == "chain":
-        from clients.policy import Policy, load  # every simulated house reads this policy
-
-        if not (load(args.policy) if args.policy else Policy()).fedvln.allow_chain:
-            raise BadInput(
-                "run config 'fedvln.speaker-round' = \"chain\" hands each house's speaker to "
-                "the next house; the houses' policy "
-                f"({args.policy or 'the secure default'}) refuses it (fedvln.allow-chain): "
-                "pass --policy deploy/policies/research.toml, or a policy of yours with "
-                "allow-chain = true"
-            )
+    check_policy(domain, c, args.policy)
     return overrides, out
+
+
+def check_policy(domain, c, policy_file: str | None) -> None:
+    """BadInput, before anything starts, for a run the simulated nodes would refuse under
+    their policy (clients/policy.py: the file --policy names, else the secure default; each
+    node enforces it again at every message)."""
+    from clients.policy import Policy, load
+    from config.schema import ConfigError
+
+    try:
+        domain.check_policy(c, load(policy_file) if policy_file else Policy())
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
 
 
 SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/boot", "/etc", "/bin", "/sbin", "/usr", "/lib")
@@ -326,10 +329,12 @@ def resume_overrides(args) -> tuple[dict, Path]:
     from config import methods, parse
 
     # the data the saved config names must still be there (a moved folder failed inside the run)
+    domain = methods.domain_of(args.method)
     try:
-        methods.domain_of(args.method).check_data(parse(overrides))
+        domain.check_data(parse(overrides))
     except ConfigError as e:
         raise BadInput(f"--resume {out}: {e}") from None
+    check_policy(domain, parse(overrides), args.policy)
     return overrides, out
 
 

@@ -42,6 +42,7 @@ from contracts.messages import (
     CHAIN_ROUND,
     FIT_S,
     LOCAL_STEPS,
+    MIXES_AT_LEAST,
     NUM_AUGMENTED,
     NUM_EXAMPLES,
     SERVER_ROUND,
@@ -218,6 +219,19 @@ def train(msg: Message, context: Context) -> Message:
             "fedvln.allow-chain",
             f"house {h.name}: a chained speaker round passes the model this house returns on "
             "to the next house, and this house serves none",
+        )
+    least = node_policy.fedvln.min_round_houses
+    if share and int(conf.get(MIXES_AT_LEAST, 0)) < least:  # fewer houses: barely mixed
+        said = (
+            f"sends on a model that mixes as few as {int(conf[MIXES_AT_LEAST])} houses' "
+            "updates (run config fedvln.min-round-houses; 1 in a chained round)"
+            if MIXES_AT_LEAST in conf
+            else "declares no fewest number of houses it mixes (an older or altered server)"
+        )
+        raise node_policy.refuse(
+            "fedvln.min-round-houses",
+            f"house {h.name}: the server {said}, and this house trains only where at least "
+            f"{least} are mixed",
         )
     rnd = int(conf[SERVER_ROUND])
     fault = faults.before_training(c, faults.partition(context.node_config), rnd, "training")

@@ -26,7 +26,14 @@ protection below, whatever the run asks.
                                     #   "chain") whose server hands this house's model on to
                                     #   the next house: consent the honest server code asks
                                     #   for; a dishonest server can forward any update anyway
-                                    #   (only dp.local-epsilon protects against it)
+                                    #   (only dp.local-epsilon protects against it);
+                                    #   serving a chain takes min-round-houses = 1 too
+    min-round-houses = 2            # train only in rounds whose model mixes at least this
+                                    #   many houses' updates (the server declares it and
+                                    #   holds back a round with fewer): after a one-house
+                                    #   round every house learns that house's exact update;
+                                    #   3 also refuses two-house rounds, where each house
+                                    #   learns the other's (the default stages train 2)
     [cdl]
     share-sub-network = false       # only the backbone leaves a silo (paper Eq. 3-5)
     [dp]                            # fedavg, fedprox, cdl-sfl, fedvln (clients/dp.py)
@@ -76,6 +83,7 @@ class FedVLNPolicy:
     train_share: str = "*"
     preexplore_share: str = LANG_ENCODER
     allow_chain: bool = False  # never train in a round that hands this house's model onward
+    min_round_houses: int = 2  # never train in a round that sends on a model of fewer houses
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,10 @@ def _value(path: str, key: str, raw, default):
     if isinstance(default, bool):
         if not isinstance(raw, bool):
             raise PolicyError(f"{where} must be true or false, got {raw!r}")
+        return raw
+    if isinstance(default, int):
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= 10**6:
+            raise PolicyError(f"{where} must be a whole number from 1 to 1e6, got {raw!r}")
         return raw
     if isinstance(default, float):
         if isinstance(raw, bool) or not isinstance(raw, int | float):
@@ -283,7 +295,8 @@ def main(argv=None) -> int:
         f"; fedvln shares "
         f"{p.fedvln.train_share!r} in training, {p.fedvln.preexplore_share!r} in "
         f"pre-exploration, {'and consents' if p.fedvln.allow_chain else 'never consents'} to "
-        f"chained rounds; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
+        f"chained rounds and trains only where a model mixes >= {p.fedvln.min_round_houses} "
+        f"houses; cdl {'may send' if p.cdl.share_sub_network else 'never sends'} its "
         f"sub-network; weight updates {_dp_line(p.dp)}"
     )
     return 0

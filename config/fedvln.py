@@ -79,8 +79,17 @@ class FedVLNSettings(Section):
         "each house, in a random order, trains the model the house before it returned, as the "
         "official code's speaker round (r2r_src/train.py:137-158); the next house learns what "
         "a house's training did, so houses serve it only with their policy's consent "
-        "(fedvln.allow-chain); round-timeout then bounds each house, not the round",
+        "(fedvln.allow-chain, and fedvln.min-round-houses = 1); round-timeout then bounds each house, not the round",
         choices=SPEAKER_ROUNDS,
+    )
+    min_round_houses: int = setting(
+        "the fewest houses whose accepted updates the server mixes into a model it sends on: "
+        "a round with fewer is held back (the model stays), and the stage must sample at "
+        "least this many a round; after a one-house round every house that gets the model "
+        "learns that house's exact update, after a two-house round each learns the other's. "
+        "Each house trains only if this is at least its policy's fedvln.min-round-houses",
+        lo=1,
+        hi=200,
     )
     local_epochs: float = setting(
         "tau for the follower (paper: 3 for Envdrop)", lo=0, hi=1000, lo_open=True

@@ -18,6 +18,10 @@ SAVE_STATE = "save-state"  # True: the node writes its state after this message 
 # model this node returns is the next node's starting model (its policy must allow that),
 # False for the round's last node
 CHAIN_ROUND = "chain-round"
+# in every FedVLN train message: the fewest houses' accepted updates the server mixes into a
+# model it sends on (fewer: the round is held back); a house trains only if this is at least
+# its policy's fedvln.min-round-houses (clients/policy.py)
+MIXES_AT_LEAST = "mixes-at-least"
 
 # --- what a node puts in its reply's "metrics" record ------------------------------------------
 NUM_EXAMPLES = "num-examples"  # the weight of the node's update in the mean (FedAvg)

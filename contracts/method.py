@@ -36,8 +36,9 @@ class ServerRunner(Protocol):
 @runtime_checkable
 class DomainWiring(Protocol):
     """domains/<domain>.py: what a kind of data fixes about a run. The launcher calls
-    `parties` and `check_data` before anything starts (ConfigError naming the flag or key),
-    and `after_run` once the run has finished; the ServerApp calls `fit` and `partitions`."""
+    `parties`, `check_data` and `check_policy` before anything starts (ConfigError naming the
+    flag or key), and `after_run` once the run has finished; the ServerApp calls `fit` and
+    `partitions`."""
 
     FLAGS: tuple[str, ...]  # the launcher's domain flags it accepts (FedVLN: stage, variant)
     FRACTION_KEY: str  # the run-config key --fraction sets
@@ -45,6 +46,10 @@ class DomainWiring(Protocol):
     def parties(self, c: Any, asked: int | None) -> int | None: ...  # None: `num-clients`
 
     def check_data(self, c: Any) -> None: ...
+
+    # the nodes' policy (clients/policy.Policy) refuses nothing the run asks: ConfigError
+    # naming both keys, before anything starts (each node enforces it again at each message)
+    def check_policy(self, c: Any, policy: Any) -> None: ...
 
     def fit(self, grid: Any, c: Any) -> Any: ...  # the Config fitted to the nodes it meets
 

@@ -44,6 +44,11 @@ def check_data(c) -> None:
         raise ConfigError(f"driving.data-dir: {e}") from None
 
 
+def check_policy(c, policy) -> None:
+    """The silos' policy keys (cdl.share-sub-network, dp.*) are each silo's to enforce
+    at each message; no run config here asks what the secure default refuses by itself."""
+
+
 def fit(grid, c):
     """The run's `num-clients` fitted to the connected nodes, unless a GML graph fixes them."""
     from config import methods

@@ -23,6 +23,11 @@ def check_data(c) -> None:
     by server/fedrl_run.check_config before anything starts."""
 
 
+def check_policy(c, policy) -> None:
+    """The parties' policy keys (fedrl.*) are each party's to enforce at each message,
+    naming the key (server/fedrl_run.py stops the run naming the party)."""
+
+
 def fit(grid, c):
     return c
 

@@ -45,6 +45,35 @@ def check_data(c) -> None:
                 raise ConfigError(f"fedvln.{key}: {e}") from None
 
 
+def check_policy(c, policy) -> None:
+    """What every house would refuse under `policy`, said before anything starts: a chained
+    speaker round without fedvln.allow-chain, and rounds whose model may mix fewer houses
+    than its fedvln.min-round-houses (strategies/fedvln_strategy.py, Mixing)."""
+    said = f"the houses' policy ({policy.source})"
+    if c.fedvln.speaker_round == "chain" and not policy.fedvln.allow_chain:
+        raise ConfigError(
+            "run config 'fedvln.speaker-round' = \"chain\" hands each house's speaker to the "
+            f"next house; {said} refuses it (fedvln.allow-chain): pass --policy "
+            "deploy/policies/research.toml, or a policy of yours with allow-chain = true"
+        )
+    least = policy.fedvln.min_round_houses
+    if c.fedvln.speaker_round == "chain" and least > 1:
+        raise ConfigError(
+            "run config 'fedvln.speaker-round' = \"chain\" hands each house's speaker, "
+            f"mixed with no other, to the next house; {said} trains only where at least "
+            f"{least} houses are mixed (fedvln.min-round-houses): a house that serves a chain "
+            "sets min-round-houses = 1 as well as allow-chain (deploy/policies/research.toml)"
+        )
+    if c.fedvln.min_round_houses < least:
+        raise ConfigError(
+            f"run config 'fedvln.min-round-houses' = {c.fedvln.min_round_houses} lets a "
+            f"round's model reach every house with fewer houses' updates mixed in than {said} "
+            f"allows (fedvln.min-round-houses = {least}): set 'fedvln.min-round-houses' to "
+            f"{least} or more (and the stage's rates so that a round trains that many), or "
+            "pass a policy that allows fewer (deploy/policies/research.toml: 1)"
+        )
+
+
 def fit(grid, c):
     return c
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -68,7 +69,7 @@ from models.rng import owned
 from models.speaker import Speaker
 from server.recorder import load_round, recorder_for, trailing_empty_rounds
 from server.strategy_args import budget_stops, central_dp, screened_args
-from strategies.fedvln_strategy import FedVLNStrategy
+from strategies.fedvln_strategy import FedVLNStrategy, houses_a_round
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
 from training.convergence import Patience
@@ -144,6 +145,8 @@ def check_config(c: Config) -> Plan:
             "influence on the mean is not bounded by dp.clip: 'dp.mode' = \"central\" protects "
             'neither (use dp.mode = "local": each house noises what it returns)'
         )
+    if not c.fedvln.data_dir:  # the embedded houses: known before any node starts
+        check_mixing(c, plan, {"seen": c.fedvln.train_houses, "unseen": c.fedvln.unseen_houses})
     needs = (["agent-init"] if plan.init_agent else []) + (
         ["speaker-init"] if plan.speaker_to else []
     )
@@ -249,6 +252,7 @@ def run(grid, c: Config, name: str) -> None:
     recorder = recorder_for(c, name, stage=tag.replace("/", "-"))
     done = recorder.last_round()
     parts, idents = _houses(grid, c)
+    check_mixing(c, plan, dict(Counter(i["role"] for i in idents.values())))  # data-dir's too
     follower, speaker = _starting_models(c, plan, idents)
     model = speaker if plan.model == "speaker" else follower
     shared = _announce(c, plan, tag, recorder, model, follower, idents)
@@ -394,6 +398,25 @@ def _announce(c, plan: Plan, tag: str, recorder, model, follower, idents) -> Arr
     return shared
 
 
+def check_mixing(c: Config, plan: Plan, counts: dict[str, int]) -> None:
+    """ConfigError when the stage's rounds train fewer houses than fedvln.min-round-houses
+    (strategies/fedvln_strategy.py, Mixing): every round would be held back. A stage that
+    shares nothing (env-based pre-exploration) mixes nothing and is not bounded."""
+    k, least = houses_a_round(counts, plan.rates), c.fedvln.min_round_houses
+    if plan.share and k < least:
+        rates = "fedvln.seen-rate"
+        if c.fedvln.stage == "preexplore":
+            rates = "fedvln.unseen-rate' (or 'fedvln.preexplore-seen-rate"
+        raise ConfigError(
+            f"stage {c.fedvln.stage!r} trains {k} house(s) a round "
+            f"({', '.join(f'{n} {role}' for role, n in counts.items())}; rates {plan.rates}), "
+            f"fewer than run config 'fedvln.min-round-houses' = {least}: each round's model "
+            f"would reach every house with fewer houses' updates mixed in. Raise '{rates}' "
+            "(or the houses), or set 'fedvln.min-round-houses' lower where every house's "
+            "policy allows it"
+        )
+
+
 def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedVLNStrategy:
     """The stage's FedVLNStrategy: per-role sampling rates, the recipe's server learning rate
     and its decay (Eq. 7), evaluation by role."""
@@ -408,6 +431,7 @@ def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedV
         send_global_for_eval=not plan.keep_local,
         chain=c.fedvln.speaker_round == "chain",
         round_timeout=c.run.round_timeout,
+        min_mixed=c.fedvln.min_round_houses,
         num_clients=len(parts),
         **screened_args(c, recorder),
     )

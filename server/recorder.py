@@ -232,9 +232,12 @@ def _checkpoint(path: Path):
 
 
 def trailing_empty_rounds(recorder: "Recorder") -> int:
+    """The rounds at the end of rounds.csv that left the model as it was: none accepted, or
+    held back (FedVLN's fedvln.min-round-houses), as the run counted them for max-empty-rounds."""
     n = 0
     for row in reversed(recorder.rounds):
-        if float(row.get("n_accepted", 1) or 0) > 0:
+        held = float(row.get("held_back", 0) or 0) > 0
+        if float(row.get("n_accepted", 1) or 0) > 0 and not held:
             break
         n += 1
     return n

@@ -32,6 +32,21 @@ of the reply, never its bytes.
 Sampling: `rates` gives each role (`seen`, `unseen`) its participation rate; a role with rate r
 and n houses trains max(1, floor(r * n)) of them per round (the paper's r * n), chosen with a
 seeded RNG so runs repeat. Evaluation goes to every house of `eval_roles`.
+
+Mixing (`min_mixed`, run config fedvln.min-round-houses): after a round whose new model mixes
+the updates of k houses, every house that receives it (the next round's, every house at an
+evaluation) knows w, eta and the house sizes, so it learns the weighted sum of those k
+updates: with k = 1 that house's exact update, the exposure a chained round makes (issue 64).
+The server declares in every train message the fewest houses it mixes (MIXES_AT_LEAST), and
+holds a round back, the model unchanged, when screening, failures or timeouts leave fewer
+accepted updates (such rounds count toward `max-empty-rounds`); each house trains only where
+the declared number meets its own policy (clients/policy.py, fedvln.min-round-houses). In a
+chained round every house whose model is handed on is told 1 (the next house may hold w and
+then learns its exact update), so serving a chain takes min-round-houses = 1 as well as
+allow-chain. It bounds a count, not a weight: a house of few examples is barely mixed, and
+k - 1 houses that collude learn the k-th's update. Like the chain's consent, this binds the
+honest server code: a server that is not honest sees every update anyway, and only local DP
+protects against it.
 """
 
 from __future__ import annotations
@@ -56,10 +71,10 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from sacrebleu.metrics import BLEU
 
-from contracts.messages import CHAIN_ROUND, LOCAL_STEPS
+from contracts.messages import CHAIN_ROUND, LOCAL_STEPS, MIXES_AT_LEAST
 from envs.vln_fidelity import STATS as FIDELITY_STATS
 from envs.vln_fidelity import from_stats as fidelity_from_stats
-from strategies.screened_fedavg import ScreenedFedAvg, sample_size
+from strategies.screened_fedavg import ClientsFailed, ScreenedFedAvg, sample_size
 from strategies.screening import MAX_EXAMPLES
 
 NAV_METRICS = ("ne", "sr", "osr", "spl", "tl", "ndtw", "sdtw", "cls")
@@ -140,6 +155,15 @@ def pool(records: list[dict]) -> dict[str, float]:
     return out
 
 
+def houses_a_round(counts: dict[str, int], rates: dict[str, float]) -> int:
+    """The houses a round trains: max(1, floor(r * n)) of each role's n, for a rate r > 0."""
+    return sum(
+        min(n, max(1, math.floor(n * rates.get(role, 0.0) + 1e-9)))
+        for role, n in counts.items()
+        if rates.get(role, 0.0) > 0
+    )
+
+
 class FedVLNStrategy(ScreenedFedAvg):
     """Screened FedAvg with the paper's server learning rate (Eq. 7) and per-role sampling."""
 
@@ -154,10 +178,12 @@ class FedVLNStrategy(ScreenedFedAvg):
         send_global_for_eval: bool = True,
         chain: bool = False,
         round_timeout: float | None = None,
+        min_mixed: int = 2,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.chain, self.round_timeout = chain, round_timeout
+        self.min_mixed = min_mixed  # fewest accepted updates in a model sent on (Mixing)
         self.chained: list[Message] = []  # the replies of a chained round's houses but the last
         self.chained_counted: list[Message] = []  # those of them aggregated now
         self.server_lr = server_lr  # eta_t of the current round
@@ -174,12 +200,10 @@ class FedVLNStrategy(ScreenedFedAvg):
         return out
 
     def sampled_per_round(self) -> int:
-        counts = Counter(self.roles.values())
-        return sum(
-            min(n, max(1, math.floor(n * self.rates.get(role, 0.0) + 1e-9)))
-            for role, n in counts.items()
-            if self.rates.get(role, 0.0) > 0
-        )
+        return houses_a_round(Counter(self.roles.values()), self.rates)
+
+    def _extra_train_config(self) -> dict:
+        return {MIXES_AT_LEAST: self.min_mixed}  # the house checks it against its policy
 
     def dp_step_scale(self) -> float:
         """Eq. 7 moves w by eta_t times the mean's change: central DP's noise scales with it."""
@@ -233,8 +257,13 @@ class FedVLNStrategy(ScreenedFedAvg):
         order = random.Random((self.seed * 100_003 + t) * 7 + 3).sample(msgs, len(msgs))
         current, sent, self.chained = self.current, [], []
         for i, msg in enumerate(order):
+            handed_on = i < len(order) - 1  # this house's model goes straight to the next
             config = ConfigRecord(
-                {**dict(msg.content[self.configrecord_key]), CHAIN_ROUND: i < len(order) - 1}
+                {
+                    **dict(msg.content[self.configrecord_key]),
+                    CHAIN_ROUND: handed_on,
+                    MIXES_AT_LEAST: 1 if handed_on else self.min_mixed,
+                }
             )
             one = Message(
                 content=RecordDict({self.arrayrecord_key: current, self.configrecord_key: config}),
@@ -281,8 +310,12 @@ class FedVLNStrategy(ScreenedFedAvg):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         self.chained_counted = self.chained  # local DP counted them as they arrived
         replies, self.chained = self.chained + list(replies), []
+        empty_before = self.empty_rounds  # the parent resets it when any update is accepted
         average, metrics = super().aggregate_train(server_round, replies)
         self.chained_counted = []
+        if average is not None and len(average) and metrics["n_accepted"] < self.min_mixed:
+            self._hold_back(server_round + self.round_offset, metrics["n_accepted"], empty_before)
+            average = None
         arrays = None if average is None else self.server_step(average)
         if metrics is not None:  # local_steps: optimizer steps summed over houses (Table 9)
             steps = sum(
@@ -292,6 +325,26 @@ class FedVLNStrategy(ScreenedFedAvg):
             )
             self.recorder.add_metrics({"server_lr": self.server_lr, "local_steps": steps})
         return arrays, metrics
+
+    def _hold_back(self, t: int, accepted: int, empty_before: int) -> None:
+        """Too few updates to mix (Mixing): the model stays, and the round counts toward
+        `max-empty-rounds` as an empty one, so a federation that never gets enough stops."""
+        log(
+            WARNING,
+            "[fedembodied] round %d: held back, the model unchanged: %d accepted update(s), "
+            "fewer than fedvln.min-round-houses = %d",
+            t,
+            accepted,
+            self.min_mixed,
+        )
+        self.recorder.add_metrics({"held_back": 1})
+        self.empty_rounds = empty_before + 1
+        if self.empty_rounds >= self.max_empty_rounds:
+            raise ClientsFailed(
+                f"no model was made in {self.empty_rounds} consecutive rounds (up to round "
+                f"{t}; run config 'max-empty-rounds'): the last accepted {accepted} house(s)' "
+                f"updates, fewer than fedvln.min-round-houses = {self.min_mixed}; see clients.csv"
+            )
 
     def _messages(
         self, arrays: ArrayRecord, config: ConfigRecord, node_ids: list[int], message_type: str

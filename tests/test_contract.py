@@ -73,8 +73,8 @@ def test_the_policy_sections_are_registered_methods():
 
 @pytest.mark.parametrize("domain", list(DOMAINS))
 def test_every_domain_module_is_a_wiring_and_a_module_without_one_is_not(domain):
-    """Each registry domain names a module with parties, check_data, fit, partitions and
-    after_run; a module lacking one of them fails the contract."""
+    """Each registry domain names a module with parties, check_data, check_policy, fit,
+    partitions and after_run; a module lacking one of them fails the contract."""
     import importlib
 
     assert isinstance(importlib.import_module(DOMAINS[domain]), DomainWiring)

@@ -219,7 +219,7 @@ def test_simulation_engine_fedvln_one_client_per_house(tmp_path):
             "--no-plots",
             "--run-config",
             "fedvln.train-houses=3 fedvln.unseen-houses=2 fedvln.embedding=16 "
-            "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5",
+            "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.67",
         ],
         token,
     )

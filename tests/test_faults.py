@@ -34,6 +34,7 @@ FEDVLN = {
     "fedvln.batch-size": 8,
     "fedvln.max-local-steps": 2,
     "fedvln.seen-rate": 1.0,
+    "fedvln.unseen-rate": 1.0,  # both unseen houses: fedvln.min-round-houses = 2
 }
 FAULTS = {"faults.raise-partitions": "1", "faults.nan-partitions": "2"}
 

@@ -26,7 +26,8 @@ TINY = {
     "fedvln.hidden": 32,
     "fedvln.batch-size": 8,
     "fedvln.max-local-steps": 2,
-    "fedvln.seen-rate": 0.5,
+    "fedvln.seen-rate": 0.67,  # 2 of 3 seen houses a round: fedvln.min-round-houses = 2
+    "fedvln.unseen-rate": 1.0,  # and both unseen houses
     "fedvln.aug-routes": 4,
     "fedvln.preexplore-routes": 6,
 }
@@ -122,7 +123,8 @@ def test_eq7_is_flowers_fedavgm_with_zero_momentum_and_fedavg_at_eta_1(tmp_path,
 
 
 def test_a_nan_update_is_rejected_before_the_server_step(tmp_path):
-    s = _strategy(tmp_path, {0: "seen", 1: "seen"}, {"seen": 1.0}, server_lr=2.0)
+    # min_mixed = 1: the one good house's update is used (the mixing bound has its own test)
+    s = _strategy(tmp_path, {0: "seen", 1: "seen"}, {"seen": 1.0}, server_lr=2.0, min_mixed=1)
     w0 = ArrayRecord({"w": Array(np.ones(3, np.float32))})
     msgs = list(s.configure_train(1, w0, ConfigRecord(), grid=None))
     arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], np.nan, 5), _reply(msgs[1], 2.0, 1)])
@@ -1648,7 +1650,7 @@ def test_a_chained_round_trains_house_after_house_and_steps_as_the_official_code
     (r2r_src/train.py:137-158); a house whose reply is screened out (non-finite) is skipped,
     the next starting from the model before it; each message says whether the model it asks
     for is handed on (all but the last), so a house's policy can refuse."""
-    from contracts.messages import CHAIN_ROUND
+    from contracts.messages import CHAIN_ROUND, MIXES_AT_LEAST
 
     got, size = [], {1000: 1, 1001: 1, 1002: 2, 1003: 4}
 
@@ -1673,6 +1675,8 @@ def test_a_chained_round_trains_house_after_house_and_steps_as_the_official_code
         sorted(order) == list(size) and len(last) == 1 and last[0].metadata.dst_node_id == order[-1]
     )
     assert [f for _, _, f, _ in got] == [True, True, True, False]
+    # a house whose model is handed on is told its update is mixed with no other's
+    assert [m.content["config"][MIXES_AT_LEAST] for m in s.sent] == [1, 1, 1, 2]
     # each house starts where the last accepted house ended (house 1001's NaN model is skipped)
     start, accepted = 0.0, []
     for node, w, _, _ in got:
@@ -1709,27 +1713,135 @@ def test_a_house_serves_a_chained_round_only_if_its_own_policy_allows(tmp_path):
     from config.schema import ConfigError, merged
     from contracts.fedvln import shared_part
     from contracts.messages import CHAIN_ROUND as CHAIN
+    from contracts.messages import MIXES_AT_LEAST
     from server.fedvln_run import check_config
 
     rc = {**TINY, "fedvln.stage": "speaker", "fedvln.speaker-round": "chain"}
     ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 5},
                   state=RecordDict(), run_config=rc)  # fmt: skip
     arrays = shared_part(house._model("speaker", parse(rc), house.house_of(ctx)), "*")
-    conf = {"step": "speaker", "server-round": 1, "epochs": 1.0, "share": "*", CHAIN: True}
+    conf = {"step": "speaker", "server-round": 1, "epochs": 1.0, "share": "*", CHAIN: True,
+            MIXES_AT_LEAST: 1}  # fmt: skip  # handed on: mixed with no other house
     msg = Message(RecordDict({"arrays": arrays, "config": ConfigRecord(conf)}),
                   dst_node_id=5000, message_type="train")  # fmt: skip
     with pytest.raises(PermissionError, match="chained.*fedvln.allow-chain"):
         house.train(msg, ctx)
     allows = tmp_path / "allows.toml"
-    allows.write_text("[fedvln]\nallow-chain = true\n")
+    allows.write_text("[fedvln]\nallow-chain = true\n")  # but min-round-houses = 2
     allows.chmod(0o600)
     ctx.node_config["policy"] = str(allows)
+    with pytest.raises(PermissionError, match="as few as 1 .*fedvln.min-round-houses"):
+        house.train(msg, ctx)
+    allows.write_text("[fedvln]\nallow-chain = true\nmin-round-houses = 1\n")
     reply = house.train(msg, ctx)
     assert reply.content["arrays"].keys() == arrays.keys()
     with pytest.raises(ConfigError, match="fedvln.speaker-round"):
         parse(merged({**rc, "fedvln.stage": "agent"}))
     with pytest.raises(ConfigError, match="dp.mode"):
         check_config(parse(merged({**rc, "dp.mode": "central", "dp.noise": 0.1})))
+
+
+def test_a_round_whose_model_mixes_fewer_houses_than_min_round_houses_is_held_back(tmp_path):
+    """Issue 64: after a round whose new model mixes one house's update, every house that
+    gets it learns that update exactly (w + eta (w_k - w)). The server says in every train
+    message the fewest houses it mixes, and holds a round back, the model unchanged, when
+    failures or screening leave fewer accepted updates; with enough it takes Eq. 7's step. A
+    stage that would sample fewer a round is refused before it starts, unless it shares
+    nothing (env-based pre-exploration)."""
+    from config.schema import ConfigError, merged
+    from contracts.messages import MIXES_AT_LEAST
+    from server.fedvln_run import check_config
+    from server.recorder import trailing_empty_rounds
+    from strategies.screened_fedavg import ClientsFailed
+
+    s = _strategy(tmp_path, {p: "seen" for p in range(3)}, {"seen": 1.0}, server_lr=1.0,
+                  max_empty_rounds=2)  # fmt: skip
+    w0 = ArrayRecord({"w": Array(np.zeros(3, np.float32))})
+    msgs = list(s.configure_train(1, w0, ConfigRecord(), grid=None))
+    assert [m.content["config"][MIXES_AT_LEAST] for m in msgs] == [2, 2, 2]
+    # one accepted (one NaN, one silent): held back
+    arrays, metrics = s.aggregate_train(1, [_reply(msgs[0], 4.0, 1), _reply(msgs[1], np.nan, 1)])
+    assert arrays is None and metrics["n_accepted"] == 1
+    assert np.array_equal(s.global_arrays["w"].numpy(), np.zeros(3))  # w as it was
+    msgs = list(s.configure_train(2, w0, ConfigRecord(), grid=None))
+    arrays, _ = s.aggregate_train(2, [_reply(msgs[0], 4.0, 1), _reply(msgs[2], 2.0, 1)])
+    assert np.allclose(arrays["w"].numpy(), 3.0)  # two mixed: Eq. 7's step
+    # held-back rounds are empty ones for max-empty-rounds: a federation that never gets
+    # two updates stops, named, and a resumed run counts them too
+    for rnd in (3, 4):
+        msgs = list(s.configure_train(rnd, arrays, ConfigRecord(), grid=None))
+        if rnd == 4:
+            with pytest.raises(ClientsFailed, match="2 consecutive.*min-round-houses = 2"):
+                s.aggregate_train(rnd, [_reply(msgs[0], 4.0, 1)])
+        else:
+            assert s.aggregate_train(rnd, [_reply(msgs[0], 4.0, 1)])[0] is None
+            s.recorder.end_round(arrays)
+    assert trailing_empty_rounds(s.recorder) == 1
+    one = _strategy(tmp_path / "one", {0: "seen", 1: "seen"}, {"seen": 1.0}, min_mixed=1)
+    msgs = list(one.configure_train(1, w0, ConfigRecord(), grid=None))
+    assert msgs[0].content["config"][MIXES_AT_LEAST] == 1
+    assert one.aggregate_train(1, [_reply(msgs[0], 4.0, 1)])[0] is not None
+    # the stage's rounds sample too few: refused, naming the rate and the bound
+    with pytest.raises(ConfigError, match="trains 1 house.*fedvln.seen-rate.*min-round-houses"):
+        check_config(parse(merged({**TINY, "fedvln.seen-rate": 0.5})))
+    pre = {**TINY, "fedvln.stage": "preexplore", "fedvln.agent-init": __file__,
+           "fedvln.speaker-init": __file__}  # fmt: skip
+    with pytest.raises(ConfigError, match="trains 1 house.*fedvln.unseen-rate"):
+        check_config(parse(merged({**pre, "fedvln.unseen-rate": 0.5})))
+    env_based = {**pre, "fedvln.variant": "env-based", "fedvln.env-based-rate": 0.5}
+    check_config(parse(merged(env_based)))  # shares nothing: nothing is mixed
+    check_config(parse(merged({**TINY, "fedvln.seen-rate": 0.5, "fedvln.min-round-houses": 1})))
+
+
+def test_a_stage_refuses_too_few_houses_a_round_among_the_houses_that_came(tmp_path, monkeypatch):
+    """With `fedvln.data-dir` the houses are known only from the nodes: the server checks the
+    mixing bound against the roles they report, before the setup round (here with the
+    launcher's check on the embedded houses bypassed)."""
+    from clients.app import app
+    from config.schema import ConfigError, merged
+    from server import fedvln_run
+    from tests.conftest import InProcessGrid
+
+    cfg = merged({**TINY, "fedvln.seen-rate": 0.5, "out-dir": str(tmp_path)})
+    monkeypatch.setattr(fedvln_run, "check_config", fedvln_run.plan_of)
+    with pytest.raises(ConfigError, match="trains 1 house.*3 seen, 2 unseen.*min-round-houses"):
+        fedvln_run.run(InProcessGrid(app, cfg, 5), parse(cfg), "fedvln")
+    assert not (tmp_path / "rounds.csv").exists() or len(pd.read_csv(tmp_path / "rounds.csv")) == 0
+
+
+def test_a_house_trains_only_where_the_model_sent_on_mixes_enough_houses(tmp_path):
+    """The house protected by the mixing bound enforces it: under the secure default it
+    refuses a train message that declares fewer than 2 houses mixed, or declares nothing (an
+    older or stripped server), whatever the run asks; its operator may lower the bound."""
+    from flwr.app import Context
+
+    from clients import fedvln_client as house
+    from contracts.fedvln import shared_part
+    from contracts.messages import MIXES_AT_LEAST
+
+    ctx = Context(run_id=1, node_id=5000, node_config={"partition-id": 0, "num-partitions": 5},
+                  state=RecordDict(), run_config=TINY)  # fmt: skip
+    arrays = shared_part(house._model("follower", parse(TINY), house.house_of(ctx)), "*")
+
+    def message(**declared):
+        conf = {"step": "follower", "server-round": 1, "epochs": 1.0, "share": "*", **declared}
+        return Message(RecordDict({"arrays": arrays, "config": ConfigRecord(conf)}),
+                       dst_node_id=5000, message_type="train")  # fmt: skip
+
+    for declared, says in (({MIXES_AT_LEAST: 1}, "as few as 1 "), ({}, "declares no fewest")):
+        with pytest.raises(PermissionError, match=f"{says}.*fedvln.min-round-houses"):
+            house.train(message(**declared), ctx)
+    assert house.train(message(**{MIXES_AT_LEAST: 2}), ctx).content["arrays"].keys()
+    lower = tmp_path / "lower.toml"
+    lower.write_text("[fedvln]\nmin-round-houses = 1\n")
+    lower.chmod(0o600)
+    ctx.node_config["policy"] = str(lower)
+    assert house.train(message(**{MIXES_AT_LEAST: 1}), ctx).content["arrays"].keys()
+    ctx.node_config["policy"] = str(tmp_path / "three.toml")
+    (tmp_path / "three.toml").write_text("[fedvln]\nmin-round-houses = 3\n")
+    (tmp_path / "three.toml").chmod(0o600)
+    with pytest.raises(PermissionError, match="at least 3 are mixed"):
+        house.train(message(**{MIXES_AT_LEAST: 2}), ctx)
 
 
 def test_local_dp_counts_a_chained_houses_release_when_it_reaches_the_next_house(tmp_path):

@@ -267,3 +267,25 @@ def test_a_key_that_needs_a_stage_is_checked_with_the_stage_flag(tmp_path):
     # the houses' policy refuses a chain unless it consents: said before anything starts
     with pytest.raises(BadInput, match="refuses it.*allow-chain.*research.toml"):
         resolve("--stage", "speaker", "--run-config", 'fedvln.speaker-round="chain"')
+    # and a run whose rounds may send on one house's update (fedvln.min-round-houses)
+    one = ("--run-config", "fedvln.min-round-houses=1 fedvln.seen-rate=0.05")
+    with pytest.raises(BadInput, match="min-round-houses.*secure default.*research.toml"):
+        resolve(*one)
+    assert resolve("--policy", research, *one)["fedvln.min-round-houses"] == 1
+    with pytest.raises(BadInput, match="trains 1 house.*'fedvln.min-round-houses' = 2"):
+        resolve("--run-config", "fedvln.seen-rate=0.05")  # 1 of 12 seen houses a round
+    # a chain needs both consents: a handed-on model mixes no other house
+    chain_only = tmp_path / "chain-only.toml"
+    chain_only.write_text("[fedvln]\nallow-chain = true\n")
+    chain_only.chmod(0o600)
+    with pytest.raises(BadInput, match="chain.*min-round-houses = 1 as well as allow-chain"):
+        resolve("--stage", "speaker", "--policy", str(chain_only),
+                "--run-config", 'fedvln.speaker-round="chain"')  # fmt: skip
+    # and a run that is not FedVLN is not asked about FedVLN's keys
+    strict = tmp_path / "strict.toml"
+    strict.write_text("[fedvln]\nmin-round-houses = 3\n")
+    strict.chmod(0o600)
+    args = simulation.build_parser().parse_args(
+        ["fedavg", "--out", str(tmp_path / "d"), "--policy", str(strict)]
+    )
+    simulation.resolve(args)  # no BadInput

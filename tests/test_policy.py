@@ -19,6 +19,9 @@ from tests.conftest import ROOT
         ("[fedrl]\nmin-sigma = -1.0\n", "'fedrl.min-sigma' must be finite and in"),
         ('[fedrl]\nmin-sigma = "2"\n', "'fedrl.min-sigma' must be a number"),
         ("[fedrl]\nallow-no-noise = 1\n", "'fedrl.allow-no-noise' must be true or false"),
+        ("[fedvln]\nmin-round-houses = 0\n", "'fedvln.min-round-houses' must be a whole"),
+        ("[fedvln]\nmin-round-houses = 2.5\n", "'fedvln.min-round-houses' must be a whole"),
+        ("[fedvln]\nmin-round-houses = true\n", "'fedvln.min-round-houses' must be a whole"),
         ("[fedrl]\nmin-sigmaa = 1.0\n", "unknown policy key 'fedrl.min-sigmaa'"),
         ("sigma = 1.0\n", "unknown policy key 'sigma'"),
         ('methods = ["fedavg", "nope"]\n', "'methods' must be a non-empty list"),
@@ -39,6 +42,7 @@ def test_no_policy_is_the_papers_protection_and_the_run_cannot_supply_one(monkey
     p = policy.of_node({"partition-id": 0})
     assert (p.fedrl.min_sigma, p.fedrl.allow_no_noise, p.fedrl.max_clip) == (1.0, False, 0.0)
     assert p.fedvln.preexplore_share == "lang_encoder." and not p.cdl.share_sub_network
+    assert p.fedvln.min_round_houses == 2 and not p.fedvln.allow_chain
     assert p.state_root() == tmp_path / "node-state" / "fedembodied"  # $XDG_STATE_HOME
     # the node's own: node config (deployment) first, then its process's environment
     mine = tmp_path / "mine.toml"

@@ -78,9 +78,10 @@ JOBS = {
         "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
         "driving.local-epochs=1"
     ),
-    "fedvln": (  # two seen houses and one unseen: the smallest federation with every role
+    "fedvln": (  # two seen houses and one unseen: the smallest federation with every role,
+        # both seen houses a round (fedvln.min-round-houses = 2)
         'fedvln.stage="agent" fedvln.train-houses=2 fedvln.unseen-houses=1 fedvln.embedding=16 '
-        "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5"
+        "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=1.0"
     ),
 }
 # the nodes' policy where a job asks more than the paper's default allows (FedRL's study mode)
