@@ -64,6 +64,12 @@ class FedVLNSettings(Section):
     server_lr: float = setting(
         "eta of Eq. 7, w <- w + eta * sum n_i/n (w_i - w); 0 = the recipe's", lo=0, hi=100
     )
+    server_opt: str = setting(
+        "the server's step: avg, Eq. 7 | adam, FedAdam (Reddi et al. 2021, Alg. 2: the mean "
+        'update as Adam\'s pseudo-gradient, eta its step; strategies/fedadam.py); "" = the '
+        "recipe's",
+        choices=("", "avg", "adam"),
+    )
     server_lr_decay: float = setting("eta_t = eta * decay^(t-1); 0 = the recipe's", lo=0, hi=1)
     optimizer: str = setting(
         'local optimizer; "" = the recipe\'s (official: RMSprop follower, Adam speaker)',

@@ -81,6 +81,7 @@ class Recipe:
     server_lr_decay: float = 1.0  # eta_t = eta * decay^(t-1), per round
     seen_rate: float = 0.2  # r: the share of seen houses trained each round (paper: 0.2)
     rounds: int = DEFAULT_ROUNDS  # what `num-server-rounds = 0` means for this stage
+    server_opt: str = "avg"  # avg: Eq. 7 | adam: FedAdam (strategies/fedadam.py)
 
 
 OFFICIAL = {
@@ -100,11 +101,13 @@ CPU = {
 
 def recipe_of(v: FedVLNSettings) -> Recipe:
     """The stage's recipe with the run config's explicit overrides applied (`fedvln.optimizer`
-    when non-empty; `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay`,
+    and `fedvln.server-opt` when non-empty; `fedvln.lr`, `fedvln.server-lr`, `fedvln.server-lr-decay`,
     `fedvln.seen-rate` when > 0)."""
     r = (OFFICIAL if v.recipe == "official" else CPU)[v.stage]
     if v.optimizer:
         r = replace(r, optimizer=v.optimizer)
+    if v.server_opt:
+        r = replace(r, server_opt=v.server_opt)
     for field in ("lr", "server_lr", "server_lr_decay", "seen_rate"):
         if getattr(v, field) > 0:
             r = replace(r, **{field: getattr(v, field)})
@@ -123,7 +126,10 @@ def recorded_recipe(cfg: dict) -> dict | None:
     `recipe_record` today: a run made before the recipe held the share of houses (issue 64)
     gave it as `fedvln.seen-rate` itself, so that is its share."""
     done = cfg.get("recipe")
-    if done is None or "seen_rate" in done:
+    if done is None:
+        return done
+    done = {"server_opt": "avg", **done}  # before FedAdam every run stepped by Eq. 7
+    if "seen_rate" in done:
         return done
     return {**done, "seen_rate": float(cfg.get("fedvln.seen-rate", 0.0))}
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
@@ -67,7 +68,13 @@ from models import vln_checkpoint
 from models.envdrop import Follower, parameter_share
 from models.rng import owned
 from models.speaker import Speaker
-from server.recorder import load_round, recorder_for, trailing_empty_rounds
+from server.recorder import (
+    load_by_parity,
+    load_round,
+    recorder_for,
+    save_by_parity,
+    trailing_empty_rounds,
+)
 from server.strategy_args import budget_stops, central_dp, screened_args
 from strategies.fedvln_strategy import FedVLNStrategy, houses_a_round
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
@@ -147,6 +154,13 @@ def check_config(c: Config) -> Plan:
         )
     if not c.fedvln.data_dir:  # the embedded houses: known before any node starts
         check_mixing(c, plan, {"seen": c.fedvln.train_houses, "unseen": c.fedvln.unseen_houses})
+    if recipe_of(c.fedvln).server_opt == "adam" and c.dp.mode == "central":
+        raise ConfigError(  # strategies/dp.py scales its noise by Eq. 7's eta
+            "the server step 'fedvln.server-opt' = \"adam\" (this stage's, or the run "
+            "config's) moves the model by Adam's normalised step, not by eta times the noised "
+            'mean that \'dp.mode\' = "central" calibrates to: use dp.mode = "local", or '
+            'fedvln.server-opt = "avg"'
+        )
     needs = (["agent-init"] if plan.init_agent else []) + (
         ["speaker-init"] if plan.speaker_to else []
     )
@@ -272,11 +286,14 @@ def run(grid, c: Config, name: str) -> None:
         initial = ArrayRecord(load_round(recorder, done)) if len(shared) else shared
         strategy.round_offset = done
         strategy.empty_rounds = trailing_empty_rounds(recorder)
+        if strategy.server_opt == "adam":  # FedAdam's moments as of that round
+            strategy.moments = _moments(load_by_parity(recorder, "server-adam", done))
         best = Patience.replay(
             c.fedvln.patience,
             [(int(r["round"]), float(r[key])) for r in recorder.rounds if key in r],
         )
         log(INFO, "[fedembodied] resuming FedVLN %s after round %d of %d", tag, done, rounds)
+    fed = strategy
     if c.dp.mode == "central":  # Flower's DP wrapper (strategies/dp.py)
         strategy = central_dp(strategy, c, recorder)
 
@@ -285,6 +302,8 @@ def run(grid, c: Config, name: str) -> None:
             return None
         server_round += strategy.round_offset
         row = recorder.end_round(arrays)
+        if fed.server_opt == "adam":  # a resumed run goes on with the same moments
+            save_by_parity(recorder, "server-adam", server_round, _moment_state(fed.moments))
         last.update(arrays=arrays, round=server_round)
         if best.update(float(row.get(key, math.nan)), server_round) and plan.share == "*":
             _save(model, arrays, recorder.out / "best.pt", round=server_round, **{key: best.best})
@@ -324,6 +343,18 @@ def run(grid, c: Config, name: str) -> None:
         },
     )
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
+
+
+def _moment_state(moments: dict) -> dict:
+    """FedAdam's (m, v) per array as tensors, for save_by_parity."""
+    return {f"{part}.{k}": torch.from_numpy(np.ascontiguousarray(mv[i]))
+            for k, mv in moments.items() for i, part in enumerate("mv")}  # fmt: skip
+
+
+def _moments(saved: dict) -> dict:
+    """What _moment_state saved, as FedAdam's (m, v) per array again."""
+    names = {k[2:] for k in saved if k[:2] in ("m.", "v.")}
+    return {k: (saved[f"m.{k}"].numpy(), saved[f"v.{k}"].numpy()) for k in names}
 
 
 def _start(strategy, grid, c: Config, plan: Plan, initial, rounds: int, end_of_round) -> None:
@@ -432,6 +463,7 @@ def _strategy(c: Config, plan: Plan, roles: dict, parts: dict, recorder) -> FedV
         chain=c.fedvln.speaker_round == "chain",
         round_timeout=c.run.round_timeout,
         min_mixed=c.fedvln.min_round_houses,
+        server_opt=recipe.server_opt,
         num_clients=len(parts),
         **screened_args(c, recorder),
     )

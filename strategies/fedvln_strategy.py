@@ -74,6 +74,7 @@ from sacrebleu.metrics import BLEU
 from contracts.messages import CHAIN_ROUND, LOCAL_STEPS, MIXES_AT_LEAST
 from envs.vln_fidelity import STATS as FIDELITY_STATS
 from envs.vln_fidelity import from_stats as fidelity_from_stats
+from strategies.fedadam import fedadam_step
 from strategies.screened_fedavg import ClientsFailed, ScreenedFedAvg, sample_size
 from strategies.screening import MAX_EXAMPLES
 
@@ -179,11 +180,14 @@ class FedVLNStrategy(ScreenedFedAvg):
         chain: bool = False,
         round_timeout: float | None = None,
         min_mixed: int = 2,
+        server_opt: str = "avg",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.chain, self.round_timeout = chain, round_timeout
         self.min_mixed = min_mixed  # fewest accepted updates in a model sent on (Mixing)
+        self.server_opt = server_opt  # avg: Eq. 7 | adam: FedAdam (strategies/fedadam.py)
+        self.moments: dict = {}  # FedAdam's (m, v) per array, kept across rounds
         self.chained: list[Message] = []  # the replies of a chained round's houses but the last
         self.chained_counted: list[Message] = []  # those of them aggregated now
         self.server_lr = server_lr  # eta_t of the current round
@@ -293,9 +297,17 @@ class FedVLNStrategy(ScreenedFedAvg):
             super()._count_release(node, rep)
 
     def server_step(self, average: ArrayRecord) -> ArrayRecord:
-        """Eq. 7: w <- w + eta_t * (sum_i n_i / n * w_i - w), array by array. A round with no
-        accepted update leaves w as it is (aggregate_train does not call this)."""
+        """Eq. 7: w <- w + eta_t * (sum_i n_i / n * w_i - w), array by array; or FedAdam's
+        step on the same mean update (`server_opt = "adam"`, strategies/fedadam.py). A round
+        with no accepted update leaves w as it is (aggregate_train does not call this)."""
         w = self.global_arrays
+        if self.server_opt == "adam":
+            now = {k: w[k].numpy() for k in average}
+            d = {k: a.numpy() - now[k] for k, a in average.items()}
+            new = fedadam_step(now, d, self.moments, self.server_lr)
+            stepped = ArrayRecord({k: Array(np.asarray(v, now[k].dtype)) for k, v in new.items()})
+            self.global_arrays = stepped
+            return stepped
         stepped = ArrayRecord(
             {
                 k: Array(np.asarray(w[k].numpy() - self.server_lr * (w[k].numpy() - a.numpy())))

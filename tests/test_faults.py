@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from config import parse
 from config.schema import merged
@@ -246,6 +247,8 @@ def test_fedrl_retries_a_failed_call_and_goes_on(tmp_path):
         ("fedrl", {"fedrl.reproducible-noise": True}),
         # houses keep their own optimizer; the server's lr decays with the round
         ("fedvln", {"fedvln.optimizer-state": "house", "fedvln.server-lr-decay": 0.5}),
+        # FedAdam's server step: its moments come back from the server's own checkpoint
+        ("fedvln", {"fedvln.server-opt": "adam", "fedvln.server-lr": 0.01}),
         # a stage with a setup round: the speaker and its sampled routes that each seen house
         # got in round 0 come back from the house's own disk (none is sent again)
         ("fedvln", {"fedvln.stage": "augment", "fedvln.aug-routes": 4}),
@@ -325,6 +328,11 @@ def test_a_killed_run_resumes_to_the_same_final_metrics(tmp_path, method, extra)
         "fedvln": ["train_loss", "n_accepted", "val_unseen_sr", "val_unseen_spl"],
     }.get(method, ["train_loss", "rmse", "n_accepted"])
     assert resumed[cols].equals(whole[cols]), (resumed[cols], whole[cols])
+    if method == "fedvln":  # the global model after the resumed round, bit for bit
+        last = [torch.load(d / "checkpoints" / "round_0003.pt") for d in (tmp_path / "whole",
+                                                                          tmp_path / "cut")]  # fmt: skip
+        assert last[0].keys() == last[1].keys()
+        assert all(torch.equal(last[0][k], last[1][k]) for k in last[0])
     clients = pd.read_csv(tmp_path / "cut" / "clients.csv")
     assert len(clients) == len(pd.read_csv(tmp_path / "whole" / "clients.csv"))
 

@@ -40,6 +40,7 @@ CPU_AGENT_RECIPE = {
     "server_lr": 1.0,
     "server_lr_decay": 1.0,
     "seen_rate": 0.2,
+    "server_opt": "avg",
 }
 
 
@@ -133,6 +134,37 @@ def test_a_nan_update_is_rejected_before_the_server_step(tmp_path):
     s.recorder.end_round(arrays)
     status = pd.read_csv(tmp_path / "clients.csv")["status"].tolist()
     assert status[0].startswith("rejected") and "NaN" in status[0] and status[1] == "ok"
+
+
+def test_fedadam_steps_by_the_mean_update_with_moments_kept_across_rounds(tmp_path):
+    """FedAdam (Reddi et al. 2021, Alg. 2; strategies/fedadam.py): D is the size-weighted mean
+    update, m and v carry over rounds, w + eta m / (sqrt(v) + tau), no bias correction. The
+    run config chooses it per stage; central DP, whose noise is calibrated to Eq. 7's step,
+    is refused with it; a run made before it is read as Eq. 7's."""
+    from config.fedvln_recipe import recipe_of, recorded_recipe
+    from config.schema import ConfigError, merged
+    from server.fedvln_run import check_config
+
+    s = _strategy(tmp_path, {0: "seen", 1: "seen"}, {"seen": 1.0}, server_lr=0.1,
+                  server_opt="adam")  # fmt: skip
+    w = np.ones(3, np.float32)
+    m = v = np.zeros(3, np.float32)
+    for rnd, (a, b) in enumerate([(2.0, 5.0), (0.0, 1.0)], start=1):
+        msgs = list(s.configure_train(rnd, ArrayRecord({"w": Array(w)}), ConfigRecord(), None))
+        got, _ = s.aggregate_train(rnd, [_reply(msgs[0], a, 1), _reply(msgs[1], b, 3)])
+        d = np.float32(0.25 * a + 0.75 * b) - w
+        m, v = 0.9 * m + 0.1 * d, 0.99 * v + 0.01 * d**2
+        w = (w + 0.1 * m / (np.sqrt(v) + 1e-3)).astype(np.float32)
+        assert np.allclose(got["w"].numpy(), w, rtol=1e-6)
+    assert abs(float(w[0]) - 1.0) > 0.1  # the second round's step is not the first's again
+    adam = parse(merged({**TINY, "fedvln.server-opt": "adam", "fedvln.server-lr": 0.03}))
+    assert recipe_of(adam.fedvln).server_opt == "adam"
+    with pytest.raises(ConfigError, match="server-opt.*adam.*dp.mode"):
+        check_config(parse(merged({**TINY, "fedvln.server-opt": "adam", "dp.mode": "central",
+                                   "dp.noise": 0.1})))  # fmt: skip
+    old = {"recipe": {"optimizer": "rms", "lr": 1e-3, "server_lr": 1.0, "server_lr_decay": 1.0,
+                      "seen_rate": 0.2}}  # fmt: skip
+    assert recorded_recipe(old)["server_opt"] == "avg"
 
 
 def test_houses_are_sampled_per_role_at_their_rates(tmp_path):
@@ -438,6 +470,7 @@ def test_recipe_follows_the_official_scripts_and_explicit_keys_override_it():
         "server_lr_decay": 1.0,
         "seen_rate": 0.2,  # 12 of the official 61 houses
         "rounds": 5,
+        "server_opt": "avg",  # Eq. 7
     }
     agent = of({"fedvln.recipe": "official"})
     assert (agent.optimizer, agent.lr, agent.server_lr) == ("rms", 1e-4, 2.0)

@@ -23,7 +23,7 @@ and one Adam state serves every house (ours keeps one per house, as our Flower c
 
 Two more FedAvg studies keep the round parallel and change one thing:
 experiments/studies/fedvln_speaker_fedadam.toml the server's step (`server-opt = "adam"`,
-FedAdam, `fedadam_step`), and experiments/studies/fedvln_speaker_one_house.toml the houses a
+FedAdam, strategies/fedadam.py), and experiments/studies/fedvln_speaker_one_house.toml the houses a
 round (one: the round's global model is that house's update, so each round is a chain link).
 A run's tau (`epochs`) is a field of its study:
 experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, each house
@@ -57,6 +57,7 @@ import torch
 from experiments import figures
 from experiments.simulate import RESULTS
 from experiments.tables import mean_sd
+from strategies.fedadam import fedadam_step
 
 MODES = ("parallel", "sequential", "chain-own-adam", "parallel-shared-adam", "parallel-fresh")
 # mode: (the local model reset to the global one for every house, whose Adam state it trains with)
@@ -70,11 +71,9 @@ ROUND = {
 PARTS = ("fidelity", "rooms_on_route", "goal_room", "stop_object")
 # the server's step: `avg` is Eq. 7's w + eta sum n_k/n (w_k - w), added house by house as
 # it always was here (so an older study's run computes what its cache holds); `adam` is
-# FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2, `fedadam_step`), a
-# server optimizer that sees only what FedAvg's server sees
+# FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2,
+# strategies/fedadam.py), a server optimizer that sees only what FedAvg's server sees
 SERVER_OPTS = ("avg", "adam")
-# b1 and b2 as Reddi et al. fix them; tau, which they tune, at Flower's FedAdam default
-FEDADAM = {"b1": 0.9, "b2": 0.99, "tau": 1e-3}
 # each server step's first eta: a run at another eta is cached under a name that says it
 FIRST_ETA = {"avg": 1.6, "adam": 0.03}
 
@@ -131,7 +130,7 @@ def one_run(
     s = vln_speaker.SpeakerSettings(lr=1e-3)
     opts: dict[str, dict] = {}  # parallel: each house's own Adam state
     shared = make_optimizer("adam", local.parameters(), s.lr)  # sequential: one throughout
-    moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in glob.state_dict().items()}
+    moments: dict = {}  # FedAdam's (m, v) per tensor
     rows = []
     for rnd in range(1, job["rounds"] + 1):
         chosen = [houses[i] for i in sorted(draw.choice(len(houses), job["houses"], False))]
@@ -163,8 +162,11 @@ def one_run(
                 if v.is_floating_point():
                     new[k] += job["server_lr"] * len(data[h]) / n * (v - w[k])
                     mean_update[k] += len(data[h]) / n * (v - w[k])
-        if server_opt == "adam":
-            new = fedadam_step(w, mean_update, moments, server_lr)
+        if server_opt == "adam":  # the Flower app's step (strategies/fedadam.py)
+            floats = [k for k in w if w[k].is_floating_point()]
+            new = {k: w[k] for k in w} | fedadam_step(
+                {k: w[k] for k in floats}, mean_update, moments, server_lr, sqrt=torch.sqrt
+            )
         glob.load_state_dict(new)
         if rnd % job["eval_every"] and rnd != job["rounds"]:
             continue
@@ -183,24 +185,6 @@ def one_run(
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"job": job, "rows": rows}))
     return rows
-
-
-def fedadam_step(w: dict, d: dict, moments: dict, eta: float) -> dict:
-    """FedAdam's next global model (Reddi et al. 2021, Alg. 2): m = b1 m + (1 - b1) D,
-    v = b2 v + (1 - b2) D^2, w + eta m / (sqrt(v) + tau), no bias correction, as there.
-    D is the round's update averaged by the houses' sizes, n_k/n (w_k - w), as Eq. 7
-    weighs them (Alg. 2 averages uniformly; weighted here so that FedAdam and FedAvg differ
-    only in the step). `moments` holds (m, v) per tensor across rounds, updated in place."""
-    new = {}
-    for k in w:
-        if not w[k].is_floating_point():
-            new[k] = w[k]
-            continue
-        m, v = moments[k]
-        m.mul_(FEDADAM["b1"]).add_((1 - FEDADAM["b1"]) * d[k])
-        v.mul_(FEDADAM["b2"]).add_((1 - FEDADAM["b2"]) * d[k] ** 2)
-        new[k] = w[k] + eta * m / (v.sqrt() + FEDADAM["tau"])
-    return new
 
 
 def floor_table() -> pd.DataFrame:
