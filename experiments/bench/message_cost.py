@@ -78,14 +78,17 @@ JOBS = {
         "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
         "driving.local-epochs=1"
     ),
-    "fedvln": (  # two seen houses and one unseen: the smallest federation with every role,
-        # both seen houses a round (fedvln.min-round-houses = 2)
+    "fedvln": (  # two seen houses and one unseen: the smallest federation with every role;
+        # one seen house a round, as when its rows were measured (research policy: allowed)
         'fedvln.stage="agent" fedvln.train-houses=2 fedvln.unseen-houses=1 fedvln.embedding=16 '
-        "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=1.0"
+        "fedvln.hidden=32 fedvln.max-local-steps=2 fedvln.seen-rate=0.5 "
+        "fedvln.min-round-houses=1"
     ),
 }
-# the nodes' policy where a job asks more than the paper's default allows (FedRL's study mode)
-POLICY = {"fedrl": str(ROOT / "deploy" / "policies" / "research.toml")}
+# the nodes' policy where a job asks more than the paper's default allows (FedRL's study mode,
+# FedVLN's one-house rounds)
+RESEARCH = str(ROOT / "deploy" / "policies" / "research.toml")
+POLICY = {"fedrl": RESEARCH, "fedvln": RESEARCH}
 NODES = {"fedvln": 3}  # one SuperNode per house; every other job here has two nodes
 SEQUENTIAL = {"fedrl"}  # its messages go one after another
 HANDLER = {
