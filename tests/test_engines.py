@@ -234,7 +234,7 @@ def test_simulation_engine_fedvln_one_client_per_house(tmp_path):
     }
     assert len(scored) == 5, res.stdout
     rounds = pd.read_csv(out / "rounds.csv")
-    assert rounds.loc[0, "n_accepted"] == 1 and rounds.loc[0, "bytes_up"] > 0
+    assert rounds.loc[0, "n_accepted"] == 2 and rounds.loc[0, "bytes_up"] > 0
     assert rounds.loc[0, "val_seen_n"] == 90 and rounds.loc[0, "val_unseen_n"] == 180
     assert (out / "model.pt").is_file()
     assert run_tokens_alive(token) == []
