@@ -49,8 +49,10 @@ eta = 1.6 the pipeline's speaker grounded in each of 3 seeds on the houses befor
 at rounds 162-183 (docs/fedvln.md, "A speaker that says the route"; the schedule study, the
 fed_speaker.py script of experiments/fedvln, is in git history: it was scored with the lenient
 fidelity of before issue 64). So the cpu speaker is r = 0.5, eta = 1.6, and
-`num-server-rounds = 0` means 180 rounds for it. **It does not ground on today's houses**
-(generated since issue 64): seed 0 was still on the template plateau at round 249 (best val_seen
+`num-server-rounds = 0` means 180 rounds for it. **It does not reliably ground on today's
+houses** (generated since issue 64): in the one-process study at 120 rounds it grounds 1 seed of
+3 (experiments/studies/fedvln_speaker_fedadam_long.toml, as does FedAdam); the Flower stage's
+seed 0 was still on the template plateau at round 249 (best val_seen
 fidelity 40.1, strict score), and with all 12 houses a round (r = 1) at round 180 (36.2). The
 official code's speaker round is sequential through the houses (eric-ai-lab/FedVLN
 r2r_src/train.py:137-158: the local speaker is reset to the global one once per round, not per

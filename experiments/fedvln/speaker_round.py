@@ -24,7 +24,8 @@ and one Adam state serves every house (ours keeps one per house, as our Flower c
 Two more FedAvg studies keep the round parallel and change one thing:
 experiments/studies/fedvln_speaker_fedadam.toml the server's step (`server-opt = "adam"`,
 FedAdam, strategies/fedadam.py), and experiments/studies/fedvln_speaker_one_house.toml the houses a
-round (one: the round's global model is that house's update, so each round is a chain link).
+round (one: the round's global model is that house's update, so each round is a chain link);
+experiments/studies/fedvln_speaker_fedadam_long.toml runs FedAvg and FedAdam for 120 rounds.
 A run's tau (`epochs`) is a field of its study:
 experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, each house
 making the chain's 114 sequential updates a round, beside the tau = 5 parallel and
