@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common import log
@@ -76,6 +75,7 @@ from server.recorder import (
     trailing_empty_rounds,
 )
 from server.strategy_args import budget_stops, central_dp, screened_args
+from strategies.fedadam import moments_from, moments_state
 from strategies.fedvln_strategy import FedVLNStrategy, houses_a_round
 from strategies.nodes import FederationError, partitions_of, query_identities, wait_for_nodes
 from strategies.screening import message_bytes
@@ -287,7 +287,7 @@ def run(grid, c: Config, name: str) -> None:
         strategy.round_offset = done
         strategy.empty_rounds = trailing_empty_rounds(recorder)
         if strategy.server_opt == "adam":  # FedAdam's moments as of that round
-            strategy.moments = _moments(load_by_parity(recorder, "server-adam", done))
+            strategy.moments = moments_from(load_by_parity(recorder, "server-adam", done))
         best = Patience.replay(
             c.fedvln.patience,
             [(int(r["round"]), float(r[key])) for r in recorder.rounds if key in r],
@@ -303,7 +303,7 @@ def run(grid, c: Config, name: str) -> None:
         server_round += strategy.round_offset
         row = recorder.end_round(arrays)
         if fed.server_opt == "adam":  # a resumed run goes on with the same moments
-            save_by_parity(recorder, "server-adam", server_round, _moment_state(fed.moments))
+            save_by_parity(recorder, "server-adam", server_round, moments_state(fed.moments))
         last.update(arrays=arrays, round=server_round)
         if best.update(float(row.get(key, math.nan)), server_round) and plan.share == "*":
             _save(model, arrays, recorder.out / "best.pt", round=server_round, **{key: best.best})
@@ -343,18 +343,6 @@ def run(grid, c: Config, name: str) -> None:
         },
     )
     recorder.write_config(wall_s=round(time.perf_counter() - t0, 2))
-
-
-def _moment_state(moments: dict) -> dict:
-    """FedAdam's (m, v) per array as tensors, for save_by_parity."""
-    return {f"{part}.{k}": torch.from_numpy(np.ascontiguousarray(mv[i]))
-            for k, mv in moments.items() for i, part in enumerate("mv")}  # fmt: skip
-
-
-def _moments(saved: dict) -> dict:
-    """What _moment_state saved, as FedAdam's (m, v) per array again."""
-    names = {k[2:] for k in saved if k[:2] in ("m.", "v.")}
-    return {k: (saved[f"m.{k}"].numpy(), saved[f"v.{k}"].numpy()) for k in names}
 
 
 def _start(strategy, grid, c: Config, plan: Plan, initial, rounds: int, end_of_round) -> None:

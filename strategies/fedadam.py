@@ -30,3 +30,18 @@ def fedadam_step(w: dict, d: dict, moments: dict, eta: float, sqrt=np.sqrt) -> d
         moments[k] = (m, v)
         new[k] = w[k] + eta * m / (sqrt(v) + FEDADAM["tau"])
     return new
+
+
+def moments_state(moments: dict) -> dict:
+    """The moments as tensors named `m.<array>` and `v.<array>`, for a server checkpoint (a
+    resumed run goes on with them: server/fedvln_run.py)."""
+    import torch
+
+    return {f"{part}.{k}": torch.from_numpy(np.ascontiguousarray(mv[i]))
+            for k, mv in moments.items() for i, part in enumerate("mv")}  # fmt: skip
+
+
+def moments_from(saved: dict) -> dict:
+    """What moments_state wrote, as (m, v) per array again."""
+    names = {k[2:] for k in saved if k[:2] in ("m.", "v.")}
+    return {k: (saved[f"m.{k}"].numpy(), saved[f"v.{k}"].numpy()) for k in names}
