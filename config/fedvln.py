@@ -101,6 +101,13 @@ class FedVLNSettings(Section):
         "tau for the follower (paper: 3 for Envdrop)", lo=0, hi=1000, lo_open=True
     )
     speaker_epochs: float = setting("tau for the speaker (paper: 5)", lo=0, hi=1000, lo_open=True)
+    speaker_word_dropout: float = setting(
+        "the speaker's word dropout: in teacher forcing each input word becomes <UNK> with "
+        "this probability (Bowman et al. 2016; models/speaker.py), so the decoder must read "
+        "the route; training only, a checkpoint's value does not bind the runs that load it",
+        lo=0,
+        hi=0.95,
+    )
     preexplore_epochs: float = setting(
         "tau_1 in pre-exploration (paper: 1)", lo=0, hi=1000, lo_open=True
     )

@@ -29,7 +29,10 @@ def follower_size(c: Config, vocab: int, feature: int) -> FollowerSize:
 
 
 def speaker_size(c: Config, vocab: int, feature: int) -> SpeakerSize:
-    return SpeakerSize(vocab, feature, c.fedvln.embedding, c.fedvln.hidden)
+    return SpeakerSize(
+        vocab, feature, c.fedvln.embedding, c.fedvln.hidden,
+        word_dropout=c.fedvln.speaker_word_dropout,
+    )  # fmt: skip
 
 
 def stage_share(c: Config) -> str:

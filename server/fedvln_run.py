@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -205,9 +205,15 @@ def _houses(grid, c: Config) -> tuple[dict[int, int], dict[int, dict]]:
     return parts, by_part
 
 
+def _architecture(size):
+    """A model size without what only training reads (the speaker's word dropout): a speaker
+    trained with any word dropout starts or writes for a run with another."""
+    return replace(size, word_dropout=0.0) if hasattr(size, "word_dropout") else size
+
+
 def _load_init(path: str, want) -> torch.nn.Module:
     model, _, _ = vln_checkpoint.load(path)
-    if model.size != want:
+    if _architecture(model.size) != _architecture(want):
         raise ConfigError(
             f"{path}: a {type(model).__name__} of size {model.size}, but this "
             f"run's houses and config need {want}"

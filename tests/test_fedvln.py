@@ -1908,3 +1908,32 @@ def test_local_dp_counts_a_chained_houses_release_when_it_reaches_the_next_house
     s.aggregate_train(1, list(Grid().send_and_receive(last)))
     assert ledger.count == {p: 1 for p in range(4)}
     assert json.loads((tmp_path / LocalDPLedger.FILE).read_text()) == {str(p): 1 for p in range(4)}
+
+
+def test_speaker_word_dropout_is_a_run_config_key_that_binds_training_not_loading(tmp_path):
+    """fedvln.speaker-word-dropout reaches the speaker every house and the server build
+    (contracts.fedvln.speaker_size); a speaker checkpoint trained with another word dropout
+    still starts a run (augment, preexplore), one of another architecture does not."""
+    import torch
+
+    from config import parse
+    from config.schema import ConfigError, merged
+    from contracts.fedvln import speaker_size
+    from models import vln_checkpoint
+    from models.speaker import Speaker
+    from server.fedvln_run import _load_init
+    from training.vln_house import open_setup, spec_of
+
+    c = parse(merged({**TINY, "fedvln.speaker-word-dropout": 0.25}))
+    setup = open_setup("", "", spec_of(c))
+    v, f = len(setup.vocab), setup.world.feature_dim
+    size = speaker_size(c, v, f)
+    assert size.word_dropout == 0.25
+    torch.manual_seed(0)
+    vln_checkpoint.save(tmp_path / "wd.pt", Speaker(size), None)
+    plain = speaker_size(parse(merged(TINY)), v, f)
+    assert plain.word_dropout == 0.0
+    assert isinstance(_load_init(str(tmp_path / "wd.pt"), plain), Speaker)
+    other = speaker_size(parse(merged({**TINY, "fedvln.hidden": 2 * plain.hidden})), v, f)
+    with pytest.raises(ConfigError, match="size"):
+        _load_init(str(tmp_path / "wd.pt"), other)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -89,18 +90,23 @@ def one_run(
     server_lr: float,
     work: Path,
     server_opt: str = "avg",
+    word_dropout: float = 0.0,
 ) -> list[dict]:
     """One (mode, seed): the federated speaker's rounds, evaluated every `eval_every` rounds
     and at the last; cached in `work` under these settings (the folder itself is not one).
-    `server_opt` (SERVER_OPTS) is the server's step, `server_lr` its eta."""
+    `server_opt` (SERVER_OPTS) is the server's step, `server_lr` its eta; `word_dropout` the
+    speaker's (models/speaker.py, Bowman et al. 2016)."""
     job = {"mode": mode, "seed": seed, "rounds": rounds, "houses": houses, "epochs": epochs,
            "eval_every": eval_every, "server_lr": server_lr}  # fmt: skip
     if server_opt != "avg":  # Eq. 7's runs keep their first keys and names
         job["server_opt"] = server_opt
+    if word_dropout:  # so are the runs without it
+        job["word_dropout"] = word_dropout
     tau = "" if epochs == 5 else f"-tau{epochs:g}"  # tau = 5 runs keep their first names
     opt_name = "" if server_opt == "avg" else f"-server-{server_opt}"
     eta = "" if server_lr == FIRST_ETA[server_opt] else f"-eta{server_lr:g}"  # first names kept
-    cache = Path(work) / f"{mode}-s{seed}-r{rounds}{tau}{opt_name}{eta}.json"
+    wd = f"-wd{word_dropout:g}" if word_dropout else ""
+    cache = Path(work) / f"{mode}-s{seed}-r{rounds}{tau}{opt_name}{eta}{wd}.json"
     if cache.is_file():
         kept = json.loads(cache.read_text())
         if {k: v for k, v in kept["job"].items() if k != "work"} == job:
@@ -124,7 +130,9 @@ def one_run(
     houses = sorted({e.scan for e in train})
     data = {h: [e for e in train if e.scan == h] for h in houses}
     evals = {s: quality.one_per_path(vln.split(s)) for s in ("val_seen", "val_unseen")}
-    size = speaker_size(c, len(vln.vocab), vln.world.feature_dim)
+    size = replace(
+        speaker_size(c, len(vln.vocab), vln.world.feature_dim), word_dropout=word_dropout
+    )
     glob, local = Speaker(size), Speaker(size)
     draw = np.random.default_rng(job["seed"])  # the houses of each round, both modes alike
     rng = np.random.default_rng(job["seed"] + 1)
@@ -218,6 +226,9 @@ def arm_keys(curves: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         keys.append("server_opt")
     if "houses" in curves and curves["houses"].nunique() > 1:
         keys.append("houses")
+    if "word_dropout" in curves:
+        curves = curves.assign(word_dropout=curves["word_dropout"].fillna(0.0))
+        keys.append("word_dropout")
     return curves, keys
 
 
