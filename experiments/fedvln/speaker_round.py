@@ -25,7 +25,9 @@ Two more FedAvg studies keep the round parallel and change one thing:
 experiments/studies/fedvln_speaker_fedadam.toml the server's step (`server-opt = "adam"`,
 FedAdam, strategies/fedadam.py), and experiments/studies/fedvln_speaker_one_house.toml the houses a
 round (one: the round's global model is that house's update, so each round is a chain link);
-experiments/studies/fedvln_speaker_fedadam_long.toml runs FedAvg and FedAdam for 120 rounds.
+experiments/studies/fedvln_speaker_fedadam_long.toml runs FedAvg and FedAdam for 120 rounds,
+and experiments/studies/fedvln_speaker_word_dropout.toml FedAvg with and without the speaker's
+word dropout (`word-dropout`, models/speaker.py; 0 in every other study) for 120 rounds.
 A run's tau (`epochs`) is a field of its study:
 experiments/studies/fedvln_speaker_local_steps.toml runs FedAvg at tau = 30, each house
 making the chain's 114 sequential updates a round, beside the tau = 5 parallel and
@@ -274,6 +276,8 @@ def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
                 label += f", server {named['server_opt']}, eta {d['server_lr'].iloc[0]:g}"
             if per_house:
                 label += f", {named['houses']} house(s) a round"
+            if "word_dropout" in named:
+                label += f", word dropout {named['word_dropout']:g}"
             x = d["round"] * d["houses"] if per_house else d["round"]
             ax.plot(x, d["val_unseen_fidelity"], color=f"C{arms.index(arm)}",
                     label=label if seed == curves.seed.min() else None)  # fmt: skip
@@ -299,5 +303,7 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.rounds, grid.houses, grid.eval-every: at least 1")
     if not cell.get("server-lr", 1) > 0 or not cell.get("epochs", 1) > 0:
         raise ValueError(f"{where}: grid.server-lr and grid.epochs: above 0")
+    if not 0 <= cell.get("word-dropout", 0) < 1:
+        raise ValueError(f"{where}: grid.word-dropout: in [0, 1)")
     if cell.get("server-opt", "avg") not in SERVER_OPTS:
         raise ValueError(f"{where}: grid.server-opt: one of {', '.join(SERVER_OPTS)}")
