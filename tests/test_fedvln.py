@@ -799,6 +799,8 @@ def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_
     # the centralized baselines see what the federated houses saw: the same added look
     assert all(c[c.index("--appearance") + 1] == "0.0" for c in calls)
     assert not any("--features-tsv" in c for c in calls)
+    # and the same speaker: the federated stage's word dropout (the default's 0.25)
+    assert all(c[c.index("--speaker-word-dropout") + 1] == "0.25" for c in calls)
     for stage in rates:
         cfg = json.loads((tmp_path / stage / "config.json").read_text())
         cfg["fedvln.appearance"] = 1.5
@@ -1931,8 +1933,9 @@ def test_speaker_word_dropout_is_a_run_config_key_that_binds_training_not_loadin
     assert size.word_dropout == 0.25
     torch.manual_seed(0)
     vln_checkpoint.save(tmp_path / "wd.pt", Speaker(size), None)
-    plain = speaker_size(parse(merged(TINY)), v, f)
+    plain = speaker_size(parse(merged({**TINY, "fedvln.speaker-word-dropout": 0.0})), v, f)
     assert plain.word_dropout == 0.0
+    assert speaker_size(parse(merged(TINY)), v, f).word_dropout == 0.25  # the default
     assert isinstance(_load_init(str(tmp_path / "wd.pt"), plain), Speaker)
     other = speaker_size(parse(merged({**TINY, "fedvln.hidden": 2 * plain.hidden})), v, f)
     with pytest.raises(ConfigError, match="size"):

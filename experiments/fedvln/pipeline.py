@@ -550,6 +550,8 @@ def _central_stage(a, out: Path, seed: int, cfg: dict, args: list[str]) -> None:
         str(cfg["fedvln.train-houses"]),
         "--unseen-houses",
         str(cfg["fedvln.unseen-houses"]),
+        "--speaker-word-dropout",  # the federated speaker's (0 in runs from before the key)
+        str(cfg.get("fedvln.speaker-word-dropout", 0.0)),
     ]
     data_dir = a.data_dir or cfg.get("fedvln.data-dir", "")  # --run-config may name it
     if data_dir:

@@ -83,6 +83,7 @@ def plot(curve: pd.DataFrame, png: Path, command: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     names = {"chain": "chained round", "fedavg": "FedAvg round (the default)"}
+    arms = list(dict.fromkeys(curve["label"]))
     for (label, seed), g in curve.groupby(["label", "seed"], sort=False):
         ax.plot(g["round"], g["val_unseen_fidelity"], color="C1" if label == "chain" else "C0",
                 alpha=0.4 + 0.2 * seed, label=f"{names.get(label, label)}, seed {seed}")  # fmt: skip
@@ -91,7 +92,8 @@ def plot(curve: pd.DataFrame, png: Path, command: str) -> None:
     draw_floors(ax)
     ax.set(xlabel="round (6 of 12 seen houses a round)",
            ylabel="val_unseen route fidelity (strict)",
-           title="federated speaker stage, chained and FedAvg rounds (Flower simulation engine)")  # fmt: skip
+           title=f"federated speaker stage: {', '.join(names.get(a, a) for a in arms)} (Flower "
+                 "simulation engine)")  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
     figures.save(fig, png, command)
