@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -125,16 +124,14 @@ def one_run(
 
     torch.set_num_threads(1)
     torch.manual_seed(job["seed"])
-    c = parse(merged({"seed": job["seed"]}))
+    c = parse(merged({"seed": job["seed"], "fedvln.speaker-word-dropout": word_dropout}))
     vln = open_vln("")
     inputs = vln_speaker.PathInputs(vln.world)
     train = vln.split("train")
     houses = sorted({e.scan for e in train})
     data = {h: [e for e in train if e.scan == h] for h in houses}
     evals = {s: quality.one_per_path(vln.split(s)) for s in ("val_seen", "val_unseen")}
-    size = replace(
-        speaker_size(c, len(vln.vocab), vln.world.feature_dim), word_dropout=word_dropout
-    )
+    size = speaker_size(c, len(vln.vocab), vln.world.feature_dim)
     glob, local = Speaker(size), Speaker(size)
     draw = np.random.default_rng(job["seed"])  # the houses of each round, both modes alike
     rng = np.random.default_rng(job["seed"] + 1)
