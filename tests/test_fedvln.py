@@ -926,14 +926,17 @@ def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house()
     val = [ep(pid, k, path) for pid, path in [
         (1, "abc"), (2, "ade"), (3, "fgh"), (4, "fxh"),  # 4 has 3's start and goal
         (5, "ijk"), (6, "ijk"), (7, "lmn"), (8, "opq"),  # 6 is 5's path
+        (9, "rst"), (10, "tsr"), (11, "uvw"), (12, "wzu"),  # 10 is 9 reversed, 12 joins w, u
+        (13, "xyz"), (14, "cba"),  # 14 is 1 reversed
     ] for k in range(3)]  # fmt: skip
     scored, adapt_on = split_paths(val)
-    assert sorted({e.path_id for e in scored}) == [1, 3, 5, 7]
+    assert sorted({e.path_id for e in scored}) == [1, 3, 5, 7, 9, 11, 13]
     assert sorted(adapt_on) == [2, 8]
     assert all(len(v) == 3 for v in adapt_on.values())  # every reference of a path
     ends = {(e.path[0], e.path[-1]) for e in scored}
+    ends |= {(b, a) for a, b in ends}
     for eps in adapt_on.values():
-        assert eps[0].path not in {e.path for e in scored}
+        assert eps[0].path not in {p for e in scored for p in (e.path, e.path[::-1])}
         assert (eps[0].path[0], eps[0].path[-1]) not in ends
 
 

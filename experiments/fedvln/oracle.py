@@ -243,15 +243,16 @@ def _r2r_houses(setup, a, seed: int):
 
 def split_paths(val: list) -> tuple[list, dict]:
     """(scored episodes, {path_id: episodes to adapt on}): paths alternate in path-id order;
-    an adapt path with the start and goal, or the nodes, of a scored path is dropped, as
-    `speaker_routes` drops sampled ones. A path's reverse is another route and is kept (on
-    R2R val_unseen, 26 of the 393 scored paths; every arm adapts on the same routes)."""
+    an adapt path that is a scored path or its reverse, or joins a scored path's start and
+    goal in either order, is dropped, as `speaker_routes` drops sampled ones (issue 64 item 4:
+    walking a scored route backwards teaches its nodes and its two ends)."""
     by_path: dict[int, list] = {}
     for e in val:
         by_path.setdefault(e.path_id, []).append(e)
     ids = sorted(by_path)
     scored = [e for pid in ids[0::2] for e in by_path[pid]]
-    taken = {e.path for e in scored} | {(e.path[0], e.path[-1]) for e in scored}
+    taken = {p for e in scored for p in (e.path, e.path[::-1])}
+    taken |= {p for e in scored for p in ((e.path[0], e.path[-1]), (e.path[-1], e.path[0]))}
     adapt_on = {
         pid: by_path[pid]
         for pid in ids[1::2]
