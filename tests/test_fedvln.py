@@ -911,6 +911,13 @@ def test_the_oracles_control_adapts_on_another_unseen_houses_routes(tmp_path, mo
             continue
         want = houses[(houses.index(house) + 1) % 4] if arm.endswith("@other") else house
         assert scans == {want} and words == {want}, (house, arm)
+    # a rerun reuses the rows, unless the houses' generator or the route filter changed
+    a.redo, n = False, len(seen)
+    oracle.run_seed(a, 0)
+    assert len(seen) == n
+    monkeypatch.setattr(oracle, "ROUTE_FILTER", oracle.ROUTE_FILTER + 1)
+    oracle.run_seed(a, 0)
+    assert len(seen) == 2 * n
 
 
 def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house():

@@ -94,6 +94,9 @@ def house_of_partition(setup: VLNSetup, partition: int) -> str:
     return order[partition]
 
 
+ROUTE_FILTER = 2  # 2: scored paths and (start, goal) dropped in either direction (issue 64)
+
+
 def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     """Routes (start heading, node path) sampled in this house for the speaker to describe;
     their instructions are written batch by batch during training (back-translation,

@@ -76,14 +76,20 @@ import torch
 from config.fedvln_recipe import CPU
 from envs.errors import DataError
 from envs.vln_appearance import LOOK_VERSION
-from envs.vln_houses import HouseSpec, grammar_instruction, houses_of
+from envs.vln_houses import GENERATOR, HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
 from experiments.simulate import RESULTS, ROOT, command_line, path_digest
 from experiments.tables import gain_text, mean_sd, paired, pipe_table, refuse_overwrite
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
-from training.vln_house import house_names, open_house, open_setup, speaker_routes
+from training.vln_house import (
+    ROUTE_FILTER,
+    house_names,
+    open_house,
+    open_setup,
+    speaker_routes,
+)
 from training.vln_loop import make_optimizer
 
 OTHER = "@other"  # suffix of an arm adapted in another house (the held-out-house control)
@@ -138,6 +144,8 @@ def run_seed(a, seed: int) -> pd.DataFrame:
     launch = {k: getattr(a, k) for k in KEYED} | {
         f: path_digest(ck / f) for f in ("agent_best.pt", "speaker.pt")
     }
+    # and which houses and which routes: rows of an older generator or filter are not reused
+    launch |= {"houses": GENERATOR, "route_filter": ROUTE_FILTER}
     if a.data_dir:
         launch["data_dir"] = a.data_dir
     if a.appearance:
