@@ -304,7 +304,6 @@ UNSTAMPED_FIGURES = {
     "fedvln_gap.png",
     "fedvln_local_epochs.png",
     "fedvln_pipeline.png",
-    "fedvln_pipeline_appearance.png",
     "fedvln_pipeline_r2r-speaker.png",
     "fedvln_pipeline_r2r.png",
 }
