@@ -24,9 +24,10 @@ near 0 by chance, and a difference below one evaluation's noise is not a finding
   this house, not from any adaptation. Against env-based it is exact (same budget, other
   routes); against the others it also holds their own budget and averaging;
 - the budget control (item 6): env-based − `env-based@r1` (each house training at the
-  federated variants' r1, so with their updates per house), and fed-lan − `env-based@r1`:
-  what federating the encoder adds with the updates held equal, where fed-lan − env-based
-  also holds env-based's twice as many updates.
+  federated variants' r1, so with their updates per house), and fed-lan − `env-based@r1`
+  and fed-full − `env-based@r1`: what federating the encoder (the whole model) adds with the
+  updates held equal, where fed-lan − env-based also holds env-based's twice as many
+  updates.
 
 Both checkpoints: `best` (the paper's: highest val_unseen SR of a run, chosen on the split it
 is scored on, so every `best` carries the same optimistic pick of the maximum of its
@@ -88,6 +89,11 @@ COMPARISONS = [
     (
         "federating the language encoder vs each house alone, same updates per house",
         "fed-lan",
+        BUDGET_CONTROL,
+    ),
+    (
+        "federating the whole model vs each house alone, same updates per house",
+        "fed-full",
         BUDGET_CONTROL,
     ),
     ("sharing only the language encoder vs the whole model", "fed-lan", "fed-full"),
