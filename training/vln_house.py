@@ -97,6 +97,20 @@ def house_of_partition(setup: VLNSetup, partition: int) -> str:
 ROUTE_FILTER = 2  # 2: scored paths and (start, goal) dropped in either direction (issue 64)
 
 
+def scored_keys(episodes) -> set[tuple]:
+    """What no adaptation route may be: each scored episode's path and its (start, goal), both
+    ways (a reversed route holds the same rooms, objects and turns mirrored; issue 64)."""
+    keys = set()
+    for e in episodes:
+        keys |= {e.path, e.path[::-1], (e.path[0], e.path[-1]), (e.path[-1], e.path[0])}
+    return keys
+
+
+def is_scored(path: tuple, keys: set[tuple]) -> bool:
+    """True when `path` is a scored path, or joins a scored start and goal (`scored_keys`)."""
+    return path in keys or (path[0], path[-1]) in keys
+
+
 def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     """Routes (start heading, node path) sampled in this house for the speaker to describe;
     their instructions are written batch by batch during training (back-translation,
@@ -111,13 +125,11 @@ def speaker_routes(house: House, n_routes: int, seed: int) -> list[Episode]:
     filter, so asking for fewer gives a prefix of asking for more."""
     scan = house.setup.world.scan(house.name)
     rng = np.random.default_rng([seed, zlib.crc32(house.name.encode())])
-    scored = set()
-    for e in house.val:  # each path and its (start, goal), both ways
-        scored |= {e.path, e.path[::-1], (e.path[0], e.path[-1]), (e.path[-1], e.path[0])}
+    scored = scored_keys(house.val)
     out = []
     for path, heading in sample_routes(scan, 3 * n_routes, rng):
         nodes = tuple(scan.ids[v] for v in path)
-        if nodes in scored or (nodes[0], nodes[-1]) in scored:
+        if is_scored(nodes, scored):
             continue
         k = len(out)
         out.append(

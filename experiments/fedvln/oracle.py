@@ -86,8 +86,10 @@ from training import vln_speaker_quality as quality
 from training.vln_house import (
     ROUTE_FILTER,
     house_names,
+    is_scored,
     open_house,
     open_setup,
+    scored_keys,
     speaker_routes,
 )
 from training.vln_loop import make_optimizer
@@ -252,20 +254,16 @@ def _r2r_houses(setup, a, seed: int):
 def split_paths(val: list) -> tuple[list, dict]:
     """(scored episodes, {path_id: episodes to adapt on}): paths alternate in path-id order;
     an adapt path that is a scored path or its reverse, or joins a scored path's start and
-    goal in either order, is dropped, as `speaker_routes` drops sampled ones (issue 64 item 4:
-    walking a scored route backwards teaches its nodes and its two ends)."""
+    goal in either order, is dropped by the rule `speaker_routes` applies to sampled ones
+    (`training.vln_house.scored_keys`, issue 64 item 4)."""
     by_path: dict[int, list] = {}
     for e in val:
         by_path.setdefault(e.path_id, []).append(e)
     ids = sorted(by_path)
     scored = [e for pid in ids[0::2] for e in by_path[pid]]
-    taken = {p for e in scored for p in (e.path, e.path[::-1])}
-    taken |= {p for e in scored for p in ((e.path[0], e.path[-1]), (e.path[-1], e.path[0]))}
+    taken = scored_keys(scored)
     adapt_on = {
-        pid: by_path[pid]
-        for pid in ids[1::2]
-        if by_path[pid][0].path not in taken
-        and (by_path[pid][0].path[0], by_path[pid][0].path[-1]) not in taken
+        pid: by_path[pid] for pid in ids[1::2] if not is_scored(by_path[pid][0].path, taken)
     }
     return scored, adapt_on
 
