@@ -170,32 +170,3 @@ def save_study(files: list[Path], runs, table, command: str, draw) -> None:
     runs.to_csv(files[1], index=False)
     table.assign(command=command).to_csv(files[0], index=False)
     draw(runs, files[2], command)
-
-
-def ours_bars(ax, x: np.ndarray, rows: list, values) -> None:
-    """Our mean ± sd bars at the best and the last checkpoint, one per table row (rows are
-    (label, method, noise, paper keys)); `values(method, noise, checkpoint)` gives that row's
-    per-run values."""
-    for j, ckpt in enumerate(("best", "last")):
-        vals = [values(method, noise, ckpt) for _, method, noise, _ in rows]
-        means = [v.mean() if len(v) else np.nan for v in vals]
-        sds = [v.std(ddof=1) if len(v) > 1 else 0 for v in vals]
-        ax.bar(
-            x + (j - 1) * 0.28,
-            means,
-            0.28,
-            yerr=sds,
-            capsize=2,
-            label=f"ours, {ckpt} checkpoint (mean ± sd)",
-        )
-
-
-def paper_bars(ax, x: np.ndarray, values: list[list[float]], label: str) -> None:
-    """The paper's value(s) per row, hatched beside ours: the bar at their mean, the whisker
-    spanning them where the paper prints two (FedRL-1 / FedRL-2); rows without one stay empty."""
-    mean = [np.mean(v) if v else np.nan for v in values]
-    err = [
-        [m - min(v) if v else 0 for m, v in zip(mean, values)],
-        [max(v) - m if v else 0 for m, v in zip(mean, values)],
-    ]
-    ax.bar(x + 0.28, mean, 0.28, color="none", edgecolor="k", hatch="//", yerr=err, label=label)

@@ -349,7 +349,7 @@ def test_a_partly_random_policy_is_scored_over_several_evaluation_streams():
     """Issue 66: one stream of DQN-alpha's random beta per seed made three networks score the
     same by chance (sd 0.0). The score is the mean over EVAL_STREAMS streams, the first being
     the one stream of before; a greedy play (DQN-full) has one stream and no `-streams` key."""
-    from experiments.fedrl.table1 import streams_of
+    from experiments.fedrl.table_runs import streams_of
     from training.fedrl_baselines import EVAL_STREAMS, eval_streams, make, play
 
     s = Settings.of(parse(merged({**SMALL})))
@@ -369,8 +369,7 @@ def test_a_partly_random_policy_is_scored_over_several_evaluation_streams():
     floor = make("random-alpha", s).evaluate("valid")
     assert len(floor["valid-succ-rate-streams"]) == EVAL_STREAMS
     # the fingerprint names the streams only where there are several (FedRL's cache holds)
-    job = {"method": "fedrl", "seed": 0}
-    assert streams_of(job, s) == {} and streams_of({**job, "method": "dqn-alpha"}, s)
+    assert streams_of("fedrl", s) == {} and streams_of("dqn-alpha", s)
     # no stream is another stream shifted by some steps (numpy ignores trailing zero words)
     from training.fedrl_baselines import stream_ids
 
@@ -626,11 +625,12 @@ def test_evaluation_ends_after_t_m_steps_whatever_alpha_says():
 def test_a_cached_table_run_is_retrained_when_anything_that_decides_it_changes(
     tmp_path, monkeypatch
 ):
-    """The table scripts' run cache (experiments/fedrl/table1.cached_run): a run is reused
+    """The table studies' run cache (experiments/fedrl/table_runs.cached_rows): a run is reused
     only under the same fingerprint; the map file's bytes, its ranges, the rules, any setting,
     a default, the rounds or the exchange version each retrain it (issue 31: a run scored on
     one test range was reported for another)."""
     import experiments.fedrl.table1 as t1
+    from experiments.fedrl import table_runs
 
     maps = tmp_path / "maps.mat"
     maps.write_bytes(b"first maps")
@@ -662,7 +662,7 @@ def test_a_cached_table_run_is_retrained_when_anything_that_decides_it_changes(
         lambda j: j.update(rules="reference"),
         lambda j: j["extra"].update({"fedrl.lr": 0.0005}),
         lambda j: j.update(rounds=4),
-        lambda j: monkeypatch.setattr(t1, "EXCHANGE", t1.EXCHANGE + 1),
+        lambda j: monkeypatch.setattr(table_runs, "EXCHANGE", table_runs.EXCHANGE + 1),
     ]
     for k, change in enumerate(changes, start=2):
         change(job)

@@ -1,6 +1,6 @@
 """The FedRL paper's Table 1 (Grid-World 8/16/32) under both rule sets, the paper's beside ours,
-and the run layer every Grid-World study shares (the study kind "fedrl-gridworld" of
-experiments/study.py):
+and what every Grid-World study's runs are (the study kind "fedrl-gridworld" of
+experiments/study.py; the run layer it shares with Table 2: experiments/fedrl/table_runs.py):
 
     python -m experiments.study experiments/studies/fedrl_table1.toml
 
@@ -35,31 +35,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from config import parse
 from config.papers import FEDRL_TABLE1, FEDRL_TABLE1_SIZES
-from experiments import figures  # noqa: E402
-from experiments.fedrl import STUDY, numerics
-from experiments.simulate import (  # noqa: E402
-    RESULTS,
-    ROOT,
-    cached,
-    in_parallel,
-    job_fingerprint,
-)
-from experiments.tables import (  # noqa: E402
-    mean_sd,
-    ours_bars,
-    paper_bars,
-    pipe_table,
-    redraw,
-)
+from experiments.fedrl import table_runs
+from experiments.simulate import RESULTS, ROOT
+from experiments.tables import mean_sd, pipe_table, redraw
 
 # Table 1 of the paper (SuccRate %, AvgRwd) at 8/16/32; FedRL-1/-2 as printed.
 PAPER = FEDRL_TABLE1  # config/papers.py: the one copy
@@ -110,121 +91,76 @@ def job_key(job: dict) -> str:
     )
 
 
-def one_run(job: dict) -> list[dict]:
-    """Train and score one (method, rules, size, seed); rows per checkpoint and noise setting."""
-    import torch
-
-    from training.fedrl_baselines import eval_streams, train
-
-    torch.set_num_threads(1)
-    s = settings_of(job)
-    s.check_maps()
-    fp = fingerprint(job)
-    rows = train(job["method"], s, job["rounds"], eval_every=job["eval_every"], log=None)
-    last = rows[-1]
-    score = "test" if len(s.test) else "valid"
-    maps = s.map_report()
-    # each party's own ledger at the end of the run (a FedRL row must carry it: KeyError, never
-    # a silent 0); a method that releases nothing spends nothing
-    fed = job["method"] == "fedrl"
-    ledger = {
-        f"{col}_{party}": float(last[f"{party}-{key}"]) if fed else 0.0
-        for party in ("alpha", "beta")
-        for col, key in (("eps", "privacy-epsilon"), ("releases", "max-releases"))
-    }
-    out = []
-    for noise in ("on", "off") if fed else ("",):
-        sfx = f"-test_noise={noise}" if noise else ""
-        for ckpt, pre in (("best", "best-"), ("last", "")):
-            out.append(
-                {
-                    "method": job["method"],
-                    "rules": job["rules"],
-                    "size": job["size"],
-                    "seed": job["seed"],
-                    "test_noise": noise,
-                    "checkpoint": ckpt,
-                    "split": score,
-                    "succ_rate": last[f"{pre}{score}-succ-rate{sfx}"],
-                    "avg_reward": last[f"{pre}{score}-avg-reward{sfx}"],
-                    # each evaluation stream's score (training/fedrl_baselines.EVAL_STREAMS)
-                    "eval_streams": eval_streams(job["method"], s),
-                    "succ_rate_streams": json.dumps(
-                        last.get(f"{pre}{score}-succ-rate{sfx}-streams", [])
-                    ),
-                    "best_round": last["best-round"],
-                    "rounds": job["rounds"],
-                    "transitions": job["rounds"] * s.envs * s.act_steps,
-                    "updates": job["rounds"] * s.updates,
-                    "update_ratio": s.update_ratio,
-                    "history": s.history_len,
-                    "updates_per_round": s.updates,
-                    "eps_decay": s.eps_decay,
-                    "target_update": s.target_every,
-                    "envs": s.envs,
-                    "lr": s.lr,
-                    "act_steps": s.act_steps,
-                    "sigma": s.sigma,
-                    **ledger,
-                    "exchange": EXCHANGE,
-                    "numerics": numerics(),
-                    "fingerprint": fp,
-                    "wall_s": round(last["wall_s"], 1),
-                    "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
-                    "maps_skipped": json.dumps({k: v["maps"] - v["used"] for k, v in maps.items()}),
-                }
-            )
-    return out
-
-
-# bumped when the FedRL exchange changes what a run computes (2: updates ride on the acting
-# messages, the newest step's transitions join the replay one round later): older runs retrain
-EXCHANGE = 2
-
-
 def settings_of(job: dict):
-    from config.schema import merged
-    from training.fedrl_setup import Settings
-
-    return Settings.of(
-        parse(
-            merged(
-                {
-                    **STUDY,
-                    "seed": job["seed"],
-                    "fedrl.size": job["size"],
-                    "fedrl.rules": job["rules"],
-                    "fedrl.map-file": job["map_file"] or "",
-                    **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()},
-                    **job["extra"],
-                }
-            )
-        )
+    return table_runs.settings_of(
+        job,
+        {
+            "fedrl.size": job["size"],
+            "fedrl.rules": job["rules"],
+            "fedrl.map-file": job["map_file"] or "",
+            **{f"fedrl.{k}-maps": v for k, v in job["ranges"].items()},
+        },
     )
 
 
-def streams_of(job: dict, settings) -> dict:
-    """The fingerprint's word for a method scored over several evaluation streams
-    (training/fedrl_baselines.eval_streams; none for one stream, so FedRL's and the -full
-    networks' cached runs keep their fingerprints)."""
+def fingerprint(job: dict) -> str:
+    """experiments/fedrl/table_runs.fingerprint, the map file's bytes its data."""
+    return table_runs.fingerprint(job, settings_of(job), "map_file", job["method"])
+
+
+def one_run(job: dict) -> list[dict]:
+    """Train and score one (method, rules, size, seed); rows per checkpoint and noise setting."""
     from training.fedrl_baselines import eval_streams
 
-    n = eval_streams(job["method"], settings)
-    # version 2: one seed word per stream (training/fedrl_baselines.stream_ids)
-    return {"eval_streams": n, "stream_ids": 2} if n > 1 else {}
-
-
-def fingerprint(job: dict) -> str:
-    """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
-    settings it resolves to (defaults included), the map file's bytes, method, rounds,
-    evaluation cadence, the exchange version and the evaluation streams."""
     s = settings_of(job)
-    return job_fingerprint(s, "map_file", job, EXCHANGE, numerics=numerics(), **streams_of(job, s))
+    score = "test" if len(s.test) else "valid"
+    maps = s.map_report()
+
+    def scores(last, pre, sfx):
+        return {
+            "split": score,
+            "succ_rate": last[f"{pre}{score}-succ-rate{sfx}"],
+            "avg_reward": last[f"{pre}{score}-avg-reward{sfx}"],
+            # each evaluation stream's score (training/fedrl_baselines.EVAL_STREAMS)
+            "eval_streams": eval_streams(job["method"], s),
+            "succ_rate_streams": json.dumps(last.get(f"{pre}{score}-succ-rate{sfx}-streams", [])),
+        }
+
+    def fields(last):
+        # each party's own ledger at the end of the run (a FedRL row must carry it: KeyError,
+        # never a silent 0); a method that releases nothing spends nothing
+        fed = job["method"] == "fedrl"
+        ledger = {
+            f"{col}_{party}": float(last[f"{party}-{key}"]) if fed else 0.0
+            for party in ("alpha", "beta")
+            for col, key in (("eps", "privacy-epsilon"), ("releases", "max-releases"))
+        }
+        ident = {k: job[k] for k in ("method", "rules", "size", "seed")}
+        return ident, {
+            "best_round": last["best-round"],
+            "rounds": job["rounds"],
+            "transitions": job["rounds"] * s.envs * s.act_steps,
+            "updates": job["rounds"] * s.updates,
+            "update_ratio": s.update_ratio,
+            "history": s.history_len,
+            "updates_per_round": s.updates,
+            "eps_decay": s.eps_decay,
+            "target_update": s.target_every,
+            "envs": s.envs,
+            "lr": s.lr,
+            "act_steps": s.act_steps,
+            "sigma": s.sigma,
+            **ledger,
+            "maps_used": json.dumps({k: v["used"] for k, v in maps.items()}),
+            "maps_skipped": json.dumps({k: v["maps"] - v["used"] for k, v in maps.items()}),
+        }
+
+    return table_runs.train_rows(job, job["method"], s, fingerprint(job), scores, fields)
 
 
 def cached_run(job: dict) -> list[dict]:
-    """A finished run from --work, if it was trained under this job's fingerprint (another
-    map file, range, rule, setting, default or exchange: trained again, never reused)."""
+    """A finished run from the work folder, if it was trained under this job's fingerprint
+    (another map file, range, rule, setting, default or exchange: trained again)."""
 
     def describe(out: list[dict]) -> str:
         best = [r for r in out if r["checkpoint"] == "best"]
@@ -235,19 +171,16 @@ def cached_run(job: dict) -> list[dict]:
             + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)"
         )
 
-    path = Path(job["work"]) / f"{job_key(job)}.json"
-    return cached(path, fingerprint(job), lambda: one_run(job), describe)
+    return table_runs.cached_rows(
+        job, job_key(job), fingerprint(job), lambda: one_run(job), describe
+    )
 
 
 def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
-    for j in jobs:
-        Path(j["work"]).mkdir(parents=True, exist_ok=True)
-    there = sum((Path(j["work"]) / f"{job_key(j)}.json").exists() for j in jobs)
-    print(f"{len(jobs)} runs ({there} found in {jobs[0]['work']}), {n_jobs} at a time", flush=True)
-    # longest first, so the pool's tail is short
-    order = sorted(jobs, key=lambda j: (-j["size"], j["method"].startswith("random")))
-    done = in_parallel(cached_run, order, n_jobs, "fedrl runs", processes=True)
-    return pd.DataFrame([r for rows in done for r in rows])
+    def order(j):  # the largest maps first, the floors last
+        return -j["size"], j["method"].startswith("random")
+
+    return table_runs.run_jobs(jobs, n_jobs, cached_run, job_key, order, "fedrl runs")
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
@@ -294,32 +227,14 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, rules: str, path: Path, command: str) -> None:
-    sizes = sorted(runs["size"].unique())
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False)
-    labels = [r[0] for r in ROWS]
-    x = np.arange(len(labels))
-    for ax, size in zip(axes[0], sizes):
-
-        def succ(method, noise, ckpt, size=size):
-            sel = runs[
-                (runs.rules == rules)
-                & (runs.method == method)
-                & (runs["size"] == size)
-                & (runs.test_noise.fillna("") == noise)
-                & (runs.checkpoint == ckpt)
-            ]
-            return sel.succ_rate.to_numpy() * 100
-
-        ours_bars(ax, x, ROWS, succ)
-        paper = [[PAPER[(k, "succ")][SIZES.index(size)] for k in p] for *_, p in ROWS]
-        paper_bars(ax, x, paper, "paper Table 1")
-        ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
-        ax.set_ylim(0, 105)
-        ax.set_title(f"{size}x{size}, {rules} rules: SuccRate %")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    figures.save(fig, path, command)
+    """Success rate per map size under one rule set, the paper's Table 1 beside."""
+    panels = [
+        (f"{n}x{n}, {rules} rules: SuccRate %", "",
+         runs[(runs.rules == rules) & (runs["size"] == n)],
+         [[PAPER[(k, "succ")][SIZES.index(n)] for k in p] for *_, p in ROWS])
+        for n in sorted(runs["size"].unique())
+    ]  # fmt: skip
+    table_runs.bars(panels, ROWS, "succ_rate", "paper Table 1", path, command)
 
 
 def check_common(args, sizes) -> tuple[dict, dict[int, str]]:

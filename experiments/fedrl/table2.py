@@ -41,32 +41,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from config import parse
 from config.papers import FEDRL_TABLE2, FEDRL_TABLE2_DATASETS
-from experiments import figures  # noqa: E402
-from experiments.fedrl import STUDY, numerics
-from experiments.fedrl.table1 import EXCHANGE, streams_of  # noqa: E402
-from experiments.simulate import (  # noqa: E402
-    RESULTS,
-    ROOT,
-    cached,
-    in_parallel,
-    job_fingerprint,
-)
-from experiments.tables import (  # noqa: E402
-    mean_sd,
-    ours_bars,
-    paper_bars,
-    pipe_table,
-    redraw,
-)
+from experiments.fedrl import table_runs
+from experiments.simulate import RESULTS, ROOT
+from experiments.tables import mean_sd, pipe_table, redraw
 
 DATASETS = FEDRL_TABLE2_DATASETS
 NAMES = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}
@@ -121,89 +101,58 @@ def job_key(job: dict) -> str:
 
 
 def settings_of(job: dict):
-    from config.schema import merged
-    from training.fedrl_setup import Settings
-
-    return Settings.of(
-        parse(
-            merged(
-                {
-                    **STUDY,
-                    "seed": job["seed"],
-                    "fedrl.domain": "text2action",
-                    "fedrl.t2a-data": job["data"],
-                    "fedrl.t2a-dataset": job["dataset"],
-                    "fedrl.t2a-fold": job["fold"],
-                    "fedrl.t2a-words": job["words"],
-                    **CPU_CONFIG,
-                    **VARIANTS.get(job["method"], ("", {}))[1],
-                    **job["extra"],
-                }
-            )
-        )
+    return table_runs.settings_of(
+        job,
+        {
+            "fedrl.domain": "text2action",
+            "fedrl.t2a-data": job["data"],
+            "fedrl.t2a-dataset": job["dataset"],
+            "fedrl.t2a-fold": job["fold"],
+            "fedrl.t2a-words": job["words"],
+            **CPU_CONFIG,
+            **VARIANTS.get(job["method"], ("", {}))[1],
+        },
     )
+
+
+def trained(job: dict) -> str:
+    """The method of experiments/fedrl/local.py a job trains (a variant's base method)."""
+    return VARIANTS.get(job["method"], (job["method"],))[0]
+
+
+def fingerprint(job: dict) -> str:
+    """experiments/fedrl/table_runs.fingerprint, the corpus folder's bytes its data."""
+    return table_runs.fingerprint(job, settings_of(job), "t2a_data", trained(job))
 
 
 def one_run(job: dict) -> list[dict]:
     """Train and score one (method, dataset, fold, seed); rows per checkpoint and noise."""
-    import torch
-
-    from training.fedrl_baselines import train
-
-    torch.set_num_threads(1)
     s = settings_of(job)
-    s.check_maps()
-    fp = fingerprint(job)
-    method = VARIANTS.get(job["method"], (job["method"],))[0]
-    rows = train(method, s, job["rounds"], eval_every=job["eval_every"], log=None)
-    last = rows[-1]
-    out = []
-    for noise in ("on", "off") if method == "fedrl" else ("",):
-        sfx = f"-test_noise={noise}" if noise else ""
-        for ckpt, pre in (("best", "best-"), ("last", "")):
-            out.append(
-                {
-                    "method": job["method"],
-                    "dataset": job["dataset"],
-                    "fold": job["fold"],
-                    "seed": job["seed"],
-                    "test_noise": noise,
-                    "checkpoint": ckpt,
-                    "f1": last[f"{pre}test-f1{sfx}"],
-                    "precision": last[f"{pre}test-precision{sfx}"],
-                    "recall": last[f"{pre}test-recall{sfx}"],
-                    "avg_reward": last[f"{pre}test-avg-reward{sfx}"],
-                    "best_round": last["best-round"],
-                    "rounds": job["rounds"],
-                    "words": s.t2a_words,
-                    "updates": job["rounds"] * s.updates,
-                    "transitions": job["rounds"] * s.envs * s.act_steps,
-                    "clip": s.clip_bound,
-                    "sigma": s.sigma,
-                    "mlp_hidden": s.mlp_width,
-                    "word_vectors": "word2vec on the 3 corpora (substitute)",
-                    "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
-                    "exchange": EXCHANGE,
-                    "numerics": numerics(),
-                    "fingerprint": fp,
-                    "wall_s": round(last["wall_s"], 1),
-                }
-            )
-    return out
 
+    def scores(last, pre, sfx):
+        keys = ("f1", "precision", "recall", "avg-reward")
+        return {k.replace("-", "_"): last[f"{pre}test-{k}{sfx}"] for k in keys}
 
-def fingerprint(job: dict) -> str:
-    """Everything that decides this job's numbers (experiments/simulate.run_fingerprint): the
-    settings (defaults included), the corpus folder's bytes, method, rounds, evaluation
-    cadence and the exchange version."""
-    s = settings_of(job)
-    method = VARIANTS.get(job["method"], (job["method"],))[0]
-    streams = streams_of({**job, "method": method}, s)
-    return job_fingerprint(s, "t2a_data", job, EXCHANGE, numerics=numerics(), **streams)
+    def fields(last):
+        ident = {k: job[k] for k in ("method", "dataset", "fold", "seed")}
+        return ident, {
+            "best_round": last["best-round"],
+            "rounds": job["rounds"],
+            "words": s.t2a_words,
+            "updates": job["rounds"] * s.updates,
+            "transitions": job["rounds"] * s.envs * s.act_steps,
+            "clip": s.clip_bound,
+            "sigma": s.sigma,
+            "mlp_hidden": s.mlp_width,
+            "word_vectors": "word2vec on the 3 corpora (substitute)",
+            "texts": json.dumps({k: v["texts"] for k, v in s.map_report().items()}),
+        }
+
+    return table_runs.train_rows(job, trained(job), s, fingerprint(job), scores, fields)
 
 
 def cached_run(job: dict) -> list[dict]:
-    """A finished run from --work, if it was trained under this job's fingerprint."""
+    """A finished run from the work folder, if it was trained under this job's fingerprint."""
 
     def describe(out: list[dict]) -> str:
         best = [r for r in out if r["checkpoint"] == "best"]
@@ -213,8 +162,9 @@ def cached_run(job: dict) -> list[dict]:
             + f" (best at round {out[0]['best_round']}, {out[0]['wall_s']:.0f} s)"
         )
 
-    path = Path(job["work"]) / f"{job_key(job)}.json"
-    return cached(path, fingerprint(job), lambda: one_run(job), describe)
+    return table_runs.cached_rows(
+        job, job_key(job), fingerprint(job), lambda: one_run(job), describe
+    )
 
 
 def shown(runs: pd.DataFrame) -> list[tuple]:
@@ -258,33 +208,15 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, path: Path, command: str) -> None:
-    datasets = [d for d in DATASETS if d in set(runs.dataset)]
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4.2), squeeze=False)
+    """F1 per data set, the paper's Table 2 beside."""
     rows = shown(runs)
-    labels = [r[0] for r in rows]
-    x = np.arange(len(labels))
-    for ax, ds in zip(axes[0], datasets):
-
-        def f1(method, noise, ckpt, ds=ds):
-            sel = runs[
-                (runs.method == method)
-                & (runs.dataset == ds)
-                & (runs.test_noise.fillna("") == noise)
-                & (runs.checkpoint == ckpt)
-            ]
-            return sel.f1.to_numpy() * 100
-
-        ours_bars(ax, x, rows, f1)
-        vals = [[PAPER[(k, "f1")][DATASETS.index(ds)] for k in p] for *_, p in rows]
-        paper_bars(ax, x, vals, "paper Table 2 (FedRL: FedRL-1..FedRL-2)")
-        ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("F1 of action names on the test fold (%)")
-        ax.set_title(f"{NAMES[ds]} ({ds})")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    figures.save(fig, path, command)
+    panels = [
+        (f"{NAMES[ds]} ({ds})", "F1 of action names on the test fold (%)",
+         runs[runs.dataset == ds], [[PAPER[(k, "f1")][DATASETS.index(ds)] for k in p] for *_, p in rows])
+        for ds in DATASETS if ds in set(runs.dataset)
+    ]  # fmt: skip
+    label = "paper Table 2 (FedRL: FedRL-1..FedRL-2)"
+    table_runs.bars(panels, rows, "f1", label, path, command)
 
 
 def paired(runs: pd.DataFrame) -> pd.DataFrame:
@@ -383,14 +315,12 @@ def jobs(cells: list[dict], work: Path | None) -> list[dict]:
 def run_jobs(jobs: list[dict], n_jobs: int) -> pd.DataFrame:
     from envs.word_vectors import word_vectors
 
-    work = Path(jobs[0]["work"])
-    work.mkdir(parents=True, exist_ok=True)
     word_vectors(jobs[0]["data"])  # train/cache once before the workers read it
-    there = sum((work / f"{job_key(j)}.json").exists() for j in jobs)
-    print(f"{len(jobs)} runs ({there} found in {work}), {n_jobs} at a time", flush=True)
-    order = sorted(jobs, key=lambda j: not j["method"].startswith("fedrl"))  # longest first
-    done = in_parallel(cached_run, order, n_jobs, "text2action runs", processes=True)
-    return pd.DataFrame([r for rows in done for r in rows])
+
+    def order(j):  # FedRL first: the longest
+        return not j["method"].startswith("fedrl")
+
+    return table_runs.run_jobs(jobs, n_jobs, cached_run, job_key, order, "text2action runs")
 
 
 # --- Table 2's analysis (experiments/studies/fedrl_table2.toml) ---
