@@ -80,6 +80,12 @@ def _fedvln_appearance() -> str:
     return markdown(_csv("fedvln_appearance.csv"))
 
 
+def _fedvln_local_epochs() -> str:
+    from experiments.fedvln.local_epochs import markdown
+
+    return markdown(pd.read_csv(RESULTS / "fedvln_local_epochs.csv"))
+
+
 def _fedvln_speaker_floors() -> str:
     from experiments.fedvln.speaker_floors import markdown
 
@@ -188,6 +194,7 @@ BLOCKS = {
     "fedvln-speaker-r2r-long": lambda: _fedvln_speaker(name="fedvln_speaker_r2r_long"),
     "fedvln-speaker-r2r-long-augment": lambda: _fedvln_speaker_augment("fedvln_speaker_r2r_long"),
     "fedvln-appearance": _fedvln_appearance,
+    "fedvln-local-epochs": _fedvln_local_epochs,
     "fedvln-appearance-pre": lambda: _fedvln("appearance"),
     "fedvln-appearance-pre-gains": lambda: _fedvln_gains("appearance"),
     "fedvln-oracle": _fedvln_oracle,

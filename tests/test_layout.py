@@ -302,7 +302,6 @@ UNSTAMPED_FIGURES = {
     "cdl_driving_table.png",
     "cdl_official.png",
     "fedvln_gap.png",
-    "fedvln_local_epochs.png",
     "fedvln_pipeline.png",
     "fedvln_pipeline_r2r-speaker.png",
     "fedvln_pipeline_r2r.png",

@@ -1,29 +1,33 @@
-"""FedVLN Tables 7-8 layout over seeds: communication rounds the federated follower needs to
-reach target val_unseen success rates, for several local epochs E, and the best SR each reaches.
+"""FedVLN Tables 7-8 over seeds: communication rounds the federated follower needs to reach
+target val_unseen success rates, for several local epochs E, and the best SR each reaches
+(the analysis of experiments/studies/fedvln_local_epochs.toml):
 
-    python -m experiments.fedvln.local_epochs                      # embedded houses, seeds 0 1 2
-    python -m experiments.fedvln.local_epochs --epochs 1 3 6 --rounds 18 --eval-every 2
+    python -m experiments.study experiments/studies/fedvln_local_epochs.toml [--jobs 2]
 
-Each (E, seed) is one `simulation.py fedvln --stage agent` run in
-runs/fedvln-epochs[-TAG]/E<E>-s<seed> (resumable: a finished run is reused), scored on
-val_unseen only (`fedvln.eval-seen=false`), with the run config's recipe (config/fedvln_recipe.py).
-The paper's targets (43/45/47% for Envdrop on R2R) do not transfer to other data and model
-sizes, so by default ours are 60/80/100% of the lowest mean best SR among the E, and `--targets`
-sets them. A round count is the first evaluated round at or above the target (a multiple of
---eval-every or the last round); a seed that never reaches a target counts as not reached, and
-the table gives how many seeds did. Rows: mean and sd over seeds.
+Each (E, seed) is one `simulation.py fedvln --stage agent` run (the study kind "simulation",
+a finished run reused), scored on val_unseen only (`fedvln.eval-seen=false`). The paper's
+targets (43/45/47% for Envdrop on R2R) do not transfer to other data and model sizes, so ours
+lie between the untrained follower's SR and the lowest mean best SR among the E (`targets_of`). A round
+count is the first evaluated round at or above the target; a seed that never reaches a target
+counts as not reached, and the table gives how many seeds did. Rows: mean and sd over seeds,
+and each E's best SR minus the smallest E's and minus the untrained follower's, paired by seed
+with a 95% interval (`experiments.tables.paired`: its sd at least two evaluations' binomial
+sd on the 360 val_unseen episodes).
+The floor beside: an untrained follower (the run seed's fresh weights) on the same episodes,
+scored in every run (`floor-val_unseen_sr`, one per seed). Writes <name>.csv (ours, the floor
+and the paper's Table 7), <name>_runs.csv (every evaluation) and <name>.png.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from experiments import figures
-from experiments.simulate import RESULTS, ROOT, command_line, simulate
+from experiments.simulate import RESULTS
+from experiments.tables import gain_text, paired, pipe_table, redraw
 
 PAPER_T7 = pd.DataFrame(
     {  # Envdrop on R2R: rounds to reach 43/45/47% unseen SR, best SR
@@ -36,18 +40,18 @@ PAPER_T7 = pd.DataFrame(
 )
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--epochs", type=float, nargs="+", default=[1, 3, 6])
-    p.add_argument("--rounds", type=int, default=18)
-    p.add_argument("--eval-every", type=int, default=2)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--targets", type=float, nargs="*", default=None, help="SR targets (%%)")
-    p.add_argument("--data-dir", default="")
-    p.add_argument("--tag", default="")
-    p.add_argument("--run-config", default="")
-    p.add_argument("--results-dir", default=str(RESULTS))
-    return p.parse_args(argv)
+EPISODES = 360  # val_unseen episodes of the embedded houses (4 unseen houses x 90): the
+# binomial floor of a paired difference's sd (experiments/tables.paired)
+
+
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}{sfx}" for sfx in (".csv", "_runs.csv", ".png")]
+
+
+def check(cell: dict, where) -> None:
+    e = cell["run-config"].get("fedvln.local-epochs")
+    if cell["method"] != "fedvln" or not isinstance(e, (int, float)) or e <= 0:
+        raise ValueError(f"{where}: grid.arms: each a fedvln run with fedvln.local-epochs > 0")
 
 
 def rounds_to(curve: pd.DataFrame, target: float) -> float:
@@ -55,10 +59,23 @@ def rounds_to(curve: pd.DataFrame, target: float) -> float:
     return float(hit["round"].iloc[0]) if len(hit) else float("nan")
 
 
-def table(curves: dict[tuple[float, int], pd.DataFrame], targets: list[float]) -> pd.DataFrame:
+def targets_of(curves: pd.DataFrame, study: dict) -> list[float]:
+    """The study's `targets`, or by default its `fractions` of the way from the highest
+    untrained follower's SR (over seeds) to the lowest mean best SR among the E: a target an
+    untrained follower already meets would count rounds to nothing (at 10 rounds, 60 % of the
+    lowest best was 5.6 % and one seed's untrained follower scored 8.1 %)."""
+    report = study.get("report", {})
+    if "targets" in report:
+        return [float(t) for t in report["targets"]]
+    best = curves.groupby(["E", "seed"])["val_unseen_sr"].max().groupby("E").mean().min()
+    floor = curves["untrained_sr"].max()
+    return [round(floor + f * (best - floor), 1) for f in report.get("fractions", [0.5, 1.0])]
+
+
+def table(curves: pd.DataFrame, targets: list[float]) -> pd.DataFrame:
     rows = []
-    for e in sorted({e for e, _ in curves}):
-        runs = [c for (e2, _), c in curves.items() if e2 == e]
+    for e, runs in curves.groupby("E"):
+        runs = [c for _, c in runs.groupby("seed")]
         row = {"E": e, "n_seeds": len(runs)}
         for t in targets:
             hits = np.array([rounds_to(c, t) for c in runs])
@@ -75,51 +92,90 @@ def table(curves: dict[tuple[float, int], pd.DataFrame], targets: list[float]) -
             last_sr=last.mean(),
             last_sr_sd=last.std(ddof=1) if len(runs) > 1 else np.nan,
         )
+        for other, name in ((bests(curves, curves.E.min()), "smallest E"),
+                            (floors(curves), "untrained")):  # fmt: skip
+            p = paired(bests(curves, e), other)
+            row[f"best minus {name} [95%]"] = gain_text(p["gain"], p["low"], p["high"])
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    if a.rounds < 1 or a.eval_every < 1 or any(e <= 0 for e in a.epochs):
-        raise SystemExit("fedvln_local_epochs: --rounds, --eval-every and --epochs must be > 0")
-    base = ROOT / "runs" / ("fedvln-epochs" + (f"-{a.tag}" if a.tag else ""))
-    curves = {}
-    for seed in a.seeds:
-        for e in a.epochs:
-            rc = [
-                f'fedvln.stage="agent" fedvln.local-epochs={float(e)} eval-every={a.eval_every}',
-                "fedvln.eval-seen=false",
-                a.run_config,
-            ]
-            if a.data_dir:
-                rc.append(f'fedvln.data-dir="{Path(a.data_dir).resolve()}"')
-            run = simulate(
-                "fedvln",
-                base / f"E{e:g}-s{seed}",
-                rounds=a.rounds,
-                seed=seed,
-                run_config=" ".join(x for x in rc if x),
-            )
-            df = pd.read_csv(run / "rounds.csv")
-            curves[(e, seed)] = df.dropna(subset=["val_unseen_sr"])[["round", "val_unseen_sr"]]
-    means = {
-        e: np.mean([c["val_unseen_sr"].max() for (e2, _), c in curves.items() if e2 == e])
-        for e in a.epochs
-    }
-    targets = a.targets or [round(f * min(means.values()), 1) for f in (0.6, 0.8, 1.0)]
-    ours = table(curves, targets)
-    suffix = f"_{a.tag}" if a.tag else ""
-    dest = Path(a.results_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    out = pd.concat([ours.assign(source="ours"), PAPER_T7.assign(source="paper (R2R)")])
-    out.round(2).to_csv(dest / f"fedvln_local_epochs{suffix}.csv", index=False)
-    print(out.round(1).to_string(index=False))
-    plot(curves, targets, dest / f"fedvln_local_epochs{suffix}.png", command_line(__file__, argv))
-    return 0
+def bests(curves: pd.DataFrame, e: float) -> dict:
+    """{seed: (best val_unseen SR, episodes)} of one E, for `experiments.tables.paired`."""
+    g = curves[curves.E == e].groupby("seed")
+    return {s: (c["val_unseen_sr"].max(), EPISODES) for s, c in g}
 
 
-def plot(curves: dict, targets: list[float], png: Path, command: str) -> None:
+def floors(curves: pd.DataFrame) -> dict:
+    """{seed: (untrained follower's SR, episodes)}: the same in every E of a seed."""
+    return {s: (c["untrained_sr"].iloc[0], EPISODES) for s, c in curves.groupby("seed")}
+
+
+def markdown(t: pd.DataFrame) -> str:
+    """The table as docs/fedvln.md shows it: ours per E with the paper's row of that E (R2R,
+    Envdrop; E = 5 beside our 6), the untrained floor last."""
+    ours, paper = t[t.source == "ours"], t[t.source == "paper (R2R)"].set_index("E")
+    targets = [c[len("target_"):] for c in t.columns
+               if c.startswith("target_") and c.count("_") == 1 and c[7:] not in ("43", "45", "47")]  # fmt: skip
+
+    def pm(v, sd, digits=1):
+        return "–" if v != v else f"{v:.{digits}f}" + ("" if sd != sd else f" ± {sd:.{digits}f}")
+
+    low = ours.E.min()
+    head = ["E", *[f"rounds to {x}% (seeds reaching)" for x in targets], "best SR", "last SR",
+            f"best − E = {low:g} [95%]", "best − untrained [95%]",
+            "paper: rounds to 43 / 45 / 47%, best"]  # fmt: skip
+    body = []
+    for _, r in ours.iterrows():
+        e = float(r["E"])
+        near = min(paper.index, key=lambda p: abs(p - e))  # the paper's E = 5 beside our 6
+        p = paper.loc[near]
+        said = " / ".join("–" if v != v else f"{v:.0f}" for v in p[["target_43", "target_45", "target_47"]])  # fmt: skip
+        body.append(
+            [f"{e:g}",
+             *[f"{pm(r[f'target_{x}'], r[f'target_{x}_sd'])} ({r[f'target_{x}_reached']:.0f} / {r['n_seeds']:.0f})"
+               for x in targets],
+             pm(r["best_sr"], r["best_sr_sd"]), pm(r["last_sr"], r["last_sr_sd"]),
+             "–" if e == low else r["best minus smallest E [95%]"], r["best minus untrained [95%]"],
+             "–" if abs(near - e) > 1 else ("" if near == e else f"(E = {near:g}) ") + f"{said}, {p['best_sr']:g}"]
+        )  # fmt: skip
+    floor = t[t.source == "untrained (floor)"].iloc[0]
+    body.append(["untrained (floor)", *["–"] * len(targets), pm(floor.best_sr, floor.best_sr_sd),
+                 "–", "–", "–", "–"])  # fmt: skip
+    return pipe_table(head, body)
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """Every run's evaluations, the table with the paper's beside, and the figure."""
+    frames = []
+    for _, r in runs.iterrows():
+        df = pd.read_csv(Path(r["run_dir"]) / "rounds.csv").dropna(subset=["val_unseen_sr"])
+        e = float(r["run-config"]["fedvln.local-epochs"])
+        cols = ["round", "val_unseen_sr", "floor-val_unseen_sr"]
+        frames.append(df[cols].assign(E=e, seed=r["seed"]))
+    curves = pd.concat(frames, ignore_index=True).rename(
+        columns={"floor-val_unseen_sr": "untrained_sr"}
+    )[["E", "seed", "round", "val_unseen_sr", "untrained_sr"]]
+    targets = targets_of(curves, study)
+    floor = curves.groupby("seed")["untrained_sr"].first()
+    out = pd.concat([table(curves, targets).assign(source="ours"),
+                     pd.DataFrame([{"n_seeds": len(floor), "best_sr": floor.mean(),
+                                    "best_sr_sd": floor.std(), "source": "untrained (floor)"}]),
+                     PAPER_T7.assign(source="paper (R2R)")])  # fmt: skip
+    out_csv, runs_csv, png = outputs(study)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out.round(2).assign(command=command).to_csv(out_csv, index=False)
+    curves.assign(command=command).to_csv(runs_csv, index=False)
+    plot(curves, targets, png, command)
+    return markdown(out.round(2))
+
+
+def replot(study: dict) -> int:
+    _, runs_csv, png = outputs(study)
+    return redraw(runs_csv, lambda c, command: plot(c, targets_of(c, study), png, command))
+
+
+def plot(curves: pd.DataFrame, targets: list[float], png: Path, command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,8 +183,8 @@ def plot(curves: dict, targets: list[float], png: Path, command: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     ax = axes[0]
-    for e in sorted({e for e, _ in curves}):
-        runs = [c for (e2, _), c in curves.items() if e2 == e]
+    for e, g in curves.groupby("E"):
+        runs = [c for _, c in g.groupby("seed")]
         n = min(len(c) for c in runs)
         y = np.stack([c["val_unseen_sr"].iloc[:n].to_numpy() for c in runs])
         x = runs[0]["round"].iloc[:n]
@@ -136,6 +192,8 @@ def plot(curves: dict, targets: list[float], png: Path, command: str) -> None:
         ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
     for t in targets:
         ax.axhline(t, color="grey", lw=0.6, ls=":")
+    floor = curves.groupby("seed")["untrained_sr"].first().mean()
+    ax.axhline(floor, color="black", lw=1, ls="--", label=f"untrained follower ({floor:.1f})")
     ax.set(
         xlabel="communication round",
         ylabel="val_unseen SR (%)",
@@ -149,7 +207,3 @@ def plot(curves: dict, targets: list[float], png: Path, command: str) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     figures.save(fig, png, command)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
