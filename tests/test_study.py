@@ -179,3 +179,31 @@ def test_a_simulation_study_launches_each_cell_in_its_own_folder(tmp_path, monke
     for bad in ({"rounds": 2.5}, {"num-clients": 0}, {"work": None}, {"policy": "no/such.toml"}):
         with pytest.raises(ValueError, match=f"{f}"):
             simulation_runs.check(cells[0] | bad, f)
+
+
+def test_local_epochs_counts_rounds_to_targets_above_the_untrained_floor(tmp_path, monkeypatch):
+    """experiments/fedvln/local_epochs (Tables 7-8): targets start at the highest untrained
+    follower's SR (a target the floor meets would count rounds to nothing), a round count is
+    the first evaluation at or above a target, a seed that never reaches one is counted as not
+    reached, and best SRs are paired by seed against the smallest E and the floor."""
+    import pandas as pd
+
+    from experiments.fedvln import local_epochs as le
+
+    rows = []
+    for e, top in ((1.0, 12.0), (6.0, 20.0)):
+        for seed, floor in ((0, 2.0), (1, 8.0), (2, 0.0)):
+            for rnd in (2, 4, 6):
+                sr = top * rnd / 6 + (seed - 1) * (e > 1)  # E = 6 by seed: -1, 0, +1
+                rows.append({"E": e, "seed": seed, "round": rnd, "val_unseen_sr": sr,
+                             "untrained_sr": floor})  # fmt: skip
+    curves = pd.DataFrame(rows)
+    study = {"report": {"fractions": [0.5, 1.0]}}
+    assert le.targets_of(curves, study) == [10.0, 12.0]  # from 8 (seed 1's floor) to 12 (E = 1)
+    assert le.targets_of(curves, {"report": {"targets": [5]}}) == [5.0]
+    t = le.table(curves, [10.0, 12.0, 19.5]).set_index("E")
+    assert t.loc[1.0, "target_10"] == 6 and t.loc[6.0, "target_10"] == 4  # first round >= 10
+    assert t.loc[6.0, "target_19.5"] == 6 and t.loc[6.0, "target_19.5_reached"] == 2  # 19 < 19.5
+    assert t.loc[1.0, "target_19.5_reached"] == 0 and t.loc[1.0, "target_19.5"] != 0
+    assert t.loc[6.0, "best minus smallest E [95%]"].startswith("+8.0")
+    assert t.loc[1.0, "best minus untrained [95%]"].startswith("+8.7")  # 12 - mean(2, 8, 0)
