@@ -107,7 +107,7 @@ def test_a_federated_study_run_on_another_look_is_another_launch():
     assert _look("fedvln", "") is None and _look("fedavg", "") is None
 
 
-def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_flags(tmp_path, capsys):
+def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_fields(tmp_path, capsys):
     import pandas as pd
 
     from experiments.fedvln import appearance_gap as gap
@@ -123,7 +123,15 @@ def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_flags(tmp_p
     # the interval is at least two 360-episode evaluations' binomial noise, not the seeds'
     # near-zero sd: 1.96 * sqrt(se(48)^2 + se(40)^2) / sqrt(3) = 4.2 points each side
     assert t.loc[1.0, "gap seen - unseen [95%]"] == "+8.0 [+3.8, +12.2]"
-    for bad in (["--strengths", "-1"], ["--jobs", "0"]):
-        assert gap.main([*bad, "--out", str(tmp_path / "r"), "--name", "x"]) == 2
-        assert bad[0] in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
+    from experiments import study
+    from tests.conftest import ROOT
+
+    text = (ROOT / "experiments" / "studies" / "fedvln_appearance.toml").read_text()
+    work = tmp_path / "r"
+    for old, new, named in (("strength = [0.0, 1.0]", "strength = [-1.0]", "grid.strength"),
+                            ("patience = 6", "patience = -1", "grid.patience")):  # fmt: skip
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text.replace(old, new))
+        assert study.main([str(bad), "--work", str(work)]) == 2
+        assert named in capsys.readouterr().err
+    assert not work.exists()

@@ -47,11 +47,11 @@ perfect speaker), `speaker` (the R2R speaker study's grounded speaker, `--speake
 count is then what the house has (`--routes` does not apply).
 
 With a house's own look (`--appearance S`, envs/vln_appearance.py), where the embedded houses
-have a seen/unseen gap for adaptation to close (`experiments.fedvln.appearance_gap`), the
+have a seen/unseen gap for adaptation to close (experiments/studies/fedvln_appearance.toml), the
 follower and speaker must have been trained with it; `--models` names them, e.g. the gap
 study's follower with a speaker trained beside it:
 
-    python -m experiments.fedvln.appearance_gap --jobs 2          # followers a1-s<seed>
+    python -m experiments.study experiments/studies/fedvln_appearance.toml   # followers a1-s<seed>
     python -m experiments.fedvln.centralized --stages speaker --appearance 1 --seed 0 \
         --speaker-iters 3000 --patience 6 --eval-every 250 \
         --out runs/fedvln-appearance/a1-s0 --results-dir runs/fedvln-appearance/a1-s0
