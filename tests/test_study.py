@@ -195,8 +195,8 @@ def test_local_epochs_counts_rounds_to_targets_above_the_untrained_floor(tmp_pat
         for seed, floor in ((0, 2.0), (1, 8.0), (2, 0.0)):
             for rnd in (2, 4, 6):
                 sr = top * rnd / 6 + (seed - 1) * (e > 1)  # E = 6 by seed: -1, 0, +1
-                rows.append({"E": e, "seed": seed, "round": rnd, "val_unseen_sr": sr,
-                             "untrained_sr": floor})  # fmt: skip
+                rows.append({"E": e, "seed": seed, "round": rnd, "steps": rnd * 4 * e,
+                             "val_unseen_sr": sr, "untrained_sr": floor})  # fmt: skip
     curves = pd.DataFrame(rows)
     study = {"report": {"fractions": [0.5, 1.0]}}
     assert le.targets_of(curves, study) == [10.0, 12.0]  # from 8 (seed 1's floor) to 12 (E = 1)
@@ -204,6 +204,9 @@ def test_local_epochs_counts_rounds_to_targets_above_the_untrained_floor(tmp_pat
     t = le.table(curves, [10.0, 12.0, 19.5]).set_index("E")
     assert t.loc[1.0, "target_10"] == 6 and t.loc[6.0, "target_10"] == 4  # first round >= 10
     assert t.loc[6.0, "target_19.5"] == 6 and t.loc[6.0, "target_19.5_reached"] == 2  # 19 < 19.5
-    assert t.loc[1.0, "target_19.5_reached"] == 0 and t.loc[1.0, "target_19.5"] != 0
+    assert t.loc[1.0, "target_19.5_reached"] == 0 and pd.isna(t.loc[1.0, "target_19.5"])
+    assert t.loc[6.0, "target_10_steps"] == 96 and t.loc[6.0, "steps_per_round"] == 24
     assert t.loc[6.0, "best minus smallest E [95%]"].startswith("+8.0")
+    assert pd.isna(t.loc[1.0, "best minus smallest E [95%]"])  # not against itself
+    assert le.targets_of(curves, {"report": {"targets": [45, 45.0, 11]}}) == [45.0, 11.0]
     assert t.loc[1.0, "best minus untrained [95%]"].startswith("+8.7")  # 12 - mean(2, 8, 0)

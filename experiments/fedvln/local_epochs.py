@@ -1,4 +1,4 @@
-"""FedVLN Tables 7-8 over seeds: communication rounds the federated follower needs to reach
+"""FedVLN Table 7 over seeds: communication rounds the federated follower needs to reach
 target val_unseen success rates, for several local epochs E, and the best SR each reaches
 (the analysis of experiments/studies/fedvln_local_epochs.toml):
 
@@ -32,12 +32,13 @@ from experiments.tables import gain_text, paired, pipe_table, redraw
 PAPER_T7 = pd.DataFrame(
     {  # Envdrop on R2R: rounds to reach 43/45/47% unseen SR, best SR
         "E": [3, 5, 8, 12, 18],
-        "target_43": [234, 183, 112, 79, 65],
-        "target_45": [400, 291, 204, 115, 152],
-        "target_47": [480, 847, None, None, None],
+        "paper_rounds_to_43": [234, 183, 112, 79, 65],
+        "paper_rounds_to_45": [400, 291, 204, 115, 152],
+        "paper_rounds_to_47": [480, 847, None, None, None],
         "best_sr": [48.2, 47.0, 46.0, 46.3, 45.6],
     }
 )
+PAPER_COLS = ["paper_rounds_to_43", "paper_rounds_to_45", "paper_rounds_to_47"]
 
 
 EPISODES = 360  # val_unseen episodes of the embedded houses (4 unseen houses x 90): the
@@ -66,10 +67,13 @@ def targets_of(curves: pd.DataFrame, study: dict) -> list[float]:
     lowest best was 5.6 % and one seed's untrained follower scored 8.1 %)."""
     report = study.get("report", {})
     if "targets" in report:
-        return [float(t) for t in report["targets"]]
-    best = curves.groupby(["E", "seed"])["val_unseen_sr"].max().groupby("E").mean().min()
-    floor = curves["untrained_sr"].max()
-    return [round(floor + f * (best - floor), 1) for f in report.get("fractions", [0.5, 1.0])]
+        targets = [float(t) for t in report["targets"]]
+    else:
+        best = curves.groupby(["E", "seed"])["val_unseen_sr"].max().groupby("E").mean().min()
+        floor = curves["untrained_sr"].max()
+        fractions = report.get("fractions", [0.5, 1.0])
+        targets = [round(floor + f * (best - floor), 1) for f in fractions]
+    return list(dict.fromkeys(targets))  # two fractions that round alike: one target
 
 
 def table(curves: pd.DataFrame, targets: list[float]) -> pd.DataFrame:
@@ -84,6 +88,9 @@ def table(curves: pd.DataFrame, targets: list[float]) -> pd.DataFrame:
                 np.nanstd(hits, ddof=1) if np.isfinite(hits).sum() > 1 else np.nan
             )
             row[f"target_{t:g}_reached"] = int(np.isfinite(hits).sum())
+            steps = [c.loc[c["round"] == h, "steps"].iloc[0] for c, h in zip(runs, hits) if h == h]
+            row[f"target_{t:g}_steps"] = np.mean(steps) if steps else np.nan
+        row["steps_per_round"] = np.mean([c["steps"].iloc[-1] / c["round"].iloc[-1] for c in runs])
         best = np.array([c["val_unseen_sr"].max() for c in runs])
         last = np.array([c["val_unseen_sr"].iloc[-1] for c in runs])
         row.update(
@@ -92,18 +99,22 @@ def table(curves: pd.DataFrame, targets: list[float]) -> pd.DataFrame:
             last_sr=last.mean(),
             last_sr_sd=last.std(ddof=1) if len(runs) > 1 else np.nan,
         )
-        for other, name in ((bests(curves, curves.E.min()), "smallest E"),
-                            (floors(curves), "untrained")):  # fmt: skip
-            p = paired(bests(curves, e), other)
-            row[f"best minus {name} [95%]"] = gain_text(p["gain"], p["low"], p["high"])
+        low = curves.E.min()
+        for a, b, name in ((scores(curves, e, "max"), scores(curves, low, "max"), "best minus smallest E"),
+                           (scores(curves, e, "last"), scores(curves, low, "last"), "last minus smallest E"),
+                           (scores(curves, e, "max"), floors(curves), "best minus untrained")):  # fmt: skip
+            p = paired(a, b)
+            same = e == low and "smallest" in name  # no comparison with itself
+            row[f"{name} [95%]"] = np.nan if same else gain_text(p["gain"], p["low"], p["high"])
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def bests(curves: pd.DataFrame, e: float) -> dict:
-    """{seed: (best val_unseen SR, episodes)} of one E, for `experiments.tables.paired`."""
+def scores(curves: pd.DataFrame, e: float, which: str) -> dict:
+    """{seed: (best or last val_unseen SR, episodes)} of one E, for `experiments.tables.paired`."""
     g = curves[curves.E == e].groupby("seed")
-    return {s: (c["val_unseen_sr"].max(), EPISODES) for s, c in g}
+    pick = {"max": lambda v: v.max(), "last": lambda v: v.iloc[-1]}[which]
+    return {s: (pick(c["val_unseen_sr"]), EPISODES) for s, c in g}
 
 
 def floors(curves: pd.DataFrame) -> dict:
@@ -113,35 +124,42 @@ def floors(curves: pd.DataFrame) -> dict:
 
 def markdown(t: pd.DataFrame) -> str:
     """The table as docs/fedvln.md shows it: ours per E with the paper's row of that E (R2R,
-    Envdrop; E = 5 beside our 6), the untrained floor last."""
+    Envdrop; E = 5 beside our 6), the untrained floor last. A larger E makes more local steps
+    a round, so rounds to a target (the paper's measure: communication) are shown beside the
+    local steps it took to reach the first target (computation)."""
     ours, paper = t[t.source == "ours"], t[t.source == "paper (R2R)"].set_index("E")
-    targets = [c[len("target_"):] for c in t.columns
-               if c.startswith("target_") and c.count("_") == 1 and c[7:] not in ("43", "45", "47")]  # fmt: skip
+    targets = [c[len("target_"):] for c in t.columns if c.startswith("target_") and c.count("_") == 1]  # fmt: skip
+    low, first = ours.E.min(), targets[0]
 
     def pm(v, sd, digits=1):
         return "–" if v != v else f"{v:.{digits}f}" + ("" if sd != sd else f" ± {sd:.{digits}f}")
 
-    low = ours.E.min()
-    head = ["E", *[f"rounds to {x}% (seeds reaching)" for x in targets], "best SR", "last SR",
-            f"best − E = {low:g} [95%]", "best − untrained [95%]",
+    def cell(v):
+        return "–" if v != v else v
+
+    head = ["E", "local steps a round", *[f"rounds to {x}% (seeds reaching)" for x in targets],
+            f"local steps to {first}%", "best SR", "last SR", f"best − E = {low:g} [95%]",
+            f"last − E = {low:g} [95%]", "best − untrained [95%]",
             "paper: rounds to 43 / 45 / 47%, best"]  # fmt: skip
     body = []
     for _, r in ours.iterrows():
         e = float(r["E"])
         near = min(paper.index, key=lambda p: abs(p - e))  # the paper's E = 5 beside our 6
         p = paper.loc[near]
-        said = " / ".join("–" if v != v else f"{v:.0f}" for v in p[["target_43", "target_45", "target_47"]])  # fmt: skip
+        said = " / ".join("–" if v != v else f"{v:.0f}" for v in p[PAPER_COLS])
         body.append(
-            [f"{e:g}",
+            [f"{e:g}", f"{r['steps_per_round']:.0f}",
              *[f"{pm(r[f'target_{x}'], r[f'target_{x}_sd'])} ({r[f'target_{x}_reached']:.0f} / {r['n_seeds']:.0f})"
                for x in targets],
+             f"{r[f'target_{first}_steps']:.0f}",
              pm(r["best_sr"], r["best_sr_sd"]), pm(r["last_sr"], r["last_sr_sd"]),
-             "–" if e == low else r["best minus smallest E [95%]"], r["best minus untrained [95%]"],
+             cell(r["best minus smallest E [95%]"]), cell(r["last minus smallest E [95%]"]),
+             r["best minus untrained [95%]"],
              "–" if abs(near - e) > 1 else ("" if near == e else f"(E = {near:g}) ") + f"{said}, {p['best_sr']:g}"]
         )  # fmt: skip
     floor = t[t.source == "untrained (floor)"].iloc[0]
-    body.append(["untrained (floor)", *["–"] * len(targets), pm(floor.best_sr, floor.best_sr_sd),
-                 "–", "–", "–", "–"])  # fmt: skip
+    body.append(["untrained (floor)", "0", *["–"] * (len(targets) + 1),
+                 pm(floor.best_sr, floor.best_sr_sd), *["–"] * 5])  # fmt: skip
     return pipe_table(head, body)
 
 
@@ -149,13 +167,15 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     """Every run's evaluations, the table with the paper's beside, and the figure."""
     frames = []
     for _, r in runs.iterrows():
-        df = pd.read_csv(Path(r["run_dir"]) / "rounds.csv").dropna(subset=["val_unseen_sr"])
+        df = pd.read_csv(Path(r["run_dir"]) / "rounds.csv")
+        df = df[df["round"] > 0].assign(steps=df["local_steps"].fillna(0).cumsum())
+        df = df.dropna(subset=["val_unseen_sr"])
         e = float(r["run-config"]["fedvln.local-epochs"])
-        cols = ["round", "val_unseen_sr", "floor-val_unseen_sr"]
+        cols = ["round", "steps", "val_unseen_sr", "floor-val_unseen_sr"]
         frames.append(df[cols].assign(E=e, seed=r["seed"]))
     curves = pd.concat(frames, ignore_index=True).rename(
         columns={"floor-val_unseen_sr": "untrained_sr"}
-    )[["E", "seed", "round", "val_unseen_sr", "untrained_sr"]]
+    )[["E", "seed", "round", "steps", "val_unseen_sr", "untrained_sr"]]
     targets = targets_of(curves, study)
     floor = curves.groupby("seed")["untrained_sr"].first()
     out = pd.concat([table(curves, targets).assign(source="ours"),
@@ -201,8 +221,8 @@ def plot(curves: pd.DataFrame, targets: list[float], png: Path, command: str) ->
     )
     ax.legend(fontsize=8)
     ax = axes[1]
-    for col, t in (("target_43", 43), ("target_45", 45), ("target_47", 47)):
-        ax.plot(PAPER_T7["E"], PAPER_T7[col], marker="o", label=f"rounds to {t}% SR")
+    for col in PAPER_COLS:
+        ax.plot(PAPER_T7["E"], PAPER_T7[col], marker="o", label=f"rounds to {col[-2:]}% SR")
     ax.set(xlabel="local epochs E", ylabel="rounds", title="paper Table 7 (Envdrop, R2R)")
     ax.legend(fontsize=8)
     fig.tight_layout()
