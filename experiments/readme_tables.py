@@ -25,6 +25,22 @@ def _csv(name: str) -> pd.DataFrame:
     return pd.read_csv(RESULTS / name, keep_default_na=False, na_values=[""])
 
 
+# how a block's CSV is read: blanks as missing (CSV), as written (KEEP), or pandas' default
+READ = {"CSV": {"keep_default_na": False, "na_values": [""]},
+        "KEEP": {"keep_default_na": False}, "PLAIN": {}}  # fmt: skip
+
+
+def _markdown(module: str, csv: str, read: str = "CSV"):
+    """A block that is `module.markdown` of one committed CSV."""
+
+    def render() -> str:
+        import importlib
+
+        return importlib.import_module(module).markdown(pd.read_csv(RESULTS / csv, **READ[read]))
+
+    return render
+
+
 def _fedvln(tag: str = "") -> str:
     from experiments.fedvln.pipeline import markdown
 
@@ -42,12 +58,6 @@ def _fedvln_gains(tag: str = "") -> str:
     from experiments.fedvln.gains import markdown
 
     return markdown(_csv(f"fedvln_gains{'_' + tag if tag else ''}.csv"))
-
-
-def _fedvln_gap() -> str:
-    from experiments.fedvln.gap import markdown
-
-    return markdown(_csv("fedvln_gap.csv"))
 
 
 def _fedvln_finetune_lr() -> str:
@@ -74,40 +84,10 @@ def _fedvln_speaker_augment(name: str = "fedvln_speaker") -> str:
     return markdown_augment(pd.read_csv(RESULTS / f"{name}_augment.csv", dtype=str))
 
 
-def _fedvln_appearance() -> str:
-    from experiments.fedvln.appearance_gap import markdown
-
-    return markdown(_csv("fedvln_appearance.csv"))
-
-
-def _fedvln_local_epochs() -> str:
-    from experiments.fedvln.local_epochs import markdown
-
-    return markdown(pd.read_csv(RESULTS / "fedvln_local_epochs.csv"))
-
-
-def _fedvln_speaker_floors() -> str:
-    from experiments.fedvln.speaker_floors import markdown
-
-    return markdown(_csv("fedvln_speaker_floors.csv"))
-
-
 def _fedvln_oracle(name: str = "fedvln_oracle") -> str:
     from experiments.fedvln.oracle import markdown
 
     return markdown(pd.read_csv(RESULTS / f"{name}.csv", dtype=str))
-
-
-def _fedrl_table1() -> str:
-    from experiments.fedrl.table1 import markdown
-
-    return markdown(pd.read_csv(RESULTS / "fedrl_table1.csv", keep_default_na=False))
-
-
-def _fedrl_table2() -> str:
-    from experiments.fedrl.table2 import markdown
-
-    return markdown(pd.read_csv(RESULTS / "fedrl_table2.csv", keep_default_na=False))
 
 
 def _cdl() -> str:
@@ -139,36 +119,10 @@ def _fedavg_fedprox() -> str:
     return "\n".join(lines)
 
 
-def _reliability() -> str:
-    from experiments.bench.reliability_table import markdown
-
-    return markdown(pd.read_csv(RESULTS / "reliability.csv"))
-
-
 def _performance(fedrl: bool = False) -> str:
     from experiments.bench.performance_table import markdown
 
     return markdown(fedrl)
-
-
-def _message_cost() -> str:
-    from experiments.bench.message_cost import markdown
-
-    return markdown(pd.read_csv(RESULTS / "message_cost.csv"))
-
-
-def _dp_frontier(name: str = "dp_frontier") -> str:
-    from experiments.privacy.dp_frontier import markdown
-
-    return markdown(_csv(f"{name}.csv"))
-
-
-def _attack(module: str, name: str) -> str:
-    import importlib
-
-    return importlib.import_module(f"experiments.privacy.{module}").markdown(
-        pd.read_csv(RESULTS / f"{name}.csv")
-    )
 
 
 def _run_config() -> str:
@@ -182,47 +136,67 @@ BLOCKS = {
     "fedvln-r2r": lambda: _fedvln("r2r"),
     "fedvln-r2r-speaker": lambda: _fedvln("r2r-speaker"),
     "fedvln-gains": _fedvln_gains,
-    "fedvln-gap": _fedvln_gap,
+    "fedvln-gap": _markdown("experiments.fedvln.gap", "fedvln_gap.csv"),
     "fedvln-finetune-lr": _fedvln_finetune_lr,
     "fedvln-augment-budget": _fedvln_augment_budget,
     "fedvln-speaker": _fedvln_speaker,
     "fedvln-speaker-unseen": lambda: _fedvln_speaker("val_unseen"),
     "fedvln-speaker-augment": _fedvln_speaker_augment,
-    "fedvln-speaker-floors": _fedvln_speaker_floors,
+    "fedvln-speaker-floors": _markdown(
+        "experiments.fedvln.speaker_floors", "fedvln_speaker_floors.csv"
+    ),
     "fedvln-speaker-r2r": lambda: _fedvln_speaker(name="fedvln_speaker_r2r"),
     "fedvln-speaker-r2r-augment": lambda: _fedvln_speaker_augment("fedvln_speaker_r2r"),
     "fedvln-speaker-r2r-long": lambda: _fedvln_speaker(name="fedvln_speaker_r2r_long"),
     "fedvln-speaker-r2r-long-augment": lambda: _fedvln_speaker_augment("fedvln_speaker_r2r_long"),
-    "fedvln-appearance": _fedvln_appearance,
-    "fedvln-local-epochs": _fedvln_local_epochs,
+    "fedvln-appearance": _markdown("experiments.fedvln.appearance_gap", "fedvln_appearance.csv"),
+    "fedvln-local-epochs": _markdown(
+        "experiments.fedvln.local_epochs", "fedvln_local_epochs.csv", "PLAIN"
+    ),
     "fedvln-appearance-pre": lambda: _fedvln("appearance"),
     "fedvln-appearance-pre-gains": lambda: _fedvln_gains("appearance"),
     "fedvln-oracle": _fedvln_oracle,
     "fedvln-oracle-r2r": lambda: _fedvln_oracle("fedvln_oracle_r2r"),
     "fedvln-oracle-appearance": lambda: _fedvln_oracle("fedvln_oracle_appearance"),
-    "fedrl-table1": _fedrl_table1,
-    "fedrl-table2": _fedrl_table2,
+    "fedrl-table1": _markdown("experiments.fedrl.table1", "fedrl_table1.csv", "KEEP"),
+    "fedrl-table2": _markdown("experiments.fedrl.table2", "fedrl_table2.csv", "KEEP"),
     "cdl": _cdl,
     "fedavg-fedprox": _fedavg_fedprox,
-    "reliability": _reliability,
+    "reliability": _markdown("experiments.bench.reliability_table", "reliability.csv", "PLAIN"),
     "performance": _performance,
     "performance-fedrl": lambda: _performance(fedrl=True),
-    "message-cost": _message_cost,
-    "dp-frontier": _dp_frontier,
-    "dp-frontier-cdl": lambda: _dp_frontier("dp_frontier_cdl"),
-    "dp-frontier-bnlocal": lambda: _dp_frontier("dp_frontier_bnlocal"),
-    "dp-frontier-cdl-bnlocal": lambda: _dp_frontier("dp_frontier_cdl_bnlocal"),
-    "dp-frontier-cdl-bnlocal-clip2": lambda: _dp_frontier("dp_frontier_cdl_bnlocal_clip2"),
-    "dp-frontier-adaptive": lambda: _dp_frontier("dp_frontier_adaptive"),
-    "fedrl-attack": lambda: _attack("fedrl_attack", "fedrl_attack"),
+    "message-cost": _markdown("experiments.bench.message_cost", "message_cost.csv", "PLAIN"),
+    "dp-frontier": _markdown("experiments.privacy.dp_frontier", "dp_frontier.csv"),
+    "dp-frontier-cdl": _markdown("experiments.privacy.dp_frontier", "dp_frontier_cdl.csv"),
+    "dp-frontier-bnlocal": _markdown("experiments.privacy.dp_frontier", "dp_frontier_bnlocal.csv"),
+    "dp-frontier-cdl-bnlocal": _markdown(
+        "experiments.privacy.dp_frontier", "dp_frontier_cdl_bnlocal.csv"
+    ),
+    "dp-frontier-cdl-bnlocal-clip2": _markdown(
+        "experiments.privacy.dp_frontier", "dp_frontier_cdl_bnlocal_clip2.csv"
+    ),
+    "dp-frontier-adaptive": _markdown(
+        "experiments.privacy.dp_frontier", "dp_frontier_adaptive.csv"
+    ),
+    "fedrl-attack": _markdown("experiments.privacy.fedrl_attack", "fedrl_attack.csv", "PLAIN"),
     "fedrl-attack-defence": lambda: __import__(
         "experiments.privacy.fedrl_attack", fromlist=["x"]
     ).markdown_defence(_csv("fedrl_attack_defence.csv")),
-    "fedrl-derandomize": lambda: _attack("fedrl_derandomize", "fedrl_derandomize"),
-    "fedrl-frontier": lambda: _attack("fedrl_frontier", "fedrl_frontier"),
-    "fedvln-frontier": lambda: _attack("fedvln_frontier", "fedvln_frontier"),
-    "driving-membership": lambda: _attack("driving_membership", "driving_membership"),
-    "fedvln-property": lambda: _attack("fedvln_property", "fedvln_property"),
+    "fedrl-derandomize": _markdown(
+        "experiments.privacy.fedrl_derandomize", "fedrl_derandomize.csv", "PLAIN"
+    ),
+    "fedrl-frontier": _markdown(
+        "experiments.privacy.fedrl_frontier", "fedrl_frontier.csv", "PLAIN"
+    ),
+    "fedvln-frontier": _markdown(
+        "experiments.privacy.fedvln_frontier", "fedvln_frontier.csv", "PLAIN"
+    ),
+    "driving-membership": _markdown(
+        "experiments.privacy.driving_membership", "driving_membership.csv", "PLAIN"
+    ),
+    "fedvln-property": _markdown(
+        "experiments.privacy.fedvln_property", "fedvln_property.csv", "PLAIN"
+    ),
     "run-config": _run_config,
 }
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- /generated -->)", re.S)
