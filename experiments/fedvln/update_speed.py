@@ -145,7 +145,7 @@ def main(argv=None) -> int:
             ratio_to_before=("ratio", "median"),
             ratio_min=("ratio", "min"),
             ratio_max=("ratio", "max"),
-        )  # fmt: skip
+        )
         .reset_index()
         .round(3)
     )
