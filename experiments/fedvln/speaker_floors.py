@@ -1,7 +1,9 @@
 """What a speaker that says nothing about the route scores: the floor rows of every speaker table
 (issue 41), on the embedded houses and on real R2R, with no training at all.
 
-    python -m experiments.fedvln.speaker_floors [--seeds 0 1 2] [--r2r ../shared/data] [--force]
+    python -m experiments.study experiments/studies/fedvln_speaker_floors.toml
+
+(the analysis of that study file, which names the data sources and seeds).
 
 Per data source and split, one instruction per val path:
 
@@ -16,7 +18,8 @@ Scores: BLEU-4 against each path's references (sacrebleu, R2R tokenization) and 
 fidelity (`envs.vln_fidelity`; on R2R it reads the real houses' region labels and objects, and
 human instructions name rooms in more words than the grammar's, so its `true` row is the
 ceiling to read the others against). Results: experiments/results/fedvln_speaker_floors.csv
-(mean ± sd over seeds), generated into README.md and docs/fedvln.md.
+(mean ± sd over seeds, generated into README.md and docs/fedvln.md), one row per seed, split
+and floor in fedvln_speaker_floors_runs.csv, and the figure.
 
 The R2R floors also become rows of every committed R2R Table 4
 (experiments/results/fedvln_table4_r2r*.csv, the pipeline's speaker tables), under the names
@@ -27,15 +30,15 @@ embedded houses; for R2R its runs are not on every machine, and the floors need 
 
 from __future__ import annotations
 
-import argparse
-import sys
+from pathlib import Path
 
 import pandas as pd
 
 from envs.vln_setup import open_vln
+from experiments import figures
 from experiments.fedvln.runs import summary
-from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite
+from experiments.simulate import RESULTS, ROOT
+from experiments.tables import mean_sd, pipe_table, redraw_study, save_study, study_files
 from training import vln_speaker_quality as quality
 
 METRICS = [
@@ -49,32 +52,34 @@ METRICS = [
 ]
 
 
-def floors(source: str, data_dir: str, seeds: list[int]) -> list[dict]:
-    vln = open_vln(data_dir)
+def one_run(data: str, seed: int) -> list[dict]:
+    """One seed's floors on one data source: `data` '' is the embedded houses, else the R2R
+    folder (relative to the project). The seed draws the constant's candidate sample."""
+    source = "R2R" if data else "embedded houses"
+    vln = open_vln(str(ROOT / data) if data else "")
+    constant = quality.best_constant(vln.split("train"), seed)
     rows = []
-    for seed in seeds:
-        constant = quality.best_constant(vln.split("train"), seed)
-        for split in ("val_seen", "val_unseen"):
-            paths, refs = quality.one_per_path(vln.split(split))
-            for name, hyps in (
-                ("true", [p.instruction for p in paths]),
-                ("constant", [constant] * len(paths)),
-                ("other path", quality.other_path(paths)),
-            ):
-                bleu = quality.corpus_bleu(hyps, paths, refs).score if name != "true" else None
-                rows.append(
-                    {
-                        "data": source,
-                        "floor": name,
-                        "split": split,
-                        "seed": seed,
-                        "paths": len(paths),
-                        "bleu": bleu,
-                        **quality.fidelity(vln.data, paths, hyps, refs),
-                        "constant": constant if name == "constant" else "",
-                    }
-                )
-        print(f"  {source} seed {seed}: constant = {constant!r}", flush=True)
+    for split in ("val_seen", "val_unseen"):
+        paths, refs = quality.one_per_path(vln.split(split))
+        for name, hyps in (
+            ("true", [p.instruction for p in paths]),
+            ("constant", [constant] * len(paths)),
+            ("other path", quality.other_path(paths)),
+        ):
+            bleu = quality.corpus_bleu(hyps, paths, refs).score if name != "true" else None
+            rows.append(
+                {
+                    "data": source,
+                    "floor": name,
+                    "split": split,
+                    "seed": seed,
+                    "paths": len(paths),
+                    "bleu": bleu,
+                    **quality.fidelity(vln.data, paths, hyps, refs),
+                    "constant": constant if name == "constant" else "",
+                }
+            )
+    print(f"  {source} seed {seed}: constant = {constant!r}", flush=True)
     return rows
 
 
@@ -137,32 +142,51 @@ def markdown(table: pd.DataFrame) -> str:
     return pipe_table(head, t[["data", "floor", "split", "seeds", *METRICS]].values.tolist())
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--r2r", default=str(ROOT.parent / "shared" / "data"), help="'' = skip R2R")
-    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    a = ap.parse_args(argv)
-    dest = RESULTS / "fedvln_speaker_floors.csv"
-    try:
-        refuse_overwrite([dest], a.force)
-    except ValueError as e:
-        print(f"fedvln_speaker_floors: {e}", file=sys.stderr)
-        return 2
-    rows = floors("embedded houses", "", a.seeds)
-    if a.r2r:
-        rows += floors("R2R", a.r2r, a.seeds)
-    runs = pd.DataFrame(rows)
+def outputs(study: dict) -> list[Path]:
+    return study_files(RESULTS, study["name"])
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The study's three files; R2R's floors also become rows of every committed R2R Table 4."""
     table = summarize(runs)
-    table.to_csv(dest, index=False)
-    if a.r2r:
+    save_study(outputs(study), runs, table, command, plot)
+    if (runs["data"] == "R2R").any():
         floors4 = table4_rows(runs, "R2R")
         for csv in sorted(RESULTS.glob("fedvln_table4_r2r*.csv")):
             into_table4(csv, floors4).round(4).to_csv(csv, index=False)  # no double rounding
             print(f"  floor rows written into {csv.name}")
-    print(f"\n{command_line(__file__, argv)}\n\n{markdown(table)}")
-    return 0
+    return markdown(table)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    return redraw_study(outputs(study), plot)
+
+
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
+    """BLEU-4 and route fidelity of each floor per data source and val split, mean ± sd over
+    seeds: the levels every trained speaker is read against (the true words' fidelity is the
+    parser's ceiling, BLEU has none for them)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sources = list(dict.fromkeys(runs["data"]))
+    fig, axes = plt.subplots(1, 2 * len(sources), figsize=(4 * 2 * len(sources), 3.6))
+    for i, (src, metric) in enumerate((s, m) for s in sources for m in ("bleu", "fidelity")):
+        ax = axes[i]
+        names = ["constant", "other path"] + (["true"] if metric == "fidelity" else [])
+        for j, split in enumerate(("val_seen", "val_unseen")):
+            g = runs[(runs["data"] == src) & (runs["split"] == split)]
+            stats = [g[g["floor"] == n][metric].astype(float) for n in names]
+            x = np.arange(len(names)) + (j - 0.5) * 0.38
+            ax.bar(x, [v.mean() for v in stats], 0.38, yerr=[v.std() for v in stats],
+                   capsize=3, label=split)  # fmt: skip
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+        ax.set(title=f"{src}: {'BLEU-4' if metric == 'bleu' else 'route fidelity'}",
+               ylim=(0, 100))  # fmt: skip
+        ax.legend(fontsize=7)
+    fig.suptitle("What a speaker that reads no route scores (no training)", fontsize=10)
+    fig.tight_layout()
+    figures.save(fig, png, command)
