@@ -1,12 +1,13 @@
 """Why FedRL collapsed on Text2Action, measured: one change at a time on Table 2's settings.
 
-    python -m experiments.fedrl.t2a_collapse [--dataset cooking] [--folds 0 1 2 3 4]
-           [--rounds 40] [--variants ...] [--jobs 2] [--force]
+    python -m experiments.study experiments/studies/fedrl_t2a_collapse.toml [--jobs 2]
+
+(the analysis of that study file, which holds the dataset, folds, rounds and variants).
 
 Table 2's FedRL with the paper's 4-unit theta_g once collapsed to selecting nothing (F1 0-4) in 5
 of 9 runs. Each variant below changes one thing against `before` (Table 2's previous settings:
 target networks copied every 5 updates); each runs FedRL on every fold (run seed = fold) for
-`--rounds` rounds, and records the valid F1 every 10 rounds and, at the end, on 512 replay
+`rounds` rounds, and records the valid F1 every 10 rounds and, at the end, on 512 replay
 states: how many of theta_g's hidden ReLU units are dead (never positive) and the largest
 |Q_hat_alpha| and |Q_hat_beta|. A run `collapsed` if its valid F1 never reached the floor's
 (each word selected with probability 1/2, scored on the same valid texts).
@@ -26,23 +27,24 @@ Variants (the first four are the issue's hypotheses; the reference is FRL2019/FR
   random initialisation; its DQN baselines copy every 5 steps.)
 
 `ref-init` and `prioritised` are not run-config keys of the app: this script patches them in
-for the measurement. Results: experiments/results/fedrl_t2a_collapse{,_runs}.csv; each run is
-kept in --work and a rerun skips it.
+for the measurement. Results: experiments/results/fedrl_t2a_collapse{,_runs}.csv and the
+figure; each run is kept in the study's work folder under its fingerprint (the settings, the
+corpus, the variant and the FedRL exchange's version), and a rerun skips it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from experiments import figures
+from experiments.fedrl import table_runs
 from experiments.fedrl.table2 import settings_of
-from experiments.simulate import RESULTS, ROOT, cached, command_line, in_parallel, job_fingerprint
-from experiments.tables import mean_sd, pipe_table, refuse_overwrite
+from experiments.simulate import ROOT, cached
+from experiments.tables import mean_sd
 
 BEFORE = {"fedrl.target-update": 5}  # Table 2's schedule before this measurement
 VARIANTS = {
@@ -55,7 +57,7 @@ VARIANTS = {
     "target1000": {"fedrl.target-update": 1000},
     "target100": {"fedrl.target-update": 100},
 }
-VERSION = 1  # of this script's measurement
+VERSION = 1  # of this study's measurement
 
 
 def reference_init(mlp) -> None:
@@ -103,12 +105,48 @@ def job_settings(job: dict):
 
 
 def fingerprint(job: dict) -> str:
-    """The settings, the corpus bytes, the variant, rounds and this script's version."""
-    tagged = {**job, "method": f"fedrl-{job['variant']}", "eval_every": 10}
-    return job_fingerprint(job_settings(job), "t2a_data", tagged, VERSION)
+    """Table 2's fingerprint of the run (settings, corpus bytes, rounds, the FedRL exchange's
+    version and the floating-point kernels) under the variant's name and this study's version."""
+    tagged = {**job, "method": f"fedrl-{job['variant']}-v{VERSION}", "eval_every": 10}
+    return table_runs.fingerprint(tagged, job_settings(job), "t2a_data", "fedrl")
 
 
-def one_run(job: dict) -> list[dict]:
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if cell["variant"] not in VARIANTS:
+        raise ValueError(
+            f"{where}: grid.variant: {cell['variant']!r} is not one of {list(VARIANTS)}"
+        )
+    if cell["rounds"] < 10 or cell["rounds"] % 10:
+        raise ValueError(f"{where}: grid.rounds: a positive multiple of 10 (valid every 10)")
+    if not (ROOT / cell["data"]).is_dir():
+        raise ValueError(f"{where}: grid.data: {cell['data']}: no such directory")
+
+
+def one_run(
+    variant: str, dataset: str, fold: int, rounds: int, words: int, data: str, work: Path
+) -> dict:
+    """FedRL with one change on one fold, kept in `work` (a rerun with the same fingerprint
+    reads it back): its valid F1 every 10 rounds, the floor's, and theta_g's state at the end."""
+    job = {"variant": variant, "dataset": dataset, "fold": fold, "rounds": rounds,
+           "words": words, "data": str((ROOT / data).resolve())}  # fmt: skip
+    from envs.word_vectors import word_vectors
+
+    word_vectors(job["data"])
+    path = Path(work) / f"{variant}_{dataset}_f{fold}.json"
+    Path(work).mkdir(parents=True, exist_ok=True)
+
+    def describe(rows: list[dict]) -> str:
+        r = rows[0]
+        return (
+            f"  {r['variant']:12s} fold {r['fold']}: valid F1 {r['valid_f1']}, "
+            f"{r['dead_units']}/{r['hidden_units']} dead, |Q_alpha| <= {r['max_abs_q_alpha']:.0f}"
+        )
+
+    return cached(path, fingerprint(job), lambda: train(job), describe)[0]
+
+
+def train(job: dict) -> list[dict]:
     import time
     from contextlib import nullcontext
     from unittest import mock
@@ -165,19 +203,6 @@ def one_run(job: dict) -> list[dict]:
     return [row]
 
 
-def cached_run(job: dict) -> dict:
-    path = Path(job["work"]) / f"{job['variant']}_{job['dataset']}_f{job['fold']}.json"
-
-    def describe(rows: list[dict]) -> str:
-        r = rows[0]
-        return (
-            f"  {r['variant']:12s} fold {r['fold']}: valid F1 {r['valid_f1']}, "
-            f"{r['dead_units']}/{r['hidden_units']} dead, |Q_alpha| <= {r['max_abs_q_alpha']:.0f}"
-        )
-
-    return cached(path, fingerprint(job), lambda: one_run(job), describe)[0]
-
-
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for v in VARIANTS:
@@ -198,55 +223,28 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text2action"))
-    ap.add_argument("--dataset", default="cooking", choices=["win2k", "cooking", "wikihow"])
-    ap.add_argument("--folds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--words", type=int, default=100)
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_t2a_collapse"))
-    ap.add_argument("--name", default="fedrl_t2a_collapse")
-    ap.add_argument("--force", action="store_true")
-    args = ap.parse_args(argv)
-    out_csv, runs_csv = RESULTS / f"{args.name}.csv", RESULTS / f"{args.name}_runs.csv"
-    try:
-        if args.rounds < 10 or args.rounds % 10:
-            raise ValueError("--rounds must be a positive multiple of 10 (valid every 10)")
-        if not Path(args.data).is_dir():
-            raise ValueError(f"--data: {args.data}: no such directory")
-        refuse_overwrite([out_csv, runs_csv], args.force)
-    except ValueError as e:
-        print(f"fedrl_t2a_collapse: {e}", file=sys.stderr)
-        return 2
-    jobs = [
-        {
-            "variant": v,
-            "dataset": args.dataset,
-            "fold": f,
-            "rounds": args.rounds,
-            "words": args.words,
-            "data": str(Path(args.data).resolve()),
-            "work": args.work,
-        }
-        for v in args.variants
-        for f in args.folds
-    ]
-    Path(args.work).mkdir(parents=True, exist_ok=True)
-    from envs.word_vectors import word_vectors
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
+    """Best valid F1 per fold (dots) and its mean (bar) per variant, the floor's mean as a line,
+    and how many folds collapsed (below the floor) over each bar. The paper reports no such
+    diagnostic; its CT F1 is Table 2's figure."""
+    import matplotlib
 
-    word_vectors(jobs[0]["data"])
-    runs = pd.DataFrame(in_parallel(cached_run, jobs, args.jobs, "collapse runs", processes=True))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(runs_csv, index=False)
-    table = summarize(runs)
-    table.to_csv(out_csv, index=False)
-    print(f"\n{command_line(__file__, argv)}\n")
-    print(pipe_table(list(table.columns), table.values.tolist()))
-    return 0
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    order = [v for v in VARIANTS if v in set(runs["variant"])]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, v in enumerate(order):
+        g = runs[runs["variant"] == v]
+        f1 = g["best_valid_f1"] * 100
+        ax.bar(i, f1.mean(), 0.6, color="tab:blue", alpha=0.5)
+        ax.plot(np.full(len(f1), i), f1, "o", color="tab:blue", ms=4)
+        ax.text(i, f1.max() + 2, f"{int(g['collapsed'].sum())}/{len(g)}", ha="center", fontsize=8)
+    ax.axhline(runs["floor_valid_f1"].mean() * 100, color="grey", ls="--",
+               label="floor: each word selected with p = 1/2")  # fmt: skip
+    ax.set_xticks(range(len(order)), order, fontsize=8)
+    ax.set(ylabel="best valid F1 %", ylim=(0, 100),
+           title="FedRL on Text2Action (CT): one change at a time; collapsed folds over each bar")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    figures.save(fig, png, command)
