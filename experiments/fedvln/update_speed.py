@@ -2,10 +2,14 @@
 today's update against the same update with the mixed objective as two rollouts, in the same
 run.
 
-    python -m experiments.fedvln.update_speed [--updates 20] [--batch 32] [--compile]
+    python -m experiments.study experiments/studies/vln_update_speed.toml
+
+(the analysis of that study file, which sets the updates, batch, repeats and whether to
+compile). The study is one run, so its timings never share the machine with each other,
+whatever `--jobs` is.
 
 Variants, each timed on the same batches from the embedded houses after 3 warm-up updates, one
-thread unless said, interleaved `--repeats` times (the median is kept):
+thread unless said, interleaved `repeats` times (the median is kept):
   two rollouts (before)           the mixed objective as two rollouts of today's
                                   training/vln_agent.rollout (imitation, then A2C)
   both rollouts in one batch (now)
@@ -14,8 +18,9 @@ thread unless said, interleaved `--repeats` times (the median is kept):
                                   here and in tests/test_vln_models.py)
   now, 2 threads                  client-threads=2: only worth it where a core is free (a run
                                   with one ClientApp per core has none)
-  now, compiled decoder           torch.compile of the per-step decoder (--compile; needs a C++
-                                  compiler, and pays its compile time once per process)
+  now, compiled decoder           torch.compile of the per-step decoder (needs a C++
+                                  compiler, and pays its compile time once per process;
+                                  `compile-decoder = true` in the study file)
 
 Every variant runs today's code: no copy of an older implementation is kept here, since a copy
 does not follow fixes to the real one (issue 66). The older changes of issue 18 (the rollout
@@ -27,20 +32,20 @@ docs/performance.md keeps their numbers as history; the step-by-step encoder's e
 nn.LSTM is a test (tests/test_vln_models.py).
 Writes experiments/results/vln_update_speed.csv: updates/s (median) and the ratio to the
 (before) row within each repeat: its median, least and largest, so the run-to-run spread stands
-beside the ratio.
+beside the ratio; every timing in vln_update_speed_runs.csv, and the figure.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from experiments.simulate import RESULTS, command_line, machine_label
+from experiments import figures
+from experiments.simulate import machine_label
 
 
 def two_rollouts(roll):
@@ -102,39 +107,46 @@ def same_rollouts(vln, batch: int) -> bool:
     return torch.allclose(joint[0], teacher, rtol=1e-5) and torch.allclose(joint[1], a2c, rtol=1e-5)
 
 
-def main(argv=None) -> int:
+def one_run(updates: int, batch: int, repeats: int, compile_decoder: bool) -> list[dict]:
+    """Every variant timed `repeats` times, interleaved so that a change of load hits every
+    variant alike; refuses if the one-batch rollout's losses differ from two rollouts'."""
     from envs.vln_setup import open_vln
     from training import vln_agent
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--updates", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--compile", action="store_true", help="also time a compiled decoder")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved timings (median kept)")
-    args = ap.parse_args(argv)
-    cmd = command_line(__file__, argv)
     vln = open_vln("")
-    if not same_rollouts(vln, args.batch):
-        print("vln_update_speed: the one-batch rollout differs", file=sys.stderr)
-        return 1
+    if not same_rollouts(vln, batch):
+        raise RuntimeError("vln_update_speed: the one-batch rollout differs from two rollouts")
     joint, two = vln_agent.mixed_rollout, two_rollouts(vln_agent.rollout)
     variants = [  # (name, the mixed objective's rollouts, threads)
         ("two rollouts (before)", two, 1),
         ("both rollouts in one batch (now)", joint, 1),
         ("now, 2 threads", joint, 2),
     ]
-    if args.compile:
+    if compile_decoder:
         variants.append(("now, compiled decoder", joint, 1))
     rows = []
-    for k in range(args.repeats):  # interleaved, so a load change hits every variant alike
-        for name, mixed, threads in variants:
-            vln_agent.mixed_rollout = mixed
-            compiled = name == "now, compiled decoder"
-            rate = time_updates(vln, args.updates, args.batch, threads, compiled)
-            rows.append({"variant": name, "repeat": k, "updates_per_s": rate, "batch": args.batch})
-            print(rows[-1], flush=True)
-    vln_agent.mixed_rollout = joint
-    runs = pd.DataFrame(rows)
+    try:
+        for k in range(repeats):
+            for name, mixed, threads in variants:
+                vln_agent.mixed_rollout = mixed
+                compiled = name == "now, compiled decoder"
+                rate = time_updates(vln, updates, batch, threads, compiled)
+                rows.append({"variant": name, "repeat": k, "updates_per_s": rate, "batch": batch})
+                print(rows[-1], flush=True)
+    finally:
+        vln_agent.mixed_rollout = joint
+    return rows
+
+
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if min(cell["updates"], cell["batch"], cell["repeats"]) < 1:
+        raise ValueError(f"{where}: grid.updates, batch, repeats: at least 1")
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median updates/s per variant and its ratio to (before) within each repeat."""
+    runs = runs.copy()
     before = runs[runs.variant.str.endswith("(before)")].set_index("repeat").updates_per_s
     runs["ratio"] = runs.updates_per_s / runs.repeat.map(before)  # within one repeat
     df = (
@@ -149,13 +161,32 @@ def main(argv=None) -> int:
         .reset_index()
         .round(3)
     )
-    df["repeats"] = args.repeats
+    df["repeats"] = runs.repeat.nunique()
     df["machine"] = machine_label()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    df.to_csv(RESULTS / "vln_update_speed.csv", index=False)
-    print(f"\n{cmd}\n" + df.to_string(index=False))
-    return 0
+    return df
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
+    """Each variant's speed as a ratio to two rollouts within the same repeat: the median as a
+    bar, every repeat as a dot; 1 (the line) is the (before) row itself."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = runs.copy()
+    before = runs[runs.variant.str.endswith("(before)")].set_index("repeat").updates_per_s
+    runs["ratio"] = runs.updates_per_s / runs.repeat.map(before)
+    names = list(dict.fromkeys(runs.variant))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for i, name in enumerate(names):
+        r = runs[runs.variant == name]["ratio"]
+        ax.bar(i, r.median(), 0.6, color="tab:blue", alpha=0.5)
+        ax.plot(np.full(len(r), i), r, "o", color="tab:blue", ms=4)
+    ax.axhline(1.0, color="grey", ls="--", label="two rollouts (before) = 1")
+    ax.set_xticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=8)
+    ax.set(ylabel="updates/s ÷ two rollouts' (same repeat)",
+           title="One FedVLN follower update (batch 32) on this CPU")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    figures.save(fig, png, command)
