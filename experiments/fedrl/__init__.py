@@ -8,8 +8,9 @@ and the privacy a default run gets at that level is what its own secret noise gi
 
 Repeating to the digit also needs the same floating-point kernels on every host and engine
 (training/numerics.py says why). Importing this package pins them before anything computes;
-`numerics()` is recorded in every run row and its fingerprint, so runs made under other kernels
-are never mixed or reused.
+`numerics()` is recorded in every run row and its fingerprint, so runs made under other kernel
+settings are never mixed or reused. The pin holds on one kind of host, not across kinds: a run
+made on another kind of host differs within the seeds' spread (training/numerics.py).
 """
 
 from training.numerics import numerics, pin
