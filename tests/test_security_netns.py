@@ -379,8 +379,10 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
         # loaded host, measured 21-25 s), bounded by the client's own 30 s connect timeout
         deadline = edge_default("EDGE_HEADER_TIMEOUT")
         for name, got in slow.items():
-            assert got.get("still open", 0) == 0, (name, got)
-            assert got["max_after_tls_s"] < 2 * deadline, (name, got)  # measured 10.0-14.5
+            # the whole record in the message: pytest cuts a dict short, and CI keeps no more
+            # (stop 82: 164 of 2,000 still open at 60 s, once in CI; the other fields lost)
+            assert got.get("still open", 0) == 0, json.dumps({name: got, "latency": latency})
+            assert got["max_after_tls_s"] < 2 * deadline, json.dumps({name: got})  # 10.0-14.5
         # the honest node is served all along. During a wave its *new* TLS connection waits in
         # the same handshake queue as the attackers' (FIFO, nothing before TLS tells them
         # apart), so it may wait as long as they do but never longer: its worst request is
