@@ -91,10 +91,8 @@ def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nod
         # began before it had registered, and silo 1 never trained again.
         supernode(1, "sn1#2")
         wait_for(lambda: rounds_done(out) >= 2, 300, what="round 2 without silo 1")
-        wait_for(
-            lambda: fed.status("loop", run_id).startswith("finished"), 400, what="the run to finish"
-        )
-        assert fed.status("loop", run_id) == "finished:completed", fed.log("link")
+        status = fed.wait_finished("loop", run_id, 400, what="the run to finish")
+        assert status == "finished:completed", fed.log("link")
 
         rounds = pd.read_csv(out / "rounds.csv")
         assert list(rounds["round"]) == [1, 2, 3, 4]
@@ -205,15 +203,14 @@ def test_a_node_runs_the_app_it_was_installed_with_and_refuses_a_modified_one(tm
         start_node(fed, port, 0, 1)
         fed.connect("loop", f"127.0.0.1:{control}")
         bad = submit(fed, modified, tmp_path / "out-bad", rounds=1, clients=1)
-        wait_for(lambda: fed.status("loop", bad).startswith("finished"), 300, what="the refusal")
-        assert fed.status("loop", bad) != "finished:completed"
+        assert fed.wait_finished("loop", bad, 300, what="the refusal") != "finished:completed"
         assert not marker.exists(), "the modified app's code ran on the node"
         refusals = [ln for ln in fed.log("sn0").splitlines() if "app refused: FAB sha256" in ln]
         assert refusals and "Traceback" not in fed.log("sn0"), fed.log("sn0")
 
         good = submit(fed, ROOT, tmp_path / "out-good", rounds=1, clients=1)
-        wait_for(lambda: fed.status("loop", good).startswith("finished"), 400, what="the run")
-        assert fed.status("loop", good) == "finished:completed", fed.log("link")
+        status = fed.wait_finished("loop", good, 400)
+        assert status == "finished:completed", fed.log("link")
         assert rounds_done(tmp_path / "out-good") == 1
         assert not marker.exists()
     finally:
@@ -253,9 +250,9 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
         time.sleep(30)
         lock.execute("ROLLBACK")
         lock.close()
-        wait_for(lambda: fed.status("loop", run).startswith("finished"), 600, what="the run")
+        status = fed.wait_finished("loop", run, 600)
         said = fed.cli("log", str(run), "loop", "--show").stdout[-4000:]
-        assert fed.status("loop", run) == "finished:completed", said
+        assert status == "finished:completed", said
         rounds = pd.read_csv(out / "rounds.csv")
         assert list(rounds["round"]) == [1, 2, 3, 4, 5]
         assert rounds["n_accepted"].iloc[-1] == 2, rounds  # every honest node, at the end
@@ -270,8 +267,8 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
         subprocess.run(["kill", "-9", *launcher], check=True)
         out2 = tmp_path / "out2"
         run2 = submit(fed, ROOT, out2, rounds=1, clients=2)
-        wait_for(lambda: fed.status("loop", run2).startswith("finished"), 400, what="run 2")
-        assert fed.status("loop", run2) == "finished:completed", fed.log("link")
+        status = fed.wait_finished("loop", run2, 400, what="run 2")
+        assert status == "finished:completed", fed.log("link")
     finally:
         fed.close()
 

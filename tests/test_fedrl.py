@@ -1032,20 +1032,27 @@ def test_the_relay_counts_every_release_as_the_party_does_evaluation_included():
         assert relay.max_releases(party.role) == party.ledger.max_releases()
 
 
+@pytest.fixture(scope="module")
+def honest_fedrl_rounds(tmp_path_factory) -> pd.DataFrame:
+    """rounds.csv of an honest study-mode run, made once for the lying parties it is held to."""
+    out = tmp_path_factory.mktemp("honest")
+    cfg = merged({**SMALL, "fedrl.reproducible-noise": True, "out-dir": str(out)})
+    fedrl_server.run(InProcessGrid(app, cfg, 2, node_config_extra=RESEARCH), parse(cfg), "fedrl")
+    return pd.read_csv(out / "rounds.csv")
+
+
 @pytest.mark.parametrize("lie", [float("nan"), -1.0, 1e308, 0.5])
 @pytest.mark.slow
-def test_a_party_lying_about_its_epsilon_cannot_move_the_servers_figure(tmp_path, lie, caplog):
+def test_a_party_lying_about_its_epsilon_cannot_move_the_servers_figure(
+    tmp_path, lie, caplog, honest_fedrl_rounds
+):
     """rounds.csv's epsilon is the server's own count; a party's claim is kept beside it only
     when it can be a figure at all (a number in [0, epsilon of every row it sent]), and a
     claim that differs is named in the round line. NaN, negative and absurd claims never
     reach rounds.csv."""
     import logging
 
-    honest_cfg = merged({**SMALL, "fedrl.reproducible-noise": True, "out-dir": str(tmp_path / "h")})
-    fedrl_server.run(
-        InProcessGrid(app, honest_cfg, 2, node_config_extra=RESEARCH), parse(honest_cfg), "fedrl"
-    )
-    honest = pd.read_csv(tmp_path / "h" / "rounds.csv")
+    honest = honest_fedrl_rounds
 
     from flwr.app import MetricRecord
 

@@ -127,12 +127,7 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
                 f'num-clients=2 out-dir="{out}" {rc}', where="link",
             )  # fmt: skip
             run_id = json.loads(started.stdout)["run-id"]
-            wait_for(
-                lambda: fed.status("op", run_id, where="link").startswith("finished"),
-                300,
-                what=f"run {run_id}",
-            )
-            return fed.status("op", run_id, where="link")
+            return fed.wait_finished("op", run_id, 300, what=f"run {run_id}", where="link")
 
         small_rl = (
             'method="fedrl" num-server-rounds=1 fedrl.warmup=8 fedrl.envs=4 fedrl.act-steps=1 '
@@ -270,9 +265,7 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
             return json.loads(started.stdout)["run-id"]
 
         def finished(run_id: int) -> str:
-            wait_for(lambda: fed.status("op", run_id, where="link").startswith("finished"), 400,
-                     what=f"run {run_id}")  # fmt: skip
-            return fed.status("op", run_id, where="link")
+            return fed.wait_finished("op", run_id, 400, what=f"run {run_id}", where="link")
 
         out = tmp_path / "out"
         run_id = start_run(ROUNDS, out)

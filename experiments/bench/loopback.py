@@ -106,6 +106,21 @@ class Federation:
         except (ValueError, KeyError, IndexError):
             return ""
 
+    def wait_finished(
+        self, connection: str, run_id: int, timeout: float, what: str = "the run", where: str = ""
+    ) -> str:
+        """Wait for the run to finish and return its status. Each poll is a `flwr ls` process
+        (about 1 s of CPU): polled every 2 s, a 2-minute run cost a core a minute of the 2 the
+        run itself needs, so the interval grows by half each poll, to at most 10 s."""
+        every, deadline = 2.0, time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status(connection, run_id, where=where)
+            if status.startswith("finished"):
+                return status
+            time.sleep(min(every, max(0.0, deadline - time.monotonic())))
+            every = min(every * 1.5, 10.0)
+        raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()[-3000:]
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.bench.loopback import ROOT, Federation, free_port, wait_for, wait_listening
+from experiments.bench.loopback import ROOT, Federation, free_port, wait_listening
 
 
 def main(argv=None) -> int:
@@ -80,13 +80,8 @@ def main(argv=None) -> int:
         )
         started = fed.cli("run", str(ROOT), "loop", "--format", "json", "--run-config", rc)
         run_id = json.loads(started.stdout)["run-id"]
-        wait_for(
-            lambda: fed.status("loop", run_id).startswith("finished"),
-            6 * 3600,
-            every=10,
-            what="the run",
-        )
-        print(f"status {fed.status('loop', run_id)}, {time.time() - t0:.0f} s in all")
+        status = fed.wait_finished("loop", run_id, 6 * 3600)
+        print(f"status {status}, {time.time() - t0:.0f} s in all")
         import pandas as pd
 
         print(pd.read_csv(out / "rounds.csv")[["round", "wall_s", "messages"]].to_string())
