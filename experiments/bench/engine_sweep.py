@@ -1,28 +1,32 @@
 """What one poll of Flower's simulation engine costs, by nodes and stored messages (issue 65).
 
-    python -m experiments.bench.engine_sweep [--nodes 1000 10000 100000] [--pending 0 20]
+    python -m experiments.study experiments/studies/engine_sweep.toml
 
-The engine hands messages to its workers by walking every registered node and, for each,
-every message in the SuperLink's store (flwr/server/superlink/fleet/vce/vce_api.py
+(the analysis of that study file, which sets the node counts, the stored messages and the
+repeats). The engine hands messages to its workers by walking every registered node and, for
+each, every message in the SuperLink's store (flwr/server/superlink/fleet/vce/vce_api.py
 `add_messages_to_queue`, InMemoryLinkState.get_message_ins), every 0.1 s while the run lasts;
 a message stays in the store until its reply is pulled, so a round pays this for its whole
-length. This builds Flower's own in-memory LinkState with N nodes registered as the engine
+length. Each run builds Flower's own in-memory LinkState with N nodes registered as the engine
 registers them and P messages pushed through Flower's InMemoryGrid, and times one call of
-Flower's own loop (CPU seconds): the cost is Flower's, ∝ nodes x stored messages. Writes
-experiments/results/engine_sweep.csv.
+Flower's own loop (CPU seconds, `repeats` times: the median is kept, least and largest beside):
+the cost is Flower's, ∝ nodes x stored messages. The baseline is the same sweep with nothing
+stored, measured in the same study; the figure draws the poll interval, 0.1 s, above which one
+sweep takes more than the whole interval of a core. Writes experiments/results/engine_sweep.csv,
+every timing in engine_sweep_runs.csv, and the figure.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import threading
 import time
+from pathlib import Path
 from queue import Queue
 
 import pandas as pd
 
-from experiments.simulate import RESULTS, command_line, machine_label
+from experiments import figures
+from experiments.simulate import machine_label
 
 
 class _Once(threading.Event):
@@ -79,26 +83,57 @@ def sweep_cpu_s(nodes: int, pending: int) -> float:
     return spent
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 10000, 100000])
-    ap.add_argument("--pending", type=int, nargs="+", default=[0, 20])
-    args = ap.parse_args(argv)
-    if min(args.nodes) < max(args.pending) or min(args.pending) < 0:
-        print("engine_sweep: --pending must be in [0, min(--nodes)]", file=sys.stderr)
-        return 2
-    rows = [
-        {"nodes": n, "pending": p, "sweep_cpu_s": round(sweep_cpu_s(n, p), 3)}
-        for n in args.nodes
-        for p in args.pending
+def one_run(nodes: int, pending: int, repeats: int) -> list[dict]:
+    """`repeats` sweeps, each over a LinkState built afresh."""
+    return [
+        {
+            "nodes": nodes,
+            "pending": pending,
+            "repeat": k,
+            "sweep_cpu_s": sweep_cpu_s(nodes, pending),
+        }
+        for k in range(repeats)
     ]
-    df = pd.DataFrame(rows)
+
+
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if not 0 <= cell["pending"] <= cell["nodes"] or cell["repeats"] < 1:
+        raise ValueError(f"{where}: grid.pending in [0, nodes] and grid.repeats at least 1")
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median CPU seconds of a sweep per cell, least and largest beside, and its ratio to the
+    sweep over as many nodes with nothing stored (the baseline of the same study)."""
+    df = (
+        runs.groupby(["nodes", "pending"])
+        .sweep_cpu_s.agg(sweep_cpu_s="median", least="min", largest="max", repeats="size")
+        .reset_index()
+    )
+    empty = df[df.pending == 0].set_index("nodes").sweep_cpu_s
+    df["ratio_to_nothing_stored"] = df.sweep_cpu_s / df.nodes.map(empty)
     df["machine"] = machine_label()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    df.to_csv(RESULTS / "engine_sweep.csv", index=False)
-    print(f"{command_line(__file__, argv)}\n" + df.to_string(index=False))
-    return 0
+    return df.round(4)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
+    """CPU seconds of one sweep against nodes, one line per count of stored messages (every
+    repeat a dot), beside the poll interval it is repeated at."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for pending, g in runs.groupby("pending"):
+        med = g.groupby("nodes").sweep_cpu_s.median()
+        label = "nothing stored (baseline)" if pending == 0 else f"{pending} messages stored"
+        (line,) = ax.plot(med.index, med.clip(lower=1e-5), "o-", label=label)
+        ax.plot(g.nodes, g.sweep_cpu_s.clip(lower=1e-5), ".", color=line.get_color(), alpha=0.5)
+    ax.axhline(0.1, color="grey", ls="--", label="the engine's poll interval, 0.1 s")
+    ax.set(xscale="log", yscale="log", xlabel="registered nodes",
+           ylabel="CPU s of one sweep (add_messages_to_queue)",
+           title="One poll of Flower's simulation engine (flwr 1.41)")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    figures.save(fig, png, command)

@@ -104,7 +104,8 @@ def rows() -> list[dict]:
                 {
                     "what": f"Flower's engine sweep (every 0.1 s), {r.nodes} nodes, "
                     f"{r.pending} messages stored",
-                    "measured": f"{r.sweep_cpu_s:.2f} s CPU",
+                    "measured": f"{r.sweep_cpu_s:.2f} s CPU ({r.least:.2f}-{r.largest:.2f})"
+                    + (f", {r.ratio_to_nothing_stored:.1f}x nothing stored" if r.pending else ""),
                     "goal": "",
                     "met": "",
                 }
