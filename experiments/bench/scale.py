@@ -1,25 +1,29 @@
 """How FedAvg under Flower's simulation engine scales with the number of virtual clients.
 
-    python -m experiments.bench.scale [--clients 10 10000 100000] [--participants 10] [--rounds 3]
+    python -m experiments.study experiments/studies/scale.toml
 
-Every run does the same work per round: `--participants` clients train (fraction-train =
-participants / N) and at most as many are scored (fraction-evaluate = the same, capped by
-max-evaluate-clients), on small embedded driving silos (32 training images of 32x32, 1 local
-epoch), so a difference between rows is what the federation's size costs, not more training.
-Per run: time to the end of round 1 (Ray and the SuperLink's start, registering the nodes, the
-identity queries, round 1), the median time of rounds 2..R, and the peak memory of the whole
-process tree (simulation.py, the SuperLink, Ray and its workers: the sum of the resident set
-sizes of every descendant, sampled every 0.5 s from /proc, so Linux only). Above
+(the analysis of that study file, which sets the client counts, participants, rounds and
+repeats). The study is one run that times every client count in turn, `repeats` times
+interleaved, so no two timings share the machine and a change of load hits every count alike;
+run it on a quiet machine. Every run does the same work per round: `participants` clients train
+(fraction-train = participants / N) and at most as many are scored (fraction-evaluate = the
+same, capped by max-evaluate-clients), on small embedded driving silos (32 training images of
+32x32, 1 local epoch), so a difference between rows is what the federation's size costs, not
+more training. Per run: time to the end of round 1 (Ray and the SuperLink's start, registering
+the nodes, the identity queries, round 1), the median time of rounds 2..R, and the peak memory
+of the whole process tree (simulation.py, the SuperLink, Ray and its workers: the sum of the
+resident set sizes of every descendant, sampled every 0.5 s from /proc, so Linux only). Above
 `partition-sampling-max` (1,000) clients the server asks only the nodes it draws who they are
-(strategies/screened_fedavg.py), so round 1 costs what any round costs. The goals set for it
-(issue 65): 100,000 clients under 8 GiB, start to the end of round 1 under 2 min, a round <= 2x
-the 10-client round or Flower's share of it named (experiments/bench/engine_sweep.py).
-Writes experiments/results/scale.csv.
+(strategies/screened_fedavg.py), so round 1 costs what any round costs. The baseline is the
+smallest federation, timed in the same repeat: a round's ratio to it is taken within each
+repeat. The goals set for it (issue 65): 100,000 clients under 8 GiB, start to the end of
+round 1 under 2 min, a round <= 2x the 10-client round or Flower's share of it named
+(experiments/studies/engine_sweep.toml). Writes experiments/results/scale.csv (medians over the
+repeats, least and largest beside), every run in scale_runs.csv, and the figure.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -31,7 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.simulate import RESULTS, ROOT, command_line, machine_label
+from experiments import figures
+from experiments.simulate import ROOT, machine_label
 
 
 def tree_rss(root: int) -> int:
@@ -108,31 +113,88 @@ def run(n: int, participants: int, rounds: int, out: Path) -> dict:
     return row
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clients", type=int, nargs="+", default=[10, 10000, 100000])
-    ap.add_argument("--participants", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args(argv)
-    cmd = command_line(__file__, argv)
-    if min(args.clients) < args.participants or args.rounds < 2:
-        print("scale: --clients must be >= --participants and --rounds >= 2", file=sys.stderr)
-        return 2
+def one_run(clients: list[int], participants: int, rounds: int, repeats: int) -> list[dict]:
+    """Every client count timed `repeats` times, interleaved; each run's folder is removed."""
     work = Path(tempfile.mkdtemp(prefix="scale-"))
     rows = []
-    for n in args.clients:
-        rows.append(run(n, args.participants, args.rounds, work / str(n)))
-        print(rows[-1], flush=True)
-        shutil.rmtree(work / str(n), ignore_errors=True)
-    df = pd.DataFrame(rows)
-    base = df[df.clients == min(args.clients)].round_s.iloc[0]
-    df["round_vs_smallest"] = (df.round_s / base).round(2)
+    for k in range(repeats):
+        for n in clients:
+            rows.append({"repeat": k, **run(n, participants, rounds, work / f"{n}-{k}")})
+            print(rows[-1], flush=True)
+            shutil.rmtree(work / f"{n}-{k}", ignore_errors=True)
+    return rows
+
+
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if min(cell["clients"]) < cell["participants"] or cell["rounds"] < 2 or cell["repeats"] < 1:
+        raise ValueError(
+            f"{where}: grid.clients at least grid.participants, grid.rounds at least 2, "
+            "grid.repeats at least 1"
+        )
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per client count: medians over the repeats (a failed run counts as failed), the round's
+    ratio to the smallest federation's within each repeat, its least and largest beside."""
+    runs = runs.copy()
+    smallest = runs[runs.clients == runs.clients.min()].set_index("repeat").round_s
+    runs["ratio"] = runs.round_s / runs.repeat.map(smallest)
+    df = (
+        runs.groupby("clients")
+        .agg(
+            participants=("participants", "first"),
+            rounds=("rounds", "first"),
+            returncode=("returncode", "max"),
+            total_s=("total_s", "median"),
+            peak_gib=("peak_gib", "max"),
+            round_s=("round_s", "median"),
+            to_first_round_end_s=("to_first_round_end_s", "median"),
+            to_first_round_end_least=("to_first_round_end_s", "min"),
+            to_first_round_end_largest=("to_first_round_end_s", "max"),
+            round_vs_smallest=("ratio", "median"),
+            round_vs_smallest_least=("ratio", "min"),
+            round_vs_smallest_largest=("ratio", "max"),
+            repeats=("repeat", "nunique"),
+        )
+        .reset_index()
+    )
     df["machine"] = machine_label()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    df.to_csv(RESULTS / "scale.csv", index=False)
-    print(f"\n{cmd}\n" + df.to_string(index=False))
-    return 0
+    return df.round(2)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
+    """The three goals against the federation's size, every run a dot and the median a line,
+    each goal drawn as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = runs.copy()
+    smallest = runs[runs.clients == runs.clients.min()].set_index("repeat").round_s
+    runs["ratio"] = runs.round_s / runs.repeat.map(smallest)
+    panels = (
+        (
+            "ratio",
+            "round time ÷ the smallest federation's",
+            2,
+            "goal <= 2x (or Flower's share named)",
+        ),
+        ("to_first_round_end_s", "start to the end of round 1 (s)", 120, "goal < 2 min"),
+        ("peak_gib", "peak memory, process tree (GiB)", 8, "goal < 8 GiB"),
+    )
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, (col, label, goal, goal_label) in zip(axes, panels):
+        ax.plot(runs.clients, runs[col], "o", color="tab:blue", alpha=0.4)
+        ax.plot(runs.groupby("clients")[col].median(), "-", color="tab:blue", label="median")
+        ax.axhline(goal, color="grey", ls="--", label=goal_label)
+        ax.set(xscale="log", xlabel="virtual clients", ylabel=label)
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        f"FedAvg in Flower's simulation engine, {int(runs.participants.iloc[0])} clients train "
+        "a round; smallest federation = the baseline",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    figures.save(fig, png, command)
