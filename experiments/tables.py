@@ -97,6 +97,14 @@ def paired(sa: dict, sb: dict) -> dict | None:
     }
 
 
+def ratio_within_repeat(runs, value: str, baseline):
+    """`runs` with a `ratio` column: each row's `value` over the baseline row's of the same
+    `repeat` (`baseline`: a boolean mask of the baseline rows), so a change of load between
+    repeats hits both sides of a ratio alike (a speed is a ratio to a baseline of the same run)."""
+    base = runs[baseline].set_index("repeat")[value]
+    return runs.assign(ratio=runs[value] / runs["repeat"].map(base))
+
+
 def pipe_table(head: list[str], rows: list[list]) -> str:
     """A markdown table: one header row, then one row per list of cells."""
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -37,6 +37,7 @@ import pandas as pd
 
 from experiments import figures
 from experiments.simulate import ROOT, machine_label
+from experiments.tables import ratio_within_repeat
 
 
 def tree_rss(root: int) -> int:
@@ -137,9 +138,7 @@ def check(cell: dict, where) -> None:
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Per client count: medians over the repeats (a failed run counts as failed), the round's
     ratio to the smallest federation's within each repeat, its least and largest beside."""
-    runs = runs.copy()
-    smallest = runs[runs.clients == runs.clients.min()].set_index("repeat").round_s
-    runs["ratio"] = runs.round_s / runs.repeat.map(smallest)
+    runs = ratio_within_repeat(runs, "round_s", runs.clients == runs.clients.min())
     df = (
         runs.groupby("clients")
         .agg(
@@ -171,9 +170,7 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = runs.copy()
-    smallest = runs[runs.clients == runs.clients.min()].set_index("repeat").round_s
-    runs["ratio"] = runs.round_s / runs.repeat.map(smallest)
+    runs = ratio_within_repeat(runs, "round_s", runs.clients == runs.clients.min())
     panels = (
         (
             "ratio",

@@ -46,6 +46,7 @@ import torch
 
 from experiments import figures
 from experiments.simulate import machine_label
+from experiments.tables import ratio_within_repeat
 
 
 def two_rollouts(roll):
@@ -146,9 +147,7 @@ def check(cell: dict, where) -> None:
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Median updates/s per variant and its ratio to (before) within each repeat."""
-    runs = runs.copy()
-    before = runs[runs.variant.str.endswith("(before)")].set_index("repeat").updates_per_s
-    runs["ratio"] = runs.updates_per_s / runs.repeat.map(before)  # within one repeat
+    runs = ratio_within_repeat(runs, "updates_per_s", runs.variant.str.endswith("(before)"))
     df = (
         runs.groupby("variant", sort=False)
         .agg(
@@ -174,9 +173,7 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = runs.copy()
-    before = runs[runs.variant.str.endswith("(before)")].set_index("repeat").updates_per_s
-    runs["ratio"] = runs.updates_per_s / runs.repeat.map(before)
+    runs = ratio_within_repeat(runs, "updates_per_s", runs.variant.str.endswith("(before)"))
     names = list(dict.fromkeys(runs.variant))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for i, name in enumerate(names):
