@@ -1,0 +1,61 @@
+"""The benchmark studies' own logic (experiments/bench/), without their long runs: a sweep of
+Flower's engine on a few nodes, ratios taken within a repeat, and the verdict on a goal."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from experiments.bench import engine_sweep, scale
+from experiments.bench.performance_table import overhead_met
+from experiments.tables import ratio_within_repeat
+
+
+def test_an_engine_sweep_hands_out_every_stored_message_and_costs_more_with_them():
+    """Flower's own sweep over 2,000 registered nodes: with 10 messages stored it hands out all
+    10 (one_run refuses otherwise) and walks them for every node, so it costs more CPU than the
+    sweep with nothing stored."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    names = ("run_id", "node_id", "task_id")  # the sweep sets its run's; the suite's after
+    kept = {n: getattr(TaskIdentity, n) for n in names}
+    try:
+        empty = engine_sweep.one_run(2000, 0, 3)
+        stored = engine_sweep.one_run(2000, 10, 3)
+    finally:
+        for n, v in kept.items():
+            setattr(TaskIdentity, n, v)
+    assert [r["repeat"] for r in stored] == [0, 1, 2]
+    table = engine_sweep.summarize(pd.DataFrame(empty + stored))
+    by = table.set_index("pending")
+    assert by.loc[10, "sweep_cpu_s"] > by.loc[0, "sweep_cpu_s"]
+    assert by.loc[0, "ratio_to_nothing_stored"] == 1.0 and by.loc[10, "repeats"] == 3
+
+
+def test_a_ratio_is_taken_within_its_repeat_so_a_slower_repeat_does_not_move_it():
+    """Repeat 1 ran on a machine twice as busy: every time doubled. The ratio to the smallest
+    federation is the same in both repeats; a ratio of medians across repeats would not be."""
+    runs = pd.DataFrame(
+        [{"repeat": k, "clients": n, "round_s": t * (1 + k)} for k in (0, 1)
+         for n, t in ((10, 1.0), (1000, 3.0))]
+    )  # fmt: skip
+    got = ratio_within_repeat(runs, "round_s", runs.clients == 10)
+    assert got[got.clients == 1000].ratio.tolist() == [3.0, 3.0]
+    assert "ratio" not in runs  # the caller's frame is left as it was
+
+
+@pytest.mark.parametrize(
+    "ratio, goal, met",
+    [(1.10, "<= 1.15", "yes"), (1.42, "<= 1.15", "no"), (1.0, "<= 1.15", "yes"),
+     (0.62, "<= 1.15", "no verdict: the baseline is the slower one here"), (9.4, "", "")],
+)  # fmt: skip
+def test_an_overhead_below_its_baseline_gets_no_verdict_not_met(ratio, goal, met):
+    assert overhead_met(ratio, goal) == met
+
+
+def test_a_scale_study_that_cannot_measure_its_goal_is_refused_naming_the_field():
+    cell = {"clients": [5, 100], "participants": 10, "rounds": 3, "repeats": 1}
+    with pytest.raises(ValueError, match="grid.clients at least grid.participants"):
+        scale.check(cell, "scale.toml")
+    with pytest.raises(ValueError, match=r"grid.pending in \[0, nodes\]"):
+        engine_sweep.check({"nodes": 10, "pending": 20, "repeats": 1}, "engine_sweep.toml")
