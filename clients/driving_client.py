@@ -19,6 +19,7 @@ from clients import costs, faults
 from config import Config, parse
 from contracts.messages import (
     FIT_S,
+    HOLDS_PARTITION,
     LABEL_MEAN,
     LABEL_SQ_MEAN,
     NUM_EXAMPLES,
@@ -181,7 +182,12 @@ def train(msg: Message, context: Context) -> Message:
             {
                 "arrays": ArrayRecord(state),
                 "metrics": MetricRecord(
-                    {NUM_EXAMPLES: len(data.y_train), TRAIN_LOSS: stats["mse"], FIT_S: fit_s}
+                    {
+                        NUM_EXAMPLES: len(data.y_train),
+                        TRAIN_LOSS: stats["mse"],
+                        FIT_S: fit_s,
+                        HOLDS_PARTITION: pid,
+                    }
                 ),
             }
         ),
@@ -205,6 +211,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     # the test labels' first two moments: the server's floor, the best constant (strategies/floors.py)
     y = np.asarray(data.y_test, dtype=np.float64)
     metrics.update({LABEL_MEAN: float(y.mean()), LABEL_SQ_MEAN: float((y**2).mean())})
+    metrics[HOLDS_PARTITION] = int(context.node_config["partition-id"])
     return Message(
         RecordDict({"metrics": MetricRecord({NUM_EXAMPLES: len(data.y_test), **metrics})}),
         reply_to=msg,

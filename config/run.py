@@ -33,7 +33,7 @@ class RunSettings(Section):
         "up to this many clients a round's silos are drawn by partition id (same seed, same "
         "silos; every node is asked its partition at the start, which Flower's simulation "
         "engine pays for as clients x clients); above it the draw is over the connected nodes "
-        "and only the nodes drawn are asked (start-up linear in the clients)",
+        "and no node is asked: each reply says its partition (start-up linear in the clients)",
         lo=0,
         hi=10**6,
     )

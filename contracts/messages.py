@@ -27,6 +27,10 @@ MIXES_AT_LEAST = "mixes-at-least"
 NUM_EXAMPLES = "num-examples"  # the weight of the node's update in the mean (FedAvg)
 TRAIN_LOSS = "train-loss"  # mean training loss of the node's local steps
 FIT_S = "fit-s"  # seconds of local training
+# the partition this node holds (its node config's partition-id), in a driving node's every
+# train and evaluate reply: a large federation learns who is who from the replies instead of
+# asking each drawn node first (strategies/screened_fedavg.py, by_node; issue 66)
+HOLDS_PARTITION = "holds-partition"
 DP_EPSILON = "dp-epsilon"  # local DP: the party's total epsilon after this release (clients/dp.py)
 LOCAL_STEPS = "local-steps"  # optimizer steps taken (FedVLN)
 NUM_AUGMENTED = "num-augmented"  # speaker-written episodes added (FedVLN augment)

@@ -225,17 +225,23 @@ def identify(
     retired: set[int],
     start_s: float = START_S,
 ) -> dict[int, int]:
-    """Ask `nodes` (not yet in `partitions`) their partition and add them. A node that does
-    not answer is left out (logged), not fatal; when two nodes claim one partition the newest
-    wins and the log says which node to stop; the node it replaced goes into `retired` and is
-    not asked again (else the two would take turns). Updates both in place."""
+    """Ask `nodes` (not yet in `partitions`) their partition and add them (`adopt`). A node
+    that does not answer is left out (logged), not fatal. Updates both in place."""
     try:
         found = query_partitions(grid, nodes, wait_s, start_s)
     except FederationError as e:
         log(WARNING, "[fedembodied] new nodes %s not used: %s", nodes, e)
         found = {}
+    return adopt(found, partitions, retired)
+
+
+def adopt(found: dict[int, int], partitions: dict[int, int], retired: set[int]) -> dict[int, int]:
+    """Add what nodes said they hold (node id -> partition) to `partitions`. When two nodes
+    claim one partition the newest wins and the log says which node to stop; the node it
+    replaced goes into `retired` and is not used again (else the two would take turns).
+    Updates both in place."""
     for node, part in found.items():
-        for old in [n for n, q in partitions.items() if q == part]:
+        for old in [n for n, q in partitions.items() if q == part and n != node]:
             log(
                 WARNING,
                 "[fedembodied] node %d now holds partition %d; node %d, which "

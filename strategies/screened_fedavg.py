@@ -5,8 +5,11 @@
   order (float sums depend on order). That needs every node asked its partition at the start,
   and in Flower's simulation engine N pending messages cost N x N a poll (docs/performance.md,
   Scale): a federation above `partition_sampling_max` clients draws over the connected nodes
-  instead and asks only the ones it draws, so start-up costs what a round costs (issue 65) and
-  which silos train then depends on the node ids Flower assigns;
+  instead and asks none of them: every driving reply says which partition its node holds
+  (contracts.messages.HOLDS_PARTITION), so a round is two waits (train, evaluate) instead of
+  four with an identity query before each (issue 66; issue 65 asked only the drawn nodes),
+  start-up costs what a round costs, and which silos train then depends on the node ids Flower
+  assigns;
 * every update is screened (strategies.screening) and a bad one is left out of the round
   instead of failing it;
 * the bytes of every array sent and received, and one row per client per round, go to the
@@ -33,13 +36,20 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
-from contracts.messages import FIT_S, NUM_EXAMPLES, SAVE_STATE, SERVER_ROUND, TRAIN_LOSS
+from contracts.messages import (
+    FIT_S,
+    HOLDS_PARTITION,
+    NUM_EXAMPLES,
+    SAVE_STATE,
+    SERVER_ROUND,
+    TRAIN_LOSS,
+)
 from strategies.dp import fixed_denominator_mean, floor_variances
 from strategies.floors import FLOOR_RMSE, best_constant_rmse, label_moments
 from strategies.nodes import (
     START_S,
+    adopt,
     answered,
-    identify,
     query_partitions,
     refresh_partitions,
     wait_for_nodes,
@@ -110,7 +120,7 @@ class ScreenedFedAvg(FedAvg):
         # local DP (strategies/dp.LocalDPLedger): the server's own count of what each party
         # spent; noised variances are floored (post-processing)
         self.dp_local = dp_local
-        # above this many clients: sample nodes and ask only those (module docstring)
+        # above this many clients: sample nodes, learn their partitions from replies (module docstring)
         self.by_node = num_clients > partition_sampling_max
 
     # ---- who is who -------------------------------------------------------------------
@@ -122,7 +132,7 @@ class ScreenedFedAvg(FedAvg):
                 log(
                     INFO,
                     "[fedembodied] %d clients > partition-sampling-max: each round draws over "
-                    "the connected nodes and asks only those it draws their partition",
+                    "the connected nodes; each reply says which partition its node holds",
                     self.num_clients,
                 )
                 self.partitions = {}
@@ -160,15 +170,34 @@ class ScreenedFedAvg(FedAvg):
 
     def _sample_nodes(self, grid: Grid, parts: dict[int, int], rng, fraction, cap) -> list[int]:
         """A large federation's draw: over the connected nodes (sorted, so the draw depends on
-        the seed and the node ids alone); the drawn nodes not met before are asked their
-        partition (`identify`), one that does not answer is left out of the round."""
+        the seed and the node ids alone). No node is asked who it is: its reply says
+        (`_learn_partitions`), which saves a wait on the whole federation per draw."""
         online = sorted(set(grid.get_node_ids()) - self.retired)
         chosen = rng.sample(online, sample_size(len(online), fraction, cap)) if online else []
-        unknown = [n for n in chosen if n not in parts]
-        if unknown:
-            identify(grid, unknown, parts, self.node_wait_s, self.retired, self.node_start_s)
         self.unheld = []
-        return sorted((n for n in chosen if n in parts), key=parts.__getitem__)
+        return sorted(chosen, key=lambda n: (parts.get(n, self.num_clients), n))
+
+    def _learn_partitions(self, replies: list[tuple[int, Message]]) -> None:
+        """A large federation (`by_node`): the partition each (node, reply) says its node holds
+        (HOLDS_PARTITION), for a node not met before, kept as an identity answer would be
+        (strategies.nodes.adopt: of two nodes claiming one partition the newest wins). A claim
+        is no more trusted than the identity query's was: the node's own word. A missing or
+        out-of-range claim leaves the node's partition unknown (-1 in clients.csv); a known
+        node's later claims are not read, so a node cannot move between partitions."""
+        if not self.by_node or self.partitions is None:
+            return
+        found = {}
+        for node, rep in replies:
+            if node in self.partitions or node in found or rep.has_error():
+                continue
+            metrics = next(iter(rep.content.metric_records.values()), {})
+            claim = metrics.get(HOLDS_PARTITION)
+            if type(claim) is int and 0 <= claim < self.num_clients:  # not a bool or float
+                found[node] = claim
+            else:
+                log(WARNING, "[fedembodied] node %d's reply says no partition in [0, %d) "
+                    "(%r): its rows say -1", node, self.num_clients, claim)  # fmt: skip
+        adopt(found, self.partitions, self.retired)
 
     def _extra_train_config(self) -> dict:
         return {}
@@ -251,6 +280,7 @@ class ScreenedFedAvg(FedAvg):
         empty-round rule, then the weighted mean (or robust aggregate) of what was accepted."""
         server_round += self.round_offset
         pairs = answered(self.sent, list(replies))
+        self._learn_partitions([(self.sent[i].metadata.dst_node_id, rep) for i, rep in pairs])
         pairs.sort(key=lambda ir: self._partition(self.sent[ir[0]].metadata.dst_node_id))
         if self.dp_local:  # every noised update that arrived was a release, used or not
             for i, rep in pairs:
@@ -401,6 +431,8 @@ class ScreenedFedAvg(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         server_round += self.round_offset
+        replies = list(replies)
+        self._learn_partitions([(r.metadata.src_node_id, r) for r in replies])
         rows, moments = [], []
         for rep in self._sorted(replies):
             if rep.has_error() or len(rep.content.metric_records) != 1:

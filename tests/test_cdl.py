@@ -124,6 +124,7 @@ def test_cdl_sends_only_the_backbone_and_keeps_the_sub_network(tmp_path):
                 "train-loss",
                 "cd-loss",
                 "fit-s",
+                "holds-partition",
                 "mse",
                 "mae",
                 "cd-grad-ratio",

@@ -57,9 +57,11 @@ def test_train_reply_has_global_arrays_and_metrics():
     m = rep.content["metrics"]
     assert m["num-examples"] == 24 and np.isfinite(m["train-loss"]) and m["fit-s"] > 0
     assert _distance(arrays, g) > 0
-    # nothing but the model's arrays and three numbers leave the silo
+    # nothing but the model's arrays and four numbers leave the silo; the fourth, the partition
+    # it holds, is what the identity query tells the server anyway (strategies/nodes.py)
     assert set(rep.content.keys()) == {"arrays", "metrics"}
-    assert set(m.keys()) == {"num-examples", "train-loss", "fit-s"}
+    assert set(m.keys()) == {"num-examples", "train-loss", "fit-s", "holds-partition"}
+    assert m["holds-partition"] == 1
 
 
 def test_proximal_term_keeps_update_closer_to_global():

@@ -6,7 +6,15 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 
 from config import parse
 from server.recorder import Recorder
@@ -696,14 +704,13 @@ def test_a_federation_still_starting_is_waited_for_and_a_silent_node_after_it_is
     assert 600 <= clock[0] <= 601
 
 
-def test_a_large_federation_asks_only_the_nodes_it_samples(tmp_path):
-    """Issue 65: above `partition-sampling-max` clients the server does not ask every node its
-    partition at the start (N pending messages cost N x N in Flower's simulation engine); each
-    round draws over the connected nodes and asks only those it drew, and the rows still name
-    the partition each drawn node holds. At or below it, every node is asked once (the
-    repeatable draw by partition id)."""
-    from flwr.app import MessageType
-
+def test_a_large_federation_asks_no_node_and_learns_partitions_from_the_replies(tmp_path):
+    """Issue 65/66: above `partition-sampling-max` clients the server does not ask every node its
+    partition at the start (N pending messages cost N x N in Flower's simulation engine), nor
+    the nodes it draws (a wait on the whole federation before training and before scoring):
+    each round draws over the connected nodes and every reply says which partition its node
+    holds, so a round is two waits, and the rows still name the partition of each drawn node.
+    At or below it, every node is asked once (the repeatable draw by partition id)."""
     from clients.app import app
     from config.methods import server_module
     from config.schema import merged
@@ -724,24 +731,46 @@ def test_a_large_federation_asks_only_the_nodes_it_samples(tmp_path):
         )
         grid = InProcessGrid(app, cfg, 12)
         server_module("fedavg").run(grid, parse(cfg), "fedavg")
-        asked = [
-            m.metadata.dst_node_id
-            for m in grid.sent
-            if m.metadata.message_type == MessageType.QUERY
-        ]
-        worked = {
-            m.metadata.dst_node_id
-            for m in grid.sent
-            if m.metadata.message_type != MessageType.QUERY
-        }
-        return asked, worked, pd.read_csv(out / "clients.csv")
+        kinds = [m.metadata.message_type for m in grid.sent]
+        asked = [m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query"]
+        return kinds, asked, pd.read_csv(out / "clients.csv")
 
-    asked, worked, clients = run(tmp_path / "large", 5)
-    assert len(asked) == len(set(asked)) and set(asked) == worked  # each drawn node asked once
-    assert len(worked) < 12  # 2 rounds x (3 trained + 3 scored) of 12: some never messaged
+    kinds, asked, clients = run(tmp_path / "large", 5)
+    assert not asked and set(kinds) == {MessageType.TRAIN, MessageType.EVALUATE}
+    assert len(set(clients.node)) < 12  # 2 rounds x 3 trained of 12: some never messaged
     assert (clients.partition == clients.node - 5000).all() and len(clients) == 2 * 3
-    asked, worked, _ = run(tmp_path / "small", 1000)
+    kinds, asked, _ = run(tmp_path / "small", 1000)
     assert sorted(asked) == list(range(5000, 5012))  # everyone, once, before round 1
+
+
+def _claims(node_claims: dict[int, object]) -> list:
+    """(node, a train reply whose metrics claim `holds-partition`), None: no claim at all."""
+    out = []
+    for node, claim in node_claims.items():
+        metrics = {"num-examples": 1} | ({} if claim is None else {"holds-partition": claim})
+        ask = Message(RecordDict(), dst_node_id=node, message_type=MessageType.TRAIN)
+        out.append((node, Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=ask)))
+    return out
+
+
+def test_a_nodes_partition_claim_is_held_to_what_an_identity_answer_was(tmp_path):
+    """Issue 66: a large federation learns who holds which partition from the replies. A
+    claim is kept as an identity answer was (strategies.nodes.adopt), and no more: one out of
+    range, of the wrong type or missing leaves the node unknown; a known node's later claim
+    does not move it; of two nodes claiming one partition the newer is used and the older
+    retired (never drawn again)."""
+    s, _ = _strategy(tmp_path, n=2000, partition_sampling_max=1000)
+    s.partitions = {}
+    s._learn_partitions(_claims({1: 7, 2: 2000, 3: -1, 4: 1.0, 5: [3], 6: None, 7: 8}))
+    assert s.partitions == {1: 7, 7: 8}
+    s._learn_partitions(_claims({1: 9}))
+    assert s.partitions == {1: 7, 7: 8}
+    s._learn_partitions(_claims({8: 7}))
+    assert s.partitions == {7: 8, 8: 7} and s.retired == {1}
+    small, _ = _strategy(tmp_path, n=3)  # every node asked: replies are not read
+    small.partitions = {1: 0}
+    small._learn_partitions(_claims({2: 1}))
+    assert small.partitions == {1: 0}
 
 
 @pytest.mark.parametrize("method", ["fedavg", "gossip"])

@@ -13,7 +13,7 @@ more training. Per run: time to the end of round 1 (Ray and the SuperLink's star
 the nodes, the identity queries, round 1), the median time of rounds 2..R, and the peak memory
 of the whole process tree (simulation.py, the SuperLink, Ray and its workers: the sum of the
 resident set sizes of every descendant, sampled every 0.5 s from /proc, so Linux only). Above
-`partition-sampling-max` (1,000) clients the server asks only the nodes it draws who they are
+`partition-sampling-max` (1,000) clients the server asks no node who it is (each reply says)
 (strategies/screened_fedavg.py), so round 1 costs what any round costs. The baseline is the
 smallest federation, timed in the same repeat: a round's ratio to it is taken within each
 repeat. The goals set for it (issue 65): 100,000 clients under 8 GiB, start to the end of
