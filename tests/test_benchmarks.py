@@ -59,3 +59,39 @@ def test_a_scale_study_that_cannot_measure_its_goal_is_refused_naming_the_field(
         scale.check(cell, "scale.toml")
     with pytest.raises(ValueError, match=r"grid.pending in \[0, nodes\]"):
         engine_sweep.check({"nodes": 10, "pending": 20, "repeats": 1}, "engine_sweep.toml")
+
+
+def test_the_bare_loop_runs_the_real_round_in_worker_processes_and_keeps_each_nodes_state(
+    tmp_path,
+):
+    """The round-overhead baseline (experiments/bench/round_overhead.bare_loop) is the same
+    ServerApp and ClientApp with the engine taken away: its workers are processes, as Flower's
+    ClientApps are, and each node's state (its optimizer and its step count) travels back from
+    the worker that ran it, so round 2 starts where round 1 left it. Its losses equal the
+    in-process grid's, which runs the same code in this process."""
+    from clients.app import app
+    from config import parse
+    from config.schema import merged
+    from experiments.bench.round_overhead import bare_loop
+    from launch.in_process import InProcessGrid
+    from server import driving_run
+
+    small = {
+        "seed": 0,
+        "driving.image-size": 16,
+        "driving.train-per-silo": 8,
+        "driving.test-per-silo": 6,
+        "driving.local-epochs": 1,
+        "driving.optimizer-state": "silo",  # kept in the node's state, never sent
+        "driving.lr-decay": "sqrt",  # over the silo's local steps, counted in its state
+    }
+    bare = bare_loop(small, rounds=2, clients=3, out=tmp_path / "bare")
+    cfg = merged(
+        {"method": "fedavg", "num-server-rounds": 2, "num-clients": 3,
+         "out-dir": str(tmp_path / "here"), **small}
+    )  # fmt: skip
+    driving_run.run(InProcessGrid(app, cfg, 3), parse(cfg), "fedavg")
+    here = pd.read_csv(tmp_path / "here" / "rounds.csv")
+    assert len(bare) == len(here) == 2
+    assert bare.train_loss.tolist() == pytest.approx(here.train_loss.tolist(), rel=1e-4)
+    assert bare.rmse.tolist() == pytest.approx(here.rmse.tolist(), rel=1e-4)

@@ -9,10 +9,11 @@ study is one run, `repeats` times over both measures, so no two timings share th
 1. Round wall / bare loop, at the README's FedAvg setting (10 embedded silos, 2 local epochs,
    64x64, evaluation every round): the same run (a) through `simulation.py fedavg` (Flower's
    simulation engine, Ray, 2 ClientApps on 2 cores) and (b) as a bare loop: the same ServerApp
-   code (server/driving_run.py) and ClientApp (clients/app.py) exchanging the same messages through
-   a grid that calls the ClientApp directly on 2 worker threads (one torch thread each), with no
-   Ray, no SuperLink and no polling. Median round wall time over rounds 2..R (round 1 pays
-   start-up in both).
+   code (server/driving_run.py) and ClientApp (clients/app.py) exchanging the same messages,
+   serialized as Flower serializes them, through a grid that hands each to 2 worker processes
+   (one torch thread each, as Flower's 2 ClientApp actors), with no Ray, no SuperLink and no
+   polling (`bare_loop`). Median round wall time over rounds 2..R (round 1 pays start-up in
+   both).
 2. Aggregation / memcpy: `replies` training replies of a model of the driving ResNet-8's size
    and of a 13M-parameter model: screening + example-weighted mean as the strategy does it
    (each array read once, as a view of its bytes: strategies/screening.decode), best of 5,
@@ -26,10 +27,13 @@ experiments/results/round_overhead.csv, every repeat in round_overhead_runs.csv,
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import traceback
+import uuid
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -41,9 +45,48 @@ from experiments import figures
 from experiments.simulate import machine_label, simulate
 
 
-def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFrame:
-    """server/driving_run.run over a grid that calls clients/app.py on 2 threads."""
+def _worker_start() -> None:
+    """A bare-loop worker process: one torch thread (as each of Flower's two ClientApps on 2
+    cores), allowed to build Messages (launch/in_process.task_identity)."""
     import torch
+
+    from launch.in_process import task_identity
+
+    torch.set_num_threads(1)
+    task_identity()
+
+
+def _call(message: bytes, context: bytes) -> tuple[bytes, bytes]:
+    """One ClientApp call in a worker process, as Flower's simulation engine makes it: the
+    message and the node's context arrive serialized, the reply and the context (with the
+    state the node kept) go back serialized. An error becomes an error reply, as there."""
+    from flwr.app import Error, Message
+    from flwr.common import serde
+    from flwr.proto.message_pb2 import Context as ProtoContext
+    from flwr.proto.message_pb2 import Message as ProtoMessage
+
+    from clients.app import app
+
+    msg = serde.message_from_proto(ProtoMessage.FromString(message))
+    ctx = serde.context_from_proto(ProtoContext.FromString(context))
+    try:
+        reply = app(msg, ctx)
+    except Exception:
+        reply = Message(Error(code=0, reason=traceback.format_exc()), reply_to=msg)
+    return (
+        serde.message_to_proto(reply).SerializeToString(),
+        serde.context_to_proto(ctx).SerializeToString(),
+    )
+
+
+def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFrame:
+    """server/driving_run.run over a grid that hands each message to clients/app.py in one of
+    2 worker processes (whichever is free, as Flower's two ClientApp actors are), with no Ray,
+    no SuperLink and no polling. Processes, not threads: two threads share one interpreter,
+    which made this loop slower than Flower's round on 2026-12-03's host (0.62x: no floor)."""
+    from flwr.common import serde
+    from flwr.proto.message_pb2 import Context as ProtoContext
+    from flwr.proto.message_pb2 import Message as ProtoMessage
 
     from clients.app import app
     from config.schema import merged
@@ -51,17 +94,28 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
     from server import driving_run
 
     class TwoWorkers(InProcessGrid):
-        pool = ThreadPoolExecutor(max_workers=2)
-
         def send_and_receive(self, messages, timeout=None):
-            import uuid
-
             messages = list(messages)
             for m in messages:
                 m.metadata.__dict__["_message_id"] = str(uuid.uuid4())
-            return list(self.pool.map(self._deliver, messages))
+            calls = [
+                pool.submit(
+                    _call,
+                    serde.message_to_proto(m).SerializeToString(),
+                    serde.context_to_proto(
+                        self.contexts[m.metadata.dst_node_id]
+                    ).SerializeToString(),
+                )
+                for m in messages
+            ]
+            out = []
+            for m, call in zip(messages, calls):
+                reply, context = call.result()
+                ctx = serde.context_from_proto(ProtoContext.FromString(context))
+                self.contexts[m.metadata.dst_node_id] = ctx
+                out.append(serde.message_from_proto(ProtoMessage.FromString(reply)))
+            return out
 
-    torch.set_num_threads(1)
     cfg = merged(
         {
             "method": "fedavg",
@@ -71,7 +125,9 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
             **cfg_over,
         }
     )
-    driving_run.run(TwoWorkers(app, cfg, clients), parse(cfg), "fedavg")
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=spawn, initializer=_worker_start) as pool:
+        driving_run.run(TwoWorkers(app, cfg, clients), parse(cfg), "fedavg")
     return pd.read_csv(out / "rounds.csv")
 
 
