@@ -12,7 +12,9 @@ registers them and P messages pushed through Flower's InMemoryGrid, and times on
 Flower's own loop (CPU seconds, `repeats` times: the median is kept, least and largest beside):
 the cost is Flower's, ∝ nodes x stored messages. The baseline is the same sweep with nothing
 stored, measured in the same study; the figure draws the poll interval, 0.1 s, above which one
-sweep takes more than the whole interval of a core. Writes experiments/results/engine_sweep.csv,
+sweep takes more than the whole interval of a core. Each run also times what the engine does
+once per node before it starts (`register_cpu_s_per_node`: it parses the app's pyproject.toml
+per node), the start-up that 100,000 clients pay (docs/performance.md, Scale). Writes experiments/results/engine_sweep.csv,
 every timing in engine_sweep_runs.csv, and the figure.
 """
 
@@ -26,7 +28,7 @@ from queue import Queue
 import pandas as pd
 
 from experiments import figures
-from experiments.simulate import machine_label
+from experiments.simulate import ROOT, machine_label
 
 
 class _Once(threading.Event):
@@ -83,14 +85,43 @@ def sweep_cpu_s(nodes: int, pending: int) -> float:
     return spent
 
 
+REGISTER_SAMPLE = 1000  # nodes whose contexts are registered to time one node's
+
+
+def register_cpu_s_per_node(nodes: int) -> float:
+    """CPU seconds per node of what Flower's simulation engine does for every node before it
+    starts (flwr/server/superlink/fleet/vce/vce_api.py `start_vce`): `_register_nodes`, and
+    `_register_node_info_stores` with this app's directory, whose `register_context` reads and
+    parses the app's pyproject.toml once per node (flwr/compat/client/run_info_store.py,
+    `get_fused_config_from_dir`). Timed over min(nodes, REGISTER_SAMPLE) nodes: each node's
+    cost is the same file parsed again, so the whole is this times the nodes."""
+    from flwr.server.superlink.fleet.vce.vce_api import _register_node_info_stores, _register_nodes
+    from flwr.server.superlink.linkstate import LinkStateFactory
+    from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
+    from flwr.supercore.object_store import ObjectStoreFactory
+    from flwr.supercore.run import Run
+    from flwr.superlink.federation import NoOpFederationManager
+
+    n = min(nodes, REGISTER_SAMPLE)
+    factory = LinkStateFactory(
+        FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
+    )
+    t0 = time.process_time()
+    mapping = _register_nodes(n, factory)
+    _register_node_info_stores(mapping, Run.create_empty(run_id=1), app_dir=str(ROOT))
+    return (time.process_time() - t0) / n
+
+
 def one_run(nodes: int, pending: int, repeats: int) -> list[dict]:
-    """`repeats` sweeps, each over a LinkState built afresh."""
+    """`repeats` sweeps, each over a LinkState built afresh, and as many timings of a node's
+    registration before the engine starts."""
     return [
         {
             "nodes": nodes,
             "pending": pending,
             "repeat": k,
             "sweep_cpu_s": sweep_cpu_s(nodes, pending),
+            "register_cpu_s": register_cpu_s_per_node(nodes) * nodes,
         }
         for k in range(repeats)
     ]
@@ -104,10 +135,20 @@ def check(cell: dict, where) -> None:
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Median CPU seconds of a sweep per cell, least and largest beside, and its ratio to the
-    sweep over as many nodes with nothing stored (the baseline of the same study)."""
+    sweep over as many nodes with nothing stored (the baseline of the same study); the median
+    CPU seconds of registering that many nodes before the engine starts, least and largest
+    beside."""
     df = (
         runs.groupby(["nodes", "pending"])
-        .sweep_cpu_s.agg(sweep_cpu_s="median", least="min", largest="max", repeats="size")
+        .agg(
+            sweep_cpu_s=("sweep_cpu_s", "median"),
+            least=("sweep_cpu_s", "min"),
+            largest=("sweep_cpu_s", "max"),
+            repeats=("sweep_cpu_s", "size"),
+            register_cpu_s=("register_cpu_s", "median"),
+            register_least=("register_cpu_s", "min"),
+            register_largest=("register_cpu_s", "max"),
+        )
         .reset_index()
     )
     empty = df[df.pending == 0].set_index("nodes").sweep_cpu_s
