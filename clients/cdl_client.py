@@ -34,7 +34,7 @@ from clients.driving_client import (  # noqa: F401 (evaluate: the handler)
     statistics_travel,
 )
 from config import parse
-from contracts.messages import CD_LOSS, FIT_S, NUM_EXAMPLES, TRAIN_LOSS, round_of
+from contracts.messages import CD_LOSS, FIT_S, HOLDS_PARTITION, NUM_EXAMPLES, TRAIN_LOSS, round_of
 from models.rng import owned, stream_seed
 from models.state import load_shared_state, shared_state
 from training.cdl import train_cdl
@@ -119,6 +119,7 @@ def train(msg: Message, context: Context) -> Message:
         TRAIN_LOSS: stats["mse"],
         CD_LOSS: stats["cd"],
         FIT_S: fit_s,
+        HOLDS_PARTITION: pid,  # as every driving reply (a large FedAvg-style run reads it)
     }
     for key in ("cd_grad_ratio", "pb_entropy"):  # measured only once a sub-network exists
         if math.isfinite(stats[key]):

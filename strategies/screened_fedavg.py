@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable
 from logging import INFO, WARNING
 
@@ -180,23 +181,35 @@ class ScreenedFedAvg(FedAvg):
     def _learn_partitions(self, replies: list[tuple[int, Message]]) -> None:
         """A large federation (`by_node`): the partition each (node, reply) says its node holds
         (HOLDS_PARTITION), for a node not met before, kept as an identity answer would be
-        (strategies.nodes.adopt: of two nodes claiming one partition the newest wins). A claim
-        is no more trusted than the identity query's was: the node's own word. A missing or
-        out-of-range claim leaves the node's partition unknown (-1 in clients.csv); a known
-        node's later claims are not read, so a node cannot move between partitions."""
+        (strategies.nodes.adopt: a node that left, such as a SuperNode restarted with a new
+        id, gives its partition to the newcomer). A claim is the node's own word, as the
+        identity answer was, held to this: a missing, out-of-range or non-integer claim, or
+        one on a partition that another node answering in the same batch holds or claims (two
+        live nodes, not a restart), leaves the node unknown, and an unknown node's update and
+        scores are not used (`_problem`, `aggregate_evaluate`). A node's partition is read
+        once while it stays connected: its later claims are not read."""
         if not self.by_node or self.partitions is None:
             return
-        found = {}
+        live = {node for node, rep in replies if not rep.has_error()}
+        claims: dict[int, int] = {}
         for node, rep in replies:
-            if node in self.partitions or node in found or rep.has_error():
+            if node in self.partitions or rep.has_error():
                 continue
-            metrics = next(iter(rep.content.metric_records.values()), {})
-            claim = metrics.get(HOLDS_PARTITION)
+            claim = next(iter(rep.content.metric_records.values()), {}).get(HOLDS_PARTITION)
             if type(claim) is int and 0 <= claim < self.num_clients:  # not a bool or float
-                found[node] = claim
+                claims[node] = claim
             else:
-                log(WARNING, "[fedembodied] node %d's reply says no partition in [0, %d) "
-                    "(%r): its rows say -1", node, self.num_clients, claim)  # fmt: skip
+                log(WARNING, "[fedembodied] node %d's reply names no partition in [0, %d) "
+                    "(%.40r): not used", node, self.num_clients, claim)  # fmt: skip
+        held = {self.partitions[n] for n in live if n in self.partitions}
+        counts = Counter(claims.values())
+        found = {}
+        for node, part in claims.items():
+            if part in held or counts[part] > 1:
+                log(WARNING, "[fedembodied] node %d claims partition %d, which another node "
+                    "answering now holds or claims: not used", node, part)  # fmt: skip
+            else:
+                found[node] = part
         adopt(found, self.partitions, self.retired)
 
     def _extra_train_config(self) -> dict:
@@ -296,6 +309,8 @@ class ScreenedFedAvg(FedAvg):
 
     def _count_release(self, node: int, rep: Message) -> None:
         """Local DP's ledger: an update `node` sent (noised by its LocalDpMod) reached us."""
+        if self.by_node and node not in (self.partitions or {}):
+            return  # no party to count it for; its update is not used (_problem)
         if not rep.has_error() and rep.content.array_records:
             metrics = next(iter(rep.content.metric_records.values()), {})
             self.dp_local.received(self._partition(node), dict(metrics))
@@ -309,6 +324,8 @@ class ScreenedFedAvg(FedAvg):
         problem, update = screen_update(
             rep, self.current, array_key=self.arrayrecord_key, weight_key=self.weighted_by_key
         )
+        if self.by_node and node not in (self.partitions or {}) and not rep.has_error():
+            problem = "rejected: no partition it may hold (holds-partition, _learn_partitions)"
         if rep.has_error():
             log(
                 WARNING,
@@ -437,6 +454,8 @@ class ScreenedFedAvg(FedAvg):
         for rep in self._sorted(replies):
             if rep.has_error() or len(rep.content.metric_records) != 1:
                 continue
+            if self.by_node and rep.metadata.src_node_id not in (self.partitions or {}):
+                continue  # who it is is not known (_learn_partitions): its scores are not used
             m = next(iter(rep.content.metric_records.values()))
             try:  # a malformed or forged reply is left out, never pooled or crashing the run
                 row = (float(m[NUM_EXAMPLES]), float(m["mse"]), float(m["mae"]))

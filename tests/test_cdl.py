@@ -194,6 +194,9 @@ def test_cdl_under_a_server_is_fedavg_of_backbones(tmp_path):
     assert all(np.array_equal(heads[0], h) for h in heads)  # one global model
     for rep in _sent_by_clients(grid):
         assert not any(k.startswith("sub.") for k in rep.content["arrays"].keys())
+        # as every driving reply: a large federation learns partitions from it (issue 66)
+        src = grid.contexts[rep.metadata.src_node_id].node_config["partition-id"]
+        assert rep.content["metrics"]["holds-partition"] == src
 
 
 @pytest.mark.parametrize(

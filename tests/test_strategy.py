@@ -757,20 +757,47 @@ def test_a_nodes_partition_claim_is_held_to_what_an_identity_answer_was(tmp_path
     """Issue 66: a large federation learns who holds which partition from the replies. A
     claim is kept as an identity answer was (strategies.nodes.adopt), and no more: one out of
     range, of the wrong type or missing leaves the node unknown; a known node's later claim
-    does not move it; of two nodes claiming one partition the newer is used and the older
-    retired (never drawn again)."""
+    does not move it; a claim on a partition that another node answering in the same batch
+    holds or claims is not taken (two live nodes, not a restart); a partition whose node is
+    gone goes to the newcomer, and the old node is retired (never drawn again)."""
     s, _ = _strategy(tmp_path, n=2000, partition_sampling_max=1000)
     s.partitions = {}
     s._learn_partitions(_claims({1: 7, 2: 2000, 3: -1, 4: 1.0, 5: [3], 6: None, 7: 8}))
     assert s.partitions == {1: 7, 7: 8}
     s._learn_partitions(_claims({1: 9}))
     assert s.partitions == {1: 7, 7: 8}
-    s._learn_partitions(_claims({8: 7}))
+    s._learn_partitions(_claims({1: 7, 9: 7, 10: 11, 11: 11}))  # node 1 answers beside 9
+    assert s.partitions == {1: 7, 7: 8} and not s.retired
+    s._learn_partitions(_claims({8: 7}))  # node 1 is silent now: a restart under a new id
     assert s.partitions == {7: 8, 8: 7} and s.retired == {1}
     small, _ = _strategy(tmp_path, n=3)  # every node asked: replies are not read
     small.partitions = {1: 0}
     small._learn_partitions(_claims({2: 1}))
     assert small.partitions == {1: 0}
+
+
+def test_a_large_federations_update_from_a_node_of_no_known_partition_is_not_used(tmp_path):
+    """Issue 66: in a large federation an update whose node names no partition it may hold is
+    recorded as rejected, is not averaged, and counts for no party's local-DP releases."""
+    from config.schema import merged
+    from strategies.dp import LocalDPLedger
+    from tests.test_faults import DRIVING
+
+    s, rec = _strategy(tmp_path, n=2000, fraction=0.001, partition_sampling_max=1000)
+    msgs = list(s.configure_train(1, _global(), ConfigRecord(), grid=None))
+    assert len(msgs) == 2
+    s.partitions = {}  # as a large federation starts: nobody known
+    c = parse(merged({**DRIVING, "dp.mode": "local", "dp.clip": 0.5, "dp.local-epsilon": 50.0}))
+    s.dp_local = LocalDPLedger(c)
+    ones = ArrayRecord({k: Array(v.numpy() + 1) for k, v in _global().items()})
+    honest, silent = _reply(msgs[0], ones), _reply(msgs[1], _global())
+    honest.content["metrics"]["holds-partition"] = 5
+    arrays, metrics = s.aggregate_train(1, [honest, silent])
+    assert metrics["n_accepted"] == 1 and np.allclose(arrays["w"].numpy(), 1)
+    rows = pd.DataFrame(rec.clients)
+    assert rows.partition.tolist() == [-1, 5]
+    assert rows.status.iloc[0].startswith("rejected: no partition")
+    assert s.dp_local.count == {5: 1}
 
 
 @pytest.mark.parametrize("method", ["fedavg", "gossip"])
