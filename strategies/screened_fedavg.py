@@ -121,7 +121,7 @@ class ScreenedFedAvg(FedAvg):
         # local DP (strategies/dp.LocalDPLedger): the server's own count of what each party
         # spent; noised variances are floored (post-processing)
         self.dp_local = dp_local
-        # above this many clients: sample nodes, learn their partitions from replies (module docstring)
+        # above this many clients: draw nodes, learn partitions from replies (module docstring)
         self.by_node = num_clients > partition_sampling_max
 
     # ---- who is who -------------------------------------------------------------------
@@ -211,6 +211,11 @@ class ScreenedFedAvg(FedAvg):
             else:
                 found[node] = part
         adopt(found, self.partitions, self.retired)
+
+    def _unknown(self, node: int) -> bool:
+        """A large federation's node that named no partition it may hold (`_learn_partitions`):
+        its update, its scores and its releases are not used."""
+        return self.by_node and node not in (self.partitions or {})
 
     def _extra_train_config(self) -> dict:
         return {}
@@ -309,7 +314,7 @@ class ScreenedFedAvg(FedAvg):
 
     def _count_release(self, node: int, rep: Message) -> None:
         """Local DP's ledger: an update `node` sent (noised by its LocalDpMod) reached us."""
-        if self.by_node and node not in (self.partitions or {}):
+        if self._unknown(node):
             return  # no party to count it for; its update is not used (_problem)
         if not rep.has_error() and rep.content.array_records:
             metrics = next(iter(rep.content.metric_records.values()), {})
@@ -324,7 +329,7 @@ class ScreenedFedAvg(FedAvg):
         problem, update = screen_update(
             rep, self.current, array_key=self.arrayrecord_key, weight_key=self.weighted_by_key
         )
-        if self.by_node and node not in (self.partitions or {}) and not rep.has_error():
+        if self._unknown(node) and not rep.has_error():
             problem = "rejected: no partition it may hold (holds-partition, _learn_partitions)"
         if rep.has_error():
             log(
@@ -454,8 +459,8 @@ class ScreenedFedAvg(FedAvg):
         for rep in self._sorted(replies):
             if rep.has_error() or len(rep.content.metric_records) != 1:
                 continue
-            if self.by_node and rep.metadata.src_node_id not in (self.partitions or {}):
-                continue  # who it is is not known (_learn_partitions): its scores are not used
+            if self._unknown(rep.metadata.src_node_id):
+                continue  # its scores are not used
             m = next(iter(rep.content.metric_records.values()))
             try:  # a malformed or forged reply is left out, never pooled or crashing the run
                 row = (float(m[NUM_EXAMPLES]), float(m["mse"]), float(m["mae"]))

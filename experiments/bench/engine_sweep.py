@@ -14,8 +14,8 @@ the cost is Flower's, ∝ nodes x stored messages. The baseline is the same swee
 stored, measured in the same study; the figure draws the poll interval, 0.1 s, above which one
 sweep takes more than the whole interval of a core. Each run also times what the engine does
 once per node before it starts (`register_cpu_s_per_node`: it parses the app's pyproject.toml
-per node), the start-up that 100,000 clients pay (docs/performance.md, Scale). Writes experiments/results/engine_sweep.csv,
-every timing in engine_sweep_runs.csv, and the figure.
+per node), the start-up that 100,000 clients pay (docs/performance.md, Scale). Writes
+experiments/results/engine_sweep.csv, every timing in engine_sweep_runs.csv, and the figure.
 """
 
 from __future__ import annotations

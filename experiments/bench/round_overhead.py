@@ -94,12 +94,14 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
     from server import driving_run
 
     class TwoWorkers(InProcessGrid):
+        pool: ProcessPoolExecutor
+
         def send_and_receive(self, messages, timeout=None):
             messages = list(messages)
             for m in messages:
                 m.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             calls = [
-                pool.submit(
+                self.pool.submit(
                     _call,
                     serde.message_to_proto(m).SerializeToString(),
                     serde.context_to_proto(
@@ -126,8 +128,9 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
         }
     )
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(2, mp_context=spawn, initializer=_worker_start) as pool:
-        driving_run.run(TwoWorkers(app, cfg, clients), parse(cfg), "fedavg")
+    grid = TwoWorkers(app, cfg, clients)
+    with ProcessPoolExecutor(2, mp_context=spawn, initializer=_worker_start) as grid.pool:
+        driving_run.run(grid, parse(cfg), "fedavg")
     return pd.read_csv(out / "rounds.csv")
 
 
