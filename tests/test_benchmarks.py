@@ -110,3 +110,30 @@ def test_the_bare_loop_runs_the_real_round_in_worker_processes_and_keeps_each_no
     assert len(bare) == len(here) == 2
     assert bare.train_loss.tolist() == pytest.approx(here.train_loss.tolist(), rel=1e-4)
     assert bare.rmse.tolist() == pytest.approx(here.rmse.tolist(), rel=1e-4)
+
+
+def test_a_wait_on_progress_outlasts_a_slow_run_and_fails_a_stalled_one(tmp_path):
+    """CI, stop 84: a deployed run slowed by a busy host (40-88 s a round) ran past a fixed
+    400 s wait. A wait given the run's progress allows `timeout` without progress, not in all."""
+    import threading
+
+    from experiments.bench.loopback import Federation, wait_for
+
+    fed, out = Federation(tmp_path), tmp_path / "out"
+    log, done = tmp_path / "sn0.log", threading.Event()
+
+    def slow_run() -> None:  # a reply every 0.2 s for 1.2 s: twice the 0.6 s allowed
+        for _ in range(6):
+            time.sleep(0.2)
+            with open(log, "a") as f:
+                f.write("INFO: Sent successfully\n")
+        done.set()
+
+    threading.Thread(target=slow_run).start()
+    start = time.monotonic()
+    wait_for(done.is_set, 0.6, every=0.05, what="the slow run", progress=fed.progress(out))
+    assert time.monotonic() - start > 1.0
+    with pytest.raises(TimeoutError, match=r"no progress \(last: \(0, 6\)\)"):
+        wait_for(lambda: False, 0.6, every=0.05, what="a stalled run", progress=fed.progress(out))
+    with pytest.raises(TimeoutError, match="waited 1 s for"):  # without progress: the whole time
+        wait_for(lambda: False, 0.6, every=0.05, what="a run")

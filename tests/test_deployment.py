@@ -83,15 +83,20 @@ def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nod
         )
         run_id = json.loads(started.stdout)["run-id"]
 
-        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
+        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1", progress=fed.progress(out))
         fed.kill("sn1")  # kill -9 mid-run: round 2's message goes to a dead node
         # The same silo comes back at once with a new node id. It registers within seconds,
         # while round 2 still waits out the dead node (timeout-floor), so round 3 asks it who it
         # is. Started only after round 2, it raced rounds 3 and 4: on a loaded CI host both
         # began before it had registered, and silo 1 never trained again.
         supernode(1, "sn1#2")
-        wait_for(lambda: rounds_done(out) >= 2, 300, what="round 2 without silo 1")
-        status = fed.wait_finished("loop", run_id, 400, what="the run to finish")
+        wait_for(
+            lambda: rounds_done(out) >= 2, 300, what="round 2 without silo 1",
+            progress=fed.progress(out),
+        )  # fmt: skip
+        status = fed.wait_finished(
+            "loop", run_id, 400, what="the run to finish", progress=fed.progress(out)
+        )
         assert status == "finished:completed", fed.log("link")
 
         rounds = pd.read_csv(out / "rounds.csv")
@@ -209,7 +214,7 @@ def test_a_node_runs_the_app_it_was_installed_with_and_refuses_a_modified_one(tm
         assert refusals and "Traceback" not in fed.log("sn0"), fed.log("sn0")
 
         good = submit(fed, ROOT, tmp_path / "out-good", rounds=1, clients=1)
-        status = fed.wait_finished("loop", good, 400)
+        status = fed.wait_finished("loop", good, 400, progress=fed.progress(tmp_path / "out-good"))
         assert status == "finished:completed", fed.log("link")
         assert rounds_done(tmp_path / "out-good") == 1
         assert not marker.exists()
@@ -244,13 +249,13 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
 
         out = tmp_path / "out"
         run = submit(fed, ROOT, out, rounds=5, clients=2)
-        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
+        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1", progress=fed.progress(out))
         lock = sqlite3.connect(db, timeout=60, isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")  # every write of the SuperLink now fails: 500
         time.sleep(30)
         lock.execute("ROLLBACK")
         lock.close()
-        status = fed.wait_finished("loop", run, 600)
+        status = fed.wait_finished("loop", run, 600, progress=fed.progress(out))
         said = fed.cli("log", str(run), "loop", "--show").stdout[-4000:]
         assert status == "finished:completed", said
         rounds = pd.read_csv(out / "rounds.csv")
@@ -267,7 +272,7 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
         subprocess.run(["kill", "-9", *launcher], check=True)
         out2 = tmp_path / "out2"
         run2 = submit(fed, ROOT, out2, rounds=1, clients=2)
-        status = fed.wait_finished("loop", run2, 400, what="run 2")
+        status = fed.wait_finished("loop", run2, 400, what="run 2", progress=fed.progress(out2))
         assert status == "finished:completed", fed.log("link")
     finally:
         fed.close()

@@ -127,7 +127,9 @@ def test_each_node_enforces_its_own_policy_and_keeps_a_log_that_verifies(tmp_pat
                 f'num-clients=2 out-dir="{out}" {rc}', where="link",
             )  # fmt: skip
             run_id = json.loads(started.stdout)["run-id"]
-            return fed.wait_finished("op", run_id, 300, what=f"run {run_id}", where="link")
+            return fed.wait_finished(
+                "op", run_id, 300, what=f"run {run_id}", where="link", progress=fed.progress(out)
+            )
 
         small_rl = (
             'method="fedrl" num-server-rounds=1 fedrl.warmup=8 fedrl.envs=4 fedrl.act-steps=1 '
@@ -264,12 +266,15 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
             )  # fmt: skip
             return json.loads(started.stdout)["run-id"]
 
-        def finished(run_id: int) -> str:
-            return fed.wait_finished("op", run_id, 400, what=f"run {run_id}", where="link")
+        def finished(run_id: int, out) -> str:
+            """400 s without a round or a reply fails; a slow run under attack goes on."""
+            return fed.wait_finished(
+                "op", run_id, 400, what=f"run {run_id}", where="link", progress=fed.progress(out)
+            )
 
         out = tmp_path / "out"
         run_id = start_run(ROUNDS, out)
-        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1")
+        wait_for(lambda: rounds_done(out) >= 1, 300, what="round 1", progress=fed.progress(out))
         # the attacks, from the keyless host, while the run goes on
         attack = [str(PYTHON), "-c", "import json,sys; from tests import attacks as a; "
                   "print(json.dumps(getattr(a, sys.argv[1])(sys.argv[2], int(sys.argv[3]), "
@@ -353,7 +358,7 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
             str(ids[1]), str(ids[0]),
         )  # fmt: skip
         still_running = fed.status("op", run_id, where="link")
-        assert finished(run_id) == "finished:completed", fed.log("link")
+        assert finished(run_id, out) == "finished:completed", fed.log("link")
         rss = {
             name: _peak_rss_of(pattern)
             for name, pattern in (
@@ -408,12 +413,15 @@ def test_a_keyless_host_and_a_lying_node_cannot_stop_a_run_and_cut_nodes_come_ba
         # than the run's node-return-timeout: the server waits for them and the run completes
         after = tmp_path / "after"
         second = start_run(2, after)
-        wait_for(lambda: rounds_done(after) >= 1, 300, what="round 1 of the second run")
+        wait_for(
+            lambda: rounds_done(after) >= 1, 300, what="round 1 of the second run",
+            progress=fed.progress(after),
+        )  # fmt: skip
         assert _ip("-n", NODE, "link", "set", f"{NS}b0", "down").returncode == 0
         time.sleep(float(os.environ.get("FEDEMBODIED_CUT_S", "20")))  # 60 measured by hand
         assert _ip("-n", NODE, "link", "set", f"{NS}b0", "up").returncode == 0
         _ip("-n", NODE, "addr", "replace", f"{NODE_IP}/24", "dev", f"{NS}b0")
-        assert finished(second) == "finished:completed", fed.log("link")[-3000:]
+        assert finished(second, after) == "finished:completed", fed.log("link")[-3000:]
         assert rounds_done(after) == 2
     finally:
         fed.close()

@@ -107,19 +107,42 @@ class Federation:
             return ""
 
     def wait_finished(
-        self, connection: str, run_id: int, timeout: float, what: str = "the run", where: str = ""
+        self,
+        connection: str,
+        run_id: int,
+        timeout: float,
+        what: str = "the run",
+        where: str = "",
+        progress=None,
     ) -> str:
         """Wait for the run to finish and return its status. Each poll is a `flwr ls` process
         (about 1 s of CPU): polled every 2 s, a 2-minute run cost a core a minute of the 2 the
-        run itself needs, so the interval grows by half each poll, to at most 10 s."""
-        every, deadline = 2.0, time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        run itself needs, so the interval grows by half each poll, to at most 10 s.
+
+        With `progress` (e.g. `self.progress(out)`), `timeout` is how long the run may go
+        without progress, not its whole time: a run slowed by a busy host still finishes, a
+        stalled one fails (CI, stop 84: a 6-round run under attack, 40-88 s a round, ran past a
+        fixed 400 s)."""
+        every, stall = 2.0, _Stall(timeout, progress)
+        while not stall.over():
             status = self.status(connection, run_id, where=where)
             if status.startswith("finished"):
                 return status
-            time.sleep(min(every, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(every, stall.left()))
             every = min(every * 1.5, 10.0)
-        raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        raise TimeoutError(f"waited {stall.describe()} for {what}")
+
+    def progress(self, out: Path):
+        """What a live run moves: its finished rounds (out/rounds.csv) and the replies its
+        nodes have sent ("Sent successfully" in the SuperNodes' logs under `tmp`). A node's
+        supervisor restarting it in a loop, or a server logging that it still waits, moves
+        neither; a run has finitely many replies, so a wait on this ends."""
+
+        def moved() -> tuple[int, int]:
+            logs = self.tmp.glob("*.log")
+            return rounds_done(out), sum(p.read_text().count("Sent successfully") for p in logs)
+
+        return moved
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()[-3000:]
@@ -132,13 +155,38 @@ class Federation:
                 self.kill(name, signal.SIGKILL)
 
 
-def wait_for(predicate, timeout: float, every: float = 2.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+class _Stall:
+    """A deadline that moves each time `progress()` returns something new (never, without it)."""
+
+    def __init__(self, timeout: float, progress=None):
+        self.timeout, self.progress = timeout, progress
+        self.seen = progress() if progress else None
+        self.deadline = time.monotonic() + timeout
+
+    def over(self) -> bool:
+        if self.progress is not None:
+            now = self.progress()
+            if now != self.seen:
+                self.seen, self.deadline = now, time.monotonic() + self.timeout
+        return time.monotonic() >= self.deadline
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def describe(self) -> str:
+        if self.progress is None:
+            return f"{self.timeout:.0f} s"
+        return f"{self.timeout:.0f} s with no progress (last: {self.seen})"
+
+
+def wait_for(predicate, timeout: float, every: float = 2.0, what: str = "", progress=None) -> None:
+    """Wait until `predicate()`; with `progress`, `timeout` counts from its last change."""
+    stall = _Stall(timeout, progress)
+    while not stall.over():
         if predicate():
             return
-        time.sleep(every)
-    raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(min(every, stall.left()))
+    raise TimeoutError(f"waited {stall.describe()} for {what}")
 
 
 def rounds_done(out: Path) -> int:
