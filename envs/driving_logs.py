@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from envs.driving_silos import SiloData
-from envs.errors import DataError
+from envs.errors import DataError, missing
 
 UDACITY_COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "speed")
 # |label| above these is not a steering value: Udacity's logs are normalised to [-1, 1]; a car's
@@ -286,7 +286,7 @@ def load_silo(
     """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise DataError(f"{data_dir}: data folder not found")
+        raise missing(data_dir, "folder")
     per_silo = data_dir / str(silo_id)
     if (per_silo / "train.npz").is_file():
         xtr, ytr = load_npz(per_silo / "train.npz", image_size, channels)
@@ -328,7 +328,7 @@ def validate_data_dir(data_dir: Path, num_silos: int) -> None:
     and at least MIN_IMAGE_SIDE wide (DataError naming the file if not), before a run starts."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise DataError(f"{data_dir}: data folder not found")
+        raise missing(data_dir, "folder")
     for silo in range(num_silos):
         per_silo = data_dir / str(silo)
         if (per_silo / "train.npz").is_file():

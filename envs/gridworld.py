@@ -46,7 +46,7 @@ import networkx as nx
 import numpy as np
 
 from envs import prepared
-from envs.errors import DataError
+from envs.errors import DataError, missing
 
 # east, south, west, north in (row, col) steps (the paper's action order)
 MOVES = np.array([[0, 1], [1, 0], [0, -1], [-1, 0]], dtype=np.int64)
@@ -174,7 +174,7 @@ def load_mat(path: str | Path) -> Maps:
     the file's SHA-256 (envs/prepared.py), since a deployed party is a fresh process per message."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such map file")
+        raise missing(path, "map file")
     digest = prepared.file_digest(path)
     a = prepared.kept("gridworld-mat", (digest,), lambda: _parse_mat(path))
     grids, points = a["grids"], a["points"]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.errors import DataError
+from envs.errors import DataError, missing
 from envs.text2action_data import folds, load_domain
 
 REWARD_BASE = 50.0
@@ -68,7 +68,7 @@ def load_corpus(
             "(../shared/data/text2action)"
         )
     if not Path(data_dir).is_dir():
-        raise DataError(f"fedrl.t2a-data: {data_dir}: no such directory")
+        raise DataError(f"fedrl.t2a-data: {missing(data_dir, 'folder')}")
     pos_dict = {"PAD": 0}
     for d in ("cooking", "win2k", "wikihow"):  # the reference's order, all three domains
         for t in load_domain(data_dir, d):

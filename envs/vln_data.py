@@ -24,7 +24,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from envs.errors import DataError
+from envs.errors import DataError, missing
 
 SPLITS = ("train", "val_seen", "val_unseen", "test")
 
@@ -193,6 +193,8 @@ class VLNData:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        if not self.root.is_dir():
+            raise missing(self.root, "folder")
         if not (self.root / "connectivity").is_dir():
             raise DataError(f"{self.root}: no connectivity/ folder (not a VLN data folder)")
         self._scans: dict[str, Scan] = {}

@@ -132,3 +132,34 @@ def test_bad_sullychen_line_names_file_line_and_field(tmp_path):
     (tmp_path / "data.txt").write_text("0.jpg\n")
     with pytest.raises(DataError, match=r"data.txt:1: expected 'image angle_deg'"):
         read_sullychen_log(tmp_path / "data.txt")
+
+
+def test_a_data_path_that_is_not_there_says_so_and_what_shared_is(tmp_path):
+    """Issue 66 item 3: a missing data folder said what it lacked ("no connectivity/ folder"
+    for a FedVLN folder that does not exist), and no error said what ../shared is. Every
+    reader of a real dataset says "no such" and where real data is kept; a file where a folder
+    belongs is named as such."""
+    from envs.gridworld import load_mat
+    from envs.text2action import load_corpus
+    from envs.vln_data import VLNData
+
+    gone = tmp_path / "shared" / "data" / "nowhere"
+    readers = {
+        "folder": [
+            lambda p: validate_data_dir(p, 2),
+            lambda p: VLNData(p),
+            lambda p: load_corpus(str(p), "win2k", 100, 10, 0, 10),
+        ],
+        "map file": [load_mat],
+    }
+    for what, calls in readers.items():
+        for call in calls:
+            with pytest.raises(DataError) as e:
+                call(gone)
+            assert f"{gone}: no such {what} (real datasets are read from ../shared/data, a " \
+                "folder beside this checkout" in str(e.value)  # fmt: skip
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    for call in (lambda p: validate_data_dir(p, 2), lambda p: VLNData(p)):
+        with pytest.raises(DataError, match=f"{afile}: not a folder$"):
+            call(afile)

@@ -313,7 +313,9 @@ def test_centralized_script_bad_input_is_one_clear_line(tmp_path, capsys, monkey
     monkeypatch.setenv("FEDEMBODIED_CACHE", str(tmp_path / "cache"))
     missing = tmp_path / "nowhere"
     assert vln_centralized.main(["--data-dir", str(missing), "--out", str(tmp_path / "r")]) == 2
-    assert f"{missing}: no connectivity/ folder" in capsys.readouterr().err
+    assert f"{missing}: no such folder (real datasets are read from ../shared/data" in (
+        capsys.readouterr().err
+    )
     assert (
         vln_centralized.main(
             [
