@@ -62,7 +62,7 @@ def test_bad_logs_name_file_line_and_field(tmp_path):
     path.write_text("missing.jpg, l, r, 0.1, 0, 0, 3\n" * 4)
     with pytest.raises(DataError, match="missing.jpg"):
         validate_data_dir(tmp_path, 1)
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(DataError, match="nope: no such folder"):
         validate_data_dir(tmp_path / "nope", 1)
 
 
