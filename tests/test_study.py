@@ -140,6 +140,23 @@ def test_a_sweep_whose_knob_is_not_what_its_arms_vary_is_refused_before_it_train
     assert "grid.maps" in capsys.readouterr().err
 
 
+def test_a_throughput_setting_that_sees_other_data_is_refused_before_it_trains(tmp_path, capsys):
+    """The throughput study compares exchange settings at the same number of transitions: an
+    arm whose rounds x B x S differs, or a timing too short to have rounds 3 .. R-1, is refused
+    naming the field, before any run trains."""
+    from experiments import study
+
+    text = (ROOT / "experiments" / "studies" / "fedrl_throughput.toml").read_text()
+    bad = tmp_path / "fedrl_throughput.toml"
+    bad.write_text(text.replace("rounds = 100", "rounds = 200"))
+    assert study.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "grid.arms: 256,1,128 runs 200 rounds x 256 transitions" in err, err
+    bad.write_text(text.replace("timing-rounds = 12", "timing-rounds = 3"))
+    assert study.main([str(bad)]) == 2
+    assert "report.timing-rounds" in capsys.readouterr().err
+
+
 def test_a_simulation_study_launches_each_cell_in_its_own_folder(tmp_path, monkeypatch):
     """The "simulation" kind: methods x seeds each one simulate() launch (simulation.py) in
     <work>/<label or method>-s<seed>, its run-config table passed as the --run-config text

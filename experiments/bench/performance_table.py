@@ -162,6 +162,8 @@ def fedrl_rows() -> list[dict]:
             "SuccRate best": f"{r.succ_best_mean:.1f} ± {r.succ_best_sd:.1f}",
             "SuccRate last": f"{r.succ_last_mean:.1f} ± {r.succ_last_sd:.1f}",
             "within spread of best": "yes" if r.within_spread_of_best else "no",
+            "floor: random α and β": f"{r.floor_random_both:.1f}",
+            "paper FedRL-1 / -2": r.paper_fedrl_1_2,
         }
         for r in thr.itertuples()
     ]

@@ -237,28 +237,6 @@ def plot(runs: pd.DataFrame, rules: str, path: Path, command: str) -> None:
     table_runs.bars(panels, ROWS, "succ_rate", "paper Table 1", path, command)
 
 
-def check_common(args, sizes) -> tuple[dict, dict[int, str]]:
-    """Validated run-config overrides and map file per size (ValueError names the flag)."""
-    from config.schema import merged, parse_overrides
-
-    if args.jobs <= 0 or args.eval_every <= 0:
-        raise ValueError("--jobs and --eval-every must be positive")
-    try:
-        extra = parse_overrides(args.run_config) if args.run_config else {}
-    except Exception as e:
-        raise ValueError(f"--run-config: {e}") from None
-    unknown = [k for k in extra if k not in merged({})]
-    if unknown:
-        raise ValueError(f"--run-config: unknown key(s) {', '.join(unknown)}")
-    files = {}
-    for size in sizes:
-        f = Path(args.map_dir) / f"gridworld_o_{size}.mat" if args.map_dir else None
-        if f is not None and not f.is_file():
-            raise ValueError(f"--map-dir: {f} not found")
-        files[size] = str(f.resolve()) if f else ""
-    return extra, files
-
-
 # --- the study kind "fedrl-gridworld" (experiments/study.py): one cached run per cell ---
 
 CROSSED = {"sizes": "size", "rules": "rules", "seeds": "seed", "methods": "method"}
