@@ -6,15 +6,19 @@ launch changed).
 Grid fields: `methods` and `seeds` (crossed), `rounds`, and optionally `num-clients`,
 `topology`, `run-config` (a table of overrides, or a list in an arm: one run per entry),
 `policy` (the nodes' policy file, relative to the project: simulation.py --policy),
-`label` (the run folder's prefix, default the method: two arms of one method need two labels)
-and `work` (required: where the run folders are kept, relative to the project;
-`python -m experiments.study --work` replaces it). A cell's run folder is
+`label` (the run folder's prefix, default the method: two arms of one method need two labels),
+`may-stop` (true: a run its strategy stops because no update was accepted in
+`max-empty-rounds` consecutive rounds, e.g. noise that wrecked the model, is kept as it
+stopped, marked by `stopped.txt` and not launched again; its row has `stopped`; any other
+failure still stops the study) and `work` (required: where the run folders are kept, relative
+to the project; `python -m experiments.study --work` replaces it). A cell's run folder is
 `<work>/<label>-s<seed>`. The analysis gets one row per run: its cell's fields and `run_dir`.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +36,9 @@ CELL = {
     "label",
     "work",
     "policy",
+    "may-stop",
 }
+STOPPED = "stopped.txt"  # a may-stop run that the simulation stopped
 
 
 def crossed(study: dict) -> dict[str, str]:
@@ -49,6 +55,8 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.work (a folder for the runs) and grid.rounds: required")
     if "policy" in cell and not (ROOT / str(cell["policy"])).is_file():
         raise ValueError(f"{where}: grid.policy: {cell['policy']!r} is not a file of the project")
+    if not isinstance(cell.get("may-stop", False), bool):
+        raise ValueError(f"{where}: grid.may-stop: true or false, got {cell['may-stop']!r}")
     for key in ("rounds", "num-clients"):
         v = cell.get(key, 1)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
@@ -72,6 +80,21 @@ def jobs(cells: list[dict], work: Path | None) -> list[dict]:
 
 
 def _launch(job: dict) -> dict:
+    folder = Path(job["run_dir"])
+    if not job.get("may-stop"):
+        return _simulate(job)
+    if not (folder / STOPPED).is_file():
+        try:
+            return _simulate(job) | {"stopped": False}
+        except subprocess.CalledProcessError:
+            log = folder / "server.log"
+            if "consecutive rounds" not in (log.read_text() if log.is_file() else ""):
+                raise
+            (folder / STOPPED).write_text("the run stopped: see server.log\n")
+    return job | {"stopped": True}
+
+
+def _simulate(job: dict) -> dict:
     simulate(
         job["method"],
         Path(job["run_dir"]),

@@ -1,7 +1,7 @@
-"""experiments/privacy/dp_frontier.py with `--batchnorm local`: every row runs with statistics
-kept on the silo, and the floors are scored by the same rule as the runs."""
+"""experiments/privacy/dp_frontier.py, the driving frontiers' analysis, and their study files: with
+statistics local every row keeps them on the silo, and the floors are scored by the same rule as
+the runs."""
 
-import argparse
 import math
 
 import numpy as np
@@ -12,24 +12,65 @@ import torch
 from envs.driving_silos import SiloData
 from experiments.privacy import dp_frontier
 from models.resnet8 import ResNet8
+from tests.conftest import ROOT
 from training.steering import estimate_statistics, evaluate_steering
 
-
-def _args(batchnorm: str) -> argparse.Namespace:
-    return argparse.Namespace(
-        method="cdl", clip=2.0, z=[0.1], local_eps=[1000.0], batchnorm=batchnorm
-    )
+STUDIES = ROOT / "experiments" / "studies"
 
 
-def test_local_statistics_reach_every_row_and_a_separate_result_name():
-    rows = dp_frontier.settings(_args("local"))
-    assert [r[0] for r in rows] == ["none", "local"]  # CDL: no central row
-    assert all('driving.batchnorm-statistics="local"' in r[2] for r in rows)
-    assert not any("batchnorm" in r[2] for r in dp_frontier.settings(_args("shared")))
-    assert dp_frontier.name_of("cdl", "local") == "dp_frontier_cdl_bnlocal"
-    assert dp_frontier.name_of("cdl") == "dp_frontier_cdl"  # the papers' runs keep their folder
-    assert dp_frontier.name_of("cdl", "local", 0.25) == "dp_frontier_cdl_bnlocal"  # calibrated C
-    assert dp_frontier.name_of("cdl", "local", 2.0) == "dp_frontier_cdl_bnlocal_clip2"  # control
+def _cells(name: str) -> list[dict]:
+    from experiments import simulation_runs, study
+
+    s = study.load(STUDIES / f"{name}.toml")
+    return study.cells(s, simulation_runs.crossed(s))
+
+
+def test_local_statistics_reach_every_row_and_the_shared_frontier_keeps_them_nowhere():
+    local, shared = _cells("dp_frontier_bnlocal"), _cells("dp_frontier")
+    assert len(local) == 3 * 12 and len(shared) == 3 * 10  # seeds x rows
+    assert all(c["run-config"]["driving.batchnorm-statistics"] == "local" for c in local)
+    assert not any("driving.batchnorm-statistics" in c["run-config"] for c in shared)
+    assert {c["run-config"].get("dp.clip") for c in local} == {None, 0.25}  # calibrated C
+    assert {c["run-config"].get("dp.clip") for c in shared} == {None, 2.0}
+
+
+def test_a_frontier_row_that_cannot_be_scored_is_refused_naming_the_study():
+    """Adaptive C at z >= 2 sigma_b, adaptive C on a local row, a DP row without C, and a
+    frontier that does not keep its stopped runs are refused before anything runs."""
+    cell = {"method": "fedavg", "seed": 0, "rounds": 5, "num-clients": 10, "may-stop": True}
+    adaptive = {"dp.mode": "central", "dp.clip": 2.0, "dp.clipping": "adaptive"}
+    for rc, match in (
+        (adaptive | {"dp.noise-multiplier": 1.0}, "below 2 sigma_b = 1"),
+        ({"dp.mode": "local", "dp.local-epsilon": 10.0, "dp.clip": 2.0, "dp.clipping": "adaptive"},
+         "adaptive clipping is central"),
+        ({"dp.mode": "central", "dp.noise-multiplier": 0.1}, "sets dp.noise-multiplier and dp.clip"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            dp_frontier.check(cell | {"run-config": rc}, "s.toml")
+    dp_frontier.check(cell | {"run-config": adaptive | {"dp.noise-multiplier": 0.3}}, "s.toml")
+    with pytest.raises(ValueError, match="s.toml: grid.may-stop = true"):
+        dp_frontier.check(cell | {"may-stop": False, "run-config": {}}, "s.toml")
+
+
+def test_the_adaptive_frontiers_share_the_fixed_studys_no_dp_runs_and_pair_with_it():
+    """Adaptive C's rows are central only, z below 2 sigma_b; its no-DP runs are the very
+    launches (folder and run config) of dp_frontier.toml, so they are trained once."""
+    from experiments import study
+    from experiments.simulation_runs import jobs, overrides
+
+    fixed = {j["run_dir"]: overrides(j["run-config"]) for j in jobs(_cells("dp_frontier"), None)}
+    for name, lr in (("dp_frontier_adaptive", 0.2), ("dp_frontier_adaptive_lr1", 1.0)):
+        cells = jobs(_cells(name), None)
+        none = [c for c in cells if "dp.mode" not in c["run-config"]]
+        assert len(none) == 3 and all(
+            fixed[c["run_dir"]] == overrides(c["run-config"]) for c in none
+        )
+        rest = [c["run-config"] for c in cells if c not in none]
+        assert {(r["dp.mode"], r["dp.clipping"], r["dp.clip-lr"]) for r in rest} == {
+            ("central", "adaptive", lr)
+        }
+        assert max(r["dp.noise-multiplier"] for r in rest) < 1.0
+        assert study.load(STUDIES / f"{name}.toml")["report"]["fixed"] == "dp_frontier"
 
 
 def test_a_floor_with_local_statistics_is_scored_as_each_silo_would_score_it():
@@ -116,38 +157,53 @@ def test_a_floor_is_computed_once_per_runs_folder_and_recomputed_when_its_settin
 ):
     calls = []
     monkeypatch.setattr(
-        dp_frontier, "local_only", lambda a, s: calls.append(s) or {"seed": s, "x": len(calls)}
+        dp_frontier,
+        "local_only",
+        lambda r, n, b, s: calls.append(s) or {"seed": s, "x": len(calls)},
     )
-    args = argparse.Namespace(rounds=10, num_clients=10, batchnorm="local")
-    first = dp_frontier.kept_floor(args, tmp_path, 0)
-    assert dp_frontier.kept_floor(args, tmp_path, 0) == first and calls == [0]  # a control
-    args.rounds = 5
-    assert dp_frontier.kept_floor(args, tmp_path, 0) != first and calls == [0, 0]
+    first = dp_frontier.kept_floor(tmp_path, 10, 10, "local", 0)
+    assert dp_frontier.kept_floor(tmp_path, 10, 10, "local", 0) == first and calls == [0]
+    assert dp_frontier.kept_floor(tmp_path, 5, 10, "local", 0) != first and calls == [0, 0]
 
 
-def test_adaptive_clipping_rows_are_central_only_below_two_sigma_b_under_their_own_name():
-    args = argparse.Namespace(method="fedavg", clip=2.0, z=[0.1, 0.3, 1.0], local_eps=[1000.0],
-                              batchnorm="shared", clipping="adaptive", clip_lr=0.2,
-                              num_clients=10)  # fmt: skip
-    rows = dp_frontier.settings(args)
-    assert [(r[0], r[1]) for r in rows] == [("none", 0.0), ("central", 0.1), ("central", 0.3)]
-    assert all('dp.clipping="adaptive"' in r[2] for r in rows[1:])
-    assert "adaptive" not in rows[0][2]  # the same no-DP runs as the fixed-C study
-    assert dp_frontier.name_of("fedavg", clipping="adaptive") == "dp_frontier_adaptive"
-    assert (
-        dp_frontier.name_of("fedavg", clipping="adaptive", clip_lr=1.0)
-        == "dp_frontier_adaptive_lr1"
-    )
-    with pytest.raises(SystemExit, match="--clipping adaptive is central DP's"):
-        dp_frontier.main(["--method", "cdl", "--clipping", "adaptive"])
-
-
-def test_adaptive_rows_are_paired_with_the_fixed_c_runs_of_the_same_z_and_seed():
-    runs = pd.DataFrame({"mode": ["central"] * 3 + ["none"], "knob": [0.1] * 3 + [0.0],
-                         "seed": [0, 1, 2, 0], "rmse": [0.30, 0.26, 0.28, 0.2]})  # fmt: skip
-    fixed = pd.DataFrame({"mode": ["central"] * 4, "knob": [0.1, 0.1, 0.1, 0.3],
-                          "seed": [0, 1, 2, 0], "rmse": [0.25, 0.25, 0.25, 9.0]})  # fmt: skip
-    t = dp_frontier.versus_fixed(runs, fixed)
-    assert len(t) == 1 and t["knob"].iloc[0] == 0.1
-    assert t["vs_fixed"].iloc[0] == pytest.approx(np.mean([0.05, 0.01, 0.03]))
-    assert t["vs_fixed_low"].iloc[0] < t["vs_fixed"].iloc[0] < t["vs_fixed_high"].iloc[0]
+def test_the_report_scores_each_run_at_its_last_round_beside_the_floors(tmp_path, monkeypatch):
+    """From finished run folders: a row per setting (mean over seeds of the last round, epsilon
+    as the run recorded it), a stopped run counted, the floors below, the three files written
+    and the setting every row shares; runs that differ in C are refused."""
+    monkeypatch.setattr(dp_frontier, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(
+        dp_frontier, "local_only",
+        lambda r, n, b, s: {"seed": s, "local_only_rmse": 0.30 + s / 100, "constant_rmse": 0.23},
+    )  # fmt: skip
+    runs = []
+    for seed in (0, 1, 2):
+        for tag, rc, rmse, eps in (
+            ("none", {}, [0.25, 0.20], None),
+            ("local-100", {"dp.mode": "local", "dp.local-epsilon": 100.0, "dp.clip": 2.0},
+             [0.3, 50.0 + seed], [155.0, 310.0]),
+        ):  # fmt: skip
+            run = tmp_path / "work" / f"{tag}-s{seed}"
+            run.mkdir(parents=True)
+            rounds = pd.DataFrame({"round": [1, 2], "rmse": rmse})
+            if eps:
+                rounds["dp_epsilon"] = eps
+            rounds.to_csv(run / "rounds.csv", index=False)
+            runs.append({"method": "fedavg", "seed": seed, "rounds": 2, "num-clients": 10,
+                         "run-config": rc, "run_dir": str(run), "stopped": tag != "none"})  # fmt: skip
+    runs = pd.DataFrame(runs)
+    study = {"name": "f", "file": "f.toml"}
+    text = dp_frontier.report(runs, study, "python -m experiments.study f.toml")
+    table = pd.read_csv(tmp_path / "results" / "f.csv").set_index("mode")
+    assert table.loc["none", "rmse"] == pytest.approx(0.20)
+    assert table.loc["local", "rmse"] == pytest.approx(51.0) and table.loc["local", "stopped"] == 3
+    assert table.loc["local", "epsilon"] == 310.0
+    assert table.loc["local-only (no release)", "rmse"] == pytest.approx(0.31)
+    assert set(table["clip"]) == {2.0} and set(table["silos"]) == {10}
+    assert (tmp_path / "results" / "f.png").is_file() and (
+        tmp_path / "results" / "f_runs.csv"
+    ).is_file()
+    assert "3 of 3 stopped" in text and "FedAvg, no DP (the papers')" in text
+    other_c = {"dp.mode": "local", "dp.local-epsilon": 100.0, "dp.clip": 0.5}
+    runs["run-config"] = [other_c if i == 1 else rc for i, rc in enumerate(runs["run-config"])]
+    with pytest.raises(ValueError, match=r"f.toml: the frontier's rows differ in clip"):
+        dp_frontier.report(runs, study, "x")

@@ -193,9 +193,45 @@ def test_a_simulation_study_launches_each_cell_in_its_own_folder(tmp_path, monke
     assert set(runs.run_dir) == {str(d) for _, d, *_ in launched}
     with pytest.raises(ValueError, match="share"):
         simulation_runs.jobs(cells + cells[:1], tmp_path)
-    for bad in ({"rounds": 2.5}, {"num-clients": 0}, {"work": None}, {"policy": "no/such.toml"}):
+    for bad in ({"rounds": 2.5}, {"num-clients": 0}, {"work": None}, {"policy": "no/such.toml"},
+                {"may-stop": "yes"}):  # fmt: skip
         with pytest.raises(ValueError, match=f"{f}"):
             simulation_runs.check(cells[0] | bad, f)
+
+
+def test_a_may_stop_run_its_strategy_stopped_is_kept_and_any_other_failure_stops_the_study(
+    tmp_path, monkeypatch
+):
+    """`may-stop`: a launch that fails because no update was accepted in `max-empty-rounds`
+    consecutive rounds (noise that wrecked the model) is marked stopped, its row says so, and
+    it is not launched again; a launch that fails for another reason (its log says nothing of
+    the kind), or one without `may-stop`, fails the study."""
+    import subprocess
+
+    from experiments import simulation_runs
+
+    calls = []
+
+    def fake(method, run_dir, **kw):
+        calls.append(run_dir.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        why = {"wrecked": "no update was accepted in 3 consecutive rounds", "crash": "Traceback"}
+        if run_dir.name in why:
+            (run_dir / "server.log").write_text(why[run_dir.name])
+            raise subprocess.CalledProcessError(1, "simulation.py")
+        return run_dir
+
+    monkeypatch.setattr(simulation_runs, "simulate", fake)
+    cell = {"method": "fedavg", "seed": 0, "rounds": 5, "run-config": {}, "may-stop": True}
+    jobs = [cell | {"run_dir": str(tmp_path / n)} for n in ("fine", "wrecked")]
+    runs = simulation_runs.run_jobs(jobs, 1)
+    assert list(runs.stopped) == [False, True] and (tmp_path / "wrecked" / "stopped.txt").is_file()
+    simulation_runs.run_jobs(jobs[1:], 1)
+    assert calls == ["fine", "wrecked"]  # the stopped run is not launched again
+    no_stop = {"may-stop": False, "run_dir": str(tmp_path / "again" / "wrecked")}
+    for job in (cell | {"run_dir": str(tmp_path / "crash")}, cell | no_stop):
+        with pytest.raises(subprocess.CalledProcessError):
+            simulation_runs.run_jobs([job], 1)
 
 
 def test_local_epochs_counts_rounds_to_targets_above_the_untrained_floor(tmp_path, monkeypatch):

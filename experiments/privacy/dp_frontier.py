@@ -1,18 +1,23 @@
 """Privacy-utility frontier of FedAvg (or CDL) on the embedded driving silos: RMSE against epsilon.
 
-    python -m experiments.privacy.dp_frontier [--seeds 0 1 2 --rounds 5 --num-clients 10 --clip 2]
-    python -m experiments.privacy.dp_frontier --method cdl   # CDL on its peer topology
-    python -m experiments.privacy.dp_frontier --method cdl --batchnorm local   # C = 0.25
-    python -m experiments.privacy.dp_frontier --calibrate    # the update norms that set C
-    python -m experiments.privacy.dp_frontier --clipping adaptive   # central rows, C adapted
+    python -m experiments.study experiments/studies/dp_frontier.toml            # FedAvg, C = 2
+    python -m experiments.study experiments/studies/dp_frontier_bnlocal.toml    # statistics local
+    python -m experiments.study experiments/studies/dp_frontier_adaptive.toml   # C adapted (_lr1)
+    python -m experiments.study experiments/studies/dp_frontier_clip.toml       # what sets C
+    python -m experiments.privacy.dp_frontier --method cdl --rounds 10   # CDL (not yet a study)
 
-With `--method cdl` the rows are CDL with no DP and with party-side DP (each silo's LocalDpMod
-noises the backbone it sends its neighbours; a peer topology has no aggregate for central DP),
-scored as each silo's own model on the pooled test set (`rmse`), beside the same floors;
-written as dp_frontier_cdl*.
+Each study file is one frontier: its arms are the rows (no DP, central DP over noise
+multipliers z, local DP over per-release epsilons), each arm a `simulation.py` launch per seed
+(the study kind "simulation"); this module is their analysis. CDL's frontiers are still run by
+this module's `main` (the same launches, the same analysis) until they are re-made through
+study files.
 
-With `--batchnorm local` every row, floors included, keeps BatchNorm running statistics on the
-silo (run config `driving.batchnorm-statistics = "local"`, models/state.py): they are neither
+CDL has no DP and party-side DP only (each silo's LocalDpMod noises the backbone it sends its
+neighbours; a peer topology has no aggregate for central DP), scored as each silo's own model
+on the pooled test set (`rmse`), beside the same floors; written as dp_frontier_cdl*.
+
+With statistics local (run config `driving.batchnorm-statistics = "local"` in every row, floors
+included, models/state.py) BatchNorm running statistics stay on the silo: they are neither
 released, clipped nor noised, and every model is scored on a silo's test split with statistics
 re-estimated on that silo's training images; written as <name>_bnlocal*. The no-DP row is then
 FedAvg/CDL with statistics kept local (FedBN's rule for the statistics; the affine parameters
@@ -20,36 +25,39 @@ still travel), the fair ceiling for the DP rows beside it.
 
 Same silos, rounds, seeds and local training for every row; only what the parties' updates
 carry changes (config/dp.py): central DP (the parties clip to C, Flower's wrapper adds
-N(0, (zC/m)^2) to the mean) over noise multipliers z, and local DP (Flower's LocalDpMod on each
-party) over per-release epsilons. Epsilon is at delta 1e-5 after all rounds: the server's
-accountant (central) or the parties' own ledgers (local), as the run recorded it in
-rounds.csv. A run whose noise wrecks the model (NaN updates, refused until
-`max-empty-rounds` stops it) is scored at its last recorded round and counted in `stopped`.
-Floors beside them, scored on the same pooled test set: FedAvg with no DP (the ceiling of
-this study), each silo trained alone for as many epochs as the run trains
-(local-only, no release at all: epsilon 0), and the constant predictor.
+N(0, (zC/m)^2) to the mean) over z, and local DP (Flower's LocalDpMod on each party) over
+per-release epsilons. Epsilon is at delta 1e-5 after all rounds: the server's accountant
+(central) or the parties' own ledgers (local), as the run recorded it in rounds.csv. A run
+whose noise wrecks the model (NaN updates, refused until `max-empty-rounds` stops it) is scored
+at its last recorded round and counted in `stopped` (the study's `may-stop`). Floors beside
+them, scored on the same pooled test set: no DP (the ceiling of this study), each silo trained
+alone for as many epochs as the run trains (local-only, no release at all: epsilon 0), and the
+constant predictor.
 
-With `--clipping adaptive` the central rows adapt C each round toward the median update norm
-(run config `dp.clipping = "adaptive"`, Andrew et al. 2021; strategies/dp.py), starting from
-the calibrated C below, and there are no local rows (LocalDpMod's C is fixed); written as
-<name>_adaptive*, beside the same no-DP runs and floors. A z at or above 2 sigma_b = m / 10
-cannot be split between the update and the clip bits' count, and is left out, saying so.
+Adaptive clipping (`dp.clipping = "adaptive"`, Andrew et al. 2021; strategies/dp.py) adapts C
+each round toward the median update norm, from the calibrated C below; central rows only
+(LocalDpMod's C is fixed), beside the fixed-C study's runs (`[report] fixed`), paired by seed.
+A z at or above 2 sigma_b = m / 10 cannot be split between the update and the clip bits'
+count: such an arm is refused (`check`).
 
 The clip C: about the median norm of a silo's round-2 update (FedAvg: trained from the mean
 of the round-1 models), the usual choice (Andrew et al. 2021 adapt C towards the median). What
-is released decides it: `--calibrate` measures both and writes dp_frontier_clip.csv. With
-statistics shared the norm is ~2 (round 1's ~15 is almost all the statistics leaving their
-initial values): C = 2. With statistics local only the weights travel, ~0.25: C = 0.25 (a
-C of 2 there would never bind and would only scale the noise up 8x).
+is released decides it: dp_frontier_clip.toml measures both (`update_norms`). With statistics
+shared the norm is ~2 (round 1's ~15 is almost all the statistics leaving their initial
+values): C = 2. With statistics local only the weights travel, ~0.25: C = 0.25 (a C of 2
+there would never bind and would only scale the noise up 8x; the CDL control at C = 2 is
+written as <name>_clip2).
 
-Writes experiments/results/dp_frontier.csv (one row per setting, mean and sd over seeds),
-dp_frontier_runs.csv (one row per run) and dp_frontier.png.
+Writes experiments/results/<name>.csv (one row per setting, mean and sd over seeds),
+<name>_runs.csv (one row per run) and <name>.png.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 
@@ -59,53 +67,147 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS, ROOT, command_line, simulate  # noqa: E402
-from experiments.tables import redraw  # noqa: E402
+from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
+from experiments.tables import paired_interval, pipe_table, redraw, study_files  # noqa: E402
 from strategies.floors import headline_rmse  # noqa: E402
 
-CENTRAL_Z = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
-LOCAL_EPS = (100.0, 1000.0, 10000.0)
-NAME = "dp_frontier"
 LABEL = {"fedavg": "FedAvg", "cdl": "CDL"}
-FAILED = "stopped.txt"  # a run the noise stopped (every update NaN): its last round is scored
+CLIP = {"shared": 2.0, "local": 0.25}  # C by what is released (module docstring, update_norms)
+KNOB = {"central": "dp.noise-multiplier", "local": "dp.local-epsilon"}
+FLOORS = (("local-only (no release)", "local_only_rmse"),
+          ("constant (pooled train mean)", "constant_rmse"))  # fmt: skip
 
 
-CLIP = {"shared": 2.0, "local": 0.25}  # C by what is released (module docstring, --calibrate)
-CLIP_LR = 0.2  # adaptive clipping's eta_C: Andrew et al.'s and the run config's default
+def check(cell: dict, where) -> None:
+    """A frontier row's launch (ValueError naming the study file and field): a DP mode with its
+    knob and C, the silos given, stopped runs kept, adaptive C central and below 2 sigma_b."""
+    rc = cell["run-config"]
+    mode = rc.get("dp.mode", "none")
+    if mode not in ("none", *KNOB):
+        raise ValueError(
+            f"{where}: grid.run-config: dp.mode {mode!r} is not none, central or local"
+        )
+    if mode != "none" and not (KNOB[mode] in rc and "dp.clip" in rc):
+        raise ValueError(f"{where}: grid.run-config: a {mode} DP row sets {KNOB[mode]} and dp.clip")
+    if not cell.get("may-stop") or not isinstance(cell.get("num-clients"), int):
+        raise ValueError(
+            f"{where}: grid.may-stop = true (noise that wrecks a model stops its run, scored at "
+            "its last round) and grid.num-clients (the silos): required"
+        )
+    if rc.get("dp.clipping") == "adaptive":
+        sigma_b2 = cell["num-clients"] / 10
+        if mode != "central" or rc[KNOB["central"]] >= sigma_b2:
+            raise ValueError(
+                f"{where}: adaptive clipping is central DP's, at z below 2 sigma_b = {sigma_b2:g} "
+                f"with {cell['num-clients']} silos (module docstring): {rc}"
+            )
 
 
-def name_of(
-    method: str,
-    batchnorm: str = "shared",
-    clip: float | None = None,
-    clipping: str = "fixed",
-    clip_lr: float = CLIP_LR,
-) -> str:
-    """Results name: dp_frontier[_cdl][_bnlocal], plus _clip<C> when C is not the calibrated
-    one (a control, never written over the study), plus _adaptive[_lr<eta>] for adaptive C."""
-    name = NAME if method == "fedavg" else f"{NAME}_{method}"
-    name = name if batchnorm == "shared" else f"{name}_bnlocal"
-    name = name if clip in (None, CLIP[batchnorm]) else f"{name}_clip{clip:g}"
-    if clipping == "adaptive":
-        name += "_adaptive" + ("" if clip_lr == CLIP_LR else f"_lr{clip_lr:g}")
-    return name
+def setting(runs: pd.DataFrame, where) -> dict:
+    """What every row of one frontier shares: method, statistics, C, clipping, rounds, silos
+    (ValueError naming the study when its runs differ in one)."""
+    rc = list(runs["run-config"])
+    central = [c for c in rc if c.get("dp.mode") == "central"]
+    values = {
+        "method": list(runs["method"]),
+        "batchnorm": [c.get("driving.batchnorm-statistics", "shared") for c in rc],
+        "clip": [c["dp.clip"] for c in rc if "dp.clip" in c],
+        "clipping": [c.get("dp.clipping", "fixed") for c in central] or ["fixed"],
+        "rounds": list(runs["rounds"]),
+        "silos": list(runs["num-clients"]),
+    }
+    for key, v in values.items():
+        if len(set(v)) != 1:
+            raise ValueError(f"{where}: the frontier's rows differ in {key} ({sorted(set(v))})")
+    return {k: v[0] for k, v in values.items()}
 
 
-def settings(args) -> list[tuple[str, float, str]]:
-    """(mode, knob, run config) of every row: z for central, per-release epsilon for local
-    (CDL: local only, the party-side DP of a peer topology)."""
-    bn = 'driving.batchnorm-statistics="local"' if args.batchnorm == "local" else ""
-    base = f"dp.clip={args.clip} {bn}".strip()
-    rows = [("none", 0.0, bn)]
-    zs = args.z if args.method == "fedavg" else []
-    adaptive = getattr(args, "clipping", "fixed") == "adaptive"
-    if adaptive:
-        base += f' dp.clipping="adaptive" dp.clip-lr={args.clip_lr}'
-        zs = [z for z in zs if z < args.num_clients / 10]  # below 2 sigma_b (module docstring)
-    rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in zs]
-    eps = [] if adaptive else args.local_eps  # LocalDpMod's C is fixed
-    rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in eps]
-    return rows
+def scored(run_dir: Path, rc: dict, seed: int, stopped: bool) -> dict:
+    """One run's row: its last round's RMSE (CDL's: each silo's model), its best, its epsilon
+    as the run recorded it, and the C of its last round (adaptive clipping moves it)."""
+    r = pd.read_csv(run_dir / "rounds.csv")
+    r = r.rename(columns={headline_rmse(r.columns): "rmse"})
+    last = r[r["round"] == r["round"].max()].iloc[0]
+    mode = rc.get("dp.mode", "none")
+    has_clip = "dp_clip" in r and r["dp_clip"].notna().any()
+    return {
+        "mode": mode,
+        "knob": float(rc.get(KNOB.get(mode), 0.0)),
+        "seed": seed,
+        "rmse": float(last["rmse"]),
+        "best_rmse": float(r["rmse"].min()),
+        "epsilon": float(r["dp_epsilon"].max()) if "dp_epsilon" in r and mode != "none" else np.inf,
+        "rounds_done": int(r["round"].max()),
+        "stopped": stopped,
+        "clip_last": float(r["dp_clip"].dropna().iloc[-1]) if has_clip else np.nan,
+    }
+
+
+def outputs(study: dict) -> list[Path]:
+    return study_files(RESULTS, study["name"])
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The frontier's table, runs and figure from the study's finished runs; the floors are
+    computed once per runs folder and seed (`kept_floor`)."""
+    s = setting(runs, study["file"])
+    rows = pd.DataFrame(
+        [scored(Path(r.run_dir), r.rc, r.seed, r.stopped)
+         for r in runs.rename(columns={"run-config": "rc"}).itertuples()]
+    )  # fmt: skip
+    work = Path(runs["run_dir"].iloc[0]).parent
+    seeds = sorted(set(runs["seed"]))
+    floors = pd.DataFrame(
+        [kept_floor(work, s["rounds"], s["silos"], s["batchnorm"], x) for x in seeds]
+    )
+    fixed = study.get("report", {}).get("fixed")
+    fixed = pd.read_csv(RESULTS / f"{fixed}_runs.csv") if fixed else None
+    table = tabulate(rows, floors, s, fixed)
+    files = outputs(study)
+    files[0].parent.mkdir(parents=True, exist_ok=True)
+    table.assign(command=command).to_csv(files[0], index=False, float_format="%.6g")
+    seeded = [floors.assign(mode=mode, rmse=floors[col])[["mode", "seed", "rmse"]]
+              for mode, col in FLOORS]  # fmt: skip
+    pd.concat([rows, *seeded], ignore_index=True).to_csv(files[1], index=False, float_format="%.6g")
+    draw(table, command, files[2])
+    return markdown(table)
+
+
+def replot(study: dict) -> int:
+    files = outputs(study)
+    return redraw(files[0], lambda table, command: draw(table, command, files[2]))
+
+
+def tabulate(runs: pd.DataFrame, floors: pd.DataFrame, s: dict, fixed=None) -> pd.DataFrame:
+    """One row per setting (mean and sd over seeds), the floors below, each row paired by seed
+    with each silo alone and with no DP (`versus`), and with the fixed-C runs at the same z."""
+    table = (
+        runs.groupby(["mode", "knob"], sort=False)
+        .agg(
+            epsilon=("epsilon", "mean"),
+            rmse=("rmse", "mean"),
+            rmse_sd=("rmse", "std"),
+            best_rmse=("best_rmse", "mean"),
+            seeds=("seed", "nunique"),
+            stopped=("stopped", "sum"),
+            clip_last=("clip_last", "mean"),
+        )
+        .reset_index()
+    )
+    for floor, col in FLOORS:
+        table.loc[len(table)] = {
+            "mode": floor, "knob": np.nan, "epsilon": 0.0 if "local" in floor else np.nan,
+            "rmse": floors[col].mean(), "rmse_sd": floors[col].std(),
+            "best_rmse": np.nan, "seeds": len(floors), "stopped": 0,
+        }  # fmt: skip
+    table = table.merge(versus(runs, floors), on=["mode", "knob"], how="left")
+    if fixed is not None:
+        table = table.merge(versus_fixed(runs, fixed), on=["mode", "knob"], how="left")
+    for i, key in enumerate(("clip", "clipping", "rounds", "silos")):
+        table.insert(2 + i, key, s[key])  # after mode and knob
+    for i, key in enumerate(("method", "batchnorm")):
+        table.insert(i, key, s[key])
+    return table
 
 
 def pooled_rmse(model, silos, batchnorm: str = "shared") -> float:
@@ -124,9 +226,10 @@ def pooled_rmse(model, silos, batchnorm: str = "shared") -> float:
     return float(np.sqrt(np.average(mse, weights=n)))
 
 
-def update_norms(args, seed: int) -> list[dict]:
+def update_norms(seed: int, num_clients: int) -> list[dict]:
     """Each silo's L2 update norm with and without BatchNorm statistics, in round 1 (from the
-    initial model) and round 2 (from the mean of the round-1 models): what sets C."""
+    initial model) and round 2 (from the mean of the round-1 models): what sets C (the study
+    dp_frontier_clip.toml, one call per seed)."""
     import torch
 
     from config import parse
@@ -139,7 +242,7 @@ def update_norms(args, seed: int) -> list[dict]:
     torch.set_num_threads(2)
     silos = [
         make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
-        for i in range(args.num_clients)
+        for i in range(num_clients)
     ]
     start = {k: v.clone() for k, v in initial_state(d.image_size, d.channels, seed).items()}
     rows = []
@@ -162,22 +265,22 @@ def update_norms(args, seed: int) -> list[dict]:
     return rows
 
 
-def kept_floor(args, work, seed: int) -> dict:
+def kept_floor(work: Path, rounds: int, num_clients: int, batchnorm: str, seed: int) -> dict:
     """local_only, computed once per runs folder and seed (floors-s<seed>.json): it does not
     depend on C, so a control reuses its study's."""
     import json
 
-    key = {"rounds": args.rounds, "num_clients": args.num_clients, "batchnorm": args.batchnorm}
+    key = {"rounds": rounds, "num_clients": num_clients, "batchnorm": batchnorm}
     path = work / f"floors-s{seed}.json"
     if path.is_file() and json.loads(path.read_text()).get("key") == key:
         return json.loads(path.read_text())["floor"]
-    floor = local_only(args, seed)
+    floor = local_only(rounds, num_clients, batchnorm, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"key": key, "floor": floor}))
     return floor
 
 
-def local_only(args, seed: int) -> dict:
+def local_only(rounds: int, num_clients: int, batchnorm: str, seed: int) -> dict:
     """Each silo trains alone (rounds x local epochs on its own data, no release), scored on
     the pooled test set; the mean over silos. And the constant predictor (pooled train mean)."""
     import torch
@@ -190,7 +293,7 @@ def local_only(args, seed: int) -> dict:
     d = parse({}).driving
     silos = [
         make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
-        for i in range(args.num_clients)
+        for i in range(num_clients)
     ]
     yt = np.concatenate([s.y_test for s in silos])
     torch.set_num_threads(2)
@@ -202,12 +305,12 @@ def local_only(args, seed: int) -> dict:
             model,
             s.x_train,
             s.y_train,
-            epochs=args.rounds * d.local_epochs,
+            epochs=rounds * d.local_epochs,
             optim=LocalOptimizer(lr=d.lr),
             batch_size=d.batch_size,
             seed=seed * 1000 + i,
         )
-        rmse.append(pooled_rmse(model, silos, args.batchnorm))
+        rmse.append(pooled_rmse(model, silos, batchnorm))
     y = np.concatenate([s.y_train for s in silos])
     return {
         "seed": seed,
@@ -216,150 +319,9 @@ def local_only(args, seed: int) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=list(LABEL), default="fedavg")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--num-clients", type=int, default=10)
-    p.add_argument(
-        "--clip",
-        type=float,
-        default=None,
-        help="C (default: 2 with statistics shared, 0.25 local; another C is a "
-        "control written under its own name)",
-    )
-    p.add_argument(
-        "--batchnorm",
-        choices=("shared", "local"),
-        default="shared",
-        help="local: statistics never leave a silo, in every row (module docstring)",
-    )
-    p.add_argument(
-        "--clipping",
-        choices=("fixed", "adaptive"),
-        default="fixed",
-        help="adaptive: the central rows adapt C toward the median update norm, from --clip "
-        "(module docstring)",
-    )
-    p.add_argument("--clip-lr", type=float, default=CLIP_LR, help="adaptive clipping's eta_C")
-    p.add_argument("--z", type=float, nargs="+", default=list(CENTRAL_Z))
-    p.add_argument("--local-eps", type=float, nargs="+", default=list(LOCAL_EPS))
-    p.add_argument("--work", default="", help="runs folder (default runs/<results name>)")
-    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
-    p.add_argument(
-        "--calibrate",
-        action="store_true",
-        help="measure the update norms that set C (dp_frontier_clip.csv), then stop",
-    )
-    args = p.parse_args(argv)
-    if args.clipping == "adaptive" and args.method != "fedavg":
-        raise SystemExit("dp_frontier: --clipping adaptive is central DP's: --method fedavg")
-    if args.clipping == "adaptive":
-        dropped = [z for z in args.z if z >= args.num_clients / 10]
-        if dropped:
-            print(f"dp_frontier: z {dropped} left out: adaptive clipping needs z below "
-                  f"2 sigma_b = {args.num_clients / 10:g} with {args.num_clients} silos")  # fmt: skip
-    name = name_of(args.method, args.batchnorm, args.clip, args.clipping, args.clip_lr)
-    args.clip = CLIP[args.batchnorm] if args.clip is None else args.clip
-    # a control shares its study's runs folder: the no-DP runs (no C) are the same runs
-    work = args.work or str(ROOT / "runs" / name_of(args.method, args.batchnorm))
-    control = args.clip != CLIP[args.batchnorm]
-    if args.calibrate:
-        norms = pd.DataFrame([r for s in args.seeds for r in update_norms(args, s)])
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        norms.to_csv(RESULTS / f"{NAME}_clip.csv", index=False, float_format="%.6g")
-        print(norms.groupby("round")[["norm_with_statistics", "norm_weights_only"]].median())
-        return 0
-    if args.plot_only:
-        return redraw(RESULTS / f"{name}.csv", lambda table, cmd: draw(table, cmd, name))
-    runs = []
-    for seed in args.seeds:
-        for mode, knob, run_config in settings(args):
-            tag = mode if mode == "none" else f"{mode}-{knob:g}"
-            tag += f"-clip{args.clip:g}" if control and mode != "none" else ""
-            if args.clipping == "adaptive" and mode == "central":
-                tag += "-adaptive" + ("" if args.clip_lr == CLIP_LR else f"-lr{args.clip_lr:g}")
-            out = ROOT / work / f"{tag}-s{seed}"
-            failed = (out / FAILED).is_file()
-            if not failed:
-                try:
-                    simulate(args.method, out, rounds=args.rounds, seed=seed,
-                             num_clients=args.num_clients, run_config=run_config)  # fmt: skip
-                except subprocess.CalledProcessError:  # the noise wrecked the model: NaN updates
-                    failed = True  # are refused until the run stops (max-empty-rounds)
-                    (out / FAILED).write_text("the run stopped: see server.log\n")
-            r = pd.read_csv(out / "rounds.csv")
-            r = r.rename(columns={headline_rmse(r.columns): "rmse"})  # CDL's: each silo's model
-            last = r[r["round"] == r["round"].max()].iloc[0]
-            eps = float(r["dp_epsilon"].max()) if "dp_epsilon" in r and mode != "none" else np.inf
-            runs.append(
-                {
-                    "mode": mode,
-                    "knob": knob,
-                    "seed": seed,
-                    "rmse": float(last["rmse"]),
-                    "best_rmse": float(r["rmse"].min()),
-                    "epsilon": eps,
-                    "rounds_done": int(r["round"].max()),
-                    "stopped": failed,
-                    # the C of the last round (adaptive clipping moves it; fixed: --clip)
-                    "clip_last": float(r["dp_clip"].dropna().iloc[-1])
-                    if "dp_clip" in r and r["dp_clip"].notna().any()
-                    else np.nan,
-                }  # fmt: skip
-            )
-            print(runs[-1], flush=True)
-    floors = pd.DataFrame([kept_floor(args, ROOT / work, s) for s in args.seeds])
-    runs = pd.DataFrame(runs)
-    table = (
-        runs.groupby(["mode", "knob"], sort=False)
-        .agg(
-            epsilon=("epsilon", "mean"),
-            rmse=("rmse", "mean"),
-            rmse_sd=("rmse", "std"),
-            best_rmse=("best_rmse", "mean"),
-            seeds=("seed", "nunique"),
-            stopped=("stopped", "sum"),
-            clip_last=("clip_last", "mean"),
-        )
-        .reset_index()
-    )
-    for floor, col in (("local-only (no release)", "local_only_rmse"),
-                      ("constant (pooled train mean)", "constant_rmse")):  # fmt: skip
-        table.loc[len(table)] = {
-            "mode": floor, "knob": np.nan, "epsilon": 0.0 if "local" in floor else np.nan,
-            "rmse": floors[col].mean(), "rmse_sd": floors[col].std(),
-            "best_rmse": np.nan, "seeds": len(floors), "stopped": 0,
-        }  # fmt: skip
-    table = table.merge(versus(runs, floors), on=["mode", "knob"], how="left")
-    fixed = RESULTS / f"{name_of(args.method, args.batchnorm, args.clip)}_runs.csv"
-    if args.clipping == "adaptive" and fixed.is_file():  # the same z with C fixed, by seed
-        table = table.merge(versus_fixed(runs, pd.read_csv(fixed)), on=["mode", "knob"], how="left")
-    table.insert(2, "clip", args.clip)
-    table.insert(3, "clipping", args.clipping)
-    table.insert(4, "rounds", args.rounds)
-    table.insert(5, "silos", args.num_clients)
-    table.insert(0, "method", args.method)
-    table.insert(1, "batchnorm", args.batchnorm)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    cmd = command_line(__file__, argv)
-    table.assign(command=cmd).to_csv(RESULTS / f"{name}.csv", index=False, float_format="%.6g")
-    seeded = [floors.assign(mode=mode, rmse=floors[col])[["mode", "seed", "rmse"]]
-              for mode, col in (("local-only (no release)", "local_only_rmse"),
-                                ("constant (pooled train mean)", "constant_rmse"))]  # fmt: skip
-    runs = pd.concat([runs, *seeded], ignore_index=True)  # the floors seed by seed too
-    runs.to_csv(RESULTS / f"{name}_runs.csv", index=False, float_format="%.6g")
-    draw(table, cmd, name)
-    print(table.to_string(index=False))
-    return 0
-
-
 def versus(runs: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
     """Per setting: its last-round RMSE minus each silo alone's, and minus no DP's, paired by
     seed, with 95% t-intervals (experiments.tables.paired_interval; below 0 = better)."""
-    from experiments.tables import paired_interval
-
     alone = floors.set_index("seed")["local_only_rmse"]
     none = runs[runs["mode"] == "none"].set_index("seed")["rmse"]
     rows = []
@@ -380,8 +342,6 @@ def versus(runs: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
 def versus_fixed(runs: pd.DataFrame, fixed: pd.DataFrame) -> pd.DataFrame:
     """Adaptive minus fixed C at the same z, paired by seed (the fixed-C study's runs CSV:
     same silos, rounds, seeds and starting C), 95% t-interval; below 0 = adaptive better."""
-    from experiments.tables import paired_interval
-
     rows = []
     for knob, g in runs[runs["mode"] == "central"].groupby("knob"):
         f = fixed[(fixed["mode"] == "central") & np.isclose(fixed["knob"], knob)]
@@ -448,7 +408,7 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def draw(table: pd.DataFrame, command: str, name: str = NAME) -> None:
+def draw(table: pd.DataFrame, command: str, png: Path) -> None:
     """RMSE (last round, mean and sd over seeds) against epsilon on a log axis, central and
     local DP, with no-DP FedAvg, local-only and the constant predictor as lines."""
     label = method_label(table)
@@ -484,7 +444,72 @@ def draw(table: pd.DataFrame, command: str, name: str = NAME) -> None:
                  f"{how}{where})", fontsize=10)  # fmt: skip
     ax.legend(fontsize=7)
     fig.tight_layout()
-    figures.save(fig, RESULTS / f"{name}.png", command, dpi=120)
+    figures.save(fig, png, command, dpi=120)
+
+
+def _norms_report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """dp_frontier_clip.csv (one row per seed, round and silo) and its medians by round."""
+    out = RESULTS / f"{study['name']}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs.assign(command=command).to_csv(out, index=False, float_format="%.6g")
+    med = runs.groupby("round")[["norm_with_statistics", "norm_weights_only"]].median()
+    return pipe_table(
+        ["round", "median update norm, statistics released", "weights only"],
+        [[r, f"{a:.3g}", f"{b:.3g}"] for r, (a, b) in med.iterrows()],
+    )
+
+
+def _no_figure(study: dict) -> int:
+    print(f"{study['name']}: a table only, no figure to draw", file=sys.stderr)
+    return 2
+
+
+# the calibration study (dp_frontier_clip.toml): `update_norms` per seed, a CSV, no figure
+NORMS = SimpleNamespace(
+    outputs=lambda study: [RESULTS / f"{study['name']}.csv"],
+    report=_norms_report,
+    replot=_no_figure,
+)
+
+
+def main(argv=None) -> int:
+    """CDL's frontiers, until they are re-made through study files: the cells such a file
+    would hold (no DP, then local DP per epsilon), run by the study kind "simulation" and
+    tabulated by `report`, into runs/<name> as before (so finished runs are reused)."""
+    from experiments.simulation_runs import run_jobs
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--method", choices=["cdl"], required=True,
+                   help="FedAvg's frontiers are study files: experiments/studies/dp_frontier*.toml")  # fmt: skip
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--num-clients", type=int, default=10)
+    p.add_argument("--clip", type=float, default=None,
+                   help="C (default: 2 with statistics shared, 0.25 local; another C is a "
+                   "control written under <name>_clip<C>)")  # fmt: skip
+    p.add_argument("--batchnorm", choices=("shared", "local"), default="shared",
+                   help="local: statistics never leave a silo, in every row")  # fmt: skip
+    p.add_argument("--local-eps", type=float, nargs="+", default=[100.0, 1000.0, 10000.0])
+    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
+    a = p.parse_args(argv)
+    base = f"dp_frontier_{a.method}" + ("" if a.batchnorm == "shared" else "_bnlocal")
+    clip = CLIP[a.batchnorm] if a.clip is None else a.clip
+    control = clip != CLIP[a.batchnorm]  # shares its study's runs folder (the no-DP runs)
+    study = {"name": base + (f"_clip{clip:g}" if control else ""), "file": "dp_frontier"}
+    if a.plot_only:
+        return replot(study)
+    bn = {"driving.batchnorm-statistics": "local"} if a.batchnorm == "local" else {}
+    rows = [("none", bn)] + [
+        (f"local-{e:g}" + (f"-clip{clip:g}" if control else ""),
+         {"dp.mode": "local", "dp.local-epsilon": e, "dp.clip": clip} | bn)
+        for e in a.local_eps
+    ]  # fmt: skip
+    cells = [{"method": a.method, "seed": seed, "rounds": a.rounds, "num-clients": a.num_clients,
+              "run-config": rc, "may-stop": True, "run_dir": str(ROOT / "runs" / base / f"{tag}-s{seed}")}
+             for seed in a.seeds for tag, rc in rows]  # fmt: skip
+    runs = run_jobs(cells, 1)
+    print(report(runs, study, command_line(__file__, argv)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ trained on? At every privacy setting of the DP frontier, beside its RMSE.
 
     python -m experiments.privacy.driving_membership [--seeds 0 1 2] [--force]
 
-It attacks the runs of `experiments.privacy.dp_frontier` (run that first: it writes
-runs/dp_frontier/<mode>-<knob>-s<seed>), the same silos, rounds and seeds:
+It attacks the runs of the FedAvg frontier (`python -m experiments.study
+experiments/studies/dp_frontier.toml` first: it writes runs/dp_frontier/<mode>-<knob>-s<seed>),
+the same silos, rounds and seeds:
 
 - the target is the last round's global model (`checkpoints/round_<last>.pt`): what FedAvg
   releases to every party after the run, with no DP, central DP (noise on the mean) or local
@@ -192,8 +193,8 @@ def main(argv=None) -> int:
         )
         if not (run / "config.json").is_file():
             print(
-                f"driving_membership: {run} is missing; run `python -m "
-                "experiments.privacy.dp_frontier` first (it writes runs/dp_frontier)",
+                f"driving_membership: {run} is missing; run `python -m experiments.study "
+                "experiments/studies/dp_frontier.toml` first (it writes runs/dp_frontier)",
                 file=sys.stderr,
             )
             return 2
