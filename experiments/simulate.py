@@ -198,11 +198,24 @@ def _used(launch: dict, run_config: str) -> dict:
     mine |= {k for k, flag in RESOLVED.items() if flag is None or flag in args}
     used = {k: v for k, v in (launch.get("defaults") or {}).items() if k not in mine}
     return {
-        "args": launch.get("args"),
+        "args": _placed(launch.get("args")),
         "defaults": used,
         "policy": launch.get("policy"),
         "starts": launch.get("starts", {}),
     }
+
+
+# flags whose value names where a run lives, not what it is: the run folder is where study.json
+# is, and the policy is keyed by its bytes ("policy"), so a runs folder moved or copied to
+# another checkout is the same launch, not one to train again
+PLACE_FLAGS = ("--out", "--policy")
+
+
+def _placed(args: list[str] | None) -> list[str] | None:
+    """A launch's arguments without the paths of PLACE_FLAGS."""
+    if args is None:
+        return None
+    return [a for i, a in enumerate(args) if i == 0 or args[i - 1] not in PLACE_FLAGS]
 
 
 def _starts(run_config: str) -> dict[str, str]:

@@ -746,6 +746,32 @@ def test_a_cached_simulation_is_rerun_when_its_launch_changed(tmp_path, monkeypa
     assert len(launched) == 9
 
 
+def test_a_runs_folder_moved_to_another_checkout_is_reused_not_retrained(tmp_path, monkeypatch):
+    """study.json records absolute paths (--out, --policy); a runs folder copied to another
+    checkout, or made from a clone, is the same launch: its folder and its policy's bytes
+    decide, not where they were. Another policy under the same name still retrains."""
+    import json
+    import shutil
+
+    import experiments.simulate as sim
+
+    launched = _fake_simulations(monkeypatch, sim)
+    policy = tmp_path / "a" / "p.toml"
+    policy.parent.mkdir()
+    policy.write_text("[fedrl]\nmin-sigma = 1.0\n")
+    sim.simulate("fedavg", tmp_path / "a" / "runs" / "r", rounds=2, seed=0, policy=policy)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    moved = tmp_path / "b" / "runs" / "r"
+    assert str(tmp_path / "a") in (moved / "study.json").read_text()  # it names the old place
+    sim.simulate("fedavg", moved, rounds=2, seed=0, policy=tmp_path / "b" / "p.toml")
+    assert len(launched) == 1 and json.loads((moved / "study.json").read_text())["finished"]
+    sim.simulate("fedavg", moved, rounds=2, seed=1, policy=tmp_path / "b" / "p.toml")
+    assert len(launched) == 2  # another seed is another launch
+    (tmp_path / "b" / "p.toml").write_text("[fedrl]\nmin-sigma = 0.5\n")
+    sim.simulate("fedavg", moved, rounds=2, seed=1, policy=tmp_path / "b" / "p.toml")
+    assert len(launched) == 3
+
+
 def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path, monkeypatch):
     """Raising a study's round cap resumes a run that used up its old cap from its last round
     (no retraining) when that cap was on the evaluation schedule; a run that stopped by its
