@@ -207,3 +207,50 @@ def test_the_report_scores_each_run_at_its_last_round_beside_the_floors(tmp_path
     runs["run-config"] = [other_c if i == 1 else rc for i, rc in enumerate(runs["run-config"])]
     with pytest.raises(ValueError, match=r"f.toml: the frontier's rows differ in clip"):
         dp_frontier.report(runs, study, "x")
+
+
+def test_cdls_control_at_c2_shares_the_bnlocal_studys_no_dp_runs_and_changes_only_c():
+    """CDL's frontiers are party-side DP only (a peer topology has no aggregate), statistics
+    local in the bnlocal pair; the C = 2 control's no-DP runs are the very launches (folder and
+    run config) of dp_frontier_cdl_bnlocal.toml, so they are trained once and its floors shared."""
+    from experiments.simulation_runs import jobs, overrides
+
+    shared, local = _cells("dp_frontier_cdl"), _cells("dp_frontier_cdl_bnlocal")
+    control = jobs(_cells("dp_frontier_cdl_bnlocal_clip2"), None)
+    for cells, clip in ((shared, 2.0), (local, 0.25)):
+        assert {c["method"] for c in cells} == {"cdl"} and {c["rounds"] for c in cells} == {10}
+        dp = [c["run-config"] for c in cells if "dp.mode" in c["run-config"]]
+        assert {(r["dp.mode"], r["dp.clip"]) for r in dp} == {("local", clip)}
+    base = {j["run_dir"]: overrides(j["run-config"]) for j in jobs(local, None)}
+    none = [c for c in control if "dp.mode" not in c["run-config"]]
+    assert len(none) == 3 and all(base[c["run_dir"]] == overrides(c["run-config"]) for c in none)
+    dp = [c for c in control if c not in none]
+    assert {c["run-config"]["dp.clip"] for c in dp} == {2.0}
+    assert not {c["run_dir"] for c in dp} & set(base)  # its own folders beside the study's
+    assert all(c["run-config"]["driving.batchnorm-statistics"] == "local" for c in control)
+
+
+def test_the_cdl_diagnosis_writes_one_table_per_kind_of_row_and_names_what_is_missing(
+    tmp_path, monkeypatch
+):
+    """experiments/privacy/cdl_dp_diagnosis.py as a study's analysis: a call's silo rows and
+    round rows go to their own CSVs, each with only its own columns; a run without its released
+    models names the frontier's study command."""
+    from experiments.privacy import cdl_dp_diagnosis as diag
+
+    monkeypatch.setattr(diag, "RESULTS", tmp_path)
+    silo = {"run": "none-s0", "seed": 0, "silo": 0, "as_released": 0.25, "block0_bn1_own": 0.24,
+            "block0_bn1_floored_only": 0.25, "every_bn_own": 0.24, "every_bn_pooled": 0.23,
+            "vars_at_floor": 0, "broken": False, "table": "silos"}  # fmt: skip
+    rnd = {"run": "none-s0", "round": 1, "bn1_var_median": 0.12, "bn1_var_min": 0.1,
+           "table": "rounds"}  # fmt: skip
+    runs = pd.DataFrame([silo, silo | {"silo": 1, "as_released": 0.5, "broken": True}, rnd])
+    text = diag.report(runs, {"name": "bn"}, "python -m experiments.study bn.toml")
+    silos, rounds = pd.read_csv(tmp_path / "bn.csv"), pd.read_csv(tmp_path / "bn_rounds.csv")
+    assert len(silos) == 2 and len(rounds) == 1
+    assert "round" not in silos and "silo" not in rounds and "table" not in silos
+    assert set(silos["command"]) == {"python -m experiments.study bn.toml"}
+    assert "none" in text and "0.5" in text
+    (tmp_path / "local-1000-s0" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="studies/dp_frontier_cdl.toml"):
+        diag.diagnose_run("local-1000", 0, tmp_path)

@@ -1,9 +1,11 @@
 """Why CDL's silos break down under party-side DP (docs/privacy.md, issue 44): each silo's final
-released model from `experiments.privacy.dp_frontier --method cdl` re-scored on the pooled test
-set with its BatchNorm running statistics replaced, the weights untouched.
+released model from the frontier `experiments/studies/dp_frontier_cdl.toml` re-scored on the
+pooled test set with its BatchNorm running statistics replaced, the weights untouched.
 
-    python -m experiments.privacy.cdl_dp_diagnosis [--work runs/dp_frontier_cdl]
-           [--settings none local-10000 local-1000] [--seeds 0 1 2]
+    python -m experiments.study experiments/studies/dp_frontier_cdl_bn.toml
+
+The study file names the frontier's rows (`setting`, its run folders' prefix), seeds and runs
+folder; each (setting, seed) is one call of `diagnose_run`, and `report` writes the tables.
 
 Per silo: RMSE as released (the frontier's number); with block 0's first BatchNorm (bn1, the
 layer with the smallest running variances, ~0.002-0.01 a channel) re-estimated on the silo's own
@@ -18,19 +20,19 @@ Second output, <out>_rounds.csv: bn1's running variances in the server's round c
 A silo "breaks down" when its RMSE as released is above 0.35 (the no-DP silos' worst is 0.41
 in seed 0: the threshold only sorts the rows, every silo is written).
 
-Writes experiments/results/dp_frontier_cdl_bn.csv (one row per run and silo).
+Writes experiments/results/dp_frontier_cdl_bn.csv (one row per run and silo) and
+dp_frontier_cdl_bn_rounds.csv (one row per run and round); no figure.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from experiments.simulate import RESULTS, ROOT
+from experiments.simulate import RESULTS
 
 BROKEN = 0.35
 
@@ -47,11 +49,14 @@ def diagnose(run: Path, seed: int) -> list[dict]:
     d = parse({}).driving
     files = sorted((run / "checkpoints").glob("final_silo_*.pt"))
     if not files:
-        raise FileNotFoundError(f"{run}/checkpoints: no final_silo_*.pt (run the frontier first)")
+        raise FileNotFoundError(
+            f"{run}/checkpoints: no final_silo_*.pt (run the frontier first: python -m "
+            "experiments.study experiments/studies/dp_frontier_cdl.toml)"
+        )
     if "blocks.0.bn1.running_var" not in torch.load(files[0], weights_only=True):
-        raise SystemExit(
-            f"cdl_dp_diagnosis: {run} kept BatchNorm statistics local (--batchnorm local): "
-            "nothing was released to diagnose"
+        raise ValueError(
+            f"cdl_dp_diagnosis: {run} kept BatchNorm statistics local: nothing was released "
+            "to diagnose"
         )
     silos = [
         make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
@@ -115,35 +120,39 @@ def bn1_by_round(run: Path) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--work", default=str(ROOT / "runs" / "dp_frontier_cdl"))
-    p.add_argument("--settings", nargs="+", default=["none", "local-10000", "local-1000"])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--out", default=str(RESULTS / "dp_frontier_cdl_bn.csv"))
-    a = p.parse_args(argv)
+def diagnose_run(setting: str, seed: int, work: Path) -> list[dict]:
+    """One frontier run's rows for both tables (`table`: "silos" or "rounds"), one torch thread
+    as the frontier's own scoring."""
     import torch
 
     torch.set_num_threads(1)
-    try:
-        rows = [r for s in a.settings for seed in a.seeds
-                for r in diagnose(Path(a.work) / f"{s}-s{seed}", seed)]  # fmt: skip
-    except FileNotFoundError as e:
-        print(f"cdl_dp_diagnosis: {e}", file=sys.stderr)
-        return 2
-    df = pd.DataFrame(rows)
-    df.to_csv(a.out, index=False, float_format="%.4g")
-    by_round = [r for s in a.settings for seed in a.seeds
-                for r in bn1_by_round(Path(a.work) / f"{s}-s{seed}")]  # fmt: skip
-    pd.DataFrame(by_round).to_csv(
-        str(a.out).replace(".csv", "_rounds.csv"), index=False, float_format="%.4g"
+    run = Path(work) / f"{setting}-s{seed}"
+    return [r | {"table": "silos"} for r in diagnose(run, seed)] + [
+        r | {"table": "rounds"} for r in bn1_by_round(run)
+    ]
+
+
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}.csv", RESULTS / f"{study['name']}_rounds.csv"]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The two CSVs (each row naming the command) and the means by setting and breakdown."""
+    silos, rounds = (
+        runs[runs["table"] == t].drop(columns="table").dropna(axis=1, how="all")
+        for t in ("silos", "rounds")
     )
+    for df, out in zip((silos, rounds), outputs(study)):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        df.assign(command=command).to_csv(out, index=False, float_format="%.4g")
     cols = ["as_released", "block0_bn1_own", "block0_bn1_floored_only", "every_bn_own",
-            "every_bn_pooled"]  # fmt: skip
-    print(df.assign(setting=df.run.str.rsplit("-s", n=1).str[0])
-          .groupby(["setting", "broken"])[cols + ["vars_at_floor"]].mean().round(3).to_string())  # fmt: skip
-    return 0
+            "every_bn_pooled", "vars_at_floor"]  # fmt: skip
+    return (
+        silos.assign(setting=silos["run"].str.rsplit("-s", n=1).str[0])
+        .groupby(["setting", "broken"])[cols].mean().round(3).to_string()
+    )  # fmt: skip
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def replot(study: dict) -> int:
+    print(f"{study['name']}: tables only, no figure to draw", file=sys.stderr)
+    return 2

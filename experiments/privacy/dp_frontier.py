@@ -4,13 +4,12 @@
     python -m experiments.study experiments/studies/dp_frontier_bnlocal.toml    # statistics local
     python -m experiments.study experiments/studies/dp_frontier_adaptive.toml   # C adapted (_lr1)
     python -m experiments.study experiments/studies/dp_frontier_clip.toml       # what sets C
-    python -m experiments.privacy.dp_frontier --method cdl --rounds 10   # CDL (not yet a study)
+    python -m experiments.study experiments/studies/dp_frontier_cdl.toml        # CDL, local DP
+    python -m experiments.study experiments/studies/dp_frontier_cdl_bnlocal.toml   # and _clip2
 
 Each study file is one frontier: its arms are the rows (no DP, central DP over noise
 multipliers z, local DP over per-release epsilons), each arm a `simulation.py` launch per seed
-(the study kind "simulation"); this module is their analysis. CDL's frontiers are still run by
-this module's `main` (the same launches, the same analysis) until they are re-made through
-study files.
+(the study kind "simulation"); this module is their analysis.
 
 CDL has no DP and party-side DP only (each silo's LocalDpMod noises the backbone it sends its
 neighbours; a peer topology has no aggregate for central DP), scored as each silo's own model
@@ -54,7 +53,6 @@ Writes experiments/results/<name>.csv (one row per setting, mean and sd over see
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -67,12 +65,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS, ROOT, command_line  # noqa: E402
+from experiments.simulate import RESULTS  # noqa: E402
 from experiments.tables import paired_interval, pipe_table, redraw, study_files  # noqa: E402
 from strategies.floors import headline_rmse  # noqa: E402
 
 LABEL = {"fedavg": "FedAvg", "cdl": "CDL"}
-CLIP = {"shared": 2.0, "local": 0.25}  # C by what is released (module docstring, update_norms)
 KNOB = {"central": "dp.noise-multiplier", "local": "dp.local-epsilon"}
 FLOORS = (("local-only (no release)", "local_only_rmse"),
           ("constant (pooled train mean)", "constant_rmse"))  # fmt: skip
@@ -470,47 +467,3 @@ NORMS = SimpleNamespace(
     report=_norms_report,
     replot=_no_figure,
 )
-
-
-def main(argv=None) -> int:
-    """CDL's frontiers, until they are re-made through study files: the cells such a file
-    would hold (no DP, then local DP per epsilon), run by the study kind "simulation" and
-    tabulated by `report`, into runs/<name> as before (so finished runs are reused)."""
-    from experiments.simulation_runs import run_jobs
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=["cdl"], required=True,
-                   help="FedAvg's frontiers are study files: experiments/studies/dp_frontier*.toml")  # fmt: skip
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--num-clients", type=int, default=10)
-    p.add_argument("--clip", type=float, default=None,
-                   help="C (default: 2 with statistics shared, 0.25 local; another C is a "
-                   "control written under <name>_clip<C>)")  # fmt: skip
-    p.add_argument("--batchnorm", choices=("shared", "local"), default="shared",
-                   help="local: statistics never leave a silo, in every row")  # fmt: skip
-    p.add_argument("--local-eps", type=float, nargs="+", default=[100.0, 1000.0, 10000.0])
-    p.add_argument("--plot-only", action="store_true", help="redraw the figure from the CSVs")
-    a = p.parse_args(argv)
-    base = f"dp_frontier_{a.method}" + ("" if a.batchnorm == "shared" else "_bnlocal")
-    clip = CLIP[a.batchnorm] if a.clip is None else a.clip
-    control = clip != CLIP[a.batchnorm]  # shares its study's runs folder (the no-DP runs)
-    study = {"name": base + (f"_clip{clip:g}" if control else ""), "file": "dp_frontier"}
-    if a.plot_only:
-        return replot(study)
-    bn = {"driving.batchnorm-statistics": "local"} if a.batchnorm == "local" else {}
-    rows = [("none", bn)] + [
-        (f"local-{e:g}" + (f"-clip{clip:g}" if control else ""),
-         {"dp.mode": "local", "dp.local-epsilon": e, "dp.clip": clip} | bn)
-        for e in a.local_eps
-    ]  # fmt: skip
-    cells = [{"method": a.method, "seed": seed, "rounds": a.rounds, "num-clients": a.num_clients,
-              "run-config": rc, "may-stop": True, "run_dir": str(ROOT / "runs" / base / f"{tag}-s{seed}")}
-             for seed in a.seeds for tag, rc in rows]  # fmt: skip
-    runs = run_jobs(cells, 1)
-    print(report(runs, study, command_line(__file__, argv)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
