@@ -3,7 +3,10 @@ undefended case and does not on a defended one (experiments/privacy)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
 
@@ -87,6 +90,78 @@ def test_membership_attack_finds_the_images_a_model_memorised_and_not_others():
     assert open_ > 0.7, open_
     assert abs(withheld - 0.5) < 0.15 and open_ - withheld > 0.15, (open_, withheld)
     assert abs(shuffled - 0.5) < 0.2, shuffled
+
+
+def test_the_membership_study_attacks_each_frontier_run_it_names_and_nothing_else(tmp_path):
+    """experiments/privacy/driving_membership.py as a function study: its settings are the
+    FedAvg frontier's rows (dp_frontier.toml) and `silo-alone`; a run's row carries the RMSE, ε
+    and `stopped` of the very run it attacked (not another draw's CSV), attacked at its last
+    finite checkpoint; a missing run names the frontier's study; a run that kept its batch-norm
+    statistics local is refused."""
+    import json
+    import tomllib
+
+    import torch
+
+    from config.schema import merged
+    from experiments.privacy.driving_membership import attack
+    from models.resnet8 import ResNet8
+
+    studies = Path(__file__).resolve().parents[1] / "experiments" / "studies"
+    frontier = tomllib.loads((studies / "dp_frontier.toml").read_text())
+    membership = tomllib.loads((studies / "driving_membership.toml").read_text())
+    labels = [arm["label"] for arm in frontier["grid"]["arms"]]
+    assert membership["grid"]["setting"] == [*labels, "silo-alone"]
+    assert membership["grid"]["work"] == frontier["grid"]["work"]
+
+    cfg = merged({}) | {"num-clients": 2, "num-server-rounds": 2, "driving.image-size": 16,
+                        "driving.train-per-silo": 16, "driving.test-per-silo": 8,
+                        "driving.local-epochs": 1, "dp.mode": "local", "dp.local-epsilon": 100.0}  # fmt: skip
+    run = tmp_path / "local-100-s0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(cfg))
+    torch.manual_seed(0)
+    state = ResNet8(16, 1).state_dict()
+    torch.save(state, run / "checkpoints" / "round_1.pt")
+    wrecked = {k: v.clone() for k, v in state.items()}
+    wrecked["stem.weight"] = wrecked["stem.weight"].fill_(float("nan"))
+    torch.save(wrecked, run / "checkpoints" / "round_2.pt")
+    pd.DataFrame({"round": [1, 2], "rmse": [0.3, 9.0], "dp_epsilon": [310.0, 566.0]}).to_csv(
+        run / "rounds.csv", index=False
+    )
+    (run / "stopped.txt").write_text("NaN model")
+    row = attack("local-100", 0, tmp_path)
+    assert (row["mode"], row["knob"], row["epsilon"], row["rmse"]) == ("local", 100.0, 566.0, 9.0)
+    assert row["stopped"] and row["attacked_round"] == 1
+    assert 0.0 <= row["auc"] <= 1.0 and 0.0 <= row["auc_shuffled"] <= 1.0
+    with pytest.raises(FileNotFoundError, match="studies/dp_frontier.toml"):
+        attack("central-0.1", 0, tmp_path)
+    with pytest.raises(FileNotFoundError, match="studies/dp_frontier.toml"):
+        attack("silo-alone", 0, tmp_path)  # its silos are the no-DP run's
+    (tmp_path / "none-s0").mkdir()
+    (tmp_path / "none-s0" / "config.json").write_text(json.dumps(cfg | {"dp.mode": "none"}))
+    alone = attack("silo-alone", 0, tmp_path)
+    assert (alone["mode"], alone["epsilon"]) == ("silo alone (not released)", 0.0)
+    assert 0.0 <= alone["auc"] <= 1.0
+    (run / "config.json").write_text(json.dumps(cfg | {"driving.batchnorm-statistics": "local"}))
+    with pytest.raises(ValueError, match="batchnorm-statistics"):
+        attack("local-100", 0, tmp_path)
+
+
+def test_the_property_study_refuses_what_its_attack_cannot_use():
+    """experiments/studies/fedvln_property.toml is checked before anything trains: too few
+    houses for 5 folds, no local step, a negative noise std each name the field (the
+    runner calls the analysis's `check` on every cell before any run)."""
+    from experiments import function_runs
+    from experiments.study import analysis_of, cells, load
+
+    study = load(Path(__file__).resolve().parents[1] / "experiments/studies/fedvln_property.toml")
+    check = analysis_of(study).check
+    cell = cells(study, function_runs.crossed(study))[0]
+    check(cell, "p.toml")
+    for field, bad in (("houses", 6), ("steps", 0), ("noise", [0.0, -0.01]), ("noise", 0.01)):
+        with pytest.raises(ValueError, match=f"p.toml: grid.{field}"):
+            check(cell | {field: bad}, "p.toml")
 
 
 def test_property_attack_reads_a_house_s_rooms_from_its_language_encoder_update():

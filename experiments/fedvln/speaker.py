@@ -74,6 +74,20 @@ FIDELITY = [
 COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio", "taught_gain"]
 
 
+def stage(a, seed: int, variant: str, *stages: str) -> list[str]:
+    """`experiments.fedvln.centralized`'s arguments for one variant's stages of a seed, in
+    OUT/seed<S>/<variant>."""
+    out = Path(a.out) / f"seed{seed}" / variant
+    return [
+        *("--seed", str(seed), "--patience", str(a.patience), "--eval-every", str(a.eval_every)),
+        *("--iters", str(a.agent_iters), "--speaker-iters", str(a.speaker_iters)),
+        *("--aug-iters", str(a.aug_iters), "--eval-size", str(a.eval_size)),
+        *("--data-dir", a.data_dir),
+        *VARIANTS[variant],
+        *("--stages", *stages, "--out", str(out), "--results-dir", str(out)),
+    ]
+
+
 def train(a, seed: int) -> Path:
     """The seed's centralized runs (resumed): follower, every speaker, augmentation.
 
@@ -82,30 +96,30 @@ def train(a, seed: int) -> Path:
     needs the follower and the grounded speaker and runs after them, then its control (the
     same fine-tuning from the same checkpoint on the labelled data alone), so that the gain
     of augmentation is not the gain of training further."""
-    base = Path(a.out) / f"seed{seed}"
-    common = [
-        *("--seed", str(seed), "--patience", str(a.patience), "--eval-every", str(a.eval_every)),
-        *("--iters", str(a.agent_iters), "--speaker-iters", str(a.speaker_iters)),
-        *("--aug-iters", str(a.aug_iters), "--eval-size", str(a.eval_size)),
-        *("--data-dir", a.data_dir),
+    first = [
+        stage(a, seed, "grounded", "agent"),
+        *(stage(a, seed, v, "speaker") for v in a.variants),
     ]
-
-    def stage(variant: str, *stages: str) -> list[str]:
-        out = base / variant
-        return [*common, *VARIANTS[variant], "--stages", *stages, "--out", str(out),
-                "--results-dir", str(out)]  # fmt: skip
-
-    first = [stage("grounded", "agent"), *(stage(v, "speaker") for v in a.variants)]
-    if "grounded" not in a.variants:
-        first.append(stage("grounded", "speaker"))  # the augment stage back-translates with it
+    if "grounded" not in a.variants:  # the augment stage back-translates with it
+        first.append(stage(a, seed, "grounded", "speaker"))
     with ThreadPoolExecutor(a.stage_jobs) as pool:
         failed = [c for c, rc in zip(first, pool.map(_centralized, first)) if rc != 0]
     for then in ("augment", "augment-control"):
-        if not failed and _centralized(stage("grounded", then)) != 0:
-            failed = [stage("grounded", then)]
+        if not failed and _centralized(stage(a, seed, "grounded", then)) != 0:
+            failed = [stage(a, seed, "grounded", then)]
     if failed:
         raise SystemExit(f"fedvln_speaker: the centralized stages failed: {failed[0]}")
-    return base
+    return Path(a.out) / f"seed{seed}"
+
+
+def follower(seed: int) -> Path:
+    """The seed's centralized follower alone (the agent stage of `train` with the default
+    settings, resumed if finished): its best val_unseen SR checkpoint, the global model other
+    studies start from."""
+    a = parse_args([])
+    if _centralized(stage(a, seed, "grounded", "agent")) != 0:
+        raise SystemExit(f"fedvln_speaker: the follower of seed {seed} failed to train")
+    return Path(a.out) / f"seed{seed}" / "grounded" / "checkpoints" / "agent_best.pt"
 
 
 def _centralized(args: list[str]) -> int:

@@ -277,24 +277,14 @@ def kept_floor(work: Path, rounds: int, num_clients: int, batchnorm: str, seed: 
     return floor
 
 
-def local_only(rounds: int, num_clients: int, batchnorm: str, seed: int) -> dict:
-    """Each silo trains alone (rounds x local epochs on its own data, no release), scored on
-    the pooled test set; the mean over silos. And the constant predictor (pooled train mean)."""
+def silo_alone_models(silos, d, rounds: int, seed: int):
+    """(silo, model) for each silo's own model, trained alone for rounds x local epochs on its
+    own data and never released: the floor "each silo alone" (here and in driving_membership)."""
     import torch
 
-    from config import parse
-    from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
     from training.steering import LocalOptimizer, train_steering
 
-    d = parse({}).driving
-    silos = [
-        make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
-        for i in range(num_clients)
-    ]
-    yt = np.concatenate([s.y_test for s in silos])
-    torch.set_num_threads(2)
-    rmse = []
     for i, s in enumerate(silos):
         torch.manual_seed(seed * 1000 + i)
         model = ResNet8(d.image_size, d.channels)
@@ -307,7 +297,25 @@ def local_only(rounds: int, num_clients: int, batchnorm: str, seed: int) -> dict
             batch_size=d.batch_size,
             seed=seed * 1000 + i,
         )
-        rmse.append(pooled_rmse(model, silos, batchnorm))
+        yield s, model
+
+
+def local_only(rounds: int, num_clients: int, batchnorm: str, seed: int) -> dict:
+    """Each silo trains alone (`silo_alone_models`), scored on the pooled test set; the mean
+    over silos. And the constant predictor (pooled train mean)."""
+    import torch
+
+    from config import parse
+    from envs.driving_silos import make_silo
+
+    d = parse({}).driving
+    silos = [
+        make_silo(i, seed, d.train_per_silo, d.test_per_silo, d.image_size, d.channels)
+        for i in range(num_clients)
+    ]
+    yt = np.concatenate([s.y_test for s in silos])
+    torch.set_num_threads(2)
+    rmse = [pooled_rmse(m, silos, batchnorm) for _, m in silo_alone_models(silos, d, rounds, seed)]
     y = np.concatenate([s.y_train for s in silos])
     return {
         "seed": seed,

@@ -3,10 +3,12 @@ sends, which room types does the house contain? FedVLN's privacy claim (paper Se
 sharing only the language encoder in pre-exploration protects the unseen house; this puts the
 claim to a test, per release variant, against chance.
 
-    python -m experiments.privacy.fedvln_property [--seeds 0 1 2] [--houses 60] [--steps 20]
+    python -m experiments.study experiments/studies/fedvln_property.toml
 
-Per seed, the global model is the follower every house starts from (`experiments.fedvln.speaker`'s
-centralized follower, best val_unseen SR; trained there if missing). Houses come from the
+The study file names the seeds, the houses (`houses`), the local steps before a release
+(`steps`) and the noise levels (`noise`); each seed is one call of `attack_seed`. Per seed, the
+global model is the follower every house starts from (`experiments.fedvln.speaker.follower`:
+the centralized follower, best val_unseen SR; trained there if missing). Houses come from the
 public generator (`envs.vln_houses`, a seed no run trains on), so an attacker can make as many
 shadow houses as it likes. Each house adapts a copy of the global model for `--steps` steps of
 the pre-exploration recipe on its own instructed routes (the house grammar's words: a perfect
@@ -26,36 +28,25 @@ each room type present in 20-80% of the houses, a logistic regression (sklearn) 
 shadow houses predicts "the house contains it"; 5-fold cross-validation over the houses
 (shadow and target disjoint in each fold), ROC AUC of the pooled out-of-fold scores, the mean
 over room types; `auc_shuffled` is the same with labels shuffled across houses (the measured
-chance floor). Defended with local noise (`--noise`): Gaussian noise of that std is added to
+chance floor). Defended with local noise (`noise`): Gaussian noise of that std is added to
 every released number before the attacker sees it (what a local-DP mod does to the release;
 the whole model's release gets the same std on every parameter).
 
 Results: experiments/results/fedvln_property{,_runs}.csv and fedvln_property.png; per-seed
-releases cached in --work.
+releases cached in the study's `work` folder.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from experiments import figures
-from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import (
-    mean_sd,
-    pipe_table,
-    plot_only_flag,
-    redraw_study,
-    refuse_overwrite,
-    save_study,
-    study_files,
-)
+from experiments.tables import mean_sd, pipe_table
 
 VARIANTS = {"whole model": "", "language encoder": "lang_encoder."}
 PROJECTION = 128
@@ -137,27 +128,38 @@ def attack(x: np.ndarray, labels: np.ndarray, seed: int) -> dict:
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
-def run_seed(a, seed: int) -> list[dict]:
+def check(cell: dict, where) -> None:
+    """What the attack accepts (ValueError naming the study file and field)."""
+    if cell["houses"] < 10:
+        raise ValueError(f"{where}: grid.houses: at least 10 (5 folds of shadow and target)")
+    if cell["steps"] < 1:
+        raise ValueError(f"{where}: grid.steps: at least 1 local step before a release")
+    if not isinstance(cell["noise"], list) or any(z < 0 for z in cell["noise"]):
+        raise ValueError(f"{where}: grid.noise: a list of noise stds >= 0 (0: none)")
+
+
+def attack_seed(seed: int, houses: int, steps: int, noise: list[float], work: Path) -> list[dict]:
+    """One seed's rows: every release variant at every noise level, the releases cached in
+    `work` (seed, houses and steps in the file name)."""
     import torch
 
     from envs.vln_houses import HouseSpec
-    from experiments.fedvln import speaker as fedvln_speaker
+    from experiments.fedvln.speaker import follower as centralized_follower
     from models import vln_checkpoint
     from training.vln_house import house_names, open_setup
 
     torch.set_num_threads(1)
-    base = fedvln_speaker.train(fedvln_speaker.parse_args([]), seed)
-    follower, vocab, _ = vln_checkpoint.load(base / "grounded" / "checkpoints" / "agent_best.pt")
+    follower, vocab, _ = vln_checkpoint.load(centralized_follower(seed))
     setup = open_setup(
-        "", "", HouseSpec(train_houses=a.houses, unseen_houses=1, seed=SHADOW_SEED + seed)
+        "", "", HouseSpec(train_houses=houses, unseen_houses=1, seed=SHADOW_SEED + seed)
     )
     names = house_names(setup)[0]
-    cache = Path(a.work) / f"seed{seed}-h{a.houses}-k{a.steps}.npz"
-    keys = [f"{z:g}/{v}/{n}" for z in a.noise for v in VARIANTS for n in names]
+    cache = Path(work) / f"seed{seed}-h{houses}-k{steps}.npz"
+    keys = [f"{z:g}/{v}/{n}" for z in noise for v in VARIANTS for n in names]
     feats = dict(np.load(cache)) if cache.is_file() else {}
     if set(keys) - set(feats):
-        ups = releases(follower, vocab, setup, names, a.steps, seed)
-        for z in a.noise:
+        ups = releases(follower, vocab, setup, names, steps, seed)
+        for z in noise:
             rng = np.random.default_rng([seed, 3])
             for n in names:
                 sent = {k: v + rng.normal(0, z, v.shape) if z > 0 else v for k, v in ups[n].items()}
@@ -175,16 +177,16 @@ def run_seed(a, seed: int) -> list[dict]:
     props = [c for c in codes if 0.2 <= prevalence[c] <= 0.8]
     labels = np.array([[c in r for c in props] for r in rooms], dtype=int)
     rows = []
-    for noise in a.noise:
+    for z in noise:
         for variant in VARIANTS:
-            x = np.stack([feats[f"{noise:g}/{variant}/{n}"] for n in names])
+            x = np.stack([feats[f"{z:g}/{variant}/{n}"] for n in names])
             r = attack(x, labels, seed)
             norm = float(np.median([feats[f"norm/{variant}/{n}"][0] for n in names]))
-            if noise == 0:  # which part carries it (docs/privacy.md)
+            if z == 0:  # which part carries it (docs/privacy.md)
                 r |= parts(x, len(vocab), labels, seed)
-            rows.append({"seed": seed, "variant": variant, "noise": noise, "houses": len(names),
+            rows.append({"seed": seed, "variant": variant, "noise": z, "houses": len(names),
                          "properties": len(props), "update_norm": norm, **r})  # fmt: skip
-            print(f"seed {seed} {variant} noise {noise:g}: AUC {r['auc']:.3f} "
+            print(f"seed {seed} {variant} noise {z:g}: AUC {r['auc']:.3f} "
                   f"(shuffled {r['auc_shuffled']:.3f}) over {len(props)} room types", flush=True)  # fmt: skip
     return rows  # env-based sends nothing: there is no release to attack, so no row
 
@@ -263,42 +265,3 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     figures.save(fig, png, command)
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--houses", type=int, default=60, help="generated houses (shadow + target)")
-    ap.add_argument("--steps", type=int, default=20, help="local steps before a release")
-    ap.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.001, 0.01],
-                    help="std of local noise on the release (0: none)")  # fmt: skip
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedvln_property"))
-    ap.add_argument("--results-dir", default=str(RESULTS))
-    ap.add_argument("--force", action="store_true", help="overwrite committed results")
-    plot_only_flag(ap)
-    ap.add_argument(
-        "--resummarize",
-        action="store_true",
-        help="only the summary and figure again, from the committed per-run CSV",
-    )
-    a = ap.parse_args(argv)
-    if a.houses < 10 or a.steps < 1 or any(n < 0 for n in a.noise):
-        print("fedvln_property: --houses >= 10, --steps >= 1, --noise >= 0", file=sys.stderr)
-        return 2
-    outs = study_files(a.results_dir, "fedvln_property")
-    if a.plot_only:
-        return redraw_study(outs, plot)
-    refuse_overwrite(outs, a.force)
-    if a.resummarize:
-        runs = pd.read_csv(outs[1])
-        runs = runs[runs["variant"] != "nothing (env-based)"]  # typed, never measured (older)
-    else:
-        runs = pd.DataFrame([r for seed in a.seeds for r in run_seed(a, seed)])
-    t = summarize(runs)
-    save_study(outs, runs, t, command_line(__file__, argv), plot)
-    print(markdown(t))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
