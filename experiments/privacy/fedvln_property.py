@@ -10,7 +10,7 @@ The study file names the seeds, the houses (`houses`), the local steps before a 
 global model is the follower every house starts from (`experiments.fedvln.speaker.follower`:
 the centralized follower, best val_unseen SR; trained there if missing). Houses come from the
 public generator (`envs.vln_houses`, a seed no run trains on), so an attacker can make as many
-shadow houses as it likes. Each house adapts a copy of the global model for `--steps` steps of
+shadow houses as it likes. Each house adapts a copy of the global model for `steps` steps of
 the pre-exploration recipe on its own instructed routes (the house grammar's words: a perfect
 speaker, and the labelled data a seen house trains on), as a house does before it sends. What
 it sends:
