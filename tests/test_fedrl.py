@@ -1341,3 +1341,28 @@ def test_a_finished_episodes_rows_in_a_play_say_nothing_about_its_observation():
     assert np.array_equal(run[0][1:], fin[0][1:]) and np.array_equal(run[1][1:], fin[1][1:])
     assert not np.array_equal(run[0][0], fin[0][0])  # the row changed: noise alone now
     assert np.array_equal(fin[0][0], other[0][0]) and fin[1][0] == other[1][0] == 0
+
+
+def test_the_message_study_counts_both_protocols_and_sees_any_number_that_differs():
+    """Issue 66: experiments/studies/fedrl_messages.toml. The same 3-round run (train, evaluate,
+    last) sent one play at a time and chained: a training round sends the same both ways, an
+    evaluating round fewer chained, the numbers are equal; a number changed in one protocol's
+    run is seen."""
+    from experiments.bench import fedrl_messages as fm
+
+    runs = pd.DataFrame(
+        [r for p in fm.PROTOCOLS for r in fm.count(p, "../shared/data/gridworld", 8, 3, 2, 0)]
+    )
+    table = fm.summarize(runs).set_index("rounds")
+    assert table.loc["train", "messages_one_by_one"] == table.loc["train", "messages_chained"]
+    for kind in ("evaluate", "last"):
+        assert table.loc[kind, "messages_chained"] < table.loc[kind, "messages_one_by_one"]
+    assert table.loc["run", "same_numbers"]
+    numeric = [c for c in runs.columns if c.startswith("valid") and runs[c].notna().any()]
+    assert numeric, "the evaluating round scored nothing"
+    runs.loc[runs.index[-1], numeric[0]] += 0.01
+    assert not fm.same_numbers(runs)
+    with pytest.raises(ValueError, match="grid.protocol"):
+        fm.check({"protocol": "batched", "size": 8, "rounds": 2, "eval-every": 1}, "f.toml")
+    with pytest.raises(ValueError, match="grid.rounds"):
+        fm.check({"protocol": "chained", "size": 8, "rounds": 0, "eval-every": 1}, "f.toml")
