@@ -573,3 +573,33 @@ def test_a_chained_rounds_houses_are_timed_each_on_its_own():
     grid = AdaptiveTimeout(None, 5.0, 0.01)
     grid.slowest[_kind([msg(7, True)])] = 0.1  # a small house was quick
     assert grid.limit(_kind([msg(8, True)]), 60.0) == 60.0  # the large one still gets the ceiling
+
+
+def test_reliability_study_refuses_bad_fields_and_shows_a_stopped_run(tmp_path):
+    """Issue 66: experiments/studies/reliability.toml. A kill after the last round, a hang
+    outside the run, an unknown run-config key or a fault setting that sets no fault is refused
+    by field before anything runs; a run the hang stopped is shown as stopped, not timed."""
+    import pandas as pd
+
+    from experiments.bench.reliability_table import check, markdown, plot
+    from experiments.figures import command_of
+
+    cell = {"config": "driving.lr=0.1", "faulty": "faults.fraction=0.2",
+            "hang": "faults.hang-s=1.0", "rounds": 6, "kill-after": 2, "hang-round": 3}  # fmt: skip
+    check(cell, "f.toml")
+    for bad, field in (({"kill-after": 6}, "grid.kill-after"), ({"hang-round": 0}, "grid.hang-round"),
+                       ({"config": "driving.lrr=0.1"}, "grid.config"),
+                       ({"hang": "timeout-floor=5.0"}, "grid.hang")):  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            check(cell | bad, "f.toml")
+    runs = pd.DataFrame(
+        [{"method": m, "rounds": 6, "injected": 6, "recorded": 6, "wrongly_aggregated": 0,
+          "faults_rounds": 6, "hang_exit": code, "hang_round_s": s, "hang_lost_s": lost,
+          "killed_after_round": 2, "resumed_rounds": 6, "metric": "rmse", "clean_final": 0.24,
+          "resumed_final": 0.24, "identical": True}
+         for m, code, s, lost in (("fedavg", 0, 9.0, 8.5), ("fedrl", 1, None, None))]
+    )  # fmt: skip
+    rows = markdown(runs).splitlines()
+    assert "| 9.0, +8.5 |" in rows[2] and "run stops (exit 1)" in rows[3]
+    plot(runs, tmp_path / "r.png", "python -m experiments.study r.toml")
+    assert command_of(tmp_path / "r.png") == "python -m experiments.study r.toml"

@@ -1,27 +1,28 @@
 """Reliability of every method in Flower's simulation engine, as an operator would try it.
 
-For each method, four runs of the same small study (seed 0, ROUNDS rounds):
+    python -m experiments.study experiments/studies/reliability.toml --jobs 1   # ~20 min
+
+The study file gives each method's small study (seed, rounds, its run config and the metric
+compared) and the faults; each method is one call of `study`, four runs in the work folder
+(`runs/reliability/<method>/<condition>`, kept, so a rerun resumes):
 * clean: no faults (the reference);
 * faults: 20% of training calls raise (`faults.fraction=0.2`, drawn per call);
-* hang: silo / party 1 hangs 120 s in round 3 (`faults.hang-partitions`);
+* hang: silo / party 1 hangs 120 s in round `hang-round` (`faults.hang-partitions`);
 * kill: the launcher, its SuperLink, ServerApp and Ray workers get SIGKILL (a crash) once
-  round KILL_AFTER is in rounds.csv, then `simulation.py M --resume DIR` finishes the run.
+  round `kill-after` is in rounds.csv, then `simulation.py M --resume DIR` finishes the run.
 
 Columns: faulty calls injected (recomputed from clients/faults.fault_of for every call that was
 sent) and recorded in clients.csv, updates wrongly aggregated (an injected call whose row says
 ok, or rounds whose n_accepted differs from their ok rows: must be 0), rounds completed, the
-time the hung silo cost (round 3's wall time minus the median of the others), and the final
-metric of the clean run beside the killed-and-resumed one.
-
-    python -m experiments.bench.reliability_table            # runs what is missing, prints the table
-    python -m experiments.bench.reliability_table --markdown # the README table from the CSV
-Work folder: runs/reliability (kept, so a rerun resumes); results:
-experiments/results/reliability.csv.
+time the hung silo cost (the hung round's wall time minus the median of the others), and the
+final metric of the clean run beside the killed-and-resumed one. `--jobs 1`: the hung round's
+cost is an adaptive timeout (a multiple of the slowest earlier exchange), so a second study
+beside it would lengthen it. Results: experiments/results/reliability{,_runs}.csv and
+reliability.png; the README table is `markdown`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -37,65 +38,25 @@ import pandas as pd
 from clients.faults import fault_of
 from config import parse
 from config.schema import merged
-from experiments.simulate import RESULTS, ROOT, command_line
+from experiments import figures
+from experiments.simulate import ROOT
 from launch.superlink import processes_with_token
 from strategies.floors import GLOBAL_RMSE, headline_rmse
 
-ROUNDS, KILL_AFTER = 6, 2
-WORK = ROOT / "runs" / "reliability"
-DRIVING = (
-    "driving.image-size=32 driving.train-per-silo=60 driving.test-per-silo=20 "
-    "driving.local-epochs=1"
-)
-STUDIES = {  # method -> (flags, run config, the metric compared)
-    "fedavg": (["--num-clients", "5"], DRIVING, "rmse"),
-    "fedprox": (["--num-clients", "5"], DRIVING, "rmse"),
-    "cdl-sfl": (["--num-clients", "5"], DRIVING, "rmse"),
-    "gossip": (["--num-clients", "5"], DRIVING, "rmse"),
-    "cdl": (["--num-clients", "5"], DRIVING, "rmse"),
-    "fedrl": (
-        [],
-        "fedrl.warmup=32 fedrl.envs=8 fedrl.act-steps=2 fedrl.updates=3 "
-        "fedrl.batch-size=8 fedrl.eval-episodes=6 fedrl.max-steps=6 "
-        "fedrl.target-update=2 fedrl.retries=5",
-        "valid-succ-rate-test_noise=off",
-    ),
-    "fedvln": (
-        [],
-        "fedvln.train-houses=3 fedvln.unseen-houses=2 fedvln.embedding=16 "
-        "fedvln.hidden=32 fedvln.batch-size=8 fedvln.max-local-steps=2 fedvln.seen-rate=1.0 "
-        'fedvln.optimizer-state="house"',
-        "val_unseen_sr",
-    ),
-}
-FAULTS = {
-    "clean": "",
-    "faults": "faults.fraction=0.2",
-    "hang": 'faults.hang-partitions="1" faults.rounds="3" faults.hang-s=120.0 timeout-floor=5.0',
-}
+
+def finished(out: Path, rounds: int) -> bool:
+    return (out / "rounds.csv").is_file() and len(pd.read_csv(out / "rounds.csv")) >= rounds
 
 
-def launch(method: str, out: Path, extra: str, kill_after: int = 0) -> dict:
+def launch(spec: dict, out: Path, extra: str, kill_after: int = 0) -> dict:
     """simulation.py into `out` (skipped when it already finished); returns exit code and
-    wall time. With kill_after, SIGTERM once that many rounds are in rounds.csv."""
-    if (out / "rounds.csv").is_file() and len(pd.read_csv(out / "rounds.csv")) >= ROUNDS:
+    wall time. With kill_after, SIGKILL once that many rounds are in rounds.csv."""
+    if finished(out, spec["rounds"]):
         return {"code": 0, "wall_s": float("nan")}
-    flags, cfg, _ = STUDIES[method]
-    cmd = [
-        sys.executable,
-        str(ROOT / "simulation.py"),
-        method,
-        "--rounds",
-        str(ROUNDS),
-        "--seed",
-        "0",
-        "--out",
-        str(out),
-        "--no-plots",
-        *flags,
-        "--run-config",
-        f"{cfg} {extra}".strip(),
-    ]
+    flags = ["--num-clients", str(spec["num_clients"])] if spec["num_clients"] else []
+    cmd = [sys.executable, str(ROOT / "simulation.py"), spec["method"],
+           "--rounds", str(spec["rounds"]), "--seed", str(spec["seed"]), "--out", str(out),
+           "--no-plots", *flags, "--run-config", f"{spec['config']} {extra}".strip()]  # fmt: skip
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     token = f"reliability-{uuid.uuid4().hex}"
@@ -130,8 +91,8 @@ def launch(method: str, out: Path, extra: str, kill_after: int = 0) -> dict:
     }
 
 
-def resume(method: str, out: Path) -> dict:
-    if len(pd.read_csv(out / "rounds.csv")) >= ROUNDS:
+def resume(method: str, out: Path, rounds: int) -> dict:
+    if finished(out, rounds):
         return {"code": 0}
     cmd = [sys.executable, str(ROOT / "simulation.py"), method, "--resume", str(out), "--no-plots"]
     print("$", " ".join(cmd), flush=True)
@@ -164,23 +125,38 @@ def fault_counts(method: str, out: Path) -> dict:
     return {"injected": int(injected), "recorded": int(rec.sum()), "wrongly_aggregated": wrong}
 
 
-def study(method: str) -> dict:
-    _, _, metric = STUDIES[method]
-    row: dict = {"method": method}
-    base = WORK / method
-    for name, extra in FAULTS.items():
-        res = launch(method, base / name, extra)
+def study(
+    method: str,
+    num_clients: int,
+    config: str,
+    metric: str,
+    faulty: str,
+    hang: str,
+    hang_round: int,
+    rounds: int,
+    kill_after: int,
+    seed: int,
+    work,
+) -> dict:
+    """One method's four runs (clean, faults, hang, kill + resume) in `work`/<method>; its row."""
+    spec = {"method": method, "num_clients": num_clients, "config": config, "rounds": rounds,
+            "seed": seed}  # fmt: skip
+    conditions = {"clean": "", "faults": faulty, "hang": f'{hang} faults.rounds="{hang_round}"'}
+    row: dict = {"method": method, "rounds": rounds, "hang_round": hang_round}
+    base = Path(work) / method
+    for name, extra in conditions.items():
+        res = launch(spec, base / name, extra)
         out = base / name
-        rounds = pd.read_csv(out / "rounds.csv") if (out / "rounds.csv").is_file() else None
+        done = pd.read_csv(out / "rounds.csv") if (out / "rounds.csv").is_file() else None
         row[f"{name}_exit"] = res["code"]
-        row[f"{name}_rounds"] = 0 if rounds is None else int(rounds["round"].max())
-        if name == "faults" and rounds is not None:
+        row[f"{name}_rounds"] = 0 if done is None else int(done["round"].max())
+        if name == "faults" and done is not None:
             row.update(fault_counts(method, out))
-        if name == "hang" and rounds is not None:
-            walls = rounds.set_index("round")["wall_s"]
-            row["hang_round_s"] = float(walls.get(3, np.nan))
+        if name == "hang" and done is not None:
+            walls = done.set_index("round")["wall_s"]
+            row["hang_round_s"] = float(walls.get(hang_round, np.nan))
             row["hang_lost_s"] = float(
-                walls.get(3, np.nan) - walls.drop(3, errors="ignore").median()
+                walls.get(hang_round, np.nan) - walls.drop(hang_round, errors="ignore").median()
             )
             if res["code"] != 0:
                 row["hang_error"] = res.get("error", "")
@@ -191,10 +167,10 @@ def study(method: str) -> dict:
     cut = base / "kill"
     mark = cut / "killed_after.txt"
     if not mark.is_file():
-        launch(method, cut, "", kill_after=KILL_AFTER)
+        launch(spec, cut, "", kill_after=kill_after)
         mark.write_text(str(int(pd.read_csv(cut / "rounds.csv")["round"].max())))
     row["killed_after_round"] = int(mark.read_text())
-    res = resume(method, cut)
+    res = resume(method, cut, rounds)
     resumed = pd.read_csv(cut / "rounds.csv")
     row["resume_exit"] = res["code"]
     row["resumed_rounds"] = int(resumed["round"].max())
@@ -207,10 +183,34 @@ def study(method: str) -> dict:
     return row
 
 
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if not 1 <= cell["kill-after"] < cell["rounds"]:
+        raise ValueError(f"{where}: grid.kill-after: a round before the last (1..rounds-1)")
+    if not 1 <= cell["hang-round"] <= cell["rounds"]:
+        raise ValueError(f"{where}: grid.hang-round: a round of the run (1..rounds)")
+    from config import check_overrides
+    from config.schema import ConfigError, parse_overrides
+
+    for key in ("config", "faulty", "hang"):
+        try:
+            check_overrides(parse_overrides(cell[key]))
+        except ConfigError as e:
+            raise ValueError(f"{where}: grid.{key}: {e}") from None
+    for key in ("faulty", "hang"):
+        if "faults." not in cell[key]:
+            raise ValueError(f"{where}: grid.{key}: a run config that sets faults.*")
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per method already: the table is the runs."""
+    return runs
+
+
 def markdown(table: pd.DataFrame) -> str:
     lines = [
         "| method | 20% faulty calls: injected / recorded / wrongly aggregated | rounds "
-        "completed | hung silo: round 3 wall (s), time lost (s) | killed after round, "
+        "completed | hung silo: its round's wall (s), time lost (s) | killed after round, "
         "resumed to | final metric: uninterrupted / killed + resumed |",
         "|---|---|---|---|---|---|",
     ]
@@ -222,33 +222,36 @@ def markdown(table: pd.DataFrame) -> str:
         )
         lines.append(
             f"| {r.method} | {r.injected} / {r.recorded} / {r.wrongly_aggregated} | "
-            f"{r.faults_rounds}/{ROUNDS} | {hang} | {r.killed_after_round}, {r.resumed_rounds} | "
+            f"{r.faults_rounds}/{r.rounds} | {hang} | {r.killed_after_round}, {r.resumed_rounds} | "
             f"{r.metric} {r.clean_final:.4g} / {r.resumed_final:.4g}"
             f"{' (identical)' if r.identical else ''} |"
         )
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", default=",".join(STUDIES))
-    p.add_argument("--markdown", action="store_true", help="print the README table and exit")
-    args = p.parse_args(argv)
-    cmd = command_line(__file__, argv)
-    path = RESULTS / "reliability.csv"
-    if args.markdown:
-        print(markdown(pd.read_csv(path)))
-        return 0
-    rows = [study(m) for m in args.methods.split(",")]
-    table = pd.DataFrame(rows)
-    table["command"] = cmd
-    if path.is_file():
-        old = pd.read_csv(path)
-        table = pd.concat([old[~old.method.isin(table.method)], table])
-    table.to_csv(path, index=False)
-    print(markdown(table))
-    return 0
+def plot(runs: pd.DataFrame, png, command: str) -> None:
+    """Per method: the hung round's wall time beside the median of the others (a FedRL run
+    stops instead, by design), and the faulty calls injected, recorded and wrongly aggregated."""
+    import matplotlib
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-if __name__ == "__main__":
-    sys.exit(main())
+    fig, (hung, faults) = plt.subplots(1, 2, figsize=(11, 4))
+    x, w = np.arange(len(runs)), 0.27
+    others = runs["hang_round_s"] - runs["hang_lost_s"]
+    hung.bar(x - w / 2, others, w, label="other rounds (median)")
+    hung.bar(x + w / 2, runs["hang_round_s"], w, label="the hung silo's round")
+    for i, r in enumerate(runs.itertuples()):
+        if r.hang_exit != 0:
+            hung.text(i, 0.5, "run stops,\nnaming the party", ha="center", fontsize=7)
+    hung.set(ylabel="round wall time (s)", title="a silo hangs 120 s (round timeout 3600 s)")
+    for i, (col, label) in enumerate((("injected", "injected"), ("recorded", "recorded"),
+                                      ("wrongly_aggregated", "wrongly aggregated"))):  # fmt: skip
+        faults.bar(x + (i - 1) * w, runs[col], w, label=label)
+    faults.set(ylabel="training calls", title="20% of training calls raise")
+    for ax in (hung, faults):
+        ax.set_xticks(x, runs["method"], fontsize=8)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    figures.save(fig, png, command)

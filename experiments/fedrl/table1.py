@@ -57,7 +57,6 @@ ROWS = [
     ("DQN-full", "dqn-full", "", ("dqn-full",)),
 ]
 METHODS = list(dict.fromkeys(r[1] for r in ROWS))
-DEFAULT_ROUNDS = {8: 300, 16: 400, 32: 500}
 
 
 def paper_value(keys: tuple, metric: str, size: int) -> str:
