@@ -62,46 +62,37 @@ def test_a_deployed_run_killed_and_resumed_computes_the_same_run(tmp_path):
     assert differences(sim, deployed_killed("fedavg", 3, tmp_path)) == []
 
 
-def test_message_cost_names_whose_polls_a_deployed_row_ran_with(capsys):
-    """Issue 63: a deployed row says whether it ran with Flower's own poll intervals or
-    deploy/quick_poll.py's (rows measured before the launcher are Flower's, at the SuperExec
-    poll they name), and an unknown variant is refused by name before anything starts."""
+def test_message_cost_study_refuses_what_it_cannot_measure_and_plots_each_part(tmp_path):
+    """Issue 66: experiments/studies/message_cost.toml. A method without a job, an unknown or
+    empty list of deployed variants, or no rounds are refused by field before anything starts;
+    the table shows whose polls a deployed row ran with, and the figure stacks a message's
+    parts to its measured wall time."""
     import pandas as pd
 
-    from experiments.bench.message_cost import main, markdown
+    from experiments.bench.message_cost import check, markdown, plot
+    from experiments.figures import command_of
 
-    old = pd.DataFrame(
+    ok = {"method": "fedrl", "variants": ["flower", "warm"], "rounds": 2}
+    check(ok, "f.toml")
+    for bad, field in (({"method": "gossip"}, "grid.method"), ({"variants": ["fast"]}, "grid.variants"),
+                       ({"variants": []}, "grid.variants"), ({"rounds": 0}, "grid.rounds")):  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            check(ok | bad, "f.toml")
+    runs = pd.DataFrame(
         {
-            "method": ["fedrl"] * 4,
-            "engine": ["simulation", "deployment", "deployment", "deployment"],
-            "round_s": [6, 245, 230, 60],
-            "superexec_poll_s": [None, 1.0, 0.05, None],
-            "polls": [None, None, None, "quick"],
+            "method": ["fedrl"] * 2,
+            "engine": ["simulation", "deployment"],
+            "polls": [None, "quick"],
+            "messages_per_round": [16.0, 16.0],
+            "message_s": [0.3, 4.0],
+            "process_age_s": [None, 2.5],
+            "handler_s": [0.02, 0.8],
+            "transport_s": [0.28, 0.7],
         }
     )
-    rows = markdown(old).splitlines()
-    assert "polls" in rows[0]
+    rows = markdown(runs).splitlines()
     assert rows[2].startswith("| fedrl | simulation |  |")
-    assert rows[3].startswith("| fedrl | deployment | flower |")
-    assert rows[4].startswith("| fedrl | deployment | flower, SuperExec 0.05 s |")
-    assert rows[5].startswith("| fedrl | deployment | quick |")
-    with pytest.raises(SystemExit):
-        main(["--variants", "fast"])
-    assert "--variants" in capsys.readouterr().err
-
-
-def test_message_cost_run_for_one_method_keeps_the_other_methods_rows(tmp_path):
-    """Measuring one method again replaces its rows and keeps the others' (each method's ratio
-    is within its own invocation), so a partial rerun loses nothing already measured."""
-    import pandas as pd
-
-    from experiments.bench.message_cost import _with_other_methods
-
-    csv = tmp_path / "message_cost.csv"
-    old = pd.DataFrame({"method": ["fedrl", "fedrl", "cdl"], "message_s": [0.25, 7.0, 9.0]})
-    new = pd.DataFrame({"method": ["cdl", "fedvln"], "message_s": [1.0, 2.0]})
-    assert _with_other_methods(new, csv).equals(new)  # nothing committed yet
-    old.to_csv(csv, index=False)
-    merged = _with_other_methods(new, csv)
-    assert list(merged["method"]) == ["fedrl", "fedrl", "cdl", "fedvln"]  # committed order
-    assert list(merged["message_s"]) == [0.25, 7.0, 1.0, 2.0]  # the old cdl row is replaced
+    assert rows[3].startswith("| fedrl | deployment | quick |")
+    png = tmp_path / "m.png"
+    plot(runs, png, "python -m experiments.study experiments/studies/message_cost.toml")
+    assert command_of(png).endswith("message_cost.toml")

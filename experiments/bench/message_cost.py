@@ -2,7 +2,7 @@
 simulation engine and in its deployment engine on loopback, deployed as docs/deployment.md says
 (TLS, SuperNode authentication, the edge and the Fleet gateway of deploy/superlink.sh).
 
-    python -m experiments.bench.message_cost [--methods fedrl fedavg] [--rounds 2] [--work DIR]
+    python -m experiments.study experiments/studies/message_cost.toml --jobs 1   # ~25 min
 
 Per method and engine, from the run's rounds.csv (server side) and the nodes' audit logs (each
 reply's `cost`, clients/costs.py):
@@ -34,24 +34,26 @@ deploy/supernode.sh's defaults, those polls and each message's process forked by
 warm parent (deploy/warm_start.py). The ServerApp pulls replies every
 strategies/timeouts.REPLY_POLL_S, its own loop, in all.
 
-Results: experiments/results/message_cost.csv (a method run again replaces its own rows; the
-other methods' rows are kept); docs/performance.md shows the table. The ratio column is
-deployed / simulated for the same job, measured in the same invocation.
+The study file names the methods, the deployed variants and the rounds; each method is one
+call of `measure` (its simulated run, then each variant deployed, one after another; `--jobs 1`,
+since the figures are times). Runs finished in the work folder (`runs/message_cost`) are
+reused. Results: experiments/results/message_cost{,_runs}.csv and message_cost.png;
+docs/performance.md shows the table. The ratio column is deployed / simulated for the same job,
+measured in the same call.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from clients.audit import read
+from experiments import figures
 from experiments.bench.loopback import (
     PYTHON,
     ROOT,
@@ -61,7 +63,6 @@ from experiments.bench.loopback import (
     wait_for,
     wait_listening,
 )
-from experiments.simulate import RESULTS, command_line
 from experiments.tables import pipe_table
 
 # the same small job in both engines: two nodes, `--rounds` rounds
@@ -248,7 +249,7 @@ class LoopbackFederation(Federation):
             raise RuntimeError(f"{self.method} deployed: {status}; logs in {self.tmp}")
 
 
-def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) -> dict:
+def summarize_run(method: str, engine: str, folder: Path, out: Path, imports: dict) -> dict:
     replies = sent_replies(folder)
     r, c = pd.read_csv(out / "rounds.csv"), audit_costs(replies)
     n = exchanges(method, out, replies)
@@ -277,68 +278,41 @@ def summarize(method: str, engine: str, folder: Path, out: Path, imports: dict) 
     return row
 
 
-def _with_other_methods(table: pd.DataFrame, csv: Path) -> pd.DataFrame:
-    """This run's rows with the committed rows of the methods not run this time, in the
-    committed order: each method's ratios are within one invocation, so one method can be
-    measured again alone."""
-    if not csv.is_file():
-        return table
-    old = pd.read_csv(csv)
-    kept = old[~old["method"].isin(set(table["method"]))]
-    merged = pd.concat([kept, table], ignore_index=True)
-    order = {m: k for k, m in enumerate(dict.fromkeys([*old["method"], *table["method"]]))}
-    rank = merged["method"].map(order)  # the committed order of methods, new ones last
-    return merged.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--methods", nargs="+", default=["fedrl", "fedavg"], choices=list(JOBS))
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument(
-        "--work",
-        default="",
-        help="folder of the runs (default: a new temporary one); runs finished there are reused",
-    )
-    ap.add_argument(
-        "--variants",
-        nargs="+",
-        default=list(VARIANTS),
-        choices=list(VARIANTS),
-        help="deployed runs: Flower's own poll intervals and/or deploy/quick_poll.py's",
-    )
-    a = ap.parse_args(argv)
-    unwind_on_sigterm()
-    if a.rounds < 1:
-        print("message_cost: --rounds must be >= 1", file=sys.stderr)
-        return 2
-    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="message-cost-"))
+def measure(method: str, variants: list[str], rounds: int, work) -> list[dict]:
+    """One method's rows: its simulated run, then each deployed variant, the ratios to the
+    simulated message and round measured in the same call."""
+    unwind_on_sigterm()  # a stopped study closes the federations it started
+    work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    print(f"runs in {work}", flush=True)
-    rows = []
-    for method in a.methods:
-        entry = ["flwr.clientapp", "clients.app", HANDLER[method]]
-        every = import_seconds(entry)
-        imports = {
-            "all": every,
-            "ours": max(0.0, every - import_seconds(["flwr.clientapp", "torch"])),
-        }
-        sim = simulated(method, a.rounds, work)
-        rows.append(summarize(method, "simulation", sim, sim, imports))
-        base = rows[-1]
-        for variant in a.variants:
-            dep = deployed(method, a.rounds, work, variant)
-            rows.append(summarize(method, "deployment", dep, dep / "out", imports))
-            rows[-1]["polls"] = variant
-            for key in ("message_s", "round_s"):
-                rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(base[key], 1e-9), 1)
-            print(json.dumps([base, rows[-1]], indent=1), flush=True)
-    table = _with_other_methods(pd.DataFrame(rows), RESULTS / "message_cost.csv")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / "message_cost.csv", index=False)
-    print(f"\n{command_line(__file__, argv)}\n")
-    print(markdown(table))
-    return 0
+    entry = ["flwr.clientapp", "clients.app", HANDLER[method]]
+    every = import_seconds(entry)
+    imports = {"all": every, "ours": max(0.0, every - import_seconds(["flwr.clientapp", "torch"]))}
+    sim = simulated(method, rounds, work)
+    rows = [summarize_run(method, "simulation", sim, sim, imports)]
+    for variant in variants:
+        dep = deployed(method, rounds, work, variant)
+        rows.append(summarize_run(method, "deployment", dep, dep / "out", imports))
+        rows[-1]["polls"] = variant
+        for key in ("message_s", "round_s"):
+            rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(rows[0][key], 1e-9), 1)
+        print(json.dumps([rows[0], rows[-1]], indent=1), flush=True)
+    return rows
+
+
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if cell["method"] not in JOBS:
+        raise ValueError(f"{where}: grid.method: {cell['method']!r} is not one of {list(JOBS)}")
+    unknown = [v for v in cell["variants"] if v not in VARIANTS]
+    if unknown or not cell["variants"]:
+        raise ValueError(f"{where}: grid.variants: {unknown or '[]'}: a list of {list(VARIANTS)}")
+    if cell["rounds"] < 1:
+        raise ValueError(f"{where}: grid.rounds must be >= 1")
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per method and engine already: the table is the runs."""
+    return runs
 
 
 SHOWN = {
@@ -360,19 +334,36 @@ SHOWN = {
 
 
 def markdown(table: pd.DataFrame) -> str:
-    table = table.copy()
-    if "polls" not in table:
-        table["polls"] = None
-    # rows measured before deploy/quick_poll.py: Flower's polls, at the SuperExec poll they name
-    old = table["polls"].isna() & (table["engine"] == "deployment")
-    every = table["superexec_poll_s"] if "superexec_poll_s" in table else 1.0
-    every = pd.Series(every, index=table.index).fillna(1.0)
-    table.loc[old, "polls"] = [
-        "flower" if e == 1.0 else f"flower, SuperExec {e:g} s" for e in every[old]
-    ]
     t = table.reindex(columns=list(SHOWN)).astype(object).where(table.notna(), "")
     return pipe_table(list(SHOWN.values()), t.values.tolist())
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def plot(runs: pd.DataFrame, png, command: str) -> None:
+    """A message's wall time per method and engine, split into the process's start (deployed
+    only), our handler and Flower's transport; the simulated message is the baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(runs["method"]))
+    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 4), squeeze=False)
+    parts = (("process_age_s", "process start + imports + hand-over"),
+             ("handler_s", "our handler"), ("transport_s", "Flower's transport"))  # fmt: skip
+    for ax, method in zip(axes[0], methods):
+        g = runs[runs["method"] == method].reset_index(drop=True)
+        labels = ["simulated" if e == "simulation" else p for e, p in zip(g.engine, g.polls)]
+        bottom = np.zeros(len(g))
+        for col, label in parts:
+            part = g[col].fillna(0).to_numpy(float)
+            ax.bar(labels, part, bottom=bottom, label=label, color=f"C{parts.index((col, label))}")
+            bottom += part
+        for k, total in enumerate(g["message_s"]):
+            ax.text(k, total, f"{total:.2f} s", ha="center", va="bottom", fontsize=8)
+        ax.set(title=f"{method} ({g.messages_per_round.iloc[0]:g} messages a round)",
+               ylabel="a message (s)" if method == methods[0] else "")  # fmt: skip
+        ax.tick_params(axis="x", labelsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(parts), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    figures.save(fig, png, command)
