@@ -116,17 +116,22 @@ class Exchange:
                 content["theta-g"] = theta_g
             kind = MessageType.EVALUATE if evaluation else MessageType.TRAIN
             msg = Message(content, dst_node_id=self.roles[role], message_type=kind)
+            t0 = time.monotonic()
             replies = list(self.grid.send_and_receive([msg], timeout=self.timeout))
             self.messages += 1
             if not replies:
+                # the wait it was given: the grid's adaptive timeout (strategies/timeouts.py)
+                # may have cut the run config's round-timeout short, so say both
+                waited = time.monotonic() - t0
                 self.rec.add_client(
                     node=self.roles[role],
                     partition=role,
-                    status=f"failed: no reply to {step!r} within the timeout",
+                    status=f"failed: no reply to {step!r} within {waited:.1f} s",
                 )
+                cut = ", cut short by timeout-factor" if waited < self.timeout - 1 else ""
                 raise FederationError(
-                    f"{role} did not answer {step!r} in round {self.round} "
-                    f"within {self.timeout:.0f} s"
+                    f"{role} did not answer {step!r} in round {self.round}: no reply after "
+                    f"{waited:.1f} s (round-timeout {self.timeout:.0f} s{cut})"
                 )
             rep = replies[0]
             if not rep.has_error():

@@ -603,3 +603,56 @@ def test_reliability_study_refuses_bad_fields_and_shows_a_stopped_run(tmp_path):
     assert "| 9.0, +8.5 |" in rows[2] and "run stops (exit 1)" in rows[3]
     plot(runs, tmp_path / "r.png", "python -m experiments.study r.toml")
     assert command_of(tmp_path / "r.png") == "python -m experiments.study r.toml"
+
+
+def test_a_fedrl_party_that_does_not_answer_is_named_with_the_wait_it_was_given():
+    """The error that stops a FedRL run names the party, the step and the time it was waited
+    for: the adaptive timeout's few seconds, not the round-timeout it cut short (the
+    reliability study's hung party read "within 3600 s" after 5 s)."""
+    import time
+
+    from server.fedrl_run import Exchange
+    from strategies.nodes import FederationError
+    from strategies.timeouts import AdaptiveTimeout
+
+    class Silent:  # a party that never answers
+        def send_and_receive(self, messages, timeout=None):
+            time.sleep(timeout)
+            return []
+
+    class Rows:
+        rows: list = []
+
+        def add_client(self, **row):
+            self.rows.append(row)
+
+    grid = AdaptiveTimeout(Silent(), factor=5.0, floor_s=0.2)
+    grid.slowest["train/act"] = 0.01
+    rec = Rows()
+    send = Exchange(grid, {"beta": 7}, rec, timeout=3600.0)
+    with pytest.raises(FederationError, match=r"beta did not answer 'act' .*after 0\.2 s "
+                       r"\(round-timeout 3600 s, cut short by timeout-factor\)"):  # fmt: skip
+        send("beta", "act")
+    assert rec.rows[-1]["status"] == "failed: no reply to 'act' within 0.2 s"
+
+
+def test_reliability_study_keeps_a_stopped_run_instead_of_launching_it_again(tmp_path, monkeypatch):
+    """A hang run that stopped the run (FedRL, by design) is an outcome: a rerun of the study
+    reads how it ended from `launched.json` and starts nothing (its folder would refuse a
+    second run, and the table would show that refusal instead of the hang)."""
+    import json
+    import subprocess
+
+    from experiments.bench import reliability_table as rel
+
+    out = tmp_path / "hang"
+    out.mkdir()
+    kept = {"code": 1, "wall_s": 40.0, "error": "beta did not answer 'act'"}
+    (out / "launched.json").write_text(json.dumps(kept))
+
+    def refuse(*a, **k):
+        raise AssertionError("launched again")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    spec = {"method": "fedrl", "num_clients": 0, "config": "", "rounds": 6, "seed": 0}
+    assert rel.launch(spec, out, "faults.fraction=0.2") == kept

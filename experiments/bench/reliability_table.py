@@ -49,10 +49,14 @@ def finished(out: Path, rounds: int) -> bool:
 
 
 def launch(spec: dict, out: Path, extra: str, kill_after: int = 0) -> dict:
-    """simulation.py into `out` (skipped when it already finished); returns exit code and
-    wall time. With kill_after, SIGKILL once that many rounds are in rounds.csv."""
+    """simulation.py into `out` (skipped when it already finished, or when it ended before
+    and `launched.json` kept how: a run the hang stops is an outcome, and its folder takes no
+    second run); returns exit code and wall time. With kill_after, SIGKILL once that many
+    rounds are in rounds.csv."""
     if finished(out, spec["rounds"]):
         return {"code": 0, "wall_s": float("nan")}
+    if (out / "launched.json").is_file():
+        return json.loads((out / "launched.json").read_text())
     flags = ["--num-clients", str(spec["num_clients"])] if spec["num_clients"] else []
     cmd = [sys.executable, str(ROOT / "simulation.py"), spec["method"],
            "--rounds", str(spec["rounds"]), "--seed", str(spec["seed"]), "--out", str(out),
@@ -84,11 +88,12 @@ def launch(spec: dict, out: Path, extra: str, kill_after: int = 0) -> dict:
         os.kill(pid, signal.SIGKILL)
     if proc.returncode not in (0, None) and not kill_after:
         print(err[-2000:], file=sys.stderr)
-    return {
-        "code": proc.returncode,
-        "wall_s": time.perf_counter() - t0,
-        "error": (err.strip().splitlines() or [""])[-1][:200],
-    }
+    got = {"code": proc.returncode, "wall_s": time.perf_counter() - t0,
+           "error": (err.strip().splitlines() or [""])[-1][:200]}  # fmt: skip
+    if not kill_after:  # a killed run is resumed, not launched again
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "launched.json").write_text(json.dumps(got))
+    return got
 
 
 def resume(method: str, out: Path, rounds: int) -> dict:
