@@ -12,10 +12,18 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-from PIL import Image
+import matplotlib
+
+matplotlib.use("Agg")  # study figures are files: no display, whatever the machine has
+import matplotlib.pyplot as plt  # noqa: E402
+from PIL import Image  # noqa: E402
 
 COMMAND = "Command"  # the PNG text chunk holding the command that made the figure
+
+
+def subplots(*args, **kwargs):
+    """matplotlib's `plt.subplots`, drawn off-screen: the one way a study starts its figure."""
+    return plt.subplots(*args, **kwargs)
 
 
 def save(fig, png: Path | str, command: str, *, dpi: int = 110) -> Path:

@@ -160,12 +160,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """CPU seconds of one sweep against nodes, one line per count of stored messages (every
     repeat a dot), beside the poll interval it is repeated at."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figures.subplots(figsize=(6, 4))
     for pending, g in runs.groupby("pending"):
         med = g.groupby("nodes").sweep_cpu_s.median()
         label = "nothing stored (baseline)" if pending == 0 else f"{pending} messages stored"

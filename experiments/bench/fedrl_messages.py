@@ -113,13 +113,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
 def plot(runs: pd.DataFrame, png, command: str) -> None:
     """Messages a round of each kind (the run's total on its own axis), one bar per protocol."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     table = summarize(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": [3, 1]})
+    fig, axes = figures.subplots(1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": [3, 1]})
     for ax, part in zip(axes, (table[table.rounds != "run"], table[table.rounds == "run"])):
         x = np.arange(len(part))
         for i, p in enumerate(PROTOCOLS):

@@ -341,13 +341,8 @@ def markdown(table: pd.DataFrame) -> str:
 def plot(runs: pd.DataFrame, png, command: str) -> None:
     """A message's wall time per method and engine, split into the process's start (deployed
     only), our handler and Flower's transport; the simulated message is the baseline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     methods = list(dict.fromkeys(runs["method"]))
-    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 4), squeeze=False)
+    fig, axes = figures.subplots(1, len(methods), figsize=(3.2 * len(methods), 4), squeeze=False)
     parts = (("process_age_s", "process start + imports + hand-over"),
              ("handler_s", "our handler"), ("transport_s", "Flower's transport"))  # fmt: skip
     for ax, method in zip(axes[0], methods):

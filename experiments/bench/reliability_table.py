@@ -237,12 +237,7 @@ def markdown(table: pd.DataFrame) -> str:
 def plot(runs: pd.DataFrame, png, command: str) -> None:
     """Per method: the hung round's wall time beside the median of the others (a FedRL run
     stops instead, by design), and the faulty calls injected, recorded and wrongly aggregated."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (hung, faults) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (hung, faults) = figures.subplots(1, 2, figsize=(11, 4))
     x, w = np.arange(len(runs)), 0.27
     others = runs["hang_round_s"] - runs["hang_lost_s"]
     hung.bar(x - w / 2, others, w, label="other rounds (median)")

@@ -256,14 +256,9 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """Each measure's ratio to its baseline (1, the line): the median a bar, every repeat a dot,
     the round's goal drawn where it has one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = runs.fillna({"goal": ""})
     keys = list(dict.fromkeys(zip(runs.measure, runs.setting)))
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = figures.subplots(figsize=(8, 3.6))
     for i, (measure, setting) in enumerate(keys):
         r = runs[(runs.measure == measure) & (runs.setting == setting)]
         ax.barh(i, r.ratio.median(), 0.6, color="tab:blue", alpha=0.5)

@@ -165,11 +165,6 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """The three goals against the federation's size, every run a dot and the median a line,
     each goal drawn as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = ratio_within_repeat(runs, "round_s", runs.clients == runs.clients.min())
     panels = (
         (
@@ -181,7 +176,7 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
         ("to_first_round_end_s", "start to the end of round 1 (s)", 120, "goal < 2 min"),
         ("peak_gib", "peak memory, process tree (GiB)", 8, "goal < 8 GiB"),
     )
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = figures.subplots(1, 3, figsize=(13, 3.8))
     for ax, (col, label, goal, goal_label) in zip(axes, panels):
         ax.plot(runs.clients, runs[col], "o", color="tab:blue", alpha=0.4)
         ax.plot(runs.groupby("clients")[col].median(), "-", color="tab:blue", label="median")

@@ -42,16 +42,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate  # noqa: E402
-from experiments.tables import paired_interval, redraw  # noqa: E402
+from experiments import figures
+from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
+from experiments.tables import paired_interval, redraw
 
 STUDY = "driving.train-per-silo=150 driving.test-per-silo=50"
 ROUNDS = 10
@@ -524,7 +520,7 @@ def markdown() -> str:
 def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame, command: str) -> None:
     keys = list(dict.fromkeys(iso.key))
     dfl = [k for k in keys if iso[iso.key == k].consensus.max() > 0]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    fig, axes = figures.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     for ax, metric, ks in ((axes[0], "avg_model_rmse", keys), (axes[1], "consensus", dfl)):
         g = iso.groupby("key")[metric]
         ax.bar(
@@ -572,7 +568,7 @@ def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame, command: str) -> None:
 
 
 def plot_signal(grid: pd.DataFrame, command: str) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = figures.subplots(1, 2, figsize=(11, 4))
     for b, g in grid[~grid.key.str.contains("clip")].groupby("beta"):
         g = g.sort_values("temperature")
         for ax, y in zip(axes, (b * g.cd_grad_ratio, g.consensus)):
@@ -609,7 +605,7 @@ def plot_signal(grid: pd.DataFrame, command: str) -> None:
 def plot_official(
     off: pd.DataFrame, work: Path, seeds, rounds: int, fl: pd.DataFrame, command: str
 ) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figures.subplots(figsize=(6, 4))
     for key, method in (("gossip", "gossip"), ("cdl", "cdl")):
         curves = []
         for s in seeds:
@@ -636,7 +632,7 @@ def plot_official(
 
 
 def plot_noniid(table: pd.DataFrame, command: str) -> None:
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(13, 3.6))
+    fig, axes = figures.subplots(1, len(METRICS), figsize=(13, 3.6))
     for ax, metric in zip(axes, METRICS):
         t = table[table.metric == metric].sort_values("non_iid")
         ax.errorbar(

@@ -18,16 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS  # noqa: E402
-from experiments.simulation_runs import overrides  # noqa: E402
-from experiments.tables import redraw  # noqa: E402
+from experiments import figures
+from experiments.simulate import RESULTS
+from experiments.simulation_runs import overrides
+from experiments.tables import redraw
 
 
 def centralized_reference(rounds: int, num_clients: int, run_config: str, seed: int) -> dict:
@@ -165,7 +161,7 @@ def draw(
 
     from experiments.cdl.driving_table import PAPER_RMSE
 
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = figures.subplots(figsize=(6.4, 4))
     styles = {"fedavg": ("o", "-", -0.06, "tab:blue"), "fedprox": ("s", "--", 0.06, "tab:orange")}
     for method, part in rounds.groupby("method"):
         marker, line, dx, color = styles.get(method, ("^", "-", 0.0, None))

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS  # noqa: E402
-from experiments.tables import redraw  # noqa: E402
+from experiments import figures
+from experiments.simulate import RESULTS
+from experiments.tables import redraw
 
 
 def outputs(study: dict) -> list[Path]:
@@ -102,7 +98,7 @@ def draw(table: pd.DataFrame, knob: str, png, command: str) -> None:
     paper's Table 1 value for it as a dotted line of the same colour."""
     size, rules = int(table["size"].iloc[0]), str(table.rules.iloc[0])
     paper = paper_succ(size, rules)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = figures.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, ckpt in zip(axes, ("best", "last")):
         for label, t in table[table.checkpoint == ckpt].groupby("label"):
             line = ax.errorbar(

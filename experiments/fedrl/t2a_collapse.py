@@ -227,13 +227,8 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """Best valid F1 per fold (dots) and its mean (bar) per variant, the floor's mean as a line,
     and how many folds collapsed (below the floor) over each bar. The paper reports no such
     diagnostic; its CT F1 is Table 2's figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     order = [v for v in VARIANTS if v in set(runs["variant"])]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = figures.subplots(figsize=(8, 4))
     for i, v in enumerate(order):
         g = runs[runs["variant"] == v]
         f1 = g["best_valid_f1"] * 100

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from config import parse  # noqa: E402
-from experiments import figures  # noqa: E402
-from experiments.fedrl import STUDY, numerics  # noqa: E402
-from experiments.simulate import cached, in_parallel, job_fingerprint  # noqa: E402
+from config import parse
+from experiments import figures
+from experiments.fedrl import STUDY, numerics
+from experiments.simulate import cached, in_parallel, job_fingerprint
 
 # bumped when the FedRL exchange changes what a run computes (2: updates ride on the acting
 # messages, the newest step's transitions join the replay one round later): older runs retrain
@@ -102,7 +98,7 @@ def bars(panels: list[tuple], rows: list, col: str, paper_label: str, path: Path
     """A table's figure: one panel per (title, y label, runs, the paper's values per row), our
     mean ± sd of `col` (in %) at the best and last checkpoints per table row (label, method,
     test noise, paper keys), the paper's value(s) hatched beside."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    fig, axes = figures.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
     labels = [r[0] for r in rows]
     x = np.arange(len(labels))
     for ax, (title, ylabel, runs, paper) in zip(axes[0], panels):

@@ -190,14 +190,9 @@ def plot(table: pd.DataFrame, runs: pd.DataFrame, png: Path, command: str) -> No
     """Left: each setting's share of the one-process throughput, the goal (0.5) drawn. Right:
     its test SuccRate at the best-valid checkpoint (mean ± sd, every seed a dot), the random
     floor and the paper's FedRL-1 / -2 drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = [f"{r.B}x{r.S}, K={r.K}" + (" (default)" if r.default else "") for r in table.itertuples()]  # fmt: skip
     y = np.arange(len(table))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, (left, right) = figures.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     left.barh(y, table.ratio, 0.6, color="tab:blue", alpha=0.6)
     left.axvline(0.5, color="tab:red", lw=2, label="goal for the default: 0.5")
     left.axvline(1.0, color="grey", ls="--", label="one process, no Flower = 1")

@@ -115,13 +115,8 @@ def markdown(table: pd.DataFrame) -> str:
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """val_seen and val_unseen SR per look strength at the best and last checkpoints and the
     untrained floor, mean ± sd over seeds (the gap is the distance between a pair of bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     groups = list(runs.groupby(["strength", "checkpoint"], sort=False))
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = figures.subplots(figsize=(8, 4))
     x = np.arange(len(groups))
     for j, split in enumerate(("val_seen", "val_unseen")):
         col = f"{split}_sr"

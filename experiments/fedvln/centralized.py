@@ -549,12 +549,7 @@ def summarize(out: Path, dest: Path, command: str) -> None:
 
 
 def plot_curves(out: Path, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = figures.subplots(1, 2, figsize=(10, 3.6))
     offset = 0  # the augmented stage continues from the follower's last iteration
     for stage, style in (("agent", "-"), ("augment", "--")):
         if (out / f"{stage}_log.csv").is_file():

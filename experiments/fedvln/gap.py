@@ -238,12 +238,7 @@ def markdown(table: pd.DataFrame) -> str:
 def plot(curves: pd.DataFrame, png: Path, a, command: str) -> None:
     """Mean val_unseen SR over seeds against optimizer steps (all houses), one line per run;
     a seed that stopped early holds its last value, so the mean is over every seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = figures.subplots(figsize=(8, 4.5))
     for name, g in curves.groupby("run", sort=False):
         wide = g.pivot_table(index="steps", columns="seed", values="val_unseen_sr").ffill()
         ax.plot(wide.index, wide.mean(axis=1), ls="--" if name == CENTRAL else "-", label=name)

@@ -196,12 +196,7 @@ def replot(study: dict) -> int:
 
 
 def plot(curves: pd.DataFrame, targets: list[float], png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = figures.subplots(1, 2, figsize=(11, 3.8))
     ax = axes[0]
     for e, g in curves.groupby("E"):
         runs = [c for _, c in g.groupby("seed")]

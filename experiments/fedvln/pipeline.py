@@ -1043,11 +1043,6 @@ def _band(ax, dirs, run, col, label, style="-"):
 def plot(dirs: dict[int, Path], png: Path, command: str, stages=STAGES) -> None:
     """One panel per table the study made (--stages): Table 2's follower, Table 4's speaker,
     Table 5's pre-exploration, each with the paper's R2R numbers drawn beside ours."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [
         draw
         for draw, wanted in (
@@ -1057,7 +1052,7 @@ def plot(dirs: dict[int, Path], png: Path, command: str, stages=STAGES) -> None:
         )
         if wanted & set(stages)
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(16 * len(panels) / 3 + 1, 4.2))
+    fig, axes = figures.subplots(1, len(panels), figsize=(16 * len(panels) / 3 + 1, 4.2))
     for draw, ax in zip(panels, np.atleast_1d(axes)):
         draw(ax, dirs)
     fig.tight_layout()

@@ -76,12 +76,7 @@ def floor_rows() -> list[dict]:
 
 
 def plot(curve: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = figures.subplots(figsize=(7, 4))
     names = {"chain": "chained round", "fedavg": "FedAvg round (the default)"}
     arms = list(dict.fromkeys(curve["label"]))
     for (label, seed), g in curve.groupby(["label", "seed"], sort=False):

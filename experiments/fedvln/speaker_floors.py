@@ -166,14 +166,10 @@ def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """BLEU-4 and route fidelity of each floor per data source and val split, mean ± sd over
     seeds: the levels every trained speaker is read against (the true words' fidelity is the
     parser's ceiling, BLEU has none for them)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     sources = list(dict.fromkeys(runs["data"]))
-    fig, axes = plt.subplots(1, 2 * len(sources), figsize=(4 * 2 * len(sources), 3.6))
+    fig, axes = figures.subplots(1, 2 * len(sources), figsize=(4 * 2 * len(sources), 3.6))
     for i, (src, metric) in enumerate((s, m) for s in sources for m in ("bleu", "fidelity")):
         ax = axes[i]
         names = ["constant", "other path"] + (["true"] if metric == "fidelity" else [])

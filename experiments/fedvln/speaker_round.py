@@ -255,12 +255,7 @@ def summarize(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(curves: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = figures.subplots(figsize=(7, 4))
     curves, keys = arm_keys(curves)
     arms = list(dict.fromkeys(zip(*(curves[k] for k in keys))))
     solo = len(set(curves["epochs"])) == 1  # one tau: the mode alone names the arm

@@ -168,14 +168,9 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
     """Each variant's speed as a ratio to two rollouts within the same repeat: the median as a
     bar, every repeat as a dot; 1 (the line) is the (before) row itself."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = ratio_within_repeat(runs, "updates_per_s", runs.variant.str.endswith("(before)"))
     names = list(dict.fromkeys(runs.variant))
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = figures.subplots(figsize=(7, 3.6))
     for i, name in enumerate(names):
         r = runs[runs.variant == name]["ratio"]
         ax.bar(i, r.median(), 0.6, color="tab:blue", alpha=0.5)

@@ -57,17 +57,13 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from experiments import figures  # noqa: E402
-from experiments.simulate import RESULTS  # noqa: E402
-from experiments.tables import paired_interval, pipe_table, redraw, study_files  # noqa: E402
-from strategies.floors import headline_rmse  # noqa: E402
+from experiments import figures
+from experiments.simulate import RESULTS
+from experiments.tables import paired_interval, pipe_table, redraw, study_files
+from strategies.floors import headline_rmse
 
 LABEL = {"fedavg": "FedAvg", "cdl": "CDL"}
 KNOB = {"central": "dp.noise-multiplier", "local": "dp.local-epsilon"}
@@ -417,7 +413,7 @@ def draw(table: pd.DataFrame, command: str, png: Path) -> None:
     """RMSE (last round, mean and sd over seeds) against epsilon on a log axis, central and
     local DP, with no-DP FedAvg, local-only and the constant predictor as lines."""
     label = method_label(table)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = figures.subplots(figsize=(6.4, 4.2))
     top = 0.8  # a wrecked model's RMSE (up to 10^3) is drawn at the top edge, value written
     for mode, marker, color in (("central", "o", "tab:blue"), ("local", "s", "tab:red")):
         part = table[table["mode"] == mode].sort_values("epsilon")

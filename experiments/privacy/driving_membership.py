@@ -206,12 +206,7 @@ def markdown(t: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = figures.subplots(figsize=(7, 4))
     for mode, marker in (("central", "o"), ("local", "^")):
         g = runs[runs["mode"] == mode].groupby("epsilon")["auc"]
         ax.errorbar(g.mean().index, g.mean(), yerr=g.std().fillna(0), fmt=f"{marker}-",

@@ -268,12 +268,7 @@ def auc_panel(ax, runs: pd.DataFrame, curves, title: str):
 
 
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, bx) = figures.subplots(1, 2, figsize=(11, 4))
     curves = (("auc", "attack, one release", "o-"),
               ("auc_averaged", "attack, a transition's releases averaged", "^-"),
               ("auc_shuffled", "chance (labels shuffled)", "s--"))  # fmt: skip
@@ -388,12 +383,7 @@ def markdown_defence(t: pd.DataFrame) -> str:
 
 
 def plot_defence(runs: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figures.subplots(figsize=(6, 4))
     curves = (("auc", "attack, one release", "o-"),
               ("auc_shuffled", "chance (labels shuffled)", "s--"))  # fmt: skip
     auc_panel(ax, runs, curves, "One trained network, released at each σ")

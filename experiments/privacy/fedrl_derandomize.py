@@ -183,13 +183,8 @@ def markdown(t: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sigmas = sorted(runs["sigma"].unique())
-    fig, axes = plt.subplots(1, len(sigmas), figsize=(5.5 * len(sigmas), 4), squeeze=False)
+    fig, axes = figures.subplots(1, len(sigmas), figsize=(5.5 * len(sigmas), 4), squeeze=False)
     cols = (("noised_auc", "the release"), ("derandomized_auc", "after subtraction"),
             ("truth_auc", "α's true outputs"), ("noised_auc_shuffled", "chance"))  # fmt: skip
     for ax, sigma in zip(axes[0], sigmas):

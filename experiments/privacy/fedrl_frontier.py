@@ -184,13 +184,8 @@ def markdown(t: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, png, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     t = summarize(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = figures.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, ck in zip(axes, ("best", "last")):
         f = t[(t.method == "fedrl") & (t.checkpoint == ck)].sort_values("epsilon")
         finite = f[np.isfinite(f.epsilon)]

@@ -355,13 +355,8 @@ def markdown(t: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, png, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     t = summarize(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = figures.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, ck in zip(axes, ("best", "last")):
         at = t[t.checkpoint == ck]
         finite = at[np.isfinite(at.epsilon) & (at.epsilon > 0)]

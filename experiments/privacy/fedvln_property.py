@@ -242,12 +242,7 @@ def markdown(t: pd.DataFrame) -> str:
 
 
 def plot(runs: pd.DataFrame, png: Path, command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    fig, ax = figures.subplots(figsize=(11, 4.5))
     groups = list(runs.groupby(["variant", "noise"], sort=False))
     for k, ((variant, noise), g) in enumerate(groups):
         ax.bar(
