@@ -1,20 +1,18 @@
-"""The README's Performance tables, from the benchmark scripts' committed CSVs (not typed by hand).
+"""The Performance tables, from the benchmark studies' committed CSVs (not typed by
+hand): `markdown()` puts every performance goal beside what was measured, `markdown(fedrl=True)`
+FedRL's speed and success per exchange setting. `python -m experiments.readme_tables` writes
+them into docs/performance.md and docs/fedrl.md (blocks `performance`, `performance-fedrl`).
 
-    python -m experiments.bench.performance_table          # the performance goals, met or not
-    python -m experiments.bench.performance_table --fedrl  # FedRL: speed and success per setting
-
-Reads experiments/results/{fedrl_throughput,round_overhead,scale,engine_sweep,vln_update_speed}.csv (each
-written by the script of the same name) and puts every performance goal beside what was
-measured; a missing CSV is named, not skipped.
+Reads experiments/results/{fedrl_throughput,round_overhead,scale,engine_sweep,vln_update_speed}.csv
+(each written by the study of the same name); a missing CSV raises, naming it.
 """
 
 from __future__ import annotations
 
-import sys
-
 import pandas as pd
 
 from experiments.simulate import RESULTS
+from experiments.tables import pipe_table
 
 
 def overhead_met(ratio: float, goal: str) -> str:
@@ -171,25 +169,4 @@ def fedrl_rows() -> list[dict]:
 
 def markdown(fedrl: bool = False) -> str:
     table = pd.DataFrame(fedrl_rows() if fedrl else rows())
-    cols = list(table.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in table.itertuples(index=False)]
-    return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--fedrl", action="store_true", help="the FedRL message-cost table")
-    args = p.parse_args(argv)
-    try:
-        print(markdown(args.fedrl))
-    except FileNotFoundError as e:
-        print(f"performance_table: {e.filename} missing: run its script first", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return pipe_table(list(table.columns), table.values.tolist())
