@@ -96,3 +96,27 @@ def test_message_cost_study_refuses_what_it_cannot_measure_and_plots_each_part(t
     png = tmp_path / "m.png"
     plot(runs, png, "python -m experiments.study experiments/studies/message_cost.toml")
     assert command_of(png).endswith("message_cost.toml")
+
+
+def test_fedrl_deployed_study_says_when_the_engines_disagree(tmp_path):
+    """Issue 66: experiments/studies/fedrl_deployed.toml. The summary's `same_succ_rates` is
+    False as soon as one engine's test SuccRate differs; a map folder without the size's maps
+    is refused by field before anything starts; the figure keeps its command."""
+    import pandas as pd
+
+    from experiments.bench.fedrl_deployed import SCORES, check, plot, summarize
+    from experiments.figures import command_of
+
+    runs = pd.DataFrame([{"engine": e, "wall_s": w, **dict.fromkeys(SCORES, 0.93)}
+                         for e, w in (("simulation", 370.0), ("deployment (x)", 3300.0))])  # fmt: skip
+    assert summarize(runs)["same_succ_rates"].all()
+    runs.loc[1, SCORES[2]] = 0.92
+    assert not summarize(runs)["same_succ_rates"].any()
+    cell = {"map-dir": "../shared/data/gridworld", "size": 8, "rounds": 2, "eval-every": 1}
+    check(cell, "f.toml")
+    with pytest.raises(ValueError, match="grid.map-dir"):
+        check(cell | {"map-dir": str(tmp_path)}, "f.toml")
+    with pytest.raises(ValueError, match="grid.rounds"):
+        check(cell | {"rounds": 0}, "f.toml")
+    plot(runs, tmp_path / "d.png", "python -m experiments.study x.toml")
+    assert command_of(tmp_path / "d.png") == "python -m experiments.study x.toml"

@@ -1,7 +1,6 @@
 """A real FedRL Table-1 run deployed on loopback, timed as users run it (issue 63 item 5).
 
-    python -m experiments.bench.fedrl_deployed --map-dir ../shared/data/gridworld
-           [--rounds 200] [--work runs/fedrl_deployed] [--force]
+    python -m experiments.study experiments/studies/fedrl_deployed.toml --jobs 1   # ~1.1 h
 
 The 8x8 Table-1 job (the paper's maps and rules, the shipped defaults, seed 0, valid every 10
 rounds; study mode, so that every engine releases the same noise) run twice on this machine,
@@ -12,21 +11,23 @@ with deploy/supernode.sh's defaults, then `flwr run` from the operator's CLI). T
 of the same seed (experiments/results/fedrl_table1_runs.csv, one process) stands beside them:
 the three compute the same numbers (tests/fedrl_parity.py), so the test SuccRates must match.
 
-Writes experiments/results/fedrl_deployed.csv: per engine, the run's wall time (submit to
-finished), its messages (every reply in the nodes' audit logs), seconds a message, and the test
-SuccRate at the last and the best checkpoint, test_noise on and off. A finished engine's run in
---work is reused; an unfinished deployed one is refused (remove it).
+The study file gives the job (map folder, size, rounds, seed, evaluation interval); the one call
+of `measure` writes per engine the run's wall time (submit to finished), its messages (every
+reply in the nodes' audit logs), seconds a message, and the test SuccRate at the last and the
+best checkpoint, test_noise on and off, and `same_succ_rates` (must be True). Run it alone: its
+figures are times. A finished engine's run in the work folder is reused; an unfinished deployed
+one is refused (remove it). Results: experiments/results/fedrl_deployed{,_runs}.csv and .png.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from experiments import figures
 from experiments.bench.loopback import PYTHON, ROOT, unwind_on_sigterm, wait_for
 from experiments.bench.message_cost import (
     POLICY,
@@ -34,30 +35,28 @@ from experiments.bench.message_cost import (
     LoopbackFederation,
     sent_replies,
 )
-from experiments.fedrl.table1 import settings_of, splits_for
-from experiments.simulate import RESULTS, command_line
-from experiments.tables import refuse_overwrite
+from experiments.fedrl.table1 import settings_of, split_of
+from experiments.simulate import RESULTS
 
-SIZE, SEED, EVAL_EVERY = 8, 0, 10  # Table 1's 8x8 job, its first seed
 SCORES = [
     f"{pre}test-succ-rate-test_noise={noise}" for pre in ("", "best-") for noise in ("on", "off")
 ]
 
 
-def job_config(map_dir: str, rounds: int) -> str:
+def job_config(map_dir: str, size: int, eval_every: int, seed: int) -> str:
     """The run config of Table 1's job (experiments/fedrl/table1.settings_of), as a string."""
-    map_file = str((Path(map_dir) / f"gridworld_o_{SIZE}.mat").resolve())
-    ranges = splits_for(map_file, argparse.Namespace(train_maps="", valid_maps="", test_maps=""))
+    map_file = str((ROOT / map_dir / f"gridworld_o_{size}.mat").resolve())
+    ranges = split_of(map_file, {})
     keys = {
         "fedrl.reproducible-noise": "true",
-        "fedrl.size": SIZE,
+        "fedrl.size": size,
         "fedrl.rules": '"paper"',
         "fedrl.map-file": f'"{map_file}"',
         **{f"fedrl.{k}-maps": f'"{v}"' for k, v in ranges.items()},
-        "eval-every": EVAL_EVERY,
-        "seed": SEED,
+        "eval-every": eval_every,
+        "seed": seed,
     }
-    job = {"seed": SEED, "size": SIZE, "rules": "paper", "map_file": map_file, "extra": {}}
+    job = {"seed": seed, "size": size, "rules": "paper", "map_file": map_file, "extra": {}}
     settings_of({**job, "ranges": ranges}).check_maps()  # a bad map file: refused here
     return " ".join(f"{k}={v}" for k, v in keys.items())
 
@@ -114,6 +113,9 @@ def deployed(rc: str, rounds: int, work: Path) -> tuple[Path, float]:
         fed.close()
 
 
+DEPLOYED = "deployment (loopback, TLS, node auth, edge)"
+
+
 def row(engine: str, rounds_csv: Path, audit_root: Path | None, wall: float) -> dict:
     last = pd.read_csv(rounds_csv).iloc[-1]
     messages = len(sent_replies(audit_root)) if audit_root is not None else None
@@ -127,13 +129,16 @@ def row(engine: str, rounds_csv: Path, audit_root: Path | None, wall: float) -> 
     }
 
 
-def table1_row(rounds: int) -> dict:
-    """Table 1's own run of the same job (one process), from its committed per-run CSV."""
+def table1_row(size: int, seed: int, rounds: int) -> dict | None:
+    """Table 1's own run of the same job (one process), from its committed per-run CSV; None
+    where Table 1 has no such run."""
     runs = pd.read_csv(RESULTS / "fedrl_table1_runs.csv")
     mine = runs[
-        (runs.method == "fedrl") & (runs.rules == "paper") & (runs["size"] == SIZE)
-        & (runs.seed == SEED) & (runs.rounds == rounds)
+        (runs.method == "fedrl") & (runs.rules == "paper") & (runs["size"] == size)
+        & (runs.seed == seed) & (runs.rounds == rounds)
     ]  # fmt: skip
+    if mine.empty:
+        return None
     out = {"engine": "one process (Table 1)", "wall_s": float(mine.wall_s.iloc[0])}
     for _, r in mine.iterrows():
         pre = "best-" if r.checkpoint == "best" else ""
@@ -141,42 +146,59 @@ def table1_row(rounds: int) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--map-dir", required=True, help="folder of gridworld_o_8.mat")
-    ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedrl_deployed"))
-    ap.add_argument("--force", action="store_true", help="overwrite the result file")
-    a = ap.parse_args(argv)
-    unwind_on_sigterm()
-    if a.rounds < 1:
-        ap.error("--rounds must be >= 1")
-    out = RESULTS / "fedrl_deployed.csv"
-    refuse_overwrite([out], a.force)
-    rc = job_config(a.map_dir, a.rounds)
-    work = Path(a.work)
+def measure(map_dir: str, size: int, rounds: int, eval_every: int, seed: int, work) -> list:
+    """The job simulated, then deployed (one after the other), and Table 1's own run beside."""
+    unwind_on_sigterm()  # a stopped study closes the federation it started
+    rc = job_config(map_dir, size, eval_every, seed)
+    work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    sim, sim_wall = simulated(rc, a.rounds, work)
-    print(f"simulation: {sim_wall:.0f} s")
-    dep, dep_wall = deployed(rc, a.rounds, work)
-    print(f"deployment: {dep_wall:.0f} s")
-    rows = [
-        row("simulation", sim / "rounds.csv", sim, sim_wall),
-        row(
-            "deployment (loopback, TLS, node auth, edge)", dep / "out" / "rounds.csv", dep, dep_wall
-        ),
-    ]
-    if a.rounds == 200:
-        rows.append(table1_row(a.rounds))
-    table = pd.DataFrame(rows)
-    table["command"] = command_line(__file__, argv)
-    table.to_csv(out, index=False)
-    print(table.drop(columns="command").to_string(index=False))
-    same = table[SCORES].nunique().max() == 1
-    print("the same test SuccRates in every engine" if same else "ENGINES DISAGREE")
-    print(f"wrote {out}")
-    return 0 if same else 1
+    sim, sim_wall = simulated(rc, rounds, work)
+    print(f"simulation: {sim_wall:.0f} s", flush=True)
+    dep, dep_wall = deployed(rc, rounds, work)
+    print(f"deployment: {dep_wall:.0f} s", flush=True)
+    rows = [row("simulation", sim / "rounds.csv", sim, sim_wall),
+            row(DEPLOYED, dep / "out" / "rounds.csv", dep, dep_wall),
+            table1_row(size, seed, rounds)]  # fmt: skip
+    return [r for r in rows if r is not None]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def check(cell: dict, where) -> None:
+    """What a run of this study accepts (experiments/study.py)."""
+    if cell["size"] not in (8, 16, 32):
+        raise ValueError(f"{where}: grid.size: 8, 16 or 32")
+    if min(cell["rounds"], cell["eval-every"]) < 1:
+        raise ValueError(f"{where}: grid.rounds and grid.eval-every must be >= 1")
+    if not (ROOT / cell["map-dir"] / f"gridworld_o_{cell['size']}.mat").is_file():
+        raise ValueError(f"{where}: grid.map-dir: no gridworld_o_{cell['size']}.mat in it")
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs, and whether every engine gave the same test SuccRates (they must)."""
+    return runs.assign(same_succ_rates=bool(runs[SCORES].nunique().max() == 1))
+
+
+def plot(runs: pd.DataFrame, png, command: str) -> None:
+    """Wall time of the run per engine, and the test SuccRates each gave."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (wall, succ) = plt.subplots(1, 2, figsize=(11, 4))
+    hours = runs["wall_s"] / 3600
+    bars = wall.bar(range(len(runs)), hours, color=[f"C{k}" for k in range(len(runs))])
+    wall.bar_label(bars, [f"{h:.2f} h" for h in hours], fontsize=8)
+    wall.axhline(1.5, color="grey", ls="--", lw=0.8, label="issue 63's goal (1.5 h)")
+    wall.set_xticks(range(len(runs)), [e.split(" (")[0] for e in runs["engine"]], fontsize=8)
+    wall.set(ylabel="wall time of the run (h)", title="FedRL Table-1 job, deployed and not")
+    wall.legend(fontsize=8)
+    x, w = np.arange(len(SCORES)), 0.8 / len(runs)
+    for k, (_, r) in enumerate(runs.iterrows()):
+        succ.bar(x + (k - (len(runs) - 1) / 2) * w, r[SCORES].astype(float), w, label=r.engine,
+                 color=f"C{k}")  # fmt: skip
+    ticks = [s.replace("test-succ-rate-test_noise=", "noise ") for s in SCORES]
+    succ.set_xticks(x, ticks, fontsize=8)
+    succ.set(ylim=(0, 1), ylabel="test SuccRate", title="the same numbers in every engine")
+    succ.legend(fontsize=7)
+    fig.tight_layout()
+    figures.save(fig, png, command)
