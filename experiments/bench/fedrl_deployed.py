@@ -179,12 +179,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 
 def plot(runs: pd.DataFrame, png, command: str) -> None:
     """Wall time of the run per engine, and the test SuccRates each gave."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (wall, succ) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (wall, succ) = figures.subplots(1, 2, figsize=(11, 4))
     hours = runs["wall_s"] / 3600
     bars = wall.bar(range(len(runs)), hours, color=[f"C{k}" for k in range(len(runs))])
     wall.bar_label(bars, [f"{h:.2f} h" for h in hours], fontsize=8)
@@ -198,7 +193,8 @@ def plot(runs: pd.DataFrame, png, command: str) -> None:
                  color=f"C{k}")  # fmt: skip
     ticks = [s.replace("test-succ-rate-test_noise=", "noise ") for s in SCORES]
     succ.set_xticks(x, ticks, fontsize=8)
-    succ.set(ylim=(0, 1), ylabel="test SuccRate", title="the same numbers in every engine")
-    succ.legend(fontsize=7)
+    succ.set(ylim=(0, 1.3), yticks=np.linspace(0, 1, 6), ylabel="test SuccRate",
+             title="the same numbers in every engine")  # fmt: skip
+    succ.legend(fontsize=7, loc="upper center")  # above the bars
     fig.tight_layout()
     figures.save(fig, png, command)
