@@ -10,7 +10,8 @@ same fingerprint, so a study resumes), and hands them to the analysis, which wri
 and draws the figure (experiments/figures.save) under this command. What stays in Python is
 what is specific to a study: its analysis module's `outputs(study)`, `report(runs, study,
 command)` (returns the table as markdown) and `replot(study)` (the figure again from the
-committed CSVs, `--plot-only`).
+committed CSVs, `--plot-only`). A study that checks a claim (e.g. every engine gives the same
+scores) names it in `failure`: the runner writes the results, then exits 1 with the reason.
 
 The file, keys in kebab-case:
 
@@ -39,6 +40,8 @@ import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
+
+import pandas as pd
 
 from experiments.simulate import RESULTS, command_line
 from experiments.tables import (
@@ -90,9 +93,11 @@ def load(path: Path | str) -> dict:
 def analysis_of(study: dict):
     """The study's analysis: a module, or `module:NAME`, a namespace in it (a module with two
     studies, e.g. experiments.privacy.fedrl_attack:DEFENCE), with outputs, report, replot and
-    optionally check(cell) for what its runs accept. One that has no `report` is a standard
-    study: `summarize(runs)` gives the table, `markdown(table)` (default: a pipe table) prints
-    it and `plot(runs, png, command)` draws it; it writes the three files of `study_files`."""
+    optionally check(cell) for what its runs accept and failure(study) (why the claim the study
+    checks does not hold, or None). One that has no `report` is a standard study:
+    `summarize(runs)` gives the table, `markdown(table)` (default: a pipe table) prints it,
+    `plot(runs, png, command)` draws it and `failure(table)` reads the written table; it
+    writes the three files of `study_files`."""
     module, _, attr = study["analysis"].partition(":")
     found = importlib.import_module(module)
     a = getattr(found, attr) if attr else found
@@ -112,6 +117,8 @@ def standard(a, files: list[Path]) -> dict:
 
     out = {"outputs": lambda study: files, "report": report,
            "replot": lambda study: redraw_study(files, a.plot)}  # fmt: skip
+    if hasattr(a, "failure"):
+        out["failure"] = lambda study: a.failure(pd.read_csv(files[0]))
     return out | ({"check": a.check} if hasattr(a, "check") else {})
 
 
@@ -189,6 +196,10 @@ def main(argv=None) -> int:
         return 2
     text = analysis.report(kind.run_jobs(jobs, a.jobs), study, command)
     print(f"\n{command}\n\n{text}")
+    why = analysis.failure(study) if hasattr(analysis, "failure") else None
+    if why:
+        print(f"study: {study['name']}: {why} (the results above are written)", file=sys.stderr)
+        return 1
     return 0
 
 

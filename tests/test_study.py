@@ -263,3 +263,28 @@ def test_local_epochs_counts_rounds_to_targets_above_the_untrained_floor(tmp_pat
     assert pd.isna(t.loc[1.0, "best minus smallest E [95%]"])  # not against itself
     assert le.targets_of(curves, {"report": {"targets": [45, 45.0, 11]}}) == [45.0, 11.0]
     assert t.loc[1.0, "best minus untrained [95%]"].startswith("+8.7")  # 12 - mean(2, 8, 0)
+
+
+def test_a_study_whose_claim_fails_writes_its_results_and_exits_1(tmp_path, monkeypatch, capsys):
+    """A study that checks a claim (fedrl_deployed: every engine gives the same test
+    SuccRates) names it in `failure`: the runner writes the CSVs and figure, then exits 1 with
+    the reason; the same study with agreeing engines exits 0."""
+    import pandas as pd
+
+    from experiments import study
+    from experiments.bench import fedrl_deployed
+
+    def fake(map_dir, size, rounds, eval_every, seed, work, succ=(0.93, 0.93)):
+        return [{"engine": e, "wall_s": 10.0, **dict.fromkeys(fedrl_deployed.SCORES, s)}
+                for e, s in zip(("simulation", "deployment (x)"), succ)]  # fmt: skip
+
+    monkeypatch.setattr(study, "RESULTS", tmp_path)
+    monkeypatch.setattr(fedrl_deployed, "measure", fake)
+    file = str(ROOT / "experiments" / "studies" / "fedrl_deployed.toml")
+    args = [file, "--jobs", "1", "--work", str(tmp_path)]
+    assert study.main(args) == 0
+    monkeypatch.setattr(fedrl_deployed, "measure", lambda **kw: fake(**kw, succ=(0.93, 0.92)))
+    assert study.main([*args, "--force"]) == 1
+    assert "different test SuccRates" in capsys.readouterr().err
+    table = pd.read_csv(tmp_path / "fedrl_deployed.csv")
+    assert not table["same_succ_rates"].any() and (tmp_path / "fedrl_deployed.png").is_file()

@@ -14,7 +14,8 @@ the three compute the same numbers (tests/fedrl_parity.py), so the test SuccRate
 The study file gives the job (map folder, size, rounds, seed, evaluation interval); the one call
 of `measure` writes per engine the run's wall time (submit to finished), its messages (every
 reply in the nodes' audit logs), seconds a message, and the test SuccRate at the last and the
-best checkpoint, test_noise on and off, and `same_succ_rates` (must be True). Run it alone: its
+best checkpoint, test_noise on and off, and `same_succ_rates` (must be True: the runner exits 1
+when it is not, after writing the results). Run it alone: its
 figures are times. A finished engine's run in the work folder is reused; an unfinished deployed
 one is refused (remove it). Results: experiments/results/fedrl_deployed{,_runs}.csv and .png.
 """
@@ -175,6 +176,13 @@ def check(cell: dict, where) -> None:
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs, and whether every engine gave the same test SuccRates (they must)."""
     return runs.assign(same_succ_rates=bool(runs[SCORES].nunique().max() == 1))
+
+
+def failure(table: pd.DataFrame) -> str | None:
+    """The study's claim, checked on the written table: every engine gave the same SuccRates."""
+    if not table["same_succ_rates"].all():
+        return "the engines gave different test SuccRates (same_succ_rates is False)"
+    return None
 
 
 def plot(runs: pd.DataFrame, png, command: str) -> None:
