@@ -80,3 +80,42 @@ def test_usable_maps_are_found_once_per_node(cache, monkeypatch):
     other = gridworld.generate_maps(8, count=300, seed=4)  # another seed is not served
     monkeypatch.setattr(other, "starts", lambda *a: [])
     assert other.usable(range(0, 300), "paper") == []
+
+
+T2A = ROOT.parent / "shared/data/text2action"
+
+
+@pytest.mark.skipif(not T2A.is_dir(), reason="needs ../shared/data/text2action")
+def test_a_text2action_domain_is_parsed_once_per_node_as_it_was_and_a_changed_file_again(
+    cache, tmp_path, monkeypatch
+):
+    """A deployed Text2Action party is a fresh process per message: its corpora are read back
+    from the node's disk (equal to a parse, field by field), the word vectors too, and gensim
+    is not imported for them; a changed file is parsed again."""
+    import pickle
+    import shutil
+    import sys
+
+    from envs import text2action_data as t2a
+    from envs.word_vectors import word_vectors
+
+    data = tmp_path / "t2a"
+    shutil.copytree(T2A, data)
+    parsed, real = [], t2a._parse_domain
+    monkeypatch.setattr(t2a, "_parse_domain", lambda *p: parsed.append(p) or real(*p))
+    first, again = t2a.load_domain(data, "win2k"), t2a.load_domain(data, "win2k")
+    assert len(parsed) == 1 and len(first) == len(again) == 154
+    for a, b in zip(first, again):
+        assert (a.words, a.pos, a.related) == (b.words, b.pos, b.related)
+        assert a.tags.dtype == b.tags.dtype and (a.tags == b.tags).all()
+    assert any(t.related and any(t.related.values()) for t in again)  # exclusions survive
+    vectors = word_vectors(data)
+    monkeypatch.setitem(sys.modules, "gensim", None)  # a second process: no training
+    monkeypatch.setitem(sys.modules, "gensim.models", None)
+    back = word_vectors(data)
+    assert list(back) == list(vectors) and all((back[w] == vectors[w]).all() for w in vectors)
+    n = len(parsed)
+    texts = t2a.safe_load(data / "win2k_labeled_text_data.pkl")
+    texts[0]["words"][0] = "CHANGED"
+    (data / "win2k_labeled_text_data.pkl").write_bytes(pickle.dumps(texts, protocol=2))
+    assert t2a.load_domain(data, "win2k")[0].words[0] == "CHANGED" and len(parsed) == n + 1
