@@ -62,18 +62,28 @@ def test_a_deployed_run_killed_and_resumed_computes_the_same_run(tmp_path):
     assert differences(sim, deployed_killed("fedavg", 3, tmp_path)) == []
 
 
-def test_message_cost_study_refuses_what_it_cannot_measure_and_plots_each_part(tmp_path):
+def test_message_cost_study_refuses_what_it_cannot_measure_and_plots_each_part(
+    tmp_path, monkeypatch
+):
     """Issue 66: experiments/studies/message_cost.toml. A method without a job, an unknown or
-    empty list of deployed variants, or no rounds are refused by field before anything starts;
-    the table shows whose polls a deployed row ran with, and the figure stacks a message's
-    parts to its measured wall time."""
+    empty list of deployed variants, no rounds, or the Text2Action job without its data are
+    refused by field before anything starts; that job runs FedRL; the table shows whose polls
+    a deployed row ran with, and the figure stacks a message's parts to its measured wall time."""
     import pandas as pd
 
-    from experiments.bench.message_cost import check, markdown, plot
+    from experiments.bench import message_cost
+    from experiments.bench.message_cost import check, markdown, method_of, plot
     from experiments.figures import command_of
 
     ok = {"method": "fedrl", "variants": ["flower", "warm"], "rounds": 2}
     check(ok, "f.toml")
+    t2a = ok | {"method": "fedrl-text2action"}
+    check(t2a, "f.toml")
+    assert method_of("fedrl-text2action") == "fedrl" and method_of("cdl") == "cdl"
+    assert 'fedrl.domain="text2action"' in message_cost.JOBS["fedrl-text2action"]
+    monkeypatch.setattr(message_cost, "T2A_DATA", tmp_path / "absent")
+    with pytest.raises(ValueError, match="grid.method.*absent: not there"):
+        check(t2a, "f.toml")
     for bad, field in (({"method": "gossip"}, "grid.method"), ({"variants": ["fast"]}, "grid.variants"),
                        ({"variants": []}, "grid.variants"), ({"rounds": 0}, "grid.rounds")):  # fmt: skip
         with pytest.raises(ValueError, match=field):

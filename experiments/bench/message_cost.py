@@ -2,7 +2,7 @@
 simulation engine and in its deployment engine on loopback, deployed as docs/deployment.md says
 (TLS, SuperNode authentication, the edge and the Fleet gateway of deploy/superlink.sh).
 
-    python -m experiments.study experiments/studies/message_cost.toml --jobs 1   # ~25 min
+    python -m experiments.study experiments/studies/message_cost.toml --jobs 1   # ~40 min
 
 Per method and engine, from the run's rounds.csv (server side) and the nodes' audit logs (each
 reply's `cost`, clients/costs.py):
@@ -33,6 +33,11 @@ minute after each message, 0.05 s reply check; SuperExec poll 0.1 s), still cold
 deploy/supernode.sh's defaults, those polls and each message's process forked by the node's
 warm parent (deploy/warm_start.py). The ServerApp pulls replies every
 strategies/timeouts.REPLY_POLL_S, its own loop, in all.
+
+Jobs are the methods' own small jobs, and `fedrl-text2action`: FedRL on Table 2's domain
+(10-word texts; its evaluation round costs two messages a word), whose parties rebuild more
+per message than Grid-World's (their corpora and word vectors, kept on the node's disk by
+envs/prepared.py).
 
 The study file names the methods, the deployed variants and the rounds; each method is one
 call of `measure` (its simulated run, then each variant deployed, one after another; `--jobs 1`,
@@ -65,6 +70,7 @@ from experiments.bench.loopback import (
 )
 from experiments.tables import pipe_table
 
+T2A_DATA = ROOT.parent / "shared" / "data" / "text2action"
 # the same small job in both engines: two nodes, `--rounds` rounds
 JOBS = {
     "fedrl": (  # study mode: the two engines must release the same noise (tests/test_parity)
@@ -79,6 +85,12 @@ JOBS = {
         "driving.image-size=32 driving.train-per-silo=40 driving.test-per-silo=16 "
         "driving.local-epochs=1"
     ),
+    "fedrl-text2action": (  # Table 2's domain: a round is 2 x act-steps + 3 messages and
+        # the evaluation (the last round) two messages per word of the longest text
+        f'fedrl.domain="text2action" fedrl.t2a-data="{T2A_DATA}" '
+        "fedrl.t2a-words=10 fedrl.envs=4 fedrl.act-steps=4 fedrl.updates=8 fedrl.warmup=16 "
+        "fedrl.batch-size=8 fedrl.reproducible-noise=true"
+    ),
     "fedvln": (  # two seen houses and one unseen: the smallest federation with every role;
         # one seen house a round, as when its rows were measured (research policy: allowed)
         'fedvln.stage="agent" fedvln.train-houses=2 fedvln.unseen-houses=1 fedvln.embedding=16 '
@@ -89,15 +101,22 @@ JOBS = {
 # the nodes' policy where a job asks more than the paper's default allows (FedRL's study mode,
 # FedVLN's one-house rounds)
 RESEARCH = str(ROOT / "deploy" / "policies" / "research.toml")
-POLICY = {"fedrl": RESEARCH, "fedvln": RESEARCH}
+POLICY = {"fedrl": RESEARCH, "fedrl-text2action": RESEARCH, "fedvln": RESEARCH}
 NODES = {"fedvln": 3}  # one SuperNode per house; every other job here has two nodes
-SEQUENTIAL = {"fedrl"}  # its messages go one after another
+SEQUENTIAL = {"fedrl", "fedrl-text2action"}  # their messages go one after another
+METHOD = {"fedrl-text2action": "fedrl"}  # a job on another domain: the method it runs
 HANDLER = {
     "fedrl": "clients.fedrl_client",
+    "fedrl-text2action": "clients.fedrl_client",
     "fedavg": "clients.driving_client",
     "cdl": "clients.cdl_client",
     "fedvln": "clients.fedvln_client",
 }
+
+
+def method_of(job: str) -> str:
+    """The method (simulation.py's, the run config's `method`) a job of this study runs."""
+    return METHOD.get(job, job)
 
 
 def nodes(method: str) -> int:
@@ -151,7 +170,7 @@ def simulated(method: str, rounds: int, work: Path) -> Path:
     out = work / f"{method}-sim"  # its nodes' audit logs: out/client-state/audit
     if (out / "rounds.csv").is_file() and len(pd.read_csv(out / "rounds.csv")) == rounds:
         return out  # finished in this --work folder before
-    cmd = [PYTHON, str(ROOT / "simulation.py"), method, "--rounds", str(rounds), "--seed", "0",
+    cmd = [PYTHON, str(ROOT / "simulation.py"), method_of(method), "--rounds", str(rounds), "--seed", "0",
            "--out", str(out), "--no-plots", "--num-clients", str(nodes(method)), "--run-config",
            f"eval-every={rounds} {JOBS[method]}",
            *(["--policy", POLICY[method]] if method in POLICY else [])]  # fmt: skip
@@ -219,7 +238,7 @@ class LoopbackFederation(Federation):
         wait_listening("127.0.0.1", self.control)
 
     def start_node(self, k: int, name: str = "") -> None:
-        role = ["--role", ("alpha", "beta")[k]] if self.method == "fedrl" else []
+        role = ["--role", ("alpha", "beta")[k]] if method_of(self.method) == "fedrl" else []
         if self.method in POLICY:
             role += ["--policy", POLICY[self.method]]
         self.start(
@@ -236,7 +255,7 @@ class LoopbackFederation(Federation):
                  120, what="the nodes to join")  # fmt: skip
 
     def submit(self, rounds: int, extra: str = "") -> int:
-        rc = (f'method="{self.method}" num-clients={nodes(self.method)} num-server-rounds={rounds} '
+        rc = (f'method="{method_of(self.method)}" num-clients={nodes(self.method)} num-server-rounds={rounds} '
               f'eval-every={rounds} seed=0 out-dir="{self.out}" {JOBS[self.method]} {extra}')  # fmt: skip
         started = self.cli("run", str(ROOT), "op", "--format", "json", "--run-config", rc)
         return json.loads(started.stdout)["run-id"]
@@ -308,6 +327,8 @@ def check(cell: dict, where) -> None:
         raise ValueError(f"{where}: grid.variants: {unknown or '[]'}: a list of {list(VARIANTS)}")
     if cell["rounds"] < 1:
         raise ValueError(f"{where}: grid.rounds must be >= 1")
+    if "text2action" in cell["method"] and not T2A_DATA.is_dir():
+        raise ValueError(f"{where}: grid.method: {cell['method']!r} reads {T2A_DATA}: not there")
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
