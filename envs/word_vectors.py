@@ -6,15 +6,16 @@ embeddings"; the reference loads `data/mymodel-new-5-50` (FRL2019/FRL text2actio
 everywhere it is reported: gensim's Word2Vec (skip-gram, 50 dimensions, window 5, min count 1,
 as the file name suggests) trained on the words of win2k, cooking and wikihow together (~94k
 tokens), lower-cased as the corpora are. It is trained once per node and kept on its own disk
-(envs/prepared.py, keyed by the corpora files' SHA-256, the dimension and the seed: a deployed
-party is a fresh process per message, and gensim's import alone takes seconds). One worker
-thread and a fixed hash function make it reproducible (gensim's default hash is Python's
-salted `hash`).
+(envs/prepared.py, keyed by the corpora files' SHA-256, the dimension, the seed and gensim's
+version: a deployed party is a fresh process per message, and gensim's import alone takes
+seconds). One worker thread and a fixed hash function make it reproducible (gensim's default
+hash is Python's salted `hash`).
 """
 
 from __future__ import annotations
 
 import zlib
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,8 @@ def word_vectors(data_dir: str | Path, dim: int = DIM, seed: int = 0) -> dict[st
         words = list(model.wv.index_to_key)
         return {"words": np.array(words), "vectors": np.asarray(model.wv[words], np.float32)}
 
-    key = (*(prepared.file_digest(f) for f in files), dim, seed)
+    # gensim's version too: another version may train other vectors from the same corpora
+    key = (*(prepared.file_digest(f) for f in files), dim, seed, metadata.version("gensim"))
     z = prepared.kept("text2action-w2v", key, train)
     return dict(zip(z["words"].tolist(), z["vectors"]))
 
