@@ -175,8 +175,9 @@ def load_mat(path: str | Path) -> Maps:
     path = Path(path)
     if not path.is_file():
         raise missing(path, "map file")
-    digest = prepared.file_digest(path)
-    a = prepared.kept("gridworld-mat", (digest,), lambda: _parse_mat(path))
+    f = prepared.read_file(path)
+    digest = f.digest
+    a = prepared.kept("gridworld-mat", (digest,), lambda: _parse_mat(f))
     grids, points = a["grids"], a["points"]
     ends = np.cumsum(a["path_len"])
     first = np.concatenate([[0], np.cumsum(a["paths_per_map"])])
@@ -190,12 +191,13 @@ def load_mat(path: str | Path) -> Maps:
     return Maps(grids.shape[1], len(grids), grid, path_list, str(path), ("mat", digest))
 
 
-def _parse_mat(path: Path) -> dict[str, np.ndarray]:
+def _parse_mat(f: prepared.FileBytes) -> dict[str, np.ndarray]:
     """The checked content of a map file as flat arrays (see load_mat)."""
     import scipy.io as sio
 
+    path = f.path
     try:
-        data = sio.loadmat(str(path))
+        data = sio.loadmat(f.stream)
     except Exception as e:  # scipy raises several types for a corrupt file
         raise DataError(f"{path}: not a readable MATLAB file ({e})") from None
     for field in ("all_images", "all_states_xy_by_domain"):

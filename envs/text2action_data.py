@@ -71,18 +71,24 @@ def _expansion_bounded(obj, budget: int, path: Path) -> None:
             stack.extend(item)
 
 
-def safe_load(path: Path):
-    """The pickle at `path`, built from plain data and numpy arrays only, of bounded size and
-    expansion (`MAX_BYTES`, `MAX_ITEMS_PER_BYTE` items per byte of file)."""
+def read_file(path: Path | str) -> prepared.FileBytes:
+    """A Text2Action file's bytes and digest (envs/prepared.py), of bounded size."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise DataError(f"{path}: {size} bytes, over the {MAX_BYTES} a Text2Action pickle may have")
+    return prepared.read_file(path)
+
+
+def safe_load(path: Path | str | prepared.FileBytes):
+    """The pickle at `path` (or read by `read_file`), built from plain data and numpy arrays
+    only, of bounded size and expansion (`MAX_BYTES`, `MAX_ITEMS_PER_BYTE` items per byte)."""
+    f = path if isinstance(path, prepared.FileBytes) else read_file(path)
+    path, size = f.path, len(f.data)
     try:
-        with open(path, "rb") as f:
-            obj = _Restricted(f, encoding="latin1").load()
+        obj = _Restricted(f.stream, encoding="latin1").load()
     except (
         pickle.UnpicklingError,
         EOFError,
@@ -117,22 +123,25 @@ def load_domain(data_dir: Path | str, domain: str) -> list[ActText]:
     the two files' SHA-256, so a changed file is parsed again)."""
     if domain not in DOMAINS:
         raise DataError(f"unknown Text2Action domain {domain!r} (choose from {', '.join(DOMAINS)})")
+    return kept_domain(*(read_file(p) for p in domain_files(data_dir, domain)))
+
+
+def domain_files(data_dir: Path | str, domain: str) -> tuple[Path, Path]:
+    """`domain`'s texts and dependency pickles."""
     root = Path(data_dir)
-    texts_path, dep_path = (
-        root / f"{domain}_labeled_text_data.pkl",
-        root / f"{domain}_dependency.pkl",
-    )
-    if not (texts_path.is_file() and dep_path.is_file()):
-        return _parse_domain(texts_path, dep_path)  # names the missing file
-    key = (prepared.file_digest(texts_path), prepared.file_digest(dep_path))
-    kept = prepared.kept(
-        "text2action-domain", key, lambda: _pack(_parse_domain(texts_path, dep_path))
-    )
-    return _unpack(kept)
+    return root / f"{domain}_labeled_text_data.pkl", root / f"{domain}_dependency.pkl"
 
 
-def _parse_domain(texts_path: Path, dep_path: Path) -> list[ActText]:
-    texts, deps = safe_load(texts_path), safe_load(dep_path)
+def kept_domain(texts: prepared.FileBytes, deps: prepared.FileBytes) -> list[ActText]:
+    """The domain parsed from these very bytes, or read back from the node's disk under their
+    digests (a kept copy that does not unpack is parsed again)."""
+    return prepared.kept("text2action-domain", (texts.digest, deps.digest),
+                         lambda: _pack(_parse_domain(texts, deps)), read=_unpack)  # fmt: skip
+
+
+def _parse_domain(texts_file: prepared.FileBytes, dep_file: prepared.FileBytes) -> list[ActText]:
+    texts_path, dep_path = texts_file.path, dep_file.path
+    texts, deps = safe_load(texts_file), safe_load(dep_file)
     if not isinstance(texts, list) or not isinstance(deps, list) or len(texts) != len(deps):
         raise DataError(f"{texts_path}, {dep_path}: expected two lists of equal length")
     out = []
@@ -162,17 +171,6 @@ def _parse_domain(texts_path: Path, dep_path: Path) -> list[ActText]:
     return out
 
 
-def _strings(name: str, items: list[str]) -> dict[str, np.ndarray]:
-    raw = [x.encode("utf-8") for x in items]
-    return {f"{name}_utf8": np.frombuffer(b"".join(raw), np.uint8),
-            f"{name}_len": np.array([len(x) for x in raw], np.int64)}  # fmt: skip
-
-
-def _unstrings(a: dict[str, np.ndarray], name: str) -> list[str]:
-    buf, ends = a[f"{name}_utf8"].tobytes(), np.cumsum(a[f"{name}_len"]).tolist()
-    return [buf[s:e].decode("utf-8") for s, e in zip([0, *ends[:-1]], ends)]
-
-
 def _pack(texts: list[ActText]) -> dict[str, np.ndarray]:
     """The texts as flat arrays (envs/prepared.py stores arrays only)."""
     acts = [(i, a, len(r)) for i, t in enumerate(texts) for a, r in t.related.items()]
@@ -181,13 +179,16 @@ def _pack(texts: list[ActText]) -> dict[str, np.ndarray]:
         "tags": np.concatenate([t.tags for t in texts] or [np.zeros(0, np.int64)]),
         "acts": np.array(acts, np.int64).reshape(-1, 3),  # text, action, how many it excludes
         "excluded": np.array([j for t in texts for r in t.related.values() for j in r], np.int64),
-        **_strings("words", [w for t in texts for w in t.words]),
-        **_strings("pos", [p for t in texts for p in t.pos]),
+        **prepared.pack_strings("words", [w for t in texts for w in t.words]),
+        **prepared.pack_strings("pos", [p for t in texts for p in t.pos]),
     }
 
 
 def _unpack(a: dict[str, np.ndarray]) -> list[ActText]:
-    words, pos = _unstrings(a, "words"), _unstrings(a, "pos")
+    words = prepared.unpack_strings(a, "words")
+    pos = prepared.unpack_strings(a, "pos")
+    if not len(words) == len(pos) == a["tags"].size == int(a["lengths"].sum()):
+        raise ValueError("a kept Text2Action domain of another layout")
     related: list[dict[int, list[int]]] = [{} for _ in a["lengths"]]
     k = 0
     for i, act, n in a["acts"].tolist():

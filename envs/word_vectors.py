@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from envs import prepared
-from envs.errors import DataError
-from envs.text2action_data import DOMAINS, load_domain
+from envs import text2action_data as t2a
+from envs.text2action_data import DOMAINS
 
 DIM = 50
 
@@ -33,27 +33,30 @@ def _crc(text: str) -> int:
 
 def word_vectors(data_dir: str | Path, dim: int = DIM, seed: int = 0) -> dict[str, np.ndarray]:
     """word -> vector (float32, `dim`) for every word of the three corpora."""
-    root = Path(data_dir)
-    files = [
-        root / f"{d}_{part}.pkl" for d in DOMAINS for part in ("labeled_text_data", "dependency")
-    ]
-    absent = [f for f in files if not f.is_file()]
-    if absent:
-        raise DataError(f"{absent[0]}: file not found")
+    files = {d: [t2a.read_file(p) for p in t2a.domain_files(data_dir, d)] for d in DOMAINS}
 
     def train() -> dict[str, np.ndarray]:
         from gensim.models import Word2Vec  # only here: its import alone takes seconds
 
-        sentences = [[w.lower() for w in t.words] for d in DOMAINS for t in load_domain(root, d)]
+        # from the very bytes the key hashes (envs/prepared.FileBytes)
+        texts = [t for d in DOMAINS for t in t2a.kept_domain(*files[d])]
+        sentences = [[w.lower() for w in t.words] for t in texts]
         model = Word2Vec(sentences, vector_size=dim, window=5, min_count=1, sg=1, workers=1,
                          seed=seed, epochs=10, hashfxn=_crc)  # fmt: skip
         words = list(model.wv.index_to_key)
-        return {"words": np.array(words), "vectors": np.asarray(model.wv[words], np.float32)}
+        return {**prepared.pack_strings("words", words),
+                "vectors": np.asarray(model.wv[words], np.float32)}  # fmt: skip
+
+    def read(z: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        words = prepared.unpack_strings(z, "words")
+        if z["vectors"].shape != (len(words), dim):
+            raise ValueError("kept word vectors of another layout")
+        return dict(zip(words, z["vectors"]))
 
     # gensim's version too: another version may train other vectors from the same corpora
-    key = (*(prepared.file_digest(f) for f in files), dim, seed, metadata.version("gensim"))
-    z = prepared.kept("text2action-w2v", key, train)
-    return dict(zip(z["words"].tolist(), z["vectors"]))
+    digests = [f.digest for d in DOMAINS for f in files[d]]
+    return prepared.kept("text2action-w2v", (*digests, dim, seed, metadata.version("gensim")),
+                         train, read=read)  # fmt: skip
 
 
 def word_table(words: list[list[str]], num_words: int, data_dir: str | Path) -> np.ndarray:

@@ -119,3 +119,60 @@ def test_a_text2action_domain_is_parsed_once_per_node_as_it_was_and_a_changed_fi
     texts[0]["words"][0] = "CHANGED"
     (data / "win2k_labeled_text_data.pkl").write_bytes(pickle.dumps(texts, protocol=2))
     assert t2a.load_domain(data, "win2k")[0].words[0] == "CHANGED" and len(parsed) == n + 1
+
+
+def test_a_copy_others_could_write_is_never_read_nor_stored(cache, capsys):
+    """A kept copy decides what a party computes: one in a folder another local user can
+    write (or own) is not served, whatever it holds; nothing is stored there; the node says so."""
+    cache.mkdir(mode=0o700)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"x": np.arange(3)}
+
+    prepared.kept("demo", ("k",), compute)
+    (stored,) = (cache / "demo").iterdir()
+    np.savez(stored.with_suffix(""), x=np.full(3, 7))  # a planted copy under the same name
+    (cache / "demo").chmod(0o777)  # the kind's folder is open to everyone
+    assert (prepared.kept("demo", ("k",), compute)["x"] == np.arange(3)).all() and len(calls) == 2
+    assert "not this user's alone" in capsys.readouterr().err
+    (cache / "demo").chmod(0o700)
+    stored.chmod(0o666)  # the file itself is writable by others
+    assert (prepared.kept("demo", ("k",), compute)["x"] == np.arange(3)).all() and len(calls) == 3
+
+
+def test_a_copy_its_reader_refuses_is_computed_again_and_strings_round_trip(cache):
+    """A kept copy of another layout (here: a string array whose lengths disagree) is computed
+    again, not a crash; any str survives the trip, NULs and lone surrogates included."""
+    words = ["", "a\x00", "\x00", "ok", "\ud800", "é🙂"]
+
+    def read(a):
+        got = prepared.unpack_strings(a, "w")
+        if len(got) != len(words):
+            raise ValueError("another layout")
+        return got
+
+    assert prepared.kept("s", (), lambda: prepared.pack_strings("w", words), read) == words
+    (stored,) = (cache / "s").iterdir()
+    np.savez(stored.with_suffix(""), w_utf8=np.zeros(2, np.uint8), w_len=np.array([5, 9]))
+    assert prepared.kept("s", (), lambda: prepared.pack_strings("w", words), read) == words
+
+
+@pytest.mark.skipif(not T2A.is_dir(), reason="needs ../shared/data/text2action")
+def test_what_is_kept_is_parsed_from_the_bytes_that_were_hashed(cache, tmp_path):
+    """A file rewritten between reading its digest and parsing it cannot get one version's
+    parse kept under the other's key: the parse reads the very bytes that were hashed."""
+    import pickle
+    import shutil
+
+    from envs import text2action_data as t2a
+
+    data = tmp_path / "t2a"
+    shutil.copytree(T2A, data)
+    files = [t2a.read_file(p) for p in t2a.domain_files(data, "win2k")]
+    texts = t2a.safe_load(files[0])
+    texts[0]["words"][0] = "REWRITTEN"
+    files[0].path.write_bytes(pickle.dumps(texts, protocol=2))  # after the read, before the parse
+    assert t2a.kept_domain(*files)[0].words[0] != "REWRITTEN"
+    assert t2a.load_domain(data, "win2k")[0].words[0] == "REWRITTEN"

@@ -40,6 +40,10 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / "PWNED").exists()
     with pytest.raises(DataError, match="file not found"):
         load_domain(tmp_path, "cooking")
+    with pytest.raises(DataError, match="cooking_dependency.pkl: file not found"):
+        (tmp_path / "cooking_labeled_text_data.pkl").write_bytes(pickle.dumps([]))
+        load_domain(tmp_path, "cooking")
+    (tmp_path / "cooking_dependency.pkl").write_bytes(pickle.dumps([]))
     (tmp_path / "cooking_labeled_text_data.pkl").write_bytes(b"\x80\x02junk")
     with pytest.raises(DataError, match="cooking_labeled_text_data.pkl"):
         load_domain(tmp_path, "cooking")
