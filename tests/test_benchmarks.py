@@ -137,3 +137,31 @@ def test_a_wait_on_progress_outlasts_a_slow_run_and_fails_a_stalled_one(tmp_path
         wait_for(lambda: False, 0.6, every=0.05, what="a stalled run", progress=fed.progress(out))
     with pytest.raises(TimeoutError, match="waited 1 s for"):  # without progress: the whole time
         wait_for(lambda: False, 0.6, every=0.05, what="a run")
+
+
+def test_state_transfer_carries_the_same_arrays_both_ways_and_ratios_each_size_to_the_file(
+    tmp_path,
+):
+    """experiments/studies/state_transfer.toml: both paths hand back the arrays they were given
+    (a path that dropped the state would time nothing); the summary's ratio is the context's
+    time over the file's of the same size and repeat; a size of 0 is refused by field."""
+    import numpy as np
+
+    from experiments.bench import state_transfer as st
+
+    arrays = {"a": np.arange(6, dtype=np.float32), "b": np.ones((2, 3), np.float32)}
+    for got in (st.through_context(arrays), st.through_file(arrays, tmp_path / "p.npz")):
+        assert got.keys() == arrays.keys()
+        for k in arrays:
+            np.testing.assert_array_equal(got[k], arrays[k])
+    rows = st.measure(0.01, 2)
+    assert {(r["path"], r["repeat"]) for r in rows} == {(p, k) for p in (st.CONTEXT, st.FILE)
+                                                        for k in (0, 1)}  # fmt: skip
+    runs = pd.DataFrame([{"mb": 1, "path": p, "repeat": k, "seconds": s * (1 + k)}
+                         for k in (0, 1) for p, s in ((st.CONTEXT, 0.3), (st.FILE, 0.1))])  # fmt: skip
+    table = st.summarize(runs).set_index("path")
+    assert (
+        table.loc[st.CONTEXT, "ratio_to_file"] == 3.0 and table.loc[st.FILE, "ratio_to_file"] == 1.0
+    )
+    with pytest.raises(ValueError, match="grid.mb"):
+        st.check({"mb": 0, "repeats": 3}, "state_transfer.toml")
