@@ -304,8 +304,6 @@ def test_every_command_the_readme_and_docs_name_runs_its_help(capsys):
 # drawn from its study's run folders, which a plot cannot be redrawn without. Kept named, so
 # the list only shrinks: a listed figure drawn again with its command fails the test below.
 UNSTAMPED_FIGURES = {
-    "cdl_driving_table.png",
-    "cdl_official.png",
     "fedvln_gap.png",
     "fedvln_pipeline.png",
     "fedvln_pipeline_r2r-speaker.png",

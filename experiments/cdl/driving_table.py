@@ -1,26 +1,28 @@
-"""Does the contrastive-divergence loss reduce client drift? Paired runs that isolate it.
+"""Does the contrastive-divergence loss reduce client drift? Paired runs that isolate it: the
+analysis of four study files, about 3 hours together on 2 cores (they share runs/cdl_study, so a
+run two of them name alike is trained once):
 
-    python -m experiments.cdl.driving_table [--seeds 0 1 2 3 4] [--parts isolate signal official noniid]
-                                            [--jobs 2] [--tables-only]
+    python -m experiments.study experiments/studies/cdl_driving_table.toml  # the README's table
+    python -m experiments.study experiments/studies/cdl_signal.toml
+    python -m experiments.study experiments/studies/cdl_official.toml
+    python -m experiments.study experiments/studies/cdl_noniid.toml
 
 Every run is a Flower simulation (simulation.py) on the embedded non-IID silos at the study
-scale STUDY (150 training / 50 test images per silo, 64x64, so that ~100 runs fit 2 CPU cores);
-runs finished in --work are reused. Each comparison pairs two methods that differ only in what
-it names, run on the same silos from the same initial model with the same seed, and reports the
-mean +- sd over seeds of each and the 95% t-interval of the per-seed paired difference.
+scale (150 training / 50 test images per silo, 64x64, so that ~100 runs fit 2 CPU cores). Each
+comparison pairs two methods that differ only in what it names, run on the same silos from the
+same initial model with the same seed, and reports the mean +- sd over seeds of each and the
+95% t-interval of the per-seed paired difference.
 
-Parts (results in experiments/results/cdl_*.csv, figures cdl_*.png):
-  isolate   at the defaults (beta 0.5, T 1, SGD, 2 local epochs, 10 rounds): CDL DFL vs gossip
-            (DroNet DFL) on the Gaia ring (11 silos) and the NWS/amazon_us ring (22); CDL SFL vs
-            FedAvg on a server; FedProx vs FedAvg as the server yardstick.
-  signal    beta x T sweep of CDL DFL on the Gaia ring (the first seed per cell), with the measured
-            signal (||grad L_cd+|| / ||grad L_lr|| on the backbone, entropy of P_b); then the
-            strongest stable cell over every seed, paired with gossip.
-  official  the official code's regime (train_udacity_gaia.sh, utils/optim.py): one Adam per silo
-            (lr 1e-3, weight decay 1e-5, lr / sqrt(t)) kept in the silo's context across rounds,
-            one local step of 32 images per accumulation, --rounds-official rounds (100; the
-            official script runs 1,200), scored every 50: gossip vs CDL (the article's loss).
-  noniid    CDL DFL vs gossip on the Gaia ring at driving.non-iid 0 (IID), 0.5 and 1 (default).
+Studies (results in experiments/results/cdl_*.csv, figures cdl_*.png):
+  cdl_driving_table  at the defaults (beta 0.5, T 1, SGD, 2 local epochs, 10 rounds): CDL DFL vs
+            gossip (DroNet DFL) on the Gaia ring (11 silos) and the NWS/amazon_us ring (22); CDL
+            SFL vs FedAvg on a server; FedProx vs FedAvg as the server yardstick (`ISOLATE`).
+  cdl_signal  beta x T sweep of CDL DFL on the Gaia ring (seed 0), with the measured signal
+            (||grad L_cd+|| / ||grad L_lr|| on the backbone, entropy of P_b); then the strongest
+            stable cell over every seed, paired with gossip (`SIGNAL`).
+  cdl_official  the official code's regime (train_udacity_gaia.sh, utils/optim.py): gossip vs
+            CDL (the article's loss), 100 of the official 1,200 rounds (`OFFICIAL`).
+  cdl_noniid  CDL DFL vs gossip on the Gaia ring at driving.non-iid 0 (IID), 0.5 and 1 (`NONIID`).
 
 Metrics of a run are its last round's:
   avg_model_rmse   the uniform average of the silos' models on the pooled test set (the union of
@@ -37,133 +39,51 @@ training mean), computed here on the same silos.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
 from experiments import figures
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
+from experiments.simulate import RESULTS
 from experiments.tables import paired_interval, redraw
 
-STUDY = "driving.train-per-silo=150 driving.test-per-silo=50"
-ROUNDS = 10
-OFFICIAL = (
-    'driving.optimizer="adam" driving.lr=0.001 driving.weight-decay=0.00001 '
-    'driving.lr-decay="sqrt" driving.optimizer-state="silo" driving.local-steps=1 '
-    "driving.batch-size=32 eval-every=50"
-)
 # Udacity+ RMSE on the Gaia network. The CDL article's text carries no results table: these four
 # values are those of the paper's published results table (FedAvg, FedProx, FADNet, CDL DFL),
 # as quoted to us; we could not check them against the table from here.
 PAPER_RMSE = {"fedavg": 0.212, "fedprox": 0.152, "FADNet": 0.162, "cdl": 0.141}
-BETAS, TEMPERATURES = (0.1, 0.5, 0.9), (1.0, 0.5, 0.3)
-EXTRA_CELLS = [(0.9, 0.2, 0.0), (0.9, 0.2, 1.0)]  # past the sweep: the stability limit
 NON_IID = (0.0, 0.5, 1.0)
+METRICS = ("avg_model_rmse", "local_model_rmse", "consensus")
+SERVER = ("fedavg", "fedprox", "cdl-sfl")
 
 
-@dataclass(frozen=True)
-class Run:
-    part: str
-    key: str  # what the run is, e.g. "cdl gaia-ring"
-    method: str
-    topology: str
-    seed: int
-    config: str = ""
-    rounds: int = ROUNDS
-
-    @property
-    def name(self) -> str:
-        return f"{self.part}-{self.key.replace(' ', '_').replace('=', '')}-s{self.seed}"
-
-
-def cell(beta: float, temperature: float, clip: float = 0.0) -> str:
-    return f"beta={beta} T={temperature}" + (f" clip={clip}" if clip else "")
+def key_of(run: pd.Series) -> str:
+    """What a run is in the tables: "cdl gaia-ring", "fedavg", "beta=0.9 T=0.2 clip=1.0",
+    "gossip clip=1.0", "cdl non-iid=0.5", read from its cell (method, topology, run config)."""
+    rc = run["run-config"]
+    if run["method"] in SERVER:
+        return run["method"]
+    if "cdl.beta" in rc or "driving.grad-clip" in rc:  # cdl_signal's cells
+        clip = f" clip={rc['driving.grad-clip']}" if "driving.grad-clip" in rc else ""
+        if run["method"] == "gossip":
+            return f"gossip{clip}"
+        return f"beta={rc['cdl.beta']} T={rc['cdl.temperature']}{clip}"
+    return f"{run['method']} {run['topology']}"
 
 
-def cell_config(beta: float, temperature: float, clip: float = 0.0) -> str:
-    return f"cdl.beta={beta} cdl.temperature={temperature}" + (
-        f" driving.grad-clip={clip}" if clip else ""
-    )
-
-
-def isolate_runs(seeds) -> list[Run]:
-    runs = []
-    for s in seeds:
-        for topo in ("gaia-ring", "amazon_us-ring"):
-            runs += [Run("isolate", f"{m} {topo}", m, topo, s) for m in ("gossip", "cdl")]
-        runs += [Run("isolate", m, m, "gaia-ring", s) for m in ("fedavg", "cdl-sfl", "fedprox")]
-    return runs
-
-
-def signal_runs(seeds) -> list[Run]:
-    cells = [(b, t, 0.0) for b in BETAS for t in TEMPERATURES] + EXTRA_CELLS
-    return [
-        Run("signal", cell(*c), "cdl", "gaia-ring", s, cell_config(*c))
-        for s in seeds[:1]
-        for c in cells
-    ]
-
-
-def official_runs(seeds, rounds: int) -> list[Run]:
-    """Gossip and CDL (the article's loss) in the official regime. The official code's own loss
-    (`cdl.variant="reference"`) is not in this study: at one step per round a CDL round costs
-    ~4 s on 2 cores (the signal probe included), and the two fit the session's budget."""
-    return [
-        Run(
-            "official",
-            key,
-            "gossip" if key == "gossip" else "cdl",
-            "gaia-ring",
-            s,
-            OFFICIAL,
-            rounds,
-        )
-        for s in seeds
-        for key in ("gossip", "cdl")
-    ]
-
-
-def noniid_runs(seeds) -> list[Run]:
-    """IID first over every seed, then the middle of the knob (1.0 is the isolate part's)."""
-    return [
-        Run("noniid", f"{m} non-iid={k}", m, "gaia-ring", s, f"driving.non-iid={k}")
-        for k in NON_IID
-        if k != 1.0
-        for s in seeds
-        for m in ("gossip", "cdl")
-    ]
-
-
-def run_all(runs: list[Run], work: Path, jobs: int) -> None:
-    def one(r: Run):
-        n = 22 if r.topology.startswith("amazon_us") else 11
-        simulate(
-            r.method,
-            work / r.name,
-            rounds=r.rounds,
-            seed=r.seed,
-            num_clients=n,
-            topology=r.topology,
-            run_config=f"{STUDY} {r.config}".strip(),
-        )
-
-    in_parallel(one, runs, jobs, "cdl runs")
-
-
-def metrics_of(r: Run, work: Path) -> dict:
-    rounds = pd.read_csv(work / r.name / "rounds.csv")
+def metrics_of(run: pd.Series) -> dict:
+    """A run's last round (module docstring), whether it diverged, and its mean CDL signal."""
+    rounds = pd.read_csv(Path(run["run_dir"]) / "rounds.csv")
     last = rounds.iloc[-1]
-    server = r.method in ("fedavg", "fedprox", "cdl-sfl")
+    server = run["method"] in SERVER
+    rc = run["run-config"]
     out = {
-        "part": r.part,
-        "key": r.key,
-        "method": r.method,
-        "topology": r.topology,
-        "seed": r.seed,
+        "key": key_of(run),
+        "method": run["method"],
+        "topology": run["topology"],
+        "seed": run["seed"],
+        "non_iid": float(rc.get("driving.non-iid", 1.0)),
         "rounds": int(last["round"]),
         "avg_model_rmse": last["avg_rmse"] if not server else last["rmse"],
         "local_model_rmse": last["silo_rmse_pooled_mean"] if not server else last["rmse"],
@@ -172,24 +92,35 @@ def metrics_of(r: Run, work: Path) -> dict:
         "diverged": bool(
             rounds["train_loss"].isna().any() or (rounds["n_accepted"] < rounds["n_clients"]).any()
         ),
+        "curve": ";".join(
+            f"{int(r)}:{v:.10g}"
+            for r, v in rounds.dropna(subset=["avg_rmse"])[["round", "avg_rmse"]].values
+        )
+        if "avg_rmse" in rounds
+        else "",
     }
     for col in ("cd_grad_ratio", "pb_entropy", "cd_loss"):
         out[col] = rounds[col].mean() if col in rounds else np.nan
     return out
 
 
-def floors(seeds) -> pd.DataFrame:
-    """The untrained initial model and the constant predictor on each seed's pooled test set."""
+def measured(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: `metrics_of` each run folder the study trained."""
+    return pd.DataFrame([metrics_of(r) for _, r in runs.iterrows()])
+
+
+def floors(seeds, levels=NON_IID) -> pd.DataFrame:
+    """The untrained initial model and the constant predictor on each seed's pooled test set,
+    at each non-IID level, on the Gaia ring's 11 silos at the study scale."""
     from envs.driving_silos import make_silo
     from models.resnet8 import ResNet8
     from models.state import initial_state
     from training.steering import evaluate_steering
 
-    n_train, n_test = (int(t.split("=")[1]) for t in STUDY.split())
     rows = []
     for s in seeds:
-        for k in NON_IID:
-            silos = [make_silo(i, s, n_train, n_test, 64, 1, k) for i in range(11)]
+        for k in levels:
+            silos = [make_silo(i, s, 150, 50, 64, 1, k) for i in range(11)]
             x = np.concatenate([d.x_test for d in silos])
             y = np.concatenate([d.y_test for d in silos])
             ytr = np.concatenate([d.y_train for d in silos])
@@ -207,6 +138,18 @@ def floors(seeds) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def check(cell: dict, where) -> None:
+    """The study scale the floors are computed at (ValueError naming the study file)."""
+    rc = cell["run-config"]
+    if (rc.get("driving.train-per-silo"), rc.get("driving.test-per-silo")) != (150, 50):
+        raise ValueError(
+            f"{where}: grid.run-config: driving.train-per-silo = 150 and driving.test-per-silo "
+            "= 50, the study scale its floors are computed at"
+        )
+    if cell.get("num-clients") != (22 if str(cell.get("topology")).startswith("amazon") else 11):
+        raise ValueError(f"{where}: grid.num-clients: 11 on the Gaia ring, 22 on amazon_us's")
 
 
 def paired(df: pd.DataFrame, a: str, b: str, metric: str) -> dict:
@@ -231,9 +174,6 @@ def paired(df: pd.DataFrame, a: str, b: str, metric: str) -> dict:
             "within noise" if not (lo > 0 or hi < 0) else ("a higher" if diff > 0 else "a lower")
         ),
     }
-
-
-METRICS = ("avg_model_rmse", "local_model_rmse", "consensus")
 
 
 def comparisons(df: pd.DataFrame, pairs: list[tuple[str, str]], **extra) -> pd.DataFrame:
@@ -263,51 +203,56 @@ def strongest_stable(signal: pd.DataFrame, floor: float) -> str | None:
 
 def save(df: pd.DataFrame, name: str, cmd: str) -> None:
     df.assign(command=cmd).to_csv(RESULTS / name, index=False, float_format="%.5g")
-    print(f"\n== {name}\n" + df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument(
-        "--parts",
-        nargs="+",
-        default=["isolate", "signal", "official", "noniid"],
-        choices=["isolate", "signal", "official", "noniid"],
+def runs_csv(study: dict) -> Path:
+    return RESULTS / f"{study['name']}_runs.csv"
+
+
+def _report(tables, draw, names: list[str]):
+    """A study's `report`: its runs measured into <name>_runs.csv, `tables(per_run)` ->
+    {csv name: table} saved with the command, `draw(per_run, command)` its figure; the
+    markdown of the CDL tables (all of them, from the CSVs: one renderer)."""
+
+    def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        per_run = measured(runs)
+        per_run.assign(command=command).to_csv(runs_csv(study), index=False)
+        for name, table in tables(per_run, study).items():
+            save(table, name, command)
+        draw(per_run, command)
+        return markdown()
+
+    def replot(study: dict) -> int:
+        return redraw(runs_csv(study), lambda df, command: draw(df, command))
+
+    def outputs(study: dict) -> list[Path]:
+        return [RESULTS / n for n in names] + [runs_csv(study)]
+
+    return SimpleNamespace(report=report, replot=replot, outputs=outputs, check=check)
+
+
+def isolate_tables(iso: pd.DataFrame, study: dict) -> dict[str, pd.DataFrame]:
+    fl = floors(sorted(set(iso.seed)))
+    cmp = comparisons(
+        iso,
+        [
+            ("cdl gaia-ring", "gossip gaia-ring"),
+            ("cdl amazon_us-ring", "gossip amazon_us-ring"),
+            ("cdl-sfl", "fedavg"),
+            ("fedprox", "fedavg"),
+        ],
     )
-    p.add_argument("--rounds-official", type=int, default=100)
-    p.add_argument("--jobs", type=int, default=2, help="simulations at once")
-    p.add_argument("--tables-only", action="store_true", help="use finished runs only")
-    p.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print the README tables from the saved CSVs and exit",
+    summary = iso.groupby("key", sort=False)[list(METRICS)].agg(["mean", "std"])
+    summary.columns = [f"{a}_{b}" for a, b in summary.columns]
+    summary = summary.reset_index()
+    summary["paper_rmse_udacity_plus"] = summary.key.map(
+        lambda k: PAPER_RMSE.get("cdl" if k == "cdl gaia-ring" else k)
     )
-    p.add_argument("--work", type=Path, default=ROOT / "runs" / "cdl_study")
-    p.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="redraw cdl_signal_sweep.png and cdl_noniid.png from the committed CSVs",
-    )
-    args = p.parse_args(argv)
-    cmd = command_line(__file__, argv)
-    if args.plot_only:  # cdl_driving_table.png needs the per-seed runs (--tables-only)
-        signal = redraw(RESULTS / "cdl_signal_sweep.csv", plot_signal)
-        return signal or redraw(RESULTS / "cdl_noniid.csv", plot_noniid)
-    if args.markdown:
-        print(markdown())
-        return 0
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    seeds, work = args.seeds, args.work
-
-    def done(runs):
-        if not args.tables_only:
-            run_all(runs, work, args.jobs if runs[0].part != "official" else args.jobs + 1)
-        have = [r for r in runs if (work / r.name / "rounds.csv").exists()]
-        return pd.DataFrame([metrics_of(r, work) for r in have])
-
-    fl = floors(seeds)
-    save(
+    paper_only = pd.DataFrame([{"key": "FADNet (paper only)", "paper_rmse_udacity_plus": 0.162}])
+    summary = pd.concat([summary, paper_only])
+    summary["seeds"] = summary.key.map(iso.groupby("key").seed.nunique())
+    floor_table = (
         fl.groupby("non_iid")
         .agg(
             untrained_rmse=("untrained_rmse", "mean"),
@@ -315,120 +260,71 @@ def main(argv=None) -> int:
             label_variance_between_silos=("label_variance_between_silos", "mean"),
             seeds=("seed", "nunique"),
         )
-        .reset_index(),
-        "cdl_floors.csv",
-        cmd,
+        .reset_index()
     )
-    runs_all = []
-    if "isolate" in args.parts:
-        iso = done(isolate_runs(seeds))
-        runs_all.append(iso)
-        cmp = comparisons(
-            iso,
-            [
-                ("cdl gaia-ring", "gossip gaia-ring"),
-                ("cdl amazon_us-ring", "gossip amazon_us-ring"),
-                ("cdl-sfl", "fedavg"),
-                ("fedprox", "fedavg"),
-            ],
+    return {"cdl_floors.csv": floor_table, "cdl_isolate.csv": cmp, "cdl_driving_table.csv": summary}
+
+
+def sweep_grid(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """CDL's runs of the first seed (the sweep, with the strongest cell's first run), and per
+    cell its beta, T, signal, RMSE, consensus and whether it diverged."""
+    sig = runs[runs.method == "cdl"].copy()
+    sig["beta"] = sig.key.str.extract(r"beta=([\d.]+)")[0].astype(float)
+    sig["temperature"] = sig.key.str.extract(r"T=([\d.]+)")[0].astype(float)
+    sweep = sig[sig.seed == sig.seed.min()]
+    grid = (
+        sweep.groupby("key", sort=False)
+        .agg(
+            beta=("beta", "first"),
+            temperature=("temperature", "first"),
+            cd_grad_ratio=("cd_grad_ratio", "mean"),
+            pb_entropy=("pb_entropy", "mean"),
+            avg_model_rmse=("avg_model_rmse", "mean"),
+            consensus=("consensus", "mean"),
+            diverged=("diverged", "any"),
+            seeds=("seed", "nunique"),
         )
-        save(cmp, "cdl_isolate.csv", cmd)
-        summary = iso.groupby("key", sort=False)[list(METRICS)].agg(["mean", "std"])
-        summary.columns = [f"{a}_{b}" for a, b in summary.columns]
-        summary = summary.reset_index()
-        summary["paper_rmse_udacity_plus"] = summary.key.map(
-            lambda k: PAPER_RMSE.get("cdl" if k == "cdl gaia-ring" else k)
+        .reset_index()
+    )
+    return sweep, grid
+
+
+def signal_tables(runs: pd.DataFrame, study: dict) -> dict[str, pd.DataFrame]:
+    """The sweep and the strongest stable cell paired with its gossip; refuses a study whose
+    `report.strongest` is not the sweep's strongest stable cell (against the constant
+    predictor's RMSE over the study's seeds, non-IID 1)."""
+    sweep, grid = sweep_grid(runs)
+    constant = floors(sorted(set(runs.seed)), [1.0]).constant_rmse.mean()
+    best, named = strongest_stable(sweep, constant), study["report"]["strongest"]
+    if best != named:
+        raise ValueError(
+            f"{study['file']}: report.strongest = {named!r}, but the sweep's strongest stable "
+            f"cell is {best!r}: name it, and its runs, in the study file"
         )
-        summary = pd.concat(
-            [
-                summary,
-                pd.DataFrame([{"key": "FADNet (paper only)", "paper_rmse_udacity_plus": 0.162}]),
-            ]
-        )
-        summary["seeds"] = summary.key.map(iso.groupby("key").seed.nunique())
-        save(summary, "cdl_driving_table.csv", cmd)
-        plot_isolate(iso, fl, cmd)
-    if "signal" in args.parts:
-        sig = done(signal_runs(seeds))
-        sig["beta"] = sig.key.str.extract(r"beta=([\d.]+)")[0].astype(float)
-        sig["temperature"] = sig.key.str.extract(r"T=([\d.]+)")[0].astype(float)
-        grid = (
-            sig.groupby("key", sort=False)
-            .agg(
-                beta=("beta", "first"),
-                temperature=("temperature", "first"),
-                cd_grad_ratio=("cd_grad_ratio", "mean"),
-                pb_entropy=("pb_entropy", "mean"),
-                avg_model_rmse=("avg_model_rmse", "mean"),
-                consensus=("consensus", "mean"),
-                diverged=("diverged", "any"),
-                seeds=("seed", "nunique"),
-            )
-            .reset_index()
-        )
-        save(grid, "cdl_signal_sweep.csv", cmd)
-        best = strongest_stable(sig, fl[fl.non_iid == 1.0].constant_rmse.mean())
-        if best is not None:
-            b, t = grid.set_index("key").loc[best, ["beta", "temperature"]]
-            clip = float(best.split("clip=")[1]) if "clip=" in best else 0.0
-            strong = [
-                Run("signal", best, "cdl", "gaia-ring", s, cell_config(b, t, clip)) for s in seeds
-            ]
-            # the pair: gossip trained exactly alike (gradient clipping included), so the
-            # difference is the CDL loss alone
-            base = (
-                [
-                    Run(
-                        "signal",
-                        f"gossip clip={clip}",
-                        "gossip",
-                        "gaia-ring",
-                        s,
-                        f"driving.grad-clip={clip}",
-                    )
-                    for s in seeds
-                ]
-                if clip
-                else [Run("isolate", "gossip gaia-ring", "gossip", "gaia-ring", s) for s in seeds]
-            )
-            both = pd.concat([done(strong), done(base)])
-            save(
-                comparisons(both, [(best, base[0].key)], setting="strongest stable"),
-                "cdl_signal_strongest.csv",
-                cmd,
-            )
-        plot_signal(grid, cmd)
-    if "official" in args.parts:
-        off = done(official_runs(seeds, args.rounds_official))
-        runs_all.append(off)
-        save(
-            comparisons(off, [("cdl", "gossip")], rounds=args.rounds_official),
-            "cdl_official.csv",
-            cmd,
-        )
-        plot_official(off, work, seeds, args.rounds_official, fl, cmd)
-    if "noniid" in args.parts:
-        rows = []
-        base = done(
-            [
-                r
-                for r in isolate_runs(seeds)
-                if r.topology == "gaia-ring" and r.method in ("gossip", "cdl")
-            ]
-        )
-        base["key"] = base.key.str.replace("gaia-ring", "non-iid=1.0")
-        nn = pd.concat([done(noniid_runs(seeds)), base])
-        for k in NON_IID:
-            rows.append(comparisons(nn, [(f"cdl non-iid={k}", f"gossip non-iid={k}")], non_iid=k))
-        table = pd.concat(rows).merge(
-            fl.groupby("non_iid").label_variance_between_silos.mean(),
-            left_on="non_iid",
-            right_index=True,
-        )
-        save(table, "cdl_noniid.csv", cmd)
-        plot_noniid(table, cmd)
-    print("\n" + markdown())
-    return 0
+    gossip = runs[runs.method == "gossip"].key.iloc[0]
+    strongest = comparisons(runs, [(named, gossip)], setting="strongest stable")
+    return {"cdl_signal_sweep.csv": grid, "cdl_signal_strongest.csv": strongest}
+
+
+def official_tables(off: pd.DataFrame, study: dict) -> dict[str, pd.DataFrame]:
+    off = off.assign(key=off.method)
+    return {"cdl_official.csv": comparisons(off, [("cdl", "gossip")], rounds=int(off.rounds.max()))}
+
+
+def noniid_comparisons(nn: pd.DataFrame) -> pd.DataFrame:
+    """CDL - gossip at each non-IID level."""
+    nn = nn.assign(key=[f"{m} non-iid={k}" for m, k in zip(nn.method, nn.non_iid)])
+    levels = sorted(set(nn.non_iid))
+    return pd.concat(
+        [comparisons(nn, [(f"cdl non-iid={k}", f"gossip non-iid={k}")], non_iid=k) for k in levels]
+    )
+
+
+def noniid_tables(nn: pd.DataFrame, study: dict) -> dict[str, pd.DataFrame]:
+    between = floors(sorted(set(nn.seed)), sorted(set(nn.non_iid)))
+    between = between.groupby("non_iid").label_variance_between_silos.mean()
+    table = noniid_comparisons(nn).merge(between, left_on="non_iid", right_index=True)
+    return {"cdl_noniid.csv": table}
 
 
 def fmt(v: float, digits: int = 4) -> str:
@@ -517,7 +413,8 @@ def markdown() -> str:
     return "\n".join(parts)
 
 
-def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame, command: str) -> None:
+def plot_isolate(iso: pd.DataFrame, command: str) -> None:
+    fl = floors(sorted(set(iso.seed)), [1.0])
     keys = list(dict.fromkeys(iso.key))
     dfl = [k for k in keys if iso[iso.key == k].consensus.max() > 0]
     fig, axes = figures.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
@@ -567,7 +464,8 @@ def plot_isolate(iso: pd.DataFrame, fl: pd.DataFrame, command: str) -> None:
     figures.save(fig, RESULTS / "cdl_driving_table.png", command)
 
 
-def plot_signal(grid: pd.DataFrame, command: str) -> None:
+def plot_signal(runs: pd.DataFrame, command: str) -> None:
+    grid = sweep_grid(runs)[1]
     fig, axes = figures.subplots(1, 2, figsize=(11, 4))
     for b, g in grid[~grid.key.str.contains("clip")].groupby("beta"):
         g = g.sort_values("temperature")
@@ -602,20 +500,18 @@ def plot_signal(grid: pd.DataFrame, command: str) -> None:
     figures.save(fig, RESULTS / "cdl_signal_sweep.png", command)
 
 
-def plot_official(
-    off: pd.DataFrame, work: Path, seeds, rounds: int, fl: pd.DataFrame, command: str
-) -> None:
+def plot_official(off: pd.DataFrame, command: str) -> None:
+    """The averaged model's RMSE at each evaluation, mean ± sd over seeds (the runs' `curve`)."""
+    fl = floors(sorted(set(off.seed)), [1.0])
     fig, ax = figures.subplots(figsize=(6, 4))
-    for key, method in (("gossip", "gossip"), ("cdl", "cdl")):
-        curves = []
-        for s in seeds:
-            f = work / Run("official", key, method, "gaia-ring", s).name / "rounds.csv"
-            if f.exists():
-                r = pd.read_csv(f).dropna(subset=["avg_rmse"])
-                curves.append(r.set_index("round").avg_rmse)
+    for method in ("gossip", "cdl"):
+        curves = [
+            pd.Series({int(r): float(v) for r, v in (x.split(":") for x in c.split(";"))})
+            for c in off[off.method == method].curve
+        ]
         if curves:
             c = pd.concat(curves, axis=1)
-            ax.errorbar(c.index, c.mean(axis=1), yerr=c.std(axis=1), capsize=2, label=key)
+            ax.errorbar(c.index, c.mean(axis=1), yerr=c.std(axis=1), capsize=2, label=method)
     ax.axhline(
         fl[fl.non_iid == 1.0].constant_rmse.mean(),
         color="gray",
@@ -623,7 +519,7 @@ def plot_official(
         label="constant predictor",
     )
     ax.axhline(PAPER_RMSE["cdl"], color="tab:red", ls=":", label="paper CDL DFL (Udacity+)")
-    ax.set_xlabel(f"round (1 Adam step each; {rounds} of the official 1,200)")
+    ax.set_xlabel(f"round (1 Adam step each; {int(off.rounds.max())} of the official 1,200)")
     ax.set_ylabel("averaged model RMSE, pooled test")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -631,7 +527,8 @@ def plot_official(
     figures.save(fig, RESULTS / "cdl_official.png", command)
 
 
-def plot_noniid(table: pd.DataFrame, command: str) -> None:
+def plot_noniid(runs: pd.DataFrame, command: str) -> None:
+    table = noniid_comparisons(runs)
     fig, axes = figures.subplots(1, len(METRICS), figsize=(13, 3.6))
     for ax, metric in zip(axes, METRICS):
         t = table[table.metric == metric].sort_values("non_iid")
@@ -655,5 +552,9 @@ def plot_noniid(table: pd.DataFrame, command: str) -> None:
     figures.save(fig, RESULTS / "cdl_noniid.png", command)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+ISOLATE = _report(isolate_tables, plot_isolate,
+                  ["cdl_floors.csv", "cdl_isolate.csv", "cdl_driving_table.csv", "cdl_driving_table.png"])  # fmt: skip
+SIGNAL = _report(signal_tables, plot_signal,
+                 ["cdl_signal_sweep.csv", "cdl_signal_strongest.csv", "cdl_signal_sweep.png"])  # fmt: skip
+OFFICIAL = _report(official_tables, plot_official, ["cdl_official.csv", "cdl_official.png"])
+NONIID = _report(noniid_tables, plot_noniid, ["cdl_noniid.csv", "cdl_noniid.png"])
