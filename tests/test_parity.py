@@ -81,6 +81,13 @@ def test_message_cost_study_refuses_what_it_cannot_measure_and_plots_each_part(
     check(t2a, "f.toml")
     assert method_of("fedrl-text2action") == "fedrl" and method_of("cdl") == "cdl"
     assert 'fedrl.domain="text2action"' in message_cost.JOBS["fedrl-text2action"]
+    # our imports are timed after what the process has already imported (Flower's entry and
+    # torch; a warm child: its parent's preload), which costs nothing again
+    assert (
+        message_cost.import_seconds(["email.mime.text"], after=("email.mime.text",), repeats=1)
+        < 0.01
+    )
+    assert {"torch", "dp_accounting"} <= set(message_cost.warm_preload())
     monkeypatch.setattr(message_cost, "T2A_DATA", tmp_path / "absent")
     with pytest.raises(ValueError, match="grid.method.*absent: not there"):
         check(t2a, "f.toml")

@@ -18,7 +18,9 @@ reply's `cost`, clients/costs.py):
   re-creates from the run config and the context), `work_s` (the method's step), `state_s` /
   `save_s` (the node's saved state and the context);
 - `ours_s`: our overhead, handler_s - work_s + the imports of our own modules
-  (`our_imports_s`: the entry's imports minus those of Flower's client entry and torch);
+  (`our_imports_s`: the app's and the handler's imports in a process that has imported
+  Flower's client entry and torch, or, for `warm`, what the warm parent preloads; median of 5
+  fresh processes);
 - `transport_s` = message_s - process_age_s - handler_s: Flower's spawn, polling and the
   round trips through the edge, the gateway and the SuperLink.
 
@@ -49,6 +51,7 @@ measured in the same call.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -124,10 +127,14 @@ def nodes(method: str) -> int:
     return NODES.get(method, 2)
 
 
-def import_seconds(modules: list[str], repeats: int = 3) -> float:
-    """Median wall time of importing `modules` in a fresh Python process."""
+def import_seconds(modules: list[str], after: tuple[str, ...] = (), repeats: int = 5) -> float:
+    """Median wall time of importing `modules` in a fresh Python process, `after` those are
+    imported in it (timed apart from them: a difference within one process, not of two
+    processes' medians, which moved by 0.1-0.2 s between calls on this machine)."""
     code = (
-        "import time; t = time.perf_counter(); "
+        "import time; "
+        + "".join(f"import {m}; " for m in after)
+        + "t = time.perf_counter(); "
         + "; ".join(f"import {m}" for m in modules)
         + "; print(time.perf_counter() - t)"
     )
@@ -140,6 +147,14 @@ def import_seconds(modules: list[str], repeats: int = 3) -> float:
         for _ in range(repeats)
     ]
     return statistics.median(runs)
+
+
+def warm_preload() -> tuple[str, ...]:
+    """What a node's warm parent imports before it forks a message's process."""
+    spec = importlib.util.spec_from_file_location("warm_start", ROOT / "deploy" / "warm_start.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PRELOAD
 
 
 def sent_replies(folder: Path) -> pd.DataFrame:
@@ -268,7 +283,8 @@ class LoopbackFederation(Federation):
             raise RuntimeError(f"{self.method} deployed: {status}; logs in {self.tmp}")
 
 
-def summarize_run(method: str, engine: str, folder: Path, out: Path, imports: dict) -> dict:
+def summarize_run(method: str, engine: str, folder: Path, out: Path, imports: dict,
+                  variant: str = "") -> dict:  # fmt: skip
     replies = sent_replies(folder)
     r, c = pd.read_csv(out / "rounds.csv"), audit_costs(replies)
     n = exchanges(method, out, replies)
@@ -288,7 +304,8 @@ def summarize_run(method: str, engine: str, folder: Path, out: Path, imports: di
         row["process_age_s"] = None  # Ray's long-lived worker: its age says nothing
     if engine == "deployment":
         row["imports_s"] = round(imports["all"], 3)
-        row["our_imports_s"] = round(imports["ours"], 3)
+        # a warm child finds the parent's preloaded modules (deploy/warm_start.PRELOAD)
+        row["our_imports_s"] = round(imports["ours-warm" if variant == "warm" else "ours"], 3)
         row["transport_s"] = round(per_msg - (row["process_age_s"] or 0) - row["handler_s"], 3)
     else:  # a long-lived worker: no process start or imports per message
         row["imports_s"] = row["our_imports_s"] = 0.0
@@ -304,13 +321,14 @@ def measure(method: str, variants: list[str], rounds: int, work) -> list[dict]:
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     entry = ["flwr.clientapp", "clients.app", HANDLER[method]]
-    every = import_seconds(entry)
-    imports = {"all": every, "ours": max(0.0, every - import_seconds(["flwr.clientapp", "torch"]))}
+    imports = {"all": import_seconds(entry),
+               "ours": import_seconds(entry[1:], after=("flwr.clientapp", "torch")),
+               "ours-warm": import_seconds(entry[1:], after=warm_preload())}  # fmt: skip
     sim = simulated(method, rounds, work)
     rows = [summarize_run(method, "simulation", sim, sim, imports)]
     for variant in variants:
         dep = deployed(method, rounds, work, variant)
-        rows.append(summarize_run(method, "deployment", dep, dep / "out", imports))
+        rows.append(summarize_run(method, "deployment", dep, dep / "out", imports, variant))
         rows[-1]["polls"] = variant
         for key in ("message_s", "round_s"):
             rows[-1][f"{key}_ratio"] = round(rows[-1][key] / max(rows[0][key], 1e-9), 1)
