@@ -176,8 +176,7 @@ def load_mat(path: str | Path) -> Maps:
     if not path.is_file():
         raise missing(path, "map file")
     f = prepared.read_file(path)
-    digest = f.digest
-    a = prepared.kept("gridworld-mat", (digest,), lambda: _parse_mat(f))
+    a = prepared.kept("gridworld-mat", (f.digest,), lambda: _parse_mat(f))
     grids, points = a["grids"], a["points"]
     ends = np.cumsum(a["path_len"])
     first = np.concatenate([[0], np.cumsum(a["paths_per_map"])])
@@ -188,7 +187,7 @@ def load_mat(path: str | Path) -> Maps:
     def path_list(i):
         return [points[ends[k] - a["path_len"][k] : ends[k]] for k in range(first[i], first[i + 1])]
 
-    return Maps(grids.shape[1], len(grids), grid, path_list, str(path), ("mat", digest))
+    return Maps(grids.shape[1], len(grids), grid, path_list, str(path), ("mat", f.digest))
 
 
 def _parse_mat(f: prepared.FileBytes) -> dict[str, np.ndarray]:
