@@ -34,15 +34,34 @@ def _runs(fed: dict[tuple[str, float], list[float]], floor: list[list[float]]) -
     return pd.DataFrame(rows)
 
 
-def test_every_seen_house_is_one_seeds_floor_once():
-    from experiments.privacy.fedvln_frontier import houses_of_seed
+def test_the_study_file_floors_distinct_seen_houses_and_its_fields_are_checked():
+    """The committed study's cells pass their checks, its floor trains a different seen house
+    for each seed, and a misspelt setting or a floor without (or beyond) the seen houses is
+    refused naming the field, before anything runs."""
+    from experiments import function_runs
+    from experiments.privacy.fedvln_frontier import check
+    from experiments.simulate import ROOT
+    from experiments.study import cells, load
 
-    seeds = [0, 1, 2]
-    got = [h for s in seeds for h in houses_of_seed(seeds, s)]
-    assert len(got) == len(set(got)) == 12
-    assert houses_of_seed(seeds, 1) == ["house004", "house005", "house006", "house007"]
-    assert houses_of_seed([7, 3], 7) == [f"house{h:03d}" for h in range(6, 12)]  # by rank
-    assert houses_of_seed(seeds, 2, per_seed=1) == ["house008"]
+    study = load(ROOT / "experiments/studies/fedvln_frontier.toml")
+    runs = cells(study, function_runs.crossed(study))
+    for cell in runs:
+        function_runs.check(cell, "f")
+        check(cell, "f")
+    floors = {c["seed"]: c["houses"] for c in runs if c["setting"] == "single-house"}
+    assert sorted(floors) == [0, 1, 2]
+    assert len({h for hs in floors.values() for h in hs}) == 3
+    ok = {"seed": 0, "setting": "none", "rounds": 3, "clip": 1.0, "work": "w", "run-config": {}}
+    for bad, field in (
+        ({"setting": "central-0"}, "grid.setting"),
+        ({"setting": "centrl-0.1"}, "grid.setting"),
+        ({"setting": "single-house"}, "grid.houses"),
+        ({"setting": "single-house", "houses": ["house012"]}, "grid.houses"),
+        ({"houses": ["house000"]}, "grid.houses"),
+        ({"rounds": 0}, "grid.rounds"),
+    ):
+        with pytest.raises(ValueError, match=field):
+            check(ok | bad, "f")
 
 
 def test_the_floor_is_a_seeds_house_mean_and_beating_it_is_paired_by_seed():

@@ -1,8 +1,9 @@
 """FedVLN's privacy-utility frontier, agent stage (FedEnvdrop) on the embedded houses: val_unseen
-SR against the run's epsilon, with the single-house floor (issue 44 item 3).
+SR against the run's epsilon, with the single-house floor (issue 44 item 3). The analysis of the
+study file experiments/studies/fedvln_frontier.toml (one call of `measure` per seed and
+setting; about 2.5 hours with `--jobs 2`):
 
-    python -m experiments.privacy.fedvln_frontier [--seeds 0 1 2] [--z 0.002 0.02 0.2]
-           [--local-eps 10000 1000] [--clip 1] [--jobs 2] [--name fedvln_frontier] [--force]
+    python -m experiments.study experiments/studies/fedvln_frontier.toml
 
 The federated runs are Table 2's FedEnvdrop (experiments/fedvln/pipeline.py's agent stage: 12
 seen houses, r = 0.2, tau = 3, the CPU recipe, evaluated every 3 rounds, stopped once val_unseen
@@ -21,26 +22,25 @@ property attack's settings: std 0.001 and 0.01 per released number (local epsilo
 The floor is a house that does not federate: each seen house trained alone
 (`experiments.fedvln.centralized --only-house`), the same recipe (optimizer, lr, batch, feedback),
 with the federated house's schedule in its own steps (12 local steps a round, evaluated every 3
-rounds' worth, the same patience and cap), scored on the same val_unseen houses. The 12 seen
-houses are split over the seeds (seed k trains houses k*n .. k*n+n-1, n = 12 / seeds), so every
-house is somebody's floor once; a seed's floor is the mean over its houses (`--floor-houses m`
-trains only the first m of each seed's share, for time).
+rounds' worth, the same patience and cap), scored on the same val_unseen houses. The study file
+names each seed's houses (the 12 split over the seeds, so that every house is somebody's floor
+once; the committed study trains the first of each seed's share, for time); a seed's floor is
+the mean over its houses. The untrained follower, a second floor, is scored by
+the "none" call from its run's config.
 
 Best checkpoint: the evaluation with the highest val_unseen SR, as Table 2 and the paper choose
 it (optimistic: chosen on the split it reports); last: the final evaluation. "Beats the single
 house" is the paired difference over seeds, its sd floored at the binomial sd of one evaluation
 (`experiments.tables.paired`); "crossing" names the smallest epsilon that still beats it.
 
-Writes experiments/results/<name>.csv (one row per setting and checkpoint), <name>_runs.csv (one
-row per run and checkpoint) and <name>.png; runs in runs/<name>/ (resumable).
+Writes experiments/results/fedvln_frontier.csv (one row per setting and checkpoint), its _runs.csv
+(one row per run and checkpoint) and .png; runs in runs/fedvln_frontier/ (resumable).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,79 +49,51 @@ import pandas as pd
 from experiments import figures
 from experiments.fedvln import centralized
 from experiments.fedvln.runs import curve, pick
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
-from experiments.tables import (
-    epsilon_text,
-    mean_sd,
-    paired,
-    pipe_table,
-    plot_only_flag,
-    redraw_study,
-    refuse_overwrite,
-    save_study,
-    study_files,
-)
+from experiments.simulate import simulate
+from experiments.tables import epsilon_text, mean_sd, paired, pipe_table
 
 ROUNDS, EVERY, PATIENCE = 150, 3, 8  # Table 2's federated agent stage (pipeline defaults)
 SEEN_HOUSES, STEPS_A_ROUND = 12, 12  # tau = 3 epochs of 120 instructions in batches of 32
-CENTRAL_Z = (0.002, 0.02, 0.2)
-LOCAL_EPS = (10000.0, 1000.0)
 KEY = "val_unseen_sr"
 FLOOR = "single house"
 UNTRAINED = "untrained"
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--z", type=float, nargs="*", default=list(CENTRAL_Z))
-    p.add_argument("--local-eps", type=float, nargs="*", default=list(LOCAL_EPS))
-    p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--rounds", type=int, default=ROUNDS, help="round cap (with the patience)")
-    p.add_argument(
-        "--floor-houses",
-        type=int,
-        default=0,
-        help="seen houses each seed trains alone for the floor (0: the 12 split over the seeds)",
-    )
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    p.add_argument("--name", default="fedvln_frontier")
-    p.add_argument("--work", default="", help="runs folder (default runs/<name>)")
-    p.add_argument("--force", action="store_true", help="overwrite committed results")
-    plot_only_flag(p)
-    return p.parse_args(argv)
+def setting_of(name: str) -> tuple[str, float]:
+    """A study file's setting as (mode, knob): "none" (FedEnvdrop without DP),
+    "central-Z" (central DP, noise multiplier Z), "local-E" (local DP, epsilon E a release) or
+    "single-house" (the floor)."""
+    if name in ("none", "single-house"):
+        return ("none", 0.0) if name == "none" else (FLOOR, np.nan)
+    mode, _, knob = name.partition("-")
+    try:
+        value = float(knob)
+    except ValueError:
+        value = -1.0
+    if mode not in ("central", "local") or not value > 0:
+        raise ValueError(
+            f"setting {name!r}: none, single-house, central-Z or local-E with Z, E > 0"
+        )
+    return mode, value
 
 
-def settings(a) -> list[tuple[str, float, str]]:
-    """(mode, knob, the run config's DP part) of every federated row."""
-    base = f"dp.clip={a.clip}"
-    rows = [("none", 0.0, "")]
-    rows += [("central", z, f'dp.mode="central" dp.noise-multiplier={z} {base}') for z in a.z]
-    rows += [("local", e, f'dp.mode="local" dp.local-epsilon={e} {base}') for e in a.local_eps]
-    return rows
+def dp_config(mode: str, knob: float, clip: float) -> str:
+    """The run config's DP part of a federated setting (config/dp.py)."""
+    if mode == "none":
+        return ""
+    knob_key = "dp.noise-multiplier" if mode == "central" else "dp.local-epsilon"
+    return f'dp.mode="{mode}" {knob_key}={knob} dp.clip={clip}'
 
 
-def tag(mode: str, knob: float) -> str:
-    return mode if mode == "none" else f"{mode}-{knob:g}"
-
-
-def houses_of_seed(seeds: list[int], seed: int, per_seed: int = 0) -> list[str]:
-    """The seen houses this seed's floor trains alone: the 12 split evenly over the seeds, or
-    the first `per_seed` of this seed's share (0: all of it)."""
-    n = max(1, SEEN_HOUSES // len(seeds))
-    k = sorted(seeds).index(seed)
-    share = [f"house{h:03d}" for h in range(k * n, min(SEEN_HOUSES, (k + 1) * n))]
-    return share[:per_seed] if per_seed else share
-
-
-def fed_job(job: dict) -> list[dict]:
+def fed_run(mode: str, knob: float, seed: int, rounds: int, clip: float, out: Path) -> list[dict]:
     """One federated run (resumed or reused when finished), read back at its best and last
     evaluation. A run the noise stopped (NaN updates refused until max-empty-rounds) is scored
     at its last evaluation."""
-    out, stopped = job["out"], False
-    config = f'fedvln.stage="agent" eval-every={EVERY} fedvln.patience={PATIENCE} {job["dp"]}'
+    stopped = False
+    config = f'fedvln.stage="agent" eval-every={EVERY} fedvln.patience={PATIENCE}'
+    config = f"{config} {dp_config(mode, knob, clip)}".strip()
     try:
-        simulate("fedvln", out, rounds=job["rounds"], seed=job["seed"], run_config=config.strip())
+        simulate("fedvln", out, rounds=rounds, seed=seed, run_config=config)
     except subprocess.CalledProcessError:
         stopped = True
     df = curve(out.parent, out.name)
@@ -131,13 +103,13 @@ def fed_job(job: dict) -> list[dict]:
         df["steps"] = np.nan
     rounds = pd.read_csv(out / "rounds.csv")
     eps = math.inf
-    if job["mode"] != "none":
+    if mode != "none":
         eps = float(rounds["dp_epsilon"].max()) if "dp_epsilon" in rounds else math.nan
     return [
         {
-            "mode": job["mode"],
-            "knob": job["knob"],
-            "seed": job["seed"],
+            "mode": mode,
+            "knob": knob,
+            "seed": seed,
             "checkpoint": ck,
             "sr": float(r[KEY]),
             "episodes": float(r["val_unseen_n"]),
@@ -164,12 +136,11 @@ def best_upto(curve: str, last_round: float) -> float:
     return max(v for r, v in points if r <= last_round)
 
 
-def floor_job(job: dict) -> list[dict]:
+def floor_run(house: str, seed: int, rounds: int, out: Path) -> list[dict]:
     """One seen house trained alone (vln_centralized --only-house), read at best and last."""
-    out = job["out"]
     args = [
-        "--stages", "agent", "--only-house", job["house"], "--seed", str(job["seed"]),
-        "--iters", str(job["rounds"] * STEPS_A_ROUND),
+        "--stages", "agent", "--only-house", house, "--seed", str(seed),
+        "--iters", str(rounds * STEPS_A_ROUND),
         "--eval-every", str(EVERY * STEPS_A_ROUND), "--patience", str(PATIENCE),
         "--out", str(out), "--results-dir", str(out),
     ]  # fmt: skip
@@ -180,8 +151,8 @@ def floor_job(job: dict) -> list[dict]:
         {
             "mode": FLOOR,
             "knob": np.nan,
-            "seed": job["seed"],
-            "house": job["house"],
+            "seed": seed,
+            "house": house,
             "checkpoint": ck,
             "sr": float(r[KEY]),
             "episodes": float(r["val_unseen_n"]),
@@ -225,22 +196,45 @@ def untrained(seed: int, run: Path) -> list[dict]:
     return [row | {"checkpoint": ck} for ck in ("best", "last")]
 
 
-def jobs_for(a, work: Path) -> tuple[list[dict], list[dict]]:
-    fed = [
-        {"mode": m, "knob": k, "dp": dp, "seed": s, "rounds": a.rounds,
-         "out": work / f"{tag(m, k)}-s{s}"}
-        for s in a.seeds for m, k, dp in settings(a)
-    ]  # fmt: skip
-    floor = [
-        {"house": h, "seed": s, "rounds": a.rounds, "out": work / f"{FLOOR.replace(' ', '-')}-{h}-s{s}"}
-        for s in a.seeds for h in houses_of_seed(a.seeds, s, a.floor_houses)
-    ]  # fmt: skip
-    return fed, floor
+def check(cell: dict, where) -> None:
+    """A setting this study knows, positive rounds and clip, and houses only for the floor,
+    each a seen house (ValueError naming the study file and field)."""
+    try:
+        mode, _ = setting_of(cell["setting"])
+    except ValueError as e:
+        raise ValueError(f"{where}: grid.{e}") from None
+    if cell["rounds"] <= 0 or cell["clip"] <= 0:
+        raise ValueError(f"{where}: grid.rounds and grid.clip must be positive")
+    seen = {f"house{h:03d}" for h in range(SEEN_HOUSES)}
+    houses = cell.get("houses", [])
+    if (mode == FLOOR) != bool(houses) or not set(houses) <= seen:
+        raise ValueError(
+            f"{where}: grid.houses: the single-house setting's seen houses (house000-house011), "
+            f"and only its; got {houses!r} for {cell['setting']!r}"
+        )
+
+
+def measure(
+    seed: int, setting: str, rounds: int, clip: float, work: Path, houses: list[str] = ()
+) -> list[dict]:
+    """One cell: a federated setting's run for this seed (with the untrained follower's rows
+    for "none", from that run's config), or each of the seed's `houses` trained alone."""
+    mode, knob = setting_of(setting)
+    if mode == FLOOR:
+        return [row for h in houses for row in floor_run(h, seed, rounds,
+                work / f"{FLOOR.replace(' ', '-')}-{h}-s{seed}")]  # fmt: skip
+    out = work / f"{setting}-s{seed}"
+    rows = fed_run(mode, knob, seed, rounds, clip, out)
+    return rows + untrained(seed, out) if mode == "none" else rows
 
 
 def per_seed(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (setting, seed, checkpoint): the floor's houses averaged within a seed."""
+    """One row per (setting, seed, checkpoint): the floor's houses averaged within a seed; the
+    settings in the tables' order (no DP, central, local by knob, the floors), whatever order
+    the runs came in."""
     keys = ["mode", "knob", "seed", "checkpoint"]
+    rank = runs["mode"].map({"none": 0, "central": 1, "local": 2, FLOOR: 3, UNTRAINED: 4})
+    runs = runs.assign(_rank=rank).sort_values(["_rank", "knob"], kind="stable")
     agg = {"sr": "mean", "episodes": "mean", "spl": "mean", "epsilon": "max", "stopped": "any",
            "rounds_done": "max", "curve": "first"}  # fmt: skip
     return runs.groupby(keys, dropna=False, sort=False).agg(agg).reset_index()
@@ -387,36 +381,3 @@ def plot(runs: pd.DataFrame, png, command: str) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     figures.save(fig, png, command)
-
-
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    cmd = command_line(__file__, argv)
-    outs = study_files(RESULTS, a.name)
-    if a.plot_only:
-        return redraw_study(outs, plot)
-    try:
-        if a.rounds <= 0 or a.clip <= 0 or a.jobs < 1 or a.floor_houses < 0:
-            raise ValueError("--rounds, --clip and --jobs must be positive, --floor-houses >= 0")
-        if min(a.z + a.local_eps, default=1) <= 0:
-            raise ValueError("--z and --local-eps must be positive")
-        if len(a.seeds) > SEEN_HOUSES:
-            raise ValueError(f"--seeds: at most {SEEN_HOUSES}, one seen house each at least")
-        refuse_overwrite(outs, a.force)
-    except ValueError as e:
-        print(f"fedvln_frontier: {e}", file=sys.stderr)
-        return 2
-    work = Path(a.work) if a.work else ROOT / "runs" / a.name
-    fed, floor = jobs_for(a, work)
-    rows = in_parallel(fed_job, fed, a.jobs, "federated runs")
-    rows += in_parallel(floor_job, floor, a.jobs, "single-house runs", processes=True)
-    rows += [untrained(s, work / f"none-s{s}") for s in a.seeds]
-    runs = pd.DataFrame([r for job in rows for r in job])
-    t = summarize(runs)
-    save_study(outs, runs, t, cmd, plot)
-    print(f"\n{cmd}\n\n" + markdown(t))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
