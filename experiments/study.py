@@ -10,7 +10,9 @@ same fingerprint, so a study resumes), and hands them to the analysis, which wri
 and draws the figure (experiments/figures.save) under this command. What stays in Python is
 what is specific to a study: its analysis module's `outputs(study)`, `report(runs, study,
 command)` (returns the table as markdown) and `replot(study)` (the figure again from the
-committed CSVs, `--plot-only`). A study that checks a claim (e.g. every engine gives the same
+committed CSVs, `--plot-only`). A run that finds its input missing or wrong (another study's
+runs it reads, a data folder) raises ValueError: the study stops in one line, exit 2, every
+finished run kept. A study that checks a claim (e.g. every engine gives the same
 scores) names it in `failure`: the runner writes the results, then exits 1 with the reason.
 
 The file, keys in kebab-case:
@@ -194,7 +196,12 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"study: {e}", file=sys.stderr)
         return 2
-    text = analysis.report(kind.run_jobs(jobs, a.jobs), study, command)
+    try:
+        runs = kind.run_jobs(jobs, a.jobs)
+    except ValueError as e:  # a cell's input is missing or wrong (envs.errors.DataError too)
+        print(f"study: {study['file']}: {e} (every finished run is kept)", file=sys.stderr)
+        return 2
+    text = analysis.report(runs, study, command)
     print(f"\n{command}\n\n{text}")
     why = analysis.failure(study) if hasattr(analysis, "failure") else None
     if why:

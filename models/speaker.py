@@ -27,8 +27,8 @@ constant sentence's level). One addition, a documented departure from the offici
   with an earlier skip (one view), with which only the two together grounded the speaker.
 
 Measured on the embedded houses, val_unseen, kept checkpoint, 3 seeds, strict route fidelity
-/ stop object / teaching against a constant sentence (`python -m experiments.fedvln.speaker
---variants grounded official word-dropout-only skip+word-dropout`, docs/fedvln.md "Ablation"):
+/ stop object / teaching against a constant sentence (`python -m experiments.study
+experiments/studies/fedvln_speaker_ablation.toml`, docs/fedvln.md "Ablation"):
 official 42.9 / 5.8 / 0.53 (one seed of three grounded); word dropout alone 67.3 / 22.1 /
 0.46; the skip alone 73.8 / 31.2 / 0.53; skip + word dropout 0.25 75.3 / 42.7 / 0.56. Either
 grounds the speaker; the skip grounds it further, and word dropout on top names more stop

@@ -1,6 +1,7 @@
 """The study runner (experiments/study.py) and the committed study files."""
 
 import importlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -288,3 +289,32 @@ def test_a_study_whose_claim_fails_writes_its_results_and_exits_1(tmp_path, monk
     assert "different test SuccRates" in capsys.readouterr().err
     table = pd.read_csv(tmp_path / "fedrl_deployed.csv")
     assert not table["same_succ_rates"].any() and (tmp_path / "fedrl_deployed.png").is_file()
+
+
+def test_a_run_that_finds_its_input_missing_stops_the_study_in_one_line(tmp_path, capsys):
+    """A function run that raises ValueError (envs.errors.DataError is one: another study's
+    runs or a data folder missing) stops the study with one line naming the study file and
+    the reason, exit 2, no traceback; what finished before is kept by the runs themselves."""
+    from experiments import study
+
+    f = tmp_path / "s.toml"
+    f.write_text(
+        'name = "s"\nruns = "function"\nanalysis = "tests.test_study:A_STUDY"\n'
+        '[grid]\nrun = "tests.test_study.needs_a_folder"\ncross = ["seed"]\nseed = [0]\n'
+        f'folder = "{tmp_path / "none"}"\n'
+    )
+    assert study.main([str(f), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"study: {f}: {tmp_path / 'none'}: no such folder (every finished run is kept)"
+
+
+A_STUDY = SimpleNamespace(  # the analysis of the study above: it never gets to report
+    outputs=lambda study: [], report=lambda runs, study, command: "", replot=lambda study: 0
+)
+
+
+def needs_a_folder(seed: int, folder: str) -> list[dict]:
+    """A study's run that refuses a missing input (the test above)."""
+    from envs.errors import DataError
+
+    raise DataError(f"{folder}: no such folder")

@@ -3,6 +3,9 @@ floors, pooling across houses, and the two grounding changes of the speaker."""
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +18,8 @@ from models import vln_checkpoint
 from models.speaker import Speaker, SpeakerSize
 from training import vln_speaker_quality as quality
 from training.vln_house import open_setup
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FACTS = RouteFacts(
     rooms=frozenset("dkl"),
@@ -215,15 +220,62 @@ def test_a_speaker_saved_before_the_grounding_changes_loads_as_it_was(setup, tmp
     assert model.size.step_skip is False and model.size.word_dropout == 0.0
 
 
-def test_speaker_experiment_names_a_missing_data_folder(tmp_path, capsys):
-    """The experiment refuses a data folder that is not there before training anything."""
-    from experiments.fedvln import speaker as fedvln_speaker
+def test_speaker_studies_refuse_bad_fields_before_training(tmp_path, capsys):
+    """A speaker study file with a data folder that is not there, an unknown speaker or a
+    misspelt field is refused in one line naming the file and the field, before anything trains;
+    the committed files pass the same checks."""
+    from experiments import study as runner
 
-    missing = tmp_path / "nowhere"
-    rc = fedvln_speaker.main(["--data-dir", str(missing), "--out", str(tmp_path / "runs")])
-    assert rc == 2
-    assert f"--data-dir {missing}" in capsys.readouterr().err
-    assert not (tmp_path / "runs").exists()
+    base = (ROOT / "experiments" / "studies" / "fedvln_speaker.toml").read_text()
+    work = tmp_path / "runs"
+    for old, new, field in (
+        ('data-dir = ""', 'data-dir = "nowhere/data"', "grid.data-dir: nowhere/data"),
+        ('"official"]', '"loud"]', "grid.variants"),
+        ("patience = 6", "patiense = 6", "patience"),
+        ("aug-iters = 1500", "aug-iters = 0", "grid.aug-iters"),
+    ):
+        f = tmp_path / "s.toml"
+        f.write_text(base.replace(old, new))
+        assert runner.main([str(f), "--work", str(work)]) == 2
+        err = capsys.readouterr().err
+        assert str(f) in err and field in err and len(err.strip().splitlines()) == 1, err
+    assert not work.exists()
+    for name in ("fedvln_speaker", "fedvln_speaker_ablation", "fedvln_speaker_r2r"):
+        s = runner.load(ROOT / "experiments" / "studies" / f"{name}.toml")
+        kind = importlib.import_module(runner.RUNS[s["runs"]])
+        for cell in runner.cells(s, kind.crossed(s)):
+            if "r2r" in name and not (ROOT / cell["data-dir"]).is_dir():
+                continue  # ../shared/data is not beside every checkout
+            kind.check(cell, s["file"])
+            runner.analysis_of(s).check(cell, s["file"])
+
+
+def test_speaker_study_tables_are_made_again_from_its_runs_csv(tmp_path, monkeypatch, capsys):
+    """`--plot-only` re-summarizes the committed runs CSV (nothing trains): the tables it
+    writes are the committed ones (the ratios to the last digit: the runs CSV keeps 3
+    decimals, so a mean ± sd of ratios made from it may move by 0.01)."""
+    import shutil
+
+    import pandas as pd
+
+    from experiments import study as runner
+    from experiments.fedvln import speaker
+
+    for s in ("", "_runs", "_augment"):
+        shutil.copy(ROOT / "experiments" / "results" / f"fedvln_speaker{s}.csv", tmp_path)
+    monkeypatch.setattr(speaker, "RESULTS", tmp_path)
+    (tmp_path / "fedvln_speaker.csv").unlink()
+    assert runner.main([str(ROOT / "experiments/studies/fedvln_speaker.toml"), "--plot-only"]) == 0
+    assert "| grounded | best | val_unseen |" in capsys.readouterr().out
+    made = pd.read_csv(tmp_path / "fedvln_speaker.csv")
+    kept = pd.read_csv(ROOT / "experiments" / "results" / "fedvln_speaker.csv")
+    ratios = ["taught_ratio", "taught_gain"]
+    pd.testing.assert_frame_equal(made.drop(columns=ratios), kept.drop(columns=ratios))
+    for c in ratios:
+        for m, k in zip(made[c], kept[c]):
+            assert all(
+                abs(float(x) - float(y)) <= 0.011 for x, y in zip(m.split(" ± "), k.split(" ± "))
+            )
 
 
 def test_r2r_floors_become_rows_of_the_r2r_speaker_table(tmp_path):

@@ -217,8 +217,11 @@ def _models(a, seed: int) -> Path:
                 )
             )
         return ck
-    args = fedvln_speaker.parse_args(["--out", a.speaker_out])
-    return fedvln_speaker.train(args, seed) / "grounded" / "checkpoints"
+    return (
+        fedvln_speaker.train(fedvln_speaker.settings(work=a.speaker_out), seed)
+        / "grounded"
+        / "checkpoints"
+    )
 
 
 def _embedded_houses(setup, a, seed: int):

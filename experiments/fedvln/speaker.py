@@ -1,17 +1,18 @@
 """Does the speaker say what the route is, and does that teach? The grounded speaker against the
 official one, beside the floors a constant cannot pass (issue 41), centralized, several seeds.
+The analysis of three study files (one call of `measure` per seed):
 
-    python -m experiments.fedvln.speaker [--seeds 0 1 2] [--jobs 2] [--force]
-    python -m experiments.fedvln.speaker --data-dir ../shared/data --name fedvln_speaker_r2r \
-        --out runs/fedvln-speaker-r2r --eval-size 500        # real R2R graphs and instructions
+    python -m experiments.study experiments/studies/fedvln_speaker.toml           # embedded houses
+    python -m experiments.study experiments/studies/fedvln_speaker_ablation.toml  # + word dropout
+    python -m experiments.study experiments/studies/fedvln_speaker_r2r.toml       # real R2R
 
-Per seed, in OUT/seed<S>/ (each resumed if finished, `experiments.fedvln.centralized`):
+Per seed, in WORK/seed<S>/ (the file's `work`) (each resumed if finished, `experiments.fedvln.centralized`):
 
 - `grounded/`: the follower (agent stage, till convergence), the speaker of models/speaker.py
   (the step skip; checkpoint `speaker.pt` = best val_seen route fidelity) and the
   augmented follower (Envdrop_aug, from the follower's best, back-translated by that speaker);
 - `official/`: the speaker as the official code builds it (no step skip), same data, budget,
-  seed and selection rule; with `--variants`, also `skip+word-dropout/` (word dropout 0.25 on
+  seed and selection rule; with `variants` naming them, also `skip+word-dropout/` (word dropout 0.25 on
   top of the skip) and `word-dropout-only/` (the ablation).
 
 Every speaker row is scored on val_seen and val_unseen, one instruction per path, at its kept
@@ -30,26 +31,28 @@ others). The augmentation rows give the follower's best and last val_unseen SR b
 the augment stage and after its control (the same fine-tuning without the speaker's routes),
 with paired intervals over seeds.
 
-Results: experiments/results/fedvln_speaker{,_runs}.csv (mean ± sd over seeds; per seed) and
-fedvln_speaker_augment.csv; each speaker's words per val path stay in
-OUT/seed<S>/<variant>/speaker_said.csv.
+Results: experiments/results/<name>{,_runs}.csv (mean ± sd over seeds; per seed) and
+<name>_augment.csv; each speaker's words per val path stay in
+WORK/seed<S>/<variant>/speaker_said.csv. `--plot-only` makes the tables again from the
+committed runs CSV (nothing trains): what is computed from the runs' rows, the teaching gain.
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import torch
 
 from envs.vln_setup import open_vln
-from experiments.simulate import RESULTS, ROOT, command_line
-from experiments.tables import mean_sd, paired_interval, pipe_table, refuse_overwrite
+from experiments.simulate import RESULTS, ROOT
+from experiments.tables import mean_sd, paired_interval, pipe_table
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
@@ -57,11 +60,11 @@ from training import vln_speaker_quality as quality
 VARIANTS = {  # out folder: vln_centralized speaker flags
     "grounded": [],
     "official": ["--speaker-step-skip", "0"],
-    # the ablation (--variants): word dropout on top of the skip, and alone
+    # the ablation (fedvln_speaker_ablation.toml): word dropout on top of the skip, and alone
     "skip+word-dropout": ["--speaker-word-dropout", "0.25"],
     "word-dropout-only": ["--speaker-word-dropout", "0.25", "--speaker-step-skip", "0"],
 }
-DEFAULT_VARIANTS = ["grounded", "official"]
+STUDY = ROOT / "experiments" / "studies" / "fedvln_speaker.toml"  # the defaults other studies use
 FIDELITY = [
     "rooms_on_route",
     "entered_named",
@@ -76,8 +79,8 @@ COLUMNS = ["bleu", *FIDELITY, "taught_sr", "taught_ratio", "taught_gain"]
 
 def stage(a, seed: int, variant: str, *stages: str) -> list[str]:
     """`experiments.fedvln.centralized`'s arguments for one variant's stages of a seed, in
-    OUT/seed<S>/<variant>."""
-    out = Path(a.out) / f"seed{seed}" / variant
+    WORK/seed<S>/<variant>."""
+    out = Path(a.work) / f"seed{seed}" / variant
     return [
         *("--seed", str(seed), "--patience", str(a.patience), "--eval-every", str(a.eval_every)),
         *("--iters", str(a.agent_iters), "--speaker-iters", str(a.speaker_iters)),
@@ -91,7 +94,7 @@ def stage(a, seed: int, variant: str, *stages: str) -> list[str]:
 def train(a, seed: int) -> Path:
     """The seed's centralized runs (resumed): follower, every speaker, augmentation.
 
-    The follower and the speakers do not depend on each other, so with `--stage-jobs` > 1 they
+    The follower and the speakers do not depend on each other, so with `stage-jobs` > 1 they
     train at once, each in its own `experiments.fedvln.centralized` process; the augment stage
     needs the follower and the grounded speaker and runs after them, then its control (the
     same fine-tuning from the same checkpoint on the labelled data alone), so that the gain
@@ -109,17 +112,27 @@ def train(a, seed: int) -> Path:
             failed = [stage(a, seed, "grounded", then)]
     if failed:
         raise SystemExit(f"fedvln_speaker: the centralized stages failed: {failed[0]}")
-    return Path(a.out) / f"seed{seed}"
+    return Path(a.work) / f"seed{seed}"
+
+
+def settings(study: Path = STUDY, **over) -> SimpleNamespace:
+    """A speaker study file's settings (its grid, but the seeds and the function), `over`
+    replacing some: how other studies train or find this study's models with its defaults."""
+    grid = tomllib.loads(Path(study).read_text())["grid"]
+    got = {k.replace("-", "_"): v for k, v in grid.items() if k not in ("run", "cross", "seed")}
+    got = got | over
+    got["work"] = str(ROOT / got["work"])
+    return SimpleNamespace(**got)
 
 
 def follower(seed: int) -> Path:
-    """The seed's centralized follower alone (the agent stage of `train` with the default
-    settings, resumed if finished): its best val_unseen SR checkpoint, the global model other
-    studies start from."""
-    a = parse_args([])
+    """The seed's centralized follower alone (the agent stage of `train` with the speaker
+    study's settings, resumed if finished): its best val_unseen SR checkpoint, the global
+    model other studies start from."""
+    a = settings()
     if _centralized(stage(a, seed, "grounded", "agent")) != 0:
         raise SystemExit(f"fedvln_speaker: the follower of seed {seed} failed to train")
-    return Path(a.out) / f"seed{seed}" / "grounded" / "checkpoints" / "agent_best.pt"
+    return Path(a.work) / f"seed{seed}" / "grounded" / "checkpoints" / "agent_best.pt"
 
 
 def _centralized(args: list[str]) -> int:
@@ -129,7 +142,7 @@ def _centralized(args: list[str]) -> int:
 
 
 def score_seed(a, seed: int) -> pd.DataFrame:
-    """The seed's rows, scored once: kept in OUT/seed<S>/scores.csv and reused while it is
+    """The seed's rows, scored once: kept in WORK/seed<S>/scores.csv and reused while it is
     newer than every checkpoint and log it was scored from (and has every asked variant)."""
     base = train(a, seed)
     cache = base / "scores.csv"
@@ -282,91 +295,70 @@ def markdown_augment(aug: pd.DataFrame) -> str:
     return pipe_table(list(aug.columns), aug.values.tolist())
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument(
-        "--variants",
-        nargs="+",
-        default=DEFAULT_VARIANTS,
-        choices=list(VARIANTS),
-        help="speakers to compare (the grounded one's follower is always trained: it scores "
-        "what each speaker teaches); skip+word-dropout and word-dropout-only are the ablation",
-    )
-    ap.add_argument("--jobs", type=int, default=2, help="seeds trained at once (one core each)")
-    ap.add_argument(
-        "--stage-jobs",
-        type=int,
-        default=1,
-        help="per seed, how many of the follower and speaker trainings run at once",
-    )
-    ap.add_argument("--patience", type=int, default=6, help="evaluations without a better score")
-    ap.add_argument("--eval-every", type=int, default=250)
-    ap.add_argument("--agent-iters", type=int, default=3000, help="follower cap")
-    ap.add_argument(
-        "--speaker-iters",
-        type=int,
-        default=6000,
-        help="speaker cap; --patience stops it first: on the houses since issue 64 the grounded "
-        "speaker leaves the template plateau at 1,250-2,000 updates and was still rising at "
-        "3,000, the cap before (seed 0), so the cap is set not to bind",
-    )
-    ap.add_argument("--aug-iters", type=int, default=1500, help="augment stage cap")
-    ap.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
-    ap.add_argument(
-        "--eval-size",
-        type=int,
-        default=0,
-        help="episodes per split in the training-time evaluations (0 = all); the scores "
-        "below always use every val path",
-    )
-    ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-speaker"))
-    ap.add_argument("--name", default="fedvln_speaker")
-    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    ap.add_argument(
-        "--from-runs",
-        action="store_true",
-        help="re-summarize the committed <name>_runs.csv (no training): its tables, with "
-        "what is computed from the runs' rows (the teaching gain)",
-    )
-    return ap.parse_args(argv)
+def measure(
+    seed: int,
+    variants: list[str],
+    stage_jobs: int,
+    patience: int,
+    eval_every: int,
+    agent_iters: int,
+    speaker_iters: int,
+    aug_iters: int,
+    data_dir: str,
+    eval_size: int,
+    work: Path,
+) -> list[dict]:
+    """One cell of a speaker study: the seed's centralized runs (trained or resumed in
+    WORK/seed<S>/, experiments.fedvln.centralized), scored. The fields, as the study files
+    give them: `variants` the speakers compared (the grounded one's follower is always
+    trained: it scores what each speaker teaches); `stage-jobs` how many of the follower and
+    speaker trainings run at once; `patience` evaluations without a better score, every
+    `eval-every` updates; the caps `agent-iters`, `speaker-iters` and `aug-iters`; `data-dir`
+    the R2R/Matterport folder ("" = the embedded houses), passed to every stage as written
+    (it is part of each stage's fingerprint); `eval-size` episodes per split in the
+    training-time evaluations (0 = all; the scores always use every val path)."""
+    a = SimpleNamespace(**{k: v for k, v in locals().items() if k != "seed"})
+    return score_seed(a, seed).to_dict("records")  # fmt: skip
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    files = [RESULTS / f"{a.name}{s}.csv" for s in ("", "_runs", "_augment")]
-    try:
-        if (
-            min(a.jobs, a.stage_jobs, a.eval_every, a.agent_iters, a.speaker_iters, a.aug_iters)
-            <= 0
-        ):
-            raise ValueError(
-                "--jobs, --stage-jobs, --eval-every and the iteration caps must be > 0"
-            )
-        if a.patience < 0 or a.eval_size < 0:
-            raise ValueError("--patience and --eval-size must be >= 0")
-        if a.data_dir and not Path(a.data_dir).is_dir():
-            raise ValueError(f"--data-dir {a.data_dir}: no such folder")
-        refuse_overwrite(files, a.force)
-    except ValueError as e:
-        print(f"fedvln_speaker: {e}", file=sys.stderr)
-        return 2
-    if a.from_runs:
-        runs = pd.read_csv(files[1])
-    else:
-        with ProcessPoolExecutor(min(a.jobs, len(a.seeds))) as pool:
-            runs = pd.concat(list(pool.map(score_seed, [a] * len(a.seeds), a.seeds)))
+def check(cell: dict, where) -> None:
+    """A speaker study's values, before anything trains (one line naming the file and field)."""
+    bad = [v for v in cell["variants"] if v not in VARIANTS]
+    if bad or not cell["variants"]:
+        raise ValueError(f"{where}: grid.variants: some of {', '.join(VARIANTS)} (not {bad})")
+    caps = ("stage-jobs", "eval-every", "agent-iters", "speaker-iters", "aug-iters")
+    for key in caps:
+        if not cell[key] > 0:
+            raise ValueError(f"{where}: grid.{key}: must be > 0")
+    for key in ("patience", "eval-size"):
+        if cell[key] < 0:
+            raise ValueError(f"{where}: grid.{key}: must be >= 0")
+    if cell["data-dir"] and not (ROOT / cell["data-dir"]).is_dir():
+        raise ValueError(f"{where}: grid.data-dir: {cell['data-dir']}: no such folder")
+
+
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs", "_augment")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The speaker table and the augmentation table, from every seed's rows (written)."""
+    files = outputs(study)
     table, aug = summarize(runs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(files[0], index=False)
     runs.round(3).to_csv(files[1], index=False)
     aug.to_csv(files[2], index=False)
-    print(f"\n{command_line(__file__, argv)}\n")
-    print(markdown(table))
-    print()
-    print(markdown_augment(aug))
+    return f"{markdown(table)}\n\n{markdown_augment(aug)}"
+
+
+def replot(study: dict) -> int:
+    """`--plot-only`: the tables again from the committed runs CSV (this study draws no figure)."""
+    files = outputs(study)
+    if not files[1].is_file():
+        print(f"study: {files[1]}: no such file (run the study first)", file=sys.stderr)
+        return 2
+    runs = pd.read_csv(files[1], keep_default_na=False, na_values=[""])
+    runs["checkpoint"] = runs["checkpoint"].fillna("")
+    print(report(runs, study, ""))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
