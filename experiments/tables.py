@@ -113,10 +113,13 @@ def pipe_table(head: list[str], rows: list[list]) -> str:
 
 
 def refuse_overwrite(paths: list[Path], force: bool) -> None:
-    """A committed result is replaced only on --force (or written under another --name)."""
+    """A committed result is replaced only on --force (or written under another study `name`)."""
     there = [str(p) for p in paths if p.exists()]
     if there and not force:
-        raise ValueError(f"{', '.join(there)} exist: pass --force to overwrite, or --name")
+        raise ValueError(
+            f"{', '.join(there)} exist: pass --force to overwrite them, or give a copy of the "
+            "study file another `name`"
+        )
 
 
 def study_files(results_dir, name: str) -> list[Path]:

@@ -4,6 +4,7 @@ message the houses send, with whole stages run in-process (no Ray) on five tiny 
 import json
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from config import parse
 from server.recorder import Recorder
 from strategies.fedvln_strategy import FedVLNStrategy, pool
-from tests.conftest import InProcessGrid, assert_logged_as_sent
+from tests.conftest import ROOT, InProcessGrid, assert_logged_as_sent
 
 TINY = {
     "method": "fedvln",
@@ -897,9 +898,9 @@ def test_the_oracles_control_adapts_on_another_unseen_houses_routes(tmp_path, mo
     monkeypatch.setattr(oracle, "adapt", fake_adapt)
     monkeypatch.setattr(oracle, "_models", lambda a, seed: ck)
     monkeypatch.setattr(oracle.vln_checkpoint, "load", lambda p: (None, None, None))
-    a = oracle.argparse.Namespace(
+    a = SimpleNamespace(
         steps=1, routes=4, batch_size=2, lr=1e-4, data_dir="", appearance=0.0, models=str(ck),
-        out=str(tmp_path / "out"), redo=True,
+        work=str(tmp_path / "out"),
     )  # fmt: skip
     oracle.run_seed(a, 0)
     houses = sorted({h for h, *_ in seen})
@@ -912,7 +913,7 @@ def test_the_oracles_control_adapts_on_another_unseen_houses_routes(tmp_path, mo
         want = houses[(houses.index(house) + 1) % 4] if arm.endswith("@other") else house
         assert scans == {want} and words == {want}, (house, arm)
     # a rerun reuses the rows, unless the houses' generator or the route filter changed
-    a.redo, n = False, len(seen)
+    n = len(seen)
     oracle.run_seed(a, 0)
     assert len(seen) == n
     monkeypatch.setattr(oracle, "ROUTE_FILTER", oracle.ROUTE_FILTER + 1)
@@ -947,30 +948,42 @@ def test_r2r_oracle_adapts_on_paths_disjoint_from_the_scored_half_of_the_house()
         assert (eps[0].path[0], eps[0].path[-1]) not in ends
 
 
-def test_r2r_oracle_names_the_flag_when_the_r2r_speaker_study_is_missing(tmp_path, capsys):
-    from experiments.fedvln import oracle
+def test_oracle_studies_name_the_field_when_their_models_are_missing(tmp_path, capsys):
+    """The R2R oracle never trains the R2R speaker study's models, and a look's oracle never
+    trains or reuses the speaker study's (the look changes the follower's input): missing
+    models stop the study in one line naming the field, the folder, what is missing and how
+    to make it; an appearance without `models` is refused before anything runs."""
+    from experiments import study as runner
 
-    code = oracle.main(["--data-dir", str(tmp_path), "--speaker-out", str(tmp_path / "none"),
-                        "--seeds", "0", "--name", "x", "--out", str(tmp_path / "o")])  # fmt: skip
-    assert code == 2
+    studies = ROOT / "experiments" / "studies"
+    r2r = (studies / "fedvln_oracle_r2r.toml").read_text()
+    spk = (studies / "fedvln_speaker_r2r.toml").read_text()
+    (tmp_path / "spk.toml").write_text(spk.replace("runs/fedvln-speaker-r2r", str(tmp_path / "s")))
+    data = tmp_path / "data"
+    data.mkdir()
+    f = tmp_path / "o.toml"
+    f.write_text(
+        r2r.replace("experiments/studies/fedvln_speaker_r2r.toml", str(tmp_path / "spk.toml"))
+        .replace('"../shared/data"', f'"{data}"').replace("seed = [0, 1, 2]", "seed = [0]")
+        .replace('name = "fedvln_oracle_r2r"', 'name = "x_oracle"')
+    )  # fmt: skip
+    assert runner.main([str(f), "--work", str(tmp_path / "o"), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--speaker-out" in err and "agent_best.pt" in err
-    assert "experiments.fedvln.speaker --data-dir" in err
-
-
-def test_oracle_with_appearance_needs_models_trained_with_it(tmp_path, capsys):
-    """A house's own look changes the follower's input, so the oracle never trains or reuses
-    the speaker study's models for it: --appearance needs --models, and missing ones are named
-    with the flag."""
-    from experiments.fedvln import oracle
-
-    out = ["--seeds", "0", "--name", "x", "--out", str(tmp_path / "o")]
-    assert oracle.main(["--appearance", "1", *out]) == 2
-    assert "--appearance" in capsys.readouterr().err
-    models = str(tmp_path / "a1-s{seed}" / "checkpoints")
-    assert oracle.main(["--appearance", "1", "--models", models, *out]) == 2
+    assert "grid.speaker-study" in err and "agent_best.pt" in err and str(tmp_path / "s") in err
+    assert f"python -m experiments.study {tmp_path / 'spk.toml'}" in err
+    assert len(err.strip().splitlines()) == 1
+    look = (studies / "fedvln_oracle_appearance.toml").read_text()
+    look = look.replace('name = "fedvln_oracle_appearance"', 'name = "x_oracle"')
+    f.write_text(look.replace("runs/fedvln-appearance", str(tmp_path / "a")))
+    assert runner.main([str(f), "--work", str(tmp_path / "o"), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--models" in err and "a1-s0" in err and "speaker.pt" in err
+    assert "grid.models" in err and "a1-s" in err and "speaker.pt" in err
+    f.write_text(
+        look.replace('models = "runs/fedvln-appearance/a1-s{seed}/checkpoints"', 'models = ""')
+    )
+    assert runner.main([str(f), "--work", str(tmp_path / "o")]) == 2
+    assert "grid.appearance" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_sampled_routes_never_hold_a_scored_route_of_the_house():

@@ -276,8 +276,9 @@ def test_every_command_the_readme_and_docs_name_runs_its_help(capsys):
     texts += [p.read_text() for p in sorted((ROOT / "experiments" / "results").glob("*.csv"))]
     named = sorted({m for t in texts for m in re.findall(r"python -m ([\w.]+\w)", t)} - {"pytest"})
     # a floor that catches a pattern matching nothing (19 modules on 2026-12-04; it shrinks as
-    # scripts become study files, whose files are checked next)
-    assert len(named) >= 12, named
+    # scripts become study files, to the tools that keep a `main`: experiments.study, plot,
+    # readme_tables, bench.parity, fedvln.centralized); study files are checked next
+    assert len(named) >= 5, named
     studies = {f for t in texts for f in re.findall(r"python -m experiments\.study (\S+\.toml)", t)}
     assert len(studies) >= 10, studies
     broken = [f"{f}: no such study file" for f in sorted(studies) if not (ROOT / f).is_file()]

@@ -1,16 +1,17 @@
 """Can pre-exploration gain at all on these houses? Adaptation on routes disjoint from the scored
-ones, instructed by a perfect speaker, by ours and by a constant, same budget.
+ones, instructed by a perfect speaker, by ours and by a constant, same budget. The analysis of
+three study files (one call of `measure` per seed; its docstring says every field):
 
-    python -m experiments.fedvln.oracle [--seeds 0 1 2] [--steps 180] [--routes 120] [--force]
-    python -m experiments.fedvln.oracle --data-dir ../shared/data --name fedvln_oracle_r2r \
-        --speaker-out runs/fedvln-speaker-r2r --out runs/fedvln-oracle-r2r --steps 60
+    python -m experiments.study experiments/studies/fedvln_oracle.toml             # embedded
+    python -m experiments.study experiments/studies/fedvln_oracle_r2r.toml         # real R2R
+    python -m experiments.study experiments/studies/fedvln_oracle_appearance.toml  # a look, s = 1
 
 FedVLN's pre-exploration (paper Sec. 4.2) fine-tunes the agent in each unseen house on routes
 it samples there, instructed by the speaker. Per seed, from the centralized follower (best
-val_unseen SR) and grounded speaker (best val_seen fidelity) of `experiments.fedvln.speaker`
-(trained there if missing, resumed if there), each unseen house adapts a copy of the follower
-on its own (env-based: nothing shared), `--steps` RMSprop steps at the pre-exploration
-recipe's rate (`--lr`, 1e-4), on `--routes` routes sampled in the house with *none* of the house's scored routes among them
+val_unseen SR) and grounded speaker (best val_seen fidelity) of the speaker study the file
+names (`speaker-study`; trained there if missing, resumed if there), each unseen house adapts
+a copy of the follower on its own (env-based: nothing shared), `steps` RMSprop steps at the
+pre-exploration recipe's rate (`lr`, 1e-4), on `routes` routes sampled in the house with *none* of the house's scored routes among them
 (no route with the path, or the start and goal, of a val_unseen episode: the official
 pre-exploration samples away from the evaluation data too). Arms:
 
@@ -34,52 +35,42 @@ on the house's val_unseen episodes (SR, SPL), pooled over the unseen houses (epi
 The earlier version of this script had an `oracle` arm that adapted on the very routes it then
 scored (+32.9 SR, mostly memorising); it is gone. Results:
 experiments/results/fedvln_oracle{,_runs}.csv (gain over `none`, mean ± sd over seeds, and the
-paired 95% interval); each seed's house rows are kept in OUT/seed<S>/oracle.csv and a rerun
-with the same settings skips them.
+paired 95% interval); each seed's house rows are kept in WORK/seed<S>/oracle.csv and a rerun
+with the same settings and models skips them.
 
-On real R2R (`--data-dir`) no grammar writes a house's routes; its people do. So each unseen
+On real R2R (`data-dir`) no grammar writes a house's routes; its people do. So each unseen
 house's val_unseen paths are split in two, alternately in path-id order (seed-independent): the
 house adapts on one half and every arm is scored on the other; an adapt path that shares its
 start and goal with a scored one is dropped. The adapt half's paths are the routes of every
 arm, so the arms again differ only in the words: `human` (their three R2R instructions, the
-perfect speaker), `speaker` (the R2R speaker study's grounded speaker, `--speaker-out`),
-`constant`. Real paths rather than sampled ones, because only they have true words; a route
-count is then what the house has (`--routes` does not apply).
+perfect speaker), `speaker` (the R2R speaker study's grounded speaker, fedvln_speaker_r2r.toml,
+trained beforehand), `constant`. Real paths rather than sampled ones, because only they have
+true words; a route count is then what the house has (`routes` does not apply).
 
-With a house's own look (`--appearance S`, envs/vln_appearance.py), where the embedded houses
+With a house's own look (`appearance` S, envs/vln_appearance.py), where the embedded houses
 have a seen/unseen gap for adaptation to close (experiments/studies/fedvln_appearance.toml), the
-follower and speaker must have been trained with it; `--models` names them, e.g. the gap
-study's follower with a speaker trained beside it:
-
-    python -m experiments.study experiments/studies/fedvln_appearance.toml   # followers a1-s<seed>
-    python -m experiments.fedvln.centralized --stages speaker --appearance 1 --seed 0 \
-        --speaker-iters 3000 --patience 6 --eval-every 250 \
-        --out runs/fedvln-appearance/a1-s0 --results-dir runs/fedvln-appearance/a1-s0
-    python -m experiments.fedvln.oracle --appearance 1 --name fedvln_oracle_appearance \
-        --models 'runs/fedvln-appearance/a1-s{seed}/checkpoints' --out runs/fedvln-oracle-a1
+follower and speaker must have been trained with it; `models` names them (fedvln_oracle_appearance.toml
+says how they are made: the gap study's follower with a speaker trained beside it).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import json
-import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import torch
 
 from config.fedvln_recipe import CPU
-from envs.errors import DataError
 from envs.vln_appearance import LOOK_VERSION
 from envs.vln_houses import GENERATOR, HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
-from experiments.simulate import RESULTS, ROOT, command_line, path_digest
-from experiments.tables import gain_text, mean_sd, paired, pipe_table, refuse_overwrite
+from experiments.simulate import RESULTS, ROOT, path_digest
+from experiments.tables import gain_text, mean_sd, paired, pipe_table
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
@@ -102,7 +93,7 @@ KEYED = ("steps", "routes", "batch_size", "lr")
 
 
 def adapt(follower, house, arm: str, speaker, routes, labelled, a, seed: int) -> dict:
-    """One unseen house, one arm: a copy of the follower adapted `--steps` steps (on `routes`
+    """One unseen house, one arm: a copy of the follower adapted `steps` steps (on `routes`
     through the speaker, or on `labelled[arm]`, the same routes with the arm's words), scored
     on the house's val_unseen episodes (`house.val`)."""
     model = copy.deepcopy(follower)
@@ -139,7 +130,7 @@ def adapt(follower, house, arm: str, speaker, routes, labelled, a, seed: int) ->
 
 
 def run_seed(a, seed: int) -> pd.DataFrame:
-    out = Path(a.out) / f"seed{seed}"
+    out = Path(a.work) / f"seed{seed}"
     rows_csv, made_by = out / "oracle.csv", out / "oracle.json"
     ck = _models(a, seed)
     # the follower and the speaker it adapts with are part of what made the rows
@@ -155,7 +146,7 @@ def run_seed(a, seed: int) -> pd.DataFrame:
         launch["appearance_look"] = LOOK_VERSION  # envs/vln_appearance.py
     arms, houses = (R2R_ARMS, _r2r_houses) if a.data_dir else (ARMS, _embedded_houses)
     launch["arms"] = list(arms)
-    if rows_csv.is_file() and not a.redo:
+    if rows_csv.is_file():
         if made_by.is_file() and json.loads(made_by.read_text()) == launch:
             return pd.read_csv(rows_csv)
         print(f"  seed {seed}: {rows_csv} was made with other settings or models; adapting again")
@@ -197,31 +188,25 @@ def run_seed(a, seed: int) -> pd.DataFrame:
 
 
 def _models(a, seed: int) -> Path:
-    """The seed's follower and grounded speaker from `experiments.fedvln.speaker` (trained
-    there if missing; on R2R its checkpoints are used as they are, never retrained here)."""
+    """The seed's follower and grounded speaker: from `models` (used as they are), else from
+    the speaker study `speaker-study` (trained there if missing on the embedded houses; on R2R
+    its checkpoints are used as they are, never retrained here)."""
+    spk = fedvln_speaker.settings(ROOT / a.speaker_study)
     if a.models:
-        ck = Path(a.models.format(seed=seed))
+        ck = ROOT / a.models.format(seed=seed)
     else:
-        ck = Path(a.speaker_out) / f"seed{seed}" / "grounded" / "checkpoints"
+        ck = Path(spk.work) / f"seed{seed}" / "grounded" / "checkpoints"
     if a.data_dir or a.models:
         missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
         if missing:
-            flag = "--models" if a.models else "--speaker-out"
-            raise ValueError(
-                f"{flag}: {ck} has no {', '.join(missing)}; train them first with "
-                + (
-                    "experiments.fedvln.centralized --stages agent speaker (module docstring)"
-                    if a.models
-                    else f"python -m experiments.fedvln.speaker --data-dir {a.data_dir} "
-                    f"--out {a.speaker_out} --seeds {seed}"
-                )
+            field, how = (
+                ("grid.models", "the study file's comment says how they are made")
+                if a.models
+                else ("grid.speaker-study", f"python -m experiments.study {a.speaker_study}")
             )
+            raise ValueError(f"{field}: {ck} has no {', '.join(missing)}; train them first ({how})")
         return ck
-    return (
-        fedvln_speaker.train(fedvln_speaker.settings(work=a.speaker_out), seed)
-        / "grounded"
-        / "checkpoints"
-    )
+    return fedvln_speaker.train(spk, seed) / "grounded" / "checkpoints"
 
 
 def _embedded_houses(setup, a, seed: int):
@@ -321,68 +306,61 @@ def markdown(table: pd.DataFrame) -> str:
     return pipe_table(list(table.columns), table.fillna("").values.tolist())
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=180, help="adaptation steps per house and arm")
-    ap.add_argument(
-        "--lr",
-        type=float,
-        default=CPU["preexplore"].lr,
-        help="adaptation learning rate (default: the pre-exploration recipe's, RMSprop)",
-    )
-    ap.add_argument("--routes", type=int, default=120, help="sampled routes per house")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
-    ap.add_argument(
-        "--speaker-out",
-        default=str(ROOT / "runs" / "fedvln-speaker"),
-        help="the experiments.fedvln.speaker run folder whose follower and grounded speaker "
-        "adapt (R2R: runs/fedvln-speaker-r2r, trained beforehand)",
-    )
-    ap.add_argument(
-        "--models",
-        default="",
-        help="a folder with agent_best.pt and speaker.pt, '{seed}' standing for the seed "
-        "(instead of --speaker-out; used as they are, never trained here)",
-    )
-    ap.add_argument(
-        "--appearance",
-        type=float,
-        default=0.0,
-        help="fedvln.appearance of the houses (envs/vln_appearance.py); the models must have "
-        "been trained with it",
-    )
-    ap.add_argument("--jobs", type=int, default=1, help="seeds adapted at once (one core each)")
-    ap.add_argument("--out", default=str(ROOT / "runs" / "fedvln-oracle"))
-    ap.add_argument("--name", default="fedvln_oracle")
-    ap.add_argument("--redo", action="store_true", help="redo the adaptation of finished seeds")
-    ap.add_argument("--force", action="store_true", help="overwrite existing result files")
-    a = ap.parse_args(argv)
-    out_csv, runs_csv = RESULTS / f"{a.name}.csv", RESULTS / f"{a.name}_runs.csv"
-    try:
-        if min(a.steps, a.routes, a.batch_size, a.lr) <= 0:
-            raise ValueError("--steps, --routes, --batch-size and --lr must be > 0")
-        if not 0 <= a.appearance <= 100 or (a.appearance and not a.models):
-            raise ValueError("--appearance must be in [0, 100], and needs --models trained with it")
-        refuse_overwrite([out_csv, runs_csv], a.force)
-    except ValueError as e:
-        print(f"fedvln_oracle: {e}", file=sys.stderr)
-        return 2
+def measure(
+    seed: int,
+    steps: int,
+    lr: float,
+    routes: int,
+    batch_size: int,
+    data_dir: str,
+    speaker_study: str,
+    models: str,
+    appearance: float,
+    work: Path,
+) -> list[dict]:
+    """One cell of an oracle study: every arm in every unseen house of one seed (resumed
+    from WORK/seed<S>/oracle.csv when made with the same settings and models). The fields:
+    `steps` adaptation steps per house and arm; `lr` the adaptation rate (the pre-exploration
+    recipe's, RMSprop); `routes` routes sampled per house (embedded houses); `batch-size`;
+    `data-dir` the R2R/Matterport folder ("" = embedded houses); `speaker-study` the study
+    file whose follower and grounded speaker adapt; `models` instead, a folder with
+    agent_best.pt and speaker.pt, "{seed}" standing for the seed (used as they are);
+    `appearance` the houses' fedvln.appearance (the models must have been trained with it)."""
     torch.set_num_threads(1)
-    try:
-        with ProcessPoolExecutor(max(1, a.jobs)) as pool:
-            runs = pd.concat(pool.map(run_seed, [a] * len(a.seeds), a.seeds), ignore_index=True)
-    except (ValueError, DataError) as e:
-        print(f"fedvln_oracle: {e}", file=sys.stderr)
-        return 2
+    a = SimpleNamespace(**{k: v for k, v in locals().items() if k != "seed"})
+    return run_seed(a, seed).to_dict("records")  # fmt: skip
+
+
+def check(cell: dict, where) -> None:
+    """An oracle study's values, before anything trains (one line naming the file and field)."""
+    for key in ("steps", "routes", "batch-size", "lr"):
+        if not cell[key] > 0:
+            raise ValueError(f"{where}: grid.{key}: must be > 0")
+    if not 0 <= cell["appearance"] <= 100 or (cell["appearance"] and not cell["models"]):
+        raise ValueError(
+            f"{where}: grid.appearance: in [0, 100], and needs `models` trained with it"
+        )
+    if not (ROOT / cell["speaker-study"]).is_file():
+        raise ValueError(f"{where}: grid.speaker-study: {cell['speaker-study']}: no such file")
+    if cell["data-dir"] and not (ROOT / cell["data-dir"]).is_dir():
+        raise ValueError(f"{where}: grid.data-dir: {cell['data-dir']}: no such folder")
+
+
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The table (gains with their intervals) from every seed's house rows (both written)."""
+    out_csv, runs_csv = outputs(study)
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs.to_csv(runs_csv, index=False)
     table = summarize(runs)
     table.to_csv(out_csv, index=False)
-    print(f"\n{command_line(__file__, argv)}\n\n" + markdown(table))
+    return markdown(table)
+
+
+def replot(study: dict) -> int:
+    """`--plot-only`: the table again from the committed house rows (no figure; nothing adapts)."""
+    print(report(pd.read_csv(outputs(study)[1]), study, ""))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
