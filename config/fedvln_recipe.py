@@ -27,7 +27,7 @@ optimizers and changes two things, each measured (README, FedVLN, "Recipe"):
   keep the official 1e-4: each is a new run, so each house starts a fresh RMSprop whose first
   steps are up to 10x lr. At 1e-3 the augmented agent of seed 0 fell from its start's 34.2
   val_unseen SR to 18.1 after 3 rounds; at 1e-4 it was at 32.5. To convergence over 3 seeds
-  (`python -m experiments.fedvln.finetune_lr`, docs/fedvln.md, "Learning rate of the
+  (`python -m experiments.study experiments/studies/fedvln_finetune_lr.toml`, docs/fedvln.md, "Learning rate of the
   fine-tuning stages") 1e-4 stays nearer the start early on; the best is within noise.
 
 Each house keeps its own local optimizer state between rounds, on its own disk, never sent

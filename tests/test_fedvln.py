@@ -1227,9 +1227,10 @@ def test_what_the_federated_speaker_said_is_written_for_every_val_path(tmp_path)
 
 
 def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_path):
-    """A finished augment run of the same launch under --reuse is read, not trained again (and
-    only for the lr its recipe resolved to); the table pairs each lr's best with the first lr's
-    over the seeds both have, beside the agent each started from."""
+    """A finished augment run of the same launch under a `reuse` folder is read, not trained
+    again (and only for the lr its recipe resolved to); the table pairs each lr's best with the
+    first lr's over the seeds both have, beside the agent each started from; a seed the
+    pipeline has not run stops the study naming the study to run."""
     import json
 
     import experiments.fedvln.finetune_lr as ft
@@ -1237,7 +1238,8 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
     from experiments.fedvln.runs import curve
 
     old = tmp_path / "old"
-    a = ft.parse_args(["--pipeline-out", str(tmp_path / "pipe"), "--reuse", str(old)])
+    a = SimpleNamespace(rounds=90, eval_every=3, patience=8, pipeline_work=str(tmp_path / "pipe"),
+                        reuse=[str(old)], work=tmp_path / "own")  # fmt: skip
 
     def run(folder, seed, srs, cfg=None):
         folder.mkdir(parents=True)
@@ -1254,7 +1256,7 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
         cfg.update({"fedvln.lr": 0.0, "out-dir": "x", "recipe": recipe})  # the recipe's own lr
         run(old / f"seed{seed}" / "augment", seed, [20.0, 28.0 + seed, 25.0], cfg)
     assert ft.run_dir(a, 0, 1e-3) == old / "seed0" / "augment"
-    assert ft.run_dir(a, 0, 1e-4) == ft.OWN / "lr0.0001-s0"  # 1e-3 run: no twin of 1e-4
+    assert ft.run_dir(a, 0, 1e-4) == a.work / "lr0.0001-s0"  # 1e-3 run: no twin of 1e-4
     rows = [ft.rows_of(a, s, 1e-3) for s in (0, 1)]
     assert rows[0]["start_sr"] == 30.0 and rows[0]["first_sr"] == 20.0
     assert (rows[1]["best_sr"], rows[1]["best_steps"], rows[1]["last_sr"]) == (29.0, 24, 25.0)
@@ -1265,9 +1267,13 @@ def test_finetune_lr_study_reads_twin_runs_and_pairs_the_best_over_seeds(tmp_pat
     assert table.loc["0.0001", "best_vs_first_lr"].startswith("+5.0 [")
     assert "| 0.0001 | 2 |" in ft.markdown(table.reset_index())
     assert curve(old / "seed0", "augment") is not None
-    for bad in (["--lrs", "0"], ["--patience", "0"]):
-        with pytest.raises(SystemExit):
-            ft.parse_args(bad)
+    got = ft.measure(1, 1e-3, 90, 3, 8, str(tmp_path / "pipe"), [str(old)], tmp_path / "own")
+    assert got == rows[1]  # read from the twin run, nothing trained
+    with pytest.raises(ValueError, match=r"grid.pipeline-work: .* seed 2: run .*fedvln_pipeline"):
+        ft.measure(2, 1e-3, 90, 3, 8, str(tmp_path / "pipe"), [str(old)], tmp_path / "own")
+    for key, bad in (("lr", 0.0), ("patience", 0)):
+        with pytest.raises(ValueError, match=f"f.toml: grid.{key}"):
+            ft.check({"lr": 1e-3, "rounds": 90, "eval-every": 3, "patience": 8, key: bad}, "f.toml")
 
 
 def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin(

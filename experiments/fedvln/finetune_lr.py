@@ -1,7 +1,8 @@
 """The local learning rate of FedVLN's augment stage, federated, each run to convergence: the cpu
-recipe's follower lr 1e-3 against the official 1e-4 (issue 32, deliverable 3).
+recipe's follower lr 1e-3 against the official 1e-4 (issue 32, deliverable 3). The analysis of
+a study file (one call of `measure` per seed and lr; it needs the pipeline's agent and speaker):
 
-    python -m experiments.fedvln.finetune_lr            # embedded houses, seeds 0 1 2
+    python -m experiments.study experiments/studies/fedvln_finetune_lr.toml
 
 Why: augmentation fine-tunes an agent already trained to convergence (the pipeline's
 `agent/best.pt`, with its speaker's `best.pt`). Each stage is a new run, so each house starts a
@@ -9,7 +10,7 @@ fresh RMSprop, whose square average starts at 0: its first steps are up to 10x l
 agent stage's 1e-3 that throws the converged agent far back before it recovers; the official
 scripts fine-tune at RMSprop 1e-4. Every run is `simulation.py fedvln` with
 `fedvln.stage="augment"`, the pipeline's patience and cap, and `fedvln.lr` set; a finished run
-that is this very launch (the pipeline's own augment stage, or one under a `--reuse` folder) is
+that is this very launch (the pipeline's own augment stage, or one under a `reuse` folder) is
 read, not trained again (`experiments.fedvln.runs.finished_twin`). The table has, per lr, the agent it
 starts from, the first evaluation, the best (the paper's checkpoint) and the last, with the
 optimizer steps (all houses) each took, and the paired difference of the best over seeds.
@@ -17,46 +18,20 @@ optimizer steps (all houses) each took, and the paired difference of the best ov
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
 from experiments.fedvln.runs import curve, finished_twin, pick
-from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
+from experiments.simulate import RESULTS, ROOT, simulate
 from experiments.tables import mean_sd, paired_interval, pipe_table
 
-OWN = ROOT / "runs" / "fedvln-finetune-lr"
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-4])
-    p.add_argument("--rounds", type=int, default=90, help="round cap (the pipeline's)")
-    p.add_argument("--eval-every", type=int, default=3)
-    p.add_argument("--patience", type=int, default=8, help="evaluations without a better SR")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    p.add_argument("--pipeline-out", default=str(ROOT / "runs" / "fedvln"))
-    p.add_argument(
-        "--reuse",
-        nargs="*",
-        default=[str(ROOT / "runs" / "fedvln-lr1e-3")],
-        help="more pipeline folders whose seed<N>/augment runs may be this very launch",
-    )
-    p.add_argument("--tables-only", action="store_true", help="tabulate finished runs only")
-    p.add_argument("--results-dir", default=str(RESULTS))
-    a = p.parse_args(argv)
-    for flag in ("rounds", "eval_every", "patience", "jobs"):
-        if getattr(a, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be at least 1")
-    if min(a.lrs) <= 0:
-        p.error("--lrs must all be > 0")
-    return a
+PIPELINE = "experiments/studies/fedvln_pipeline.toml"  # the study whose runs this one starts from
 
 
 def _config(a, seed: int, lr: float) -> str:
-    stage = (Path(a.pipeline_out) / f"seed{seed}").resolve()
+    stage = (Path(a.pipeline_work) / f"seed{seed}").resolve()
     return (
         f'fedvln.stage="augment" eval-every={a.eval_every} fedvln.patience={a.patience} '
         f'fedvln.agent-init="{stage / "agent" / "best.pt"}" '
@@ -66,10 +41,10 @@ def _config(a, seed: int, lr: float) -> str:
 
 def run_dir(a, seed: int, lr: float) -> Path:
     """Its own folder once started, else a finished twin run, else its own folder (to train)."""
-    own = OWN / f"lr{lr:g}-s{seed}"
+    own = Path(a.work) / f"lr{lr:g}-s{seed}"
     if own.exists():
         return own
-    roots = [Path(a.pipeline_out), *map(Path, a.reuse)]
+    roots = [Path(a.pipeline_work), *(ROOT / r for r in a.reuse)]
     twin = finished_twin(
         [r / f"seed{seed}" / "augment" for r in roots], _config(a, seed, lr), a.rounds, seed
     )
@@ -78,7 +53,7 @@ def run_dir(a, seed: int, lr: float) -> Path:
 
 def _run(a, seed: int, lr: float) -> Path:
     run = run_dir(a, seed, lr)
-    if run.parent == OWN:
+    if run.parent == Path(a.work):
         return simulate("fedvln", run, rounds=a.rounds, seed=seed, run_config=_config(a, seed, lr))
     print(f"fedvln_finetune_lr: lr {lr:g} seed {seed} is {run}; not trained twice")
     return run
@@ -87,7 +62,7 @@ def _run(a, seed: int, lr: float) -> Path:
 def rows_of(a, seed: int, lr: float) -> dict | None:
     """One run: its start (the agent's best), first, best and last evaluation."""
     run = run_dir(a, seed, lr)
-    df, agent = curve(run.parent, run.name), curve(Path(a.pipeline_out) / f"seed{seed}", "agent")
+    df, agent = curve(run.parent, run.name), curve(Path(a.pipeline_work) / f"seed{seed}", "agent")
     if df is None or agent is None or not len(df):
         print(f"fedvln_finetune_lr: {run} is missing or unfinished; left out")
         return None
@@ -147,31 +122,58 @@ def markdown(table: pd.DataFrame) -> str:
     return pipe_table(head, table[cols].values.tolist())
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    jobs = [(s, lr) for s in a.seeds for lr in a.lrs]
-    missing = [s for s in a.seeds if curve(Path(a.pipeline_out) / f"seed{s}", "agent") is None]
-    if missing:
-        print(
-            f"fedvln_finetune_lr: {a.pipeline_out} has no finished agent stage for seeds "
-            f"{missing}: run `python -m experiments.fedvln.pipeline --stages agent speaker` first"
+def measure(
+    seed: int,
+    lr: float,
+    rounds: int,
+    eval_every: int,
+    patience: int,
+    pipeline_work: str,
+    reuse: list[str],
+    work: Path,
+) -> dict:
+    """One cell: the augment stage of seed `seed` at local lr `lr` from the pipeline's agent
+    and speaker (in `pipeline-work`), trained in WORK/lr<lr>-s<seed> unless a finished twin
+    run is in the pipeline's folder or a `reuse` one; `rounds` the cap, evaluated every
+    `eval-every` rounds, stopped after `patience` evaluations without a better SR (the
+    pipeline's). A seed the pipeline has not run stops the study, naming the study to run."""
+    a = SimpleNamespace(rounds=rounds, eval_every=eval_every, patience=patience, reuse=reuse,
+                        pipeline_work=str(ROOT / pipeline_work), work=work)  # fmt: skip
+    if curve(Path(a.pipeline_work) / f"seed{seed}", "agent") is None:
+        raise ValueError(
+            f"grid.pipeline-work: {pipeline_work} has no finished agent stage for seed {seed}: "
+            f"run `python -m experiments.study {PIPELINE}` first"
         )
-        return 2
-    if not a.tables_only:
-        in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_finetune_lr")
-    runs = pd.DataFrame([r for j in jobs if (r := rows_of(a, *j))])
-    if runs.empty:
-        print("fedvln_finetune_lr: no finished runs")
-        return 1
+    _run(a, seed, lr)
+    row = rows_of(a, seed, lr)
+    if row is None:
+        raise ValueError(f"{run_dir(a, seed, lr)}: the run did not finish")
+    return row
+
+
+def check(cell: dict, where) -> None:
+    for key in ("rounds", "eval-every", "patience"):
+        if cell[key] < 1:
+            raise ValueError(f"{where}: grid.{key}: must be at least 1")
+    if not cell["lr"] > 0:
+        raise ValueError(f"{where}: grid.lr: must be > 0")
+
+
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    out_csv, runs_csv = outputs(study)
     table = summary(runs)
-    dest = Path(a.results_dir)
-    dest.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     sr = [c for c in runs if c.endswith("_sr")]  # lr stays as it is (1e-4 rounds to 0)
-    runs.round({c: 2 for c in sr}).to_csv(dest / "fedvln_finetune_lr_runs.csv", index=False)
-    table.to_csv(dest / "fedvln_finetune_lr.csv", index=False)
-    print(markdown(table))
+    runs.round({c: 2 for c in sr}).to_csv(runs_csv, index=False)
+    table.to_csv(out_csv, index=False)
+    return markdown(table)
+
+
+def replot(study: dict) -> int:
+    """`--plot-only`: the table again from the committed runs CSV (no figure; nothing trains)."""
+    print(report(pd.read_csv(outputs(study)[1]), study, ""))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
