@@ -202,8 +202,9 @@ class FedVLNSettings(Section):
         if self.stage == "preexplore" and self.variant == "centralized":
             raise ConfigError(
                 "fedvln.variant 'centralized' pools every house's data in one place "
-                "and is not a federated run; `python -m experiments.fedvln.pipeline` "
-                "runs it beside the federated variants (Table 5)"
+                "and is not a federated run; the pipeline study (`python -m experiments.study "
+                "experiments/studies/fedvln_pipeline.toml`) runs it beside the federated "
+                "variants (Table 5)"
             )
         if self.stage == "preexplore" and self.variant not in VARIANTS:
             raise ConfigError(

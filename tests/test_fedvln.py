@@ -756,14 +756,14 @@ def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_
     from config.schema import merged
     from experiments.fedvln import pipeline as fp
 
-    a = fp.parse_args(["--stages", "agent", "speaker", "augment"])
+    a = fp.settings(stages=["agent", "speaker", "augment"])
     assert "fedvln.seen-rate=0.5" in fp.stage_config(a, "speaker")
     assert "fedvln.patience=16" in fp.stage_config(a, "speaker")
     assert "fedvln.server-lr=1.6" in fp.stage_config(a, "speaker")  # the official speaker's
     assert "seen-rate" not in fp.stage_config(a, "agent")
     assert "server-lr" not in fp.stage_config(a, "agent")  # the cpu recipe's 1
     assert "fedvln.patience=8" in fp.stage_config(a, "agent")
-    fixed = fp.parse_args(["--patience", "0"])
+    fixed = fp.settings(patience=0)
     assert "fedvln.patience=0" in fp.stage_config(fixed, "speaker")
     base = {**TINY, "fedvln.train-houses": 12}
     rates = {"agent": 0.2, "speaker": 0.5, "augment": 0.2}  # 2, 6 and 2 houses a round
@@ -811,17 +811,28 @@ def test_pipeline_stops_each_centralized_stage_by_its_federated_stages_rule(tmp_
     assert calls and all(c[c.index("--appearance") + 1] == "1.5" for c in calls)
 
 
-def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from(capsys):
+def pipeline_cell(**over) -> dict:
+    """The first cell of the committed pipeline study, `over` replacing fields."""
+    from experiments import function_runs, study
+
+    s = study.load(ROOT / "experiments" / "studies" / "fedvln_pipeline.toml")
+    return study.cells(s, function_runs.crossed(s))[0] | over
+
+
+def test_pipeline_refuses_a_stage_without_the_stages_it_starts_from():
+    """Each pipeline study field is checked before anything trains, named with the file."""
     from experiments.fedvln import pipeline as fp
 
-    with pytest.raises(SystemExit, match="--stages preexplore needs augment"):
-        fp.main(["--stages", "speaker", "preexplore", "--tables-only"])
-    with pytest.raises(SystemExit, match="--jobs must be >= 1"):
-        fp.main(["--jobs", "0", "--tables-only"])
-    with pytest.raises(SystemExit, match="may not set fedvln.aug-routes"):
-        fp.main(["--run-config", "fedvln.aug-routes=8", "--tables-only"])
-    with pytest.raises(SystemExit, match="--speaker-server-lr must be in"):
-        fp.main(["--speaker-server-lr", "-1", "--tables-only"])
+    for over, says in (
+        ({"stages": ["speaker", "preexplore"]}, "grid.stages: preexplore needs augment"),
+        ({"pre-rounds": 0}, "grid.pre-rounds: must be >= 1"),
+        ({"extra-config": "fedvln.aug-routes=8"}, "grid.extra-config: may not set"),
+        ({"speaker-server-lr": -1.0}, "grid.speaker-server-lr: must be in"),
+        ({"stages": ["agent", "loud"]}, "grid.stages: some of"),
+    ):
+        with pytest.raises(ValueError, match=f"f.toml: {says}"):
+            fp.check(pipeline_cell(**over), "f.toml")
+    fp.check(pipeline_cell(), "f.toml")
 
 
 def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_bad_flags():
@@ -1160,13 +1171,14 @@ def test_pipeline_starts_pre_exploration_from_given_models_and_scores_that_start
     from models.envdrop import Follower
     from training.vln_house import setup_of
 
-    with pytest.raises(SystemExit, match="--stages preexplore alone"):
-        fp.main(["--stages", "agent", "preexplore", "--start-models", "x", "--tables-only"])
+    with pytest.raises(ValueError, match=r'stages = \["preexplore"\] alone'):
+        fp.check(pipeline_cell(stages=["agent", "preexplore"], **{"start-models": "x"}), "f.toml")
+    fp.check(pipeline_cell(stages=["preexplore"], **{"start-models": "x"}), "f.toml")
     ck = tmp_path / "models" / "s0"
     ck.mkdir(parents=True)
-    with pytest.raises(SystemExit, match="has no agent_best.pt, speaker.pt"):
-        fp.main(["--stages", "preexplore", "--start-models", str(tmp_path / "models" / "s{seed}"),
-                 "--seeds", "0", "--tables-only"])  # fmt: skip
+    a = fp.settings(stages=["preexplore"], start_models=str(tmp_path / "models" / "s{seed}"))
+    with pytest.raises(ValueError, match="grid.start-models: .*has no agent_best.pt, speaker.pt"):
+        fp.start_models(a, 0)
     cfg = merged(
         {**TINY, "fedvln.stage": "preexplore", "fedvln.agent-init": str(ck / "agent_best.pt")}
     )
@@ -1972,3 +1984,42 @@ def test_speaker_word_dropout_is_a_run_config_key_that_binds_training_not_loadin
     other = speaker_size(parse(merged({**TINY, "fedvln.hidden": 2 * plain.hidden})), v, f)
     with pytest.raises(ConfigError, match="size"):
         _load_init(str(tmp_path / "wd.pt"), other)
+
+
+def test_pipeline_figure_is_drawn_from_its_curves_csv_and_redrawn_by_plot_only(
+    tmp_path, monkeypatch, capsys
+):
+    """The pipeline study keeps every run's evaluations, seed by seed, in its curves CSV and
+    draws the figure from it, so `--plot-only` redraws the figure (under the command it keeps)
+    without the run folders; a figure the study has not made yet is not drawn."""
+    from experiments import study as runner
+    from experiments.fedvln import pipeline as fp
+    from experiments.figures import command_of
+
+    for seed, srs in ((0, [10.0, 20.0]), (1, [12.0, 18.0])):
+        run = tmp_path / "runs" / f"seed{seed}" / "agent"
+        run.mkdir(parents=True)
+        rows = [{"round": 3 * (i + 1), "local_steps": 24, "val_unseen_sr": v, "val_unseen_n": 360}
+                for i, v in enumerate(srs)]  # fmt: skip
+        pd.DataFrame(rows).to_csv(run / "rounds.csv", index=False)
+        (run / "config.json").write_text(json.dumps({"wall_s": 1.0}))
+    rows = [r for s in (0, 1) for r in fp.curves(tmp_path / "runs" / f"seed{s}", s)]
+    assert {(r["seed"], r["run"]) for r in rows} == {(0, "agent"), (1, "agent")}
+    assert [(r["steps"], r["value"]) for r in rows if r["seed"] == 0] == [(24, 10.0), (48, 20.0)]
+    monkeypatch.setattr(fp, "RESULTS", tmp_path)
+    file = ROOT / "experiments" / "studies" / "fedvln_pipeline.toml"
+    study = runner.load(file)
+    curves_csv, png = fp.outputs(study)[-2:]
+    assert runner.main([str(file), "--plot-only"]) == 2
+    assert "not made by this study yet" in capsys.readouterr().err
+    pd.DataFrame(rows).to_csv(curves_csv, index=False)
+    command = f"python -m experiments.study {file.relative_to(ROOT)}"
+    fp.plot(pd.read_csv(curves_csv), png, command, ["agent"])
+    drawn = []
+    monkeypatch.setattr(fp.figures, "save", lambda fig, path, cmd: drawn.append((fig, path, cmd)))
+    assert runner.main([str(file), "--plot-only"]) == 0
+    [(fig, path, cmd)] = drawn
+    assert path == png and cmd == command == command_of(png)
+    line = next(ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("FedEnvdrop ("))
+    assert list(line.get_xdata()) == [24, 48] and list(line.get_ydata()) == [11.0, 19.0]
+    assert line.get_label() == "FedEnvdrop (n=2)"

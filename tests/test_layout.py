@@ -312,6 +312,38 @@ UNSTAMPED_FIGURES = {
 }
 
 
+# Figures made by a script before it became a study file, not re-made through the runner yet
+# (issue 66): each figure, the study file that now makes it, and a commit whose tree has the
+# script (with its `main`) that made it, so the command printed on the figure can still be run
+# there. Kept named, so the list only shrinks: a listed figure re-made by its study fails below.
+MADE_BY_A_RETIRED_SCRIPT = {
+    "fedvln_pipeline_appearance.png": ("fedvln_pipeline_appearance.toml", "696fed6"),
+}
+
+
+def test_a_figure_made_by_a_retired_script_names_it_and_the_study_that_replaced_it():
+    """Each listed figure's command names a script that had a `main` at the listed commit,
+    and the study file that replaces it exists and draws that figure."""
+    import shlex
+    import subprocess
+
+    from experiments.figures import command_of
+    from experiments.study import analysis_of, load
+
+    for name, (study_file, commit) in MADE_BY_A_RETIRED_SCRIPT.items():
+        png = ROOT / "experiments" / "results" / name
+        words = shlex.split(command_of(png) or "")
+        assert words[:2] == ["python", "-m"], (name, words)
+        script = words[2].replace(".", "/") + ".py"
+        git = ["git", "-C", str(ROOT), "show", f"{commit}:{script}"]
+        old = subprocess.run(git, capture_output=True, text=True)
+        if old.returncode and "bad object" in old.stderr + old.stdout:
+            pytest.skip(f"this clone lacks commit {commit} (a shallow clone)")
+        assert old.returncode == 0 and "def main(" in old.stdout, (name, old.stderr)
+        study = load(ROOT / "experiments" / "studies" / study_file)
+        assert png in analysis_of(study).outputs(study), (name, study_file)
+
+
 class _Parsed(BaseException):
     """Raised by the patched parser once a script's arguments parsed (nothing runs after)."""
 
@@ -340,6 +372,10 @@ def test_every_committed_figure_names_a_command_its_script_accepts(monkeypatch):
     broken = []
     for png in pngs:
         command = command_of(png)
+        if png.name in MADE_BY_A_RETIRED_SCRIPT:
+            if command is not None and "experiments.study" in command:
+                broken.append(f"{png.name}: re-made; take it off MADE_BY_A_RETIRED_SCRIPT")
+            continue
         if png.name in UNSTAMPED_FIGURES:
             if command is not None:
                 broken.append(f"{png.name}: now names its command; take it off UNSTAMPED_FIGURES")

@@ -18,7 +18,7 @@ speaker (`speaker.pt`, best val_seen route fidelity) re-writes through the batch
 0.6), as `training.vln_agent.train_batches` documents. Augmented routes are sampled in the
 training houses only. Optimizers and learning rates are the CPU recipe's
 (`config/fedvln_recipe.py`). The summary reports the last evaluation; the logs hold every one
-(`experiments.fedvln.pipeline` reports best and last over seeds).
+(the pipeline study, experiments/fedvln/pipeline.py, reports best and last over seeds).
 """
 
 from __future__ import annotations

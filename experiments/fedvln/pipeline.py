@@ -1,11 +1,13 @@
 """FedVLN's whole pipeline over several seeds, with the centralized baselines at an equal number
-of local updates, and the paper's Tables 2, 4, 5 and 9 (paper numbers beside ours).
+of local updates, and the paper's Tables 2, 4, 5 and 9 (paper numbers beside ours). The analysis
+of four study files (one call of `measure` per seed; its docstring says every field):
 
-    python -m experiments.fedvln.pipeline                    # embedded houses, seeds 0 1 2
-    python -m experiments.fedvln.pipeline --data-dir ../shared/data --tag r2r --seeds 0 \\
-        --agent-rounds 8 ...                                 # real R2R (61 + 11 houses)
+    python -m experiments.study experiments/studies/fedvln_pipeline.toml    # embedded houses
+    python -m experiments.study experiments/studies/fedvln_pipeline_r2r.toml          # R2R
+    python -m experiments.study experiments/studies/fedvln_pipeline_r2r-speaker.toml  # R2R speaker
+    python -m experiments.study experiments/studies/fedvln_pipeline_appearance.toml   # Table 5, a look
 
-Per seed, in OUT/seed<S>/ (each federated stage is `python simulation.py fedvln --stage ...`
+Per seed, in WORK/seed<S>/ (each federated stage is `python simulation.py fedvln --stage ...`
 in Flower's simulation engine):
 
 1. `agent` -> `speaker` -> `augment` (from the agent's best.pt, with the speaker's best.pt) ->
@@ -28,22 +30,22 @@ in Flower's simulation engine):
    (env-based otherwise trains every house every round: twice a federated house's updates at
    r1 = 0.6 of 4 houses). Table 5 says, per row, how many seeds stopped at the round cap.
 
-`--stages preexplore --start-models 'DIR/{seed}'` runs Table 5 alone from a given follower
+`stages = ["preexplore"]` with `start-models = 'DIR/{seed}'` runs Table 5 alone from a given follower
 (`agent_best.pt`) and speaker (`speaker.pt`), e.g. the centralized ones of the appearance study
-(issue 41: with `--run-config fedvln.appearance=1` there is a seen/unseen gap to close); the
+(issue 41: with `extra-config = "fedvln.appearance=1"` there is a seen/unseen gap to close); the
 start row is then that follower scored once on val_unseen (`start/log.csv`).
 
 Budgets: by default every stage trains till convergence, as the paper trains all its models
-(`--patience 8`; `--patience 0` gives fixed budgets, the --*-rounds, with the centralized
-stages step-matched to each federated stage). With `--patience P`:
+(`patience = 8`; `patience = 0` gives fixed budgets, the *-rounds, with the centralized
+stages step-matched to each federated stage). With `patience` P:
 a federated stage stops once val_unseen SR (val_seen route fidelity for the speaker,
 `contracts.fedvln.SPEAKER_SELECTION`) has not improved for P evaluations (`fedvln.patience`),
-its --*-rounds the cap; the centralized stage stops by the same rule (`vln_centralized
+its *-rounds the cap; the centralized stage stops by the same rule (`vln_centralized
 --patience P`), evaluated every as many *sequential* optimizer steps as one federated
 evaluation interval (`central_every`: the same steps and the same number of noisy draws),
 under a cap of the federated stage's mean steps per round times that round cap; centralized pre-exploration makes as
-many steps per round as env-based, capped at --pre-rounds, and stops by the same rule.
-Why 8 evaluations (24 rounds at the default --eval-every 3): one evaluation's SR has a
+many steps per round as env-based, capped at `pre-rounds`, and stops by the same rule.
+Why 8 evaluations (24 rounds at the default `eval-every` 3): one evaluation's SR has a
 standard error of about 2 points on the embedded houses, and with 4 every agent run stopped on
 noise within 21-30 rounds (experiments/fedvln/gap.py).
 
@@ -53,7 +55,9 @@ and routes of the stage's setup on its own disk). Checkpoints reported (the pape
 convention, and the last): `best` is the evaluation with the highest val_unseen SR (BLEU for the
 speaker), all other metrics from that same evaluation; `last` is the final evaluation. Tables
 give mean, sd and n over seeds, and `se_eval`, the binomial standard error of one SR evaluation
-(sqrt(p (1 - p) / n_episodes)), so a reader can tell what is within noise.
+(sqrt(p (1 - p) / n_episodes)), so a reader can tell what is within noise. The figure is drawn
+from the curves CSV the study writes beside the tables (`<name>_runs.csv`: every run's
+evaluations, seed by seed), so `--plot-only` redraws it without the run folders.
 
 Table 9 counts optimizer steps summed over houses until the first evaluation at or above a
 target SR. The paper's targets (44% seen training, 62% pre-exploration on R2R) do not transfer;
@@ -65,12 +69,13 @@ never get there show as not reaching it); if none beats the start there is no ta
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import sys
 import time
-from functools import partial
+import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -78,7 +83,7 @@ import torch
 
 from config import parse
 from config.fedvln import STAGES, VARIANTS
-from config.fedvln_recipe import CPU, recipe_of
+from config.fedvln_recipe import recipe_of
 from config.schema import merged, parse_overrides
 from contracts.fedvln import SPEAKER_SELECTION, follower_size, speaker_size
 from experiments import figures
@@ -98,8 +103,6 @@ from experiments.simulate import (
     RESEARCH_POLICY,
     RESULTS,
     ROOT,
-    command_line,
-    in_parallel,
     path_digest,
     simulate,
 )
@@ -156,91 +159,9 @@ PAPER_T9 = {  # optimizer steps (x 10^2) to 44% (seen training) / 62% (pre-explo
 }
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default="", help="R2R/Matterport folder; '' = embedded houses")
-    p.add_argument("--tag", default="", help="suffix of run and results names (e.g. r2r)")
-    p.add_argument("--out", default="", help="runs folder (default runs/fedvln[-TAG])")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--agent-rounds", type=int, default=150, help="round cap (with --patience)")
-    p.add_argument(
-        "--speaker-rounds",
-        type=int,
-        default=300,
-        help="the speaker's round cap: with 6 houses a round, seed 0's speaker left its "
-        "plateau after ~75 rounds and still rose at 160; seed 1's was still on it at 160. "
-        "Raising it goes on from a run that used up a lower cap (experiments.simulate)",
-    )
-    p.add_argument("--aug-rounds", type=int, default=90)
-    p.add_argument(
-        "--aug-routes",
-        type=int,
-        default=None,
-        help="routes each seen house samples for augmentation (default: fedvln.aug-routes); "
-        "not in --run-config, since augmentation's control sets it to 0",
-    )
-    p.add_argument("--pre-rounds", type=int, default=60)
-    p.add_argument("--eval-every", type=int, default=3, help="agent/speaker/augment stages")
-    p.add_argument("--pre-eval-every", type=int, default=3)
-    p.add_argument(
-        "--patience",
-        type=int,
-        default=8,
-        help="train every stage, federated and centralized, till convergence: stop once "
-        "val_unseen SR (BLEU for the speaker) has not improved for this many evaluations; the "
-        "--*-rounds are then caps (0: fixed budgets, centralized step-matched to federated)",
-    )
-    p.add_argument(
-        "--speaker-seen-rate",
-        type=float,
-        default=CPU["speaker"].seen_rate,
-        help="share r of the seen houses that train the speaker each round (the follower's "
-        "stages keep fedvln.seen-rate): with r = 0.2, 2 of 12 houses, the averaged speaker never "
-        "learned to say the route in 240 rounds; with 0.5 it does (docs/fedvln.md, issue 41). On "
-        "R2R, 0.2 of 61 houses is the official 12 a round",
-    )
-    p.add_argument(
-        "--speaker-server-lr",
-        type=float,
-        default=CPU["speaker"].server_lr,
-        help="the speaker's server step eta (Eq. 7): the official speaker's 1.6 "
-        "(run/speaker_fedavg.bash), where the follower's stages keep the cpu recipe's 1. With "
-        "eta = 1, seed 1's speaker stayed at the template's fidelity for 207 rounds; with 1.6 "
-        "it left it (docs/fedvln.md, issue 41)",
-    )
-    p.add_argument(
-        "--speaker-patience",
-        type=int,
-        default=16,
-        help="the speaker's patience in evaluations (with --patience > 0): its fidelity rises "
-        "slowly for ~1,000 sequential steps before it grounds, longer than the follower's 8",
-    )
-    p.add_argument(
-        "--stages",
-        nargs="+",
-        default=list(STAGES),
-        choices=list(STAGES),
-        help="the stages to run (with their centralized baselines); augment needs agent and "
-        "speaker, preexplore needs augment and speaker",
-    )
-    p.add_argument(
-        "--start-models",
-        default="",
-        help="a folder with agent_best.pt and speaker.pt, '{seed}' standing for the seed (e.g. "
-        "experiments.fedvln.centralized's checkpoints): pre-exploration starts from this "
-        "follower and speaker instead of the pipeline's augmented agent and speaker; only with "
-        "--stages preexplore",
-    )
-    p.add_argument("--jobs", type=int, default=2, help="seeds at a time (one process each)")
-    p.add_argument("--run-config", default="", help="extra run config for every stage")
-    p.add_argument("--tables-only", action="store_true", help="only rebuild tables from runs")
-    p.add_argument("--results-dir", default=str(RESULTS))
-    return p.parse_args(argv)
-
-
 def stage_patience(a, stage: str) -> int:
-    """The stage's patience in evaluations: --speaker-patience for the speaker (0 with fixed
-    budgets), --patience for the rest."""
+    """The stage's patience in evaluations: `speaker-patience` for the speaker (0 with fixed
+    budgets), `patience` for the rest."""
     return a.speaker_patience if stage == "speaker" and a.patience else a.patience
 
 
@@ -253,7 +174,7 @@ def stage_config(a, stage: str, extra: str = "") -> str:
         items.append(f"fedvln.server-lr={a.speaker_server_lr}")
     if a.data_dir:
         items.append(f'fedvln.data-dir="{Path(a.data_dir).resolve()}"')
-    return " ".join(items + [extra, a.run_config]).strip()
+    return " ".join(items + [extra, a.extra_config]).strip()
 
 
 def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
@@ -267,7 +188,7 @@ def _stage(a, run: Path, rounds: int, seed: int, config: str) -> None:
 
 
 def run_seed(a, out: Path, seed: int) -> None:
-    """Every stage asked for (--stages), federated then centralized, and the floor."""
+    """Every stage asked for (`stages`), federated then centralized, and the floor."""
     if "agent" in a.stages:
         _stage(a, out / "agent", a.agent_rounds, seed, stage_config(a, "agent"))
     if "speaker" in a.stages:
@@ -319,19 +240,19 @@ def run_seed(a, out: Path, seed: int) -> None:
 
 
 def start_models(a, seed: int) -> Path:
-    """The seed's folder of --start-models, refused if it lacks the follower or speaker."""
-    ck = Path(a.start_models.format(seed=seed)).resolve()
+    """The seed's folder of `start-models`, refused if it lacks the follower or speaker."""
+    ck = (ROOT / a.start_models.format(seed=seed)).resolve()
     missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
     if missing:
-        raise SystemExit(
-            f"fedvln_pipeline: --start-models: {ck} has no {', '.join(missing)} (train them "
-            "with experiments.fedvln.centralized --stages agent speaker)"
+        raise ValueError(
+            f"grid.start-models: {ck} has no {', '.join(missing)} (the study file's comment "
+            "says how they are made)"
         )
     return ck
 
 
 def start_eval(out: Path) -> None:
-    """Where pre-exploration starts when it starts from --start-models (there is no augment
+    """Where pre-exploration starts when it starts from `start-models` (there is no augment
     run to read it from): the start follower scored once on val_unseen with the env-based
     run's houses and settings, as a one-evaluation run `start/log.csv`, remade if the
     checkpoint changed."""
@@ -359,19 +280,9 @@ def start_eval(out: Path) -> None:
 
 
 def start_curve(out: Path) -> pd.DataFrame | None:
-    """Where this seed's pre-exploration starts: the augmented agent, or --start-models."""
+    """Where this seed's pre-exploration starts: the augmented agent, or `start-models`."""
     aug = curve(out, "augment")
     return aug if aug is not None else curve(out, "start")
-
-
-def run_seed_then_tables(a, out: Path, command: str, seed: int) -> None:
-    """One seed's stages, then the tables of every seed finished so far, as progress in the
-    runs folder (OUT/progress): the results folder gets the tables once every seed is done, so
-    a rerun in progress never overwrites the committed ones with fewer seeds."""
-    if a.jobs > 1:  # seeds share the cores: torch's own threads would oversubscribe them
-        torch.set_num_threads(1)  # (centralized pre-exploration ran 10x slower with 3 seeds)
-    run_seed(a, out / f"seed{seed}", seed)
-    tables(a, out, out / "progress", command)
 
 
 # what the floors are made from: a rerun into the same folder with other data, features or
@@ -553,7 +464,7 @@ def _central_stage(a, out: Path, seed: int, cfg: dict, args: list[str]) -> None:
         "--speaker-word-dropout",  # the federated speaker's (0 in runs from before the key)
         str(cfg.get("fedvln.speaker-word-dropout", 0.0)),
     ]
-    data_dir = a.data_dir or cfg.get("fedvln.data-dir", "")  # --run-config may name it
+    data_dir = a.data_dir or cfg.get("fedvln.data-dir", "")  # extra-config may name it
     if data_dir:
         args += ["--data-dir", str(Path(data_dir).resolve())]
     if cfg.get("fedvln.features-tsv"):
@@ -1005,12 +916,14 @@ def markdown(result: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines)
 
 
-def tables(a, out: Path, dest: Path, command: str) -> dict[str, pd.DataFrame]:
-    suffix = f"_{a.tag}" if a.tag else ""
-    dirs = seed_dirs(out, a.seeds)
+def tables(a, out: Path, seeds: list[int], suffix: str) -> dict[str, pd.DataFrame]:
+    """Tables 2, 4, 5 and 9 and the paired gains from the seeds' run folders (written to
+    experiments/results/fedvln_<table><suffix>.csv; a study of some stages only has only
+    their tables)."""
+    dirs = seed_dirs(out, seeds)
     for seed, d in dirs.items():
         floor(d, seed)
-    empty = pd.DataFrame()  # a study of some stages only (--stages) has only their tables
+    empty = pd.DataFrame()
     result = {
         "table2": table2(dirs, a.stages) if "agent" in a.stages else empty,
         "table4": table4(dirs) if "speaker" in a.stages else empty,
@@ -1018,30 +931,51 @@ def tables(a, out: Path, dest: Path, command: str) -> dict[str, pd.DataFrame]:
         "table9": table9(dirs, a.stages),
         "gains": fedvln_gains.gains(dirs),
     }
-    dest.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     for name, t in result.items():
         if len(t):
-            t.round(2).to_csv(dest / f"fedvln_{name}{suffix}.csv", index=False)
-            print(f"\n{name}\n{t.round(1).to_string(index=False)}")
-    plot(dirs, dest / f"fedvln_pipeline{suffix}.png", command, a.stages)
-    print("\n" + markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"]))
+            t.round(2).to_csv(RESULTS / f"fedvln_{name}{suffix}.csv", index=False)
     return result
 
 
-def _band(ax, dirs, run, col, label, style="-"):
-    """Mean over seeds (line) and min-max band of `col` against optimizer steps; runs stopped
-    by patience at different steps, so each point is over the seeds still running there."""
-    cs = [c for c in (curve(o, run) for o in dirs.values()) if c is not None and len(c)]
-    if not cs or col not in cs[0]:
+# the figure's runs and the column each is drawn by (its curves CSV holds these)
+CURVES = {
+    **dict.fromkeys(("agent", "central/agent", "augment", "central/augment"), "val_unseen_sr"),
+    **dict.fromkeys(("augment-control", "central/augment-control"), "val_unseen_sr"),
+    **dict.fromkeys(("speaker", "central/speaker"), "val_unseen_bleu"),
+    **{_pre_run(v): "val_unseen_sr" for v in PRE_RUNS},
+    "start": "val_unseen_sr",  # where pre-exploration starts (start_curve)
+}
+
+
+def curves(out: Path, seed: int) -> list[dict]:
+    """One seed's evaluations of every run the figure draws: (seed, run, steps, value)."""
+    rows = []
+    for run, col in CURVES.items():
+        c = start_curve(out) if run == "start" else curve(out, run)
+        if c is not None and len(c) and col in c:
+            rows += [
+                {"seed": seed, "run": run, "steps": float(x), "value": float(v)}
+                for x, v in zip(c["steps"], c[col])
+            ]
+    return rows
+
+
+def _band(ax, curves: pd.DataFrame, run, label, style="-"):
+    """Mean over seeds (line) and min-max band of a run's curve against optimizer steps; runs
+    stopped by patience at different steps, so each point is over the seeds still running."""
+    d = curves[curves["run"] == run]
+    if d.empty:
         return
-    wide = pd.concat([c.set_index("steps")[col].rename(k) for k, c in enumerate(cs)], axis=1)
+    wide = d.pivot_table(index="steps", columns="seed", values="value").sort_index()
     x = wide.index.to_numpy()
-    (line,) = ax.plot(x, wide.mean(axis=1), style, marker=".", ms=3, label=f"{label} (n={len(cs)})")
+    n = d["seed"].nunique()
+    (line,) = ax.plot(x, wide.mean(axis=1), style, marker=".", ms=3, label=f"{label} (n={n})")
     ax.fill_between(x, wide.min(axis=1), wide.max(axis=1), color=line.get_color(), alpha=0.15)
 
 
-def plot(dirs: dict[int, Path], png: Path, command: str, stages=STAGES) -> None:
-    """One panel per table the study made (--stages): Table 2's follower, Table 4's speaker,
+def plot(curves: pd.DataFrame, png: Path, command: str, stages=STAGES) -> None:
+    """One panel per table the study made (`stages`): Table 2's follower, Table 4's speaker,
     Table 5's pre-exploration, each with the paper's R2R numbers drawn beside ours."""
     panels = [
         draw
@@ -1054,12 +988,12 @@ def plot(dirs: dict[int, Path], png: Path, command: str, stages=STAGES) -> None:
     ]
     fig, axes = figures.subplots(1, len(panels), figsize=(16 * len(panels) / 3 + 1, 4.2))
     for draw, ax in zip(panels, np.atleast_1d(axes)):
-        draw(ax, dirs)
+        draw(ax, curves)
     fig.tight_layout()
     figures.save(fig, png, command)
 
 
-def _plot_follower(ax, dirs: dict[int, Path]) -> None:
+def _plot_follower(ax, curves: pd.DataFrame) -> None:
     for run, label, style in (
         ("agent", "FedEnvdrop", "-"),
         ("central/agent", "Envdrop", "--"),
@@ -1068,7 +1002,7 @@ def _plot_follower(ax, dirs: dict[int, Path]) -> None:
         ("augment-control", "FedEnvdrop fine-tuned again", ":"),
         ("central/augment-control", "Envdrop fine-tuned again", ":"),
     ):
-        _band(ax, dirs, run, "val_unseen_sr", label, style)
+        _band(ax, curves, run, label, style)
     for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
         ax.axhline(
             PAPER_T2[(model, "val_unseen")][3],
@@ -1085,9 +1019,9 @@ def _plot_follower(ax, dirs: dict[int, Path]) -> None:
     ax.legend(fontsize=7)
 
 
-def _plot_speaker(ax, dirs: dict[int, Path]) -> None:
+def _plot_speaker(ax, curves: pd.DataFrame) -> None:
     for run, label, style in (("speaker", "Fed", "-"), ("central/speaker", "Cent", "--")):
-        _band(ax, dirs, run, "val_unseen_bleu", label, style)
+        _band(ax, curves, run, label, style)
     for name, ls in (("Cent", "--"), ("Fed", "-")):
         ax.axhline(PAPER_T4[name][1], color="grey", ls=ls, lw=0.8, label=f"paper {name}")
     ax.set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
@@ -1099,19 +1033,15 @@ def _paper_cell(method: str) -> str:
     return "–" if p is None else f"{p[3]}"
 
 
-def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
+def _plot_preexplore(ax, curves: pd.DataFrame) -> None:
     for v in PRE_RUNS:
         controls = (HOUSE_CONTROL, BUDGET_CONTROL)
-        _band(ax, dirs, _pre_run(v), "val_unseen_sr", v, ":" if v in controls else "-")
-    starts = [
-        c["val_unseen_sr"].max()
-        for c in (start_curve(o) for o in dirs.values())
-        if c is not None and len(c)
-    ]
+        _band(ax, curves, _pre_run(v), v, ":" if v in controls else "-")
+    starts = curves[curves["run"] == "start"].groupby("seed")["value"].max().tolist()
     if starts:  # where every pre-exploration starts
         ax.axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
         ax.annotate(
-            "start (augmented agent's best, or --start-models)",
+            "start (augmented agent's best, or start-models)",
             (0.01, float(np.mean(starts))),
             xycoords=("axes fraction", "data"),
             fontsize=7,
@@ -1130,60 +1060,145 @@ def _plot_preexplore(ax, dirs: dict[int, Path]) -> None:
     )
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    command = command_line(__file__, argv)
-    for flag in (
-        "agent_rounds",
-        "speaker_rounds",
-        "aug_rounds",
-        "pre_rounds",
-        "eval_every",
-        "pre_eval_every",
-        "jobs",
-    ):
-        if getattr(a, flag) < 1:
-            raise SystemExit(f"fedvln_pipeline: --{flag.replace('_', '-')} must be >= 1")
-    if a.aug_routes is not None and a.aug_routes < 1:
-        raise SystemExit("fedvln_pipeline: --aug-routes must be >= 1")
-    if not 0 < a.speaker_server_lr <= 100:  # fedvln.server-lr's range; 0 would mean the recipe's
-        raise SystemExit("fedvln_pipeline: --speaker-server-lr must be in (0, 100]")
-    if "fedvln.aug-routes" in parse_overrides(a.run_config):
-        raise SystemExit(
-            "fedvln_pipeline: --run-config may not set fedvln.aug-routes (augmentation's "
-            "control sets it to 0); use --aug-routes"
+STUDY = ROOT / "experiments" / "studies" / "fedvln_pipeline.toml"
+
+
+def settings(study: Path = STUDY, **over) -> SimpleNamespace:
+    """A pipeline study file's settings as the stages read them (its grid but the seeds, the
+    function and the folder; `over` replacing some): how tests and other studies see them."""
+    grid = tomllib.loads(Path(study).read_text())["grid"]
+    skip = ("run", "cross", "seed", "work")
+    got = {k.replace("-", "_"): v for k, v in grid.items() if k not in skip} | over
+    got["aug_routes"] = got["aug_routes"] or None
+    return SimpleNamespace(**got)
+
+
+def measure(
+    seed: int,
+    data_dir: str,
+    stages: list[str],
+    agent_rounds: int,
+    speaker_rounds: int,
+    aug_rounds: int,
+    pre_rounds: int,
+    eval_every: int,
+    pre_eval_every: int,
+    patience: int,
+    speaker_patience: int,
+    speaker_seen_rate: float,
+    speaker_server_lr: float,
+    aug_routes: int,
+    start_models: str,
+    extra_config: str,
+    work: Path,
+) -> list[dict]:
+    """One cell: every stage of one seed (`seed_stages`), its curves returned for the figure.
+
+    The fields, as the study files give them: `data-dir` the R2R/Matterport folder ("" =
+    embedded houses); `stages` the stages to run with their centralized baselines (augment
+    needs agent and speaker, preexplore augment and speaker, unless `start-models`); the
+    round caps `agent-rounds`, `speaker-rounds`, `aug-rounds`, `pre-rounds` (caps when
+    `patience` > 0, fixed budgets at 0); `eval-every` (agent, speaker, augment) and
+    `pre-eval-every`; `patience` evaluations without a better val_unseen SR, every stage
+    federated and centralized; `speaker-patience` the speaker's (its fidelity rises slowly for
+    ~1,000 sequential steps before it grounds, longer than the follower's 8);
+    `speaker-seen-rate` the share r of seen houses that train the speaker each round (with
+    0.2, 2 of 12 houses, the averaged speaker never learned to say the route in 240 rounds;
+    with 0.5 it does; on R2R 0.2 of 61 is the official 12); `speaker-server-lr` the speaker's
+    server step eta (Eq. 7; the official speaker's 1.6, run/speaker_fedavg.bash); `aug-routes`
+    routes each seen house samples for augmentation (0: fedvln.aug-routes' default; not in
+    `extra-config`, since augmentation's control sets it to 0); `start-models` a folder of
+    agent_best.pt and speaker.pt, "{seed}" for the seed, where pre-exploration starts instead
+    of the pipeline's augmented agent (only with `stages = ["preexplore"]`); `extra-config`
+    run config for every stage."""
+    a = SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("seed", "work")})
+    a.aug_routes = aug_routes or None
+    # seeds run side by side: torch's own threads would oversubscribe the cores (centralized
+    # pre-exploration ran 10x slower with 3 seeds), and the numbers depend on the thread count
+    torch.set_num_threads(1)
+    out = Path(work).resolve() / f"seed{seed}"  # checkpoints go to the stages by absolute path
+    if a.start_models:
+        start_models(a, seed)
+    run_seed(a, out, seed)
+    return [r | {"work": str(out.parent)} for r in curves(out, seed)]
+
+
+def check(cell: dict, where) -> None:
+    """A pipeline study's values, before anything trains (one line naming the file and field)."""
+    keys = ("agent-rounds", "speaker-rounds", "aug-rounds", "pre-rounds", "eval-every",
+            "pre-eval-every")  # fmt: skip
+    for key in keys:
+        if cell[key] < 1:
+            raise ValueError(f"{where}: grid.{key}: must be >= 1")
+    if cell["aug-routes"] < 0 or cell["patience"] < 0 or cell["speaker-patience"] < 0:
+        raise ValueError(f"{where}: grid.aug-routes, patience, speaker-patience: must be >= 0")
+    if not 0 < cell["speaker-server-lr"] <= 100:  # fedvln.server-lr's range; 0: the recipe's
+        raise ValueError(f"{where}: grid.speaker-server-lr: must be in (0, 100]")
+    try:
+        extra = parse_overrides(cell["extra-config"])
+    except ValueError as e:
+        raise ValueError(f"{where}: grid.extra-config: {e}") from None
+    if "fedvln.aug-routes" in extra:
+        raise ValueError(
+            f"{where}: grid.extra-config: may not set fedvln.aug-routes (augmentation's control "
+            "sets it to 0); use aug-routes"
         )
-    if a.start_models and a.stages != ["preexplore"]:
-        raise SystemExit(
-            "fedvln_pipeline: --start-models replaces the agent, speaker and augment stages: "
-            "use it with --stages preexplore alone"
+    stages = cell["stages"]
+    if not stages or set(stages) - set(STAGES):
+        raise ValueError(f"{where}: grid.stages: some of {', '.join(STAGES)}")
+    if cell["start-models"] and stages != ["preexplore"]:
+        raise ValueError(
+            f"{where}: grid.start-models replaces the agent, speaker and augment stages: use "
+            'it with stages = ["preexplore"] alone'
         )
     needs = {"augment": ("agent", "speaker")}
-    if a.start_models:
-        for seed in a.seeds:
-            start_models(a, seed)
-    else:
+    if not cell["start-models"]:
         needs["preexplore"] = ("augment", "speaker")
     for stage, wanted in needs.items():
-        missing = [w for w in wanted if stage in a.stages and w not in a.stages]
+        missing = [w for w in wanted if stage in stages and w not in stages]
         if missing:
-            raise SystemExit(
-                f"fedvln_pipeline: --stages {stage} needs {' and '.join(missing)} too "
-                "(its checkpoints come from them)"
+            raise ValueError(
+                f"{where}: grid.stages: {stage} needs {' and '.join(missing)} too (its "
+                "checkpoints come from them)"
             )
-    out = Path(a.out) if a.out else ROOT / "runs" / ("fedvln" + (f"-{a.tag}" if a.tag else ""))
-    out = out.resolve()  # checkpoints are handed to the stages by absolute path
-    if not a.tables_only:
-        in_parallel(
-            partial(run_seed_then_tables, a, out, command),
-            a.seeds,
-            a.jobs,
-            "fedvln_pipeline seeds",
-            processes=True,
-        )
-    tables(a, out, Path(a.results_dir), command)
+    if cell["data-dir"] and not (ROOT / cell["data-dir"]).is_dir():
+        raise ValueError(f"{where}: grid.data-dir: {cell['data-dir']}: no such folder")
+
+
+def _suffix(study: dict) -> str:
+    """The results' suffix: fedvln_pipeline_r2r.toml writes fedvln_table2_r2r.csv."""
+    name = study["name"]
+    if not name.startswith("fedvln_pipeline"):
+        raise ValueError(f"{study['file']}: name: fedvln_pipeline or fedvln_pipeline_<tag>")
+    return name.removeprefix("fedvln_pipeline")
+
+
+def outputs(study: dict) -> list[Path]:
+    sfx = _suffix(study)
+    made = [RESULTS / f"fedvln_{t}{sfx}.csv" for t in ("table2", "table4", "table5", "table9")]
+    made += [RESULTS / f"fedvln_gains{sfx}.csv"]
+    return made + [RESULTS / f"{study['name']}{x}" for x in ("_runs.csv", ".png")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """The tables from the seeds' run folders (WORK, as the cells ran), the curves CSV from
+    the cells' rows, and the figure from it."""
+    sfx, grid = _suffix(study), study["grid"]
+    a = SimpleNamespace(stages=grid["stages"])
+    result = tables(a, Path(runs["work"].iloc[0]), list(grid["seed"]), sfx)
+    kept = runs.drop(columns="work")
+    kept.round(4).to_csv(RESULTS / f"{study['name']}_runs.csv", index=False)
+    plot(kept, RESULTS / f"{study['name']}.png", command, a.stages)
+    return markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"])
+
+
+def replot(study: dict) -> int:
+    """`--plot-only`: the figure again from the committed curves CSV, under its command."""
+    from experiments.figures import command_of
+
+    runs_csv, png = outputs(study)[-2:]
+    if not runs_csv.is_file() or command_of(png) is None:
+        print(f"study: {runs_csv}: not made by this study yet (run it first)", file=sys.stderr)
+        return 2
+    plot(pd.read_csv(runs_csv), png, command_of(png), study["grid"]["stages"])
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
