@@ -34,7 +34,7 @@ Each house keeps its own local optimizer state between rounds, on its own disk, 
 (`fedvln.optimizer-state = "house"`, the default). The official simulation reuses one optimizer
 object for every house in turn, which a real federation cannot do; `"round"` creates a fresh
 one in each house every round (FedAvg's textbook client). Measured to convergence on the
-embedded houses (`python -m experiments.fedvln.gap`, README, FedVLN): a fresh RMSprop takes
+embedded houses (`python -m experiments.study experiments/studies/fedvln_gap.toml`, README, FedVLN): a fresh RMSprop takes
 larger first steps (its square average starts at 0, so its first steps are up to 10x lr) and
 with 12 local updates per round every step is one of them; the agent stage then plateaus
 far below the kept optimizer's best val_unseen SR. eta = 2 with the kept optimizer and 2 houses

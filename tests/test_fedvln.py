@@ -849,8 +849,12 @@ def test_gap_study_reports_each_runs_best_and_last_with_their_steps_and_refuses_
     for _, rc in gap.VARIANTS.values():
         for key in ("seen-rate", "local-epochs", "optimizer-state", "server-lr"):
             assert f"fedvln.{key}=" in rc
-    with pytest.raises(SystemExit):
-        gap.parse_args(["--patience", "0"])
+    cell = {"rounds": 150, "all-houses-rounds": 60, "eval-every": 3, "patience": 8}
+    gap.check(cell | {"variant": "centralized"}, "f.toml")
+    with pytest.raises(ValueError, match="f.toml: grid.patience"):
+        gap.check(cell | {"variant": "default", "patience": 0}, "f.toml")
+    with pytest.raises(ValueError, match="f.toml: grid.variant"):
+        gap.check(cell | {"variant": "loud"}, "f.toml")
     table = pd.DataFrame(
         [
             {"run": "x", "checkpoint": "best", "n_seeds": 3, "stopped_early": 2.0, "steps": 1200.0,
@@ -1105,7 +1109,8 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     from config.schema import merged, parse_overrides
     from experiments.fedvln import gap as gap
 
-    a = gap.parse_args(["--pipeline-out", str(tmp_path)])
+    a = SimpleNamespace(rounds=150, all_houses_rounds=60, eval_every=3, patience=8,
+                        pipeline_work=str(tmp_path), work=tmp_path / "own")  # fmt: skip
     run = tmp_path / "seed2" / "agent"
     run.mkdir(parents=True)
     pd.DataFrame(
@@ -1121,7 +1126,9 @@ def test_gap_study_reuses_the_pipelines_agent_run_only_when_it_is_the_same_run(t
     assert gap.pipeline_twin(a, "kept-optimizer", 1) is None  # another seed: no run
     assert gap.pipeline_twin(a, "kept-optimizer-eta2", 2) is None  # eta 2
     assert gap.pipeline_twin(a, "default", 2) is None  # a fresh optimizer each round
-    assert gap.pipeline_twin(gap.parse_args(["--pipeline-out", str(tmp_path), "--rounds", "90"]), "kept-optimizer", 2) is None  # fmt: skip
+    assert (
+        gap.pipeline_twin(SimpleNamespace(**{**vars(a), "rounds": 90}), "kept-optimizer", 2) is None
+    )
     # trained under another recipe (its lr is not what these settings resolve to today)
     (run / "config.json").write_text(json.dumps({**cfg, "recipe": {**recipe, "lr": 1e-4}}))
     assert gap.pipeline_twin(a, "kept-optimizer", 2) is None
@@ -2023,3 +2030,49 @@ def test_pipeline_figure_is_drawn_from_its_curves_csv_and_redrawn_by_plot_only(
     line = next(ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("FedEnvdrop ("))
     assert list(line.get_xdata()) == [24, 48] and list(line.get_ydata()) == [11.0, 19.0]
     assert line.get_label() == "FedEnvdrop (n=2)"
+
+
+def test_gap_study_tabulates_best_and_last_from_whole_curves_and_cuts_the_centralized_run(
+    tmp_path, monkeypatch
+):
+    """The gap study's cells return every evaluation; the report takes each run's best and
+    last (the committed table's rows), keeps the curves for `--plot-only`, and the centralized
+    rows are the pipeline's Envdrop whole and cut at the federated best's sequential steps; a
+    seed the pipeline has not run stops the study naming the study to run."""
+    from experiments import study as runner
+    from experiments.fedvln import gap
+
+    pipe = tmp_path / "pipe" / "seed0"
+    (pipe / "agent").mkdir(parents=True)
+    rows = [{"round": 3 * (i + 1), "local_steps": 24, "n_clients": 2, "val_unseen_sr": v,
+             "val_unseen_n": 360} for i, v in enumerate([10.0, 20.0, 15.0])]  # fmt: skip
+    pd.DataFrame(rows).to_csv(pipe / "agent" / "rounds.csv", index=False)
+    (pipe / "agent" / "config.json").write_text(json.dumps({"wall_s": 1.0}))
+    (pipe / "central").mkdir()
+    central = [{"iteration": k * 12, "val_unseen_sr": 5.0 * k, "val_seen_sr": 1.0}
+               for k in range(1, 9)]  # fmt: skip
+    pd.DataFrame(central).to_csv(pipe / "central" / "agent_log.csv", index=False)
+    got = pd.DataFrame(
+        gap.measure(0, "centralized", 150, 60, 3, 8, str(tmp_path / "pipe"), tmp_path)
+    )
+    cut = got[got.run == gap.CENTRAL_CUT]
+    assert list(cut.steps) == [12, 24, 36, 48, 60, 72]  # best at round 6: 6 x 12 sequential
+    assert len(got[got.run == gap.CENTRAL]) == 8
+    with pytest.raises(ValueError, match="seed 1: run .*fedvln_pipeline.toml"):
+        gap.measure(1, "centralized", 150, 60, 3, 8, str(tmp_path / "pipe"), tmp_path)
+    fed = [{"run": "x", "seed": s, "stopped_early": True, "steps": 24.0 * k,
+            "val_unseen_sr": v + s, "val_seen_sr": 1.0}
+           for s in (0, 1) for k, v in enumerate([10.0, 30.0, 20.0], 1)]  # fmt: skip
+    monkeypatch.setattr(gap, "RESULTS", tmp_path)
+    study = runner.load(ROOT / "experiments" / "studies" / "fedvln_gap.toml")
+    text = gap.report(pd.concat([pd.DataFrame(fed), got]), study, "python -m experiments.study f")
+    table = pd.read_csv(tmp_path / "fedvln_gap.csv").set_index(["run", "checkpoint"])
+    assert table.loc[("x", "best"), "val_unseen_sr"] == 30.5
+    assert (
+        table.loc[("x", "last"), "steps"] == 72 and table.loc[("x", "best"), "stopped_early"] == 2
+    )
+    assert table.loc[(gap.CENTRAL_CUT, "best"), "val_unseen_sr"] == 30.0
+    assert table.loc[(gap.CENTRAL, "best"), "val_unseen_sr"] == 40.0
+    assert "| x | best | 2 | 2 / 2 |" in text
+    assert len(pd.read_csv(tmp_path / "fedvln_gap_curves.csv")) == 6 + 14
+    assert gap.replot(study) == 0

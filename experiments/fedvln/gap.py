@@ -1,10 +1,11 @@
 """FedVLN's server learning rate and local optimizer state, each trained to convergence: which
-federated agent stage converges best, beside centralized Envdrop (issue 32, deliverable 2).
+federated agent stage converges best, beside centralized Envdrop (issue 32, deliverable 2). The
+analysis of a study file (one call of `measure` per seed and variant):
 
-    python -m experiments.fedvln.gap                       # embedded houses, seeds 0 1 2
+    python -m experiments.study experiments/studies/fedvln_gap.toml
 
 Runs (each `simulation.py fedvln --stage agent` with `fedvln.patience`, in
-runs/fedvln-gap/<name>-s<seed>; two at a time, `--jobs`):
+WORK/<name>-s<seed>; two at a time, `--jobs`):
 
 | name | houses per round | local epochs | steps per round | local optimizer | eta |
 |---|---|---|---|---|---|
@@ -13,15 +14,15 @@ runs/fedvln-gap/<name>-s<seed>; two at a time, `--jobs`):
 | kept-optimizer-eta2 | 2 (r = 0.2) | 3 | 2 x 12 = 24 | kept in the house | 2 |
 | all-houses-kept | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | kept in the house | 1 |
 | all-houses-kept-eta2 | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | kept in the house | 2 |
-| all-houses (not run by default) | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | fresh each round | 1 |
+| all-houses (not in the study file) | 12 (r = 1.0) | 0.5 | 12 x 2 = 24 | fresh each round | 1 |
 
-Every run trains until val_unseen SR has not improved for `--patience` evaluations (every
-`--eval-every` rounds), under a cap of `--rounds`; it reports its best evaluation (the paper's
+Every run trains until val_unseen SR has not improved for `patience` evaluations (every
+`eval-every` rounds), under a cap of `rounds`; it reports its best evaluation (the paper's
 checkpoint) and its last, with the optimizer steps (all houses) each took. Patience 8 (24
 rounds, 576 steps): one evaluation's SR has a standard error of about 2 points and adjacent
 evaluations move by up to 5, so at 4 evaluations (12 rounds) every variant stopped on noise
 within 21-30 rounds, before the fixed-budget runs' best (round 23 on average). The 12-house
-variants are capped at `--all-houses-rounds` (60: 1,440 steps, 120 sequential ones), since a
+variants are capped at `all-houses-rounds` (60: 1,440 steps, 120 sequential ones), since a
 round with 12 houses costs about 2.5x a 2-house round here; the table says how many of their
 runs stopped by patience and how many at the cap (not converged). Why these rows: a
 fresh RMSprop has no bias correction, so its first steps are up to 10x lr, and with a few local
@@ -29,16 +30,20 @@ steps per round every step is one of them; the official code keeps one RMSprop w
 carries across houses and rounds and steps the server with eta = 2 (with a fresh optimizer every
 round eta = 2 doubled those first large steps and diverged). Here each house keeps its own
 RMSprop state on its own disk (`fedvln.optimizer-state=house`, never sent). Many houses per
-round average away more drift per step. If the pipeline's centralized Envdrop runs exist
-(`--pipeline-out`, `central/agent_log.csv` per seed), they are added as rows. The figure is the
-mean val_unseen SR curve per run over seeds. Threads: one per house, as every run fixes.
+round average away more drift per step. The variant `centralized` reads the pipeline's
+centralized Envdrop (`pipeline-work`, `central/agent_log.csv` per seed; the pipeline study
+makes it), whole and cut at the federated best's sequential steps. The figure is the mean
+val_unseen SR curve per run over seeds, drawn from the curves CSV the study writes
+(`fedvln_gap_curves.csv`), so `--plot-only` redraws it. Threads: one per house, as every run
+fixes.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -46,7 +51,7 @@ import pandas as pd
 from experiments import figures
 from experiments.fedvln.pipeline import _pm
 from experiments.fedvln.runs import curve, finished_twin, pick
-from experiments.simulate import RESULTS, ROOT, command_line, in_parallel, simulate
+from experiments.simulate import RESULTS, ROOT, simulate
 
 # every run names all four settings it varies, so a later change of the defaults leaves its
 # numbers as they are (it is trained again, study.json records the defaults, to the same result)
@@ -71,45 +76,6 @@ CENTRAL = "centralized Envdrop (pooled data; the pipeline's)"
 CENTRAL_CUT = "centralized, cut at the federated best's sequential steps"
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--rounds", type=int, default=150, help="cap on rounds per run")
-    p.add_argument(
-        "--all-houses-rounds",
-        type=int,
-        default=60,
-        help="cap on rounds of the 12-house variants (a round costs ~2.5x a 2-house one)",
-    )
-    p.add_argument("--eval-every", type=int, default=3, help="rounds between evaluations")
-    p.add_argument(
-        "--patience",
-        type=int,
-        default=8,
-        help="stop a run once val_unseen SR has not improved for this many evaluations",
-    )
-    p.add_argument(
-        "--variants",
-        nargs="+",
-        default=[v for v in VARIANTS if v != "all-houses"],
-        choices=list(VARIANTS),
-        help="federated variants to run",
-    )
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    p.add_argument(
-        "--tables-only",
-        action="store_true",
-        help="tabulate the finished runs of the asked variants and seeds; train nothing",
-    )
-    p.add_argument("--pipeline-out", default=str(ROOT / "runs" / "fedvln"))
-    p.add_argument("--results-dir", default=str(RESULTS))
-    a = p.parse_args(argv)
-    for flag in ("rounds", "all_houses_rounds", "eval_every", "patience", "jobs"):
-        if getattr(a, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be at least 1")
-    return a
-
-
 def _config(a, name: str) -> str:
     rc = VARIANTS[name][1]
     return f'fedvln.stage="agent" eval-every={a.eval_every} fedvln.patience={a.patience} {rc}'
@@ -123,20 +89,20 @@ def pipeline_twin(a, name: str, seed: int) -> Path | None:
     """The pipeline's agent stage of this seed if it is this very run, finished (same settings,
     resolved recipe, rounds cap and seed: `experiments.fedvln.runs.finished_twin`). The pipeline trains
     the default, so one variant is usually its twin and need not be trained twice."""
-    run = Path(a.pipeline_out) / f"seed{seed}" / "agent"
+    run = Path(a.pipeline_work) / f"seed{seed}" / "agent"
     return finished_twin([run], _config(a, name), _rounds(a, name), seed)
 
 
 def run_dir(a, name: str, seed: int) -> Path:
     """Where a variant's run is: its own folder once started, else the pipeline's twin run
     if there is one, else its own folder (to train)."""
-    own = ROOT / "runs" / "fedvln-gap" / f"{name}-s{seed}"
+    own = Path(a.work) / f"{name}-s{seed}"
     return own if own.exists() else pipeline_twin(a, name, seed) or own
 
 
 def _run(a, name: str, seed: int) -> Path:
     run = run_dir(a, name, seed)
-    if run.parent != ROOT / "runs" / "fedvln-gap":
+    if run.parent != Path(a.work):
         print(f"fedvln_gap: {name} seed {seed} is the pipeline's {run}; not trained twice")
         return run
     return simulate("fedvln", run, rounds=_rounds(a, name), seed=seed, run_config=_config(a, name))
@@ -167,30 +133,82 @@ def rows_of(label: str, seed: int, df: pd.DataFrame, stopped: bool | None) -> li
     ]
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    jobs = [(v, s) for s in a.seeds for v in a.variants]
-    if not a.tables_only:
-        in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_gap")
-    rows, curves = [], []
-    for name, seed in jobs:
-        run = run_dir(a, name, seed)
-        df = curve(run.parent, run.name)
-        if df is None:  # --tables-only: not run, or not finished
-            print(f"fedvln_gap: {run} is missing or unfinished; left out")
-            continue
-        conv = json.loads((run / "config.json").read_text()).get("convergence") or {}
-        rows += rows_of(VARIANTS[name][0], seed, df, bool(conv.get("stopped_early")))
-        curves.append(df.assign(run=VARIANTS[name][0], seed=seed))
-    for seed in a.seeds:  # centralized Envdrop, if the pipeline has run for this seed
-        df = curve(Path(a.pipeline_out) / f"seed{seed}", "central/agent")
-        if df is not None and len(df):
-            rows += rows_of(CENTRAL, seed, df, None)
-            curves.append(df.assign(run=CENTRAL, seed=seed))
-            fed = curve(Path(a.pipeline_out) / f"seed{seed}", "agent")
-            if fed is not None and len(fed):
-                cut = df[df["steps"] <= sequential_steps(fed)].reset_index(drop=True)
-                rows += rows_of(CENTRAL_CUT, seed, cut, None) if len(cut) else []
+def measure(
+    seed: int,
+    variant: str,
+    rounds: int,
+    all_houses_rounds: int,
+    eval_every: int,
+    patience: int,
+    pipeline_work: str,
+    work: Path,
+) -> list[dict]:
+    """One cell: a variant's run of one seed (trained in WORK/<variant>-s<seed> unless the
+    pipeline's agent stage is this very run), its every evaluation returned with its label;
+    `centralized` reads the pipeline's centralized Envdrop instead, whole and cut at the
+    federated best's sequential steps. The fields: `rounds` the cap, `all-houses-rounds` the
+    12-house variants' cap, `eval-every`, `patience` (evaluations), `pipeline-work` the
+    pipeline study's folder."""
+    a = SimpleNamespace(rounds=rounds, all_houses_rounds=all_houses_rounds,
+                        eval_every=eval_every, patience=patience, work=work,
+                        pipeline_work=str(ROOT / pipeline_work))  # fmt: skip
+    if variant == "centralized":
+        return _centralized(a, seed)
+    _run(a, variant, seed)
+    run = run_dir(a, variant, seed)
+    df = curve(run.parent, run.name)
+    if df is None:
+        raise ValueError(f"{run}: the run did not finish")
+    conv = json.loads((run / "config.json").read_text()).get("convergence") or {}
+    return _rows(df, VARIANTS[variant][0], seed, bool(conv.get("stopped_early")))
+
+
+def _centralized(a, seed: int) -> list[dict]:
+    """The pipeline's centralized Envdrop of this seed, whole and cut at the federated best's
+    sequential steps (a seed the pipeline has not run stops the study, naming what to run)."""
+    df = curve(Path(a.pipeline_work) / f"seed{seed}", "central/agent")
+    fed = curve(Path(a.pipeline_work) / f"seed{seed}", "agent")
+    if df is None or fed is None or not len(df) or not len(fed):
+        raise ValueError(
+            f"grid.pipeline-work: {a.pipeline_work} has no finished agent stage for seed "
+            f"{seed}: run `python -m experiments.study experiments/studies/fedvln_pipeline.toml`"
+        )
+    cut = df[df["steps"] <= sequential_steps(fed)].reset_index(drop=True)
+    return _rows(df, CENTRAL, seed, None) + _rows(cut, CENTRAL_CUT, seed, None)
+
+
+def _rows(df: pd.DataFrame, label: str, seed: int, stopped: bool | None) -> list[dict]:
+    """A run's evaluations as the curves CSV keeps them."""
+    cols = ["steps", "val_unseen_sr", "val_seen_sr"]
+    return [
+        {"run": label, "seed": seed, "stopped_early": stopped, **r}
+        for r in df.reindex(columns=cols).to_dict("records")
+    ]
+
+
+def check(cell: dict, where) -> None:
+    for key in ("rounds", "all-houses-rounds", "eval-every", "patience"):
+        if cell[key] < 1:
+            raise ValueError(f"{where}: grid.{key}: must be at least 1")
+    if cell["variant"] not in (*VARIANTS, "centralized"):
+        raise ValueError(f"{where}: grid.variant: one of {', '.join(VARIANTS)}, centralized")
+
+
+def outputs(study: dict) -> list[Path]:
+    name = study["name"]
+    return [RESULTS / f"{name}{x}" for x in (".csv", "_runs.csv", "_curves.csv", ".png")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    """Best and last of every run (the runs CSV), their mean ± sd (the table), every
+    evaluation (the curves CSV) and the figure drawn from it."""
+    out_csv, runs_csv, curves_csv, png = outputs(study)
+    rows = []
+    for (label, seed), g in runs.groupby(["run", "seed"], sort=False):
+        stopped = g["stopped_early"].iloc[0]
+        rows += rows_of(
+            label, seed, g.reset_index(drop=True), None if pd.isna(stopped) else bool(stopped)
+        )
     df = pd.DataFrame(rows)
     df["stopped_early"] = df["stopped_early"].astype(float)  # centralized: NaN
     table = (
@@ -207,12 +225,23 @@ def main(argv=None) -> int:
         )
         .reset_index()
     )
-    dest = Path(a.results_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    table.round(2).to_csv(dest / "fedvln_gap.csv", index=False)
-    df.round(2).to_csv(dest / "fedvln_gap_runs.csv", index=False)
-    plot(pd.concat(curves), dest / "fedvln_gap.png", a, command_line(__file__, argv))
-    print(table.round(1).to_string(index=False))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.round(2).to_csv(out_csv, index=False)
+    df.round(2).to_csv(runs_csv, index=False)
+    runs.round(4).to_csv(curves_csv, index=False)
+    plot(runs, png, study["grid"], command)
+    return markdown(table)
+
+
+def replot(study: dict) -> int:
+    """`--plot-only`: the figure again from the committed curves CSV, under its command."""
+    from experiments.figures import command_of
+
+    _, _, curves_csv, png = outputs(study)
+    if not curves_csv.is_file() or command_of(png) is None:
+        print(f"study: {curves_csv}: not made by this study yet (run it first)", file=sys.stderr)
+        return 2
+    plot(pd.read_csv(curves_csv), png, study["grid"], command_of(png))
     return 0
 
 
@@ -235,23 +264,20 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot(curves: pd.DataFrame, png: Path, a, command: str) -> None:
-    """Mean val_unseen SR over seeds against optimizer steps (all houses), one line per run;
-    a seed that stopped early holds its last value, so the mean is over every seed."""
+def plot(curves: pd.DataFrame, png: Path, grid: dict, command: str) -> None:
+    """Mean val_unseen SR over seeds against optimizer steps (all houses), one line per run
+    (the centralized cut is the whole run's start); a seed that stopped early holds its last
+    value, so the mean is over every seed."""
     fig, ax = figures.subplots(figsize=(8, 4.5))
-    for name, g in curves.groupby("run", sort=False):
+    for name, g in curves[curves["run"] != CENTRAL_CUT].groupby("run", sort=False):
         wide = g.pivot_table(index="steps", columns="seed", values="val_unseen_sr").ffill()
         ax.plot(wide.index, wide.mean(axis=1), ls="--" if name == CENTRAL else "-", label=name)
     ax.set(
         xlabel="optimizer steps, all houses",
         ylabel="val_unseen SR (%), mean over seeds",
-        title=f"FedVLN agent stage to convergence (patience {a.patience} evaluations, "
-        f"cap {a.rounds} rounds), seeds {' '.join(map(str, a.seeds))}",
+        title=f"FedVLN agent stage to convergence (patience {grid['patience']} evaluations, "
+        f"cap {grid['rounds']} rounds), seeds {' '.join(map(str, grid['seed']))}",
     )
     ax.legend(fontsize=7)
     fig.tight_layout()
     figures.save(fig, png, command)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
