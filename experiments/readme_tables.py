@@ -67,9 +67,9 @@ def _fedvln_finetune_lr() -> str:
 
 
 def _fedvln_augment_budget() -> str:
-    from experiments.fedvln.augment_budget import report
+    from experiments.fedvln.augment_budget import both_tables
 
-    return report(_csv("fedvln_augment_budget_runs.csv"), _csv("fedvln_augment_budget.csv"))
+    return both_tables(_csv("fedvln_augment_budget_runs.csv"), _csv("fedvln_augment_budget.csv"))
 
 
 def _fedvln_speaker(split: str = "", name: str = "fedvln_speaker") -> str:

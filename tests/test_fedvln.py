@@ -1307,7 +1307,7 @@ def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin
     import experiments.fedvln.augment_budget as ab
 
     pipe = tmp_path / "pipe"
-    a = ab.parse_args(["--pipeline-out", str(pipe), "--seeds", "0", "1"])
+    a = SimpleNamespace(pipeline_work=str(pipe), work=tmp_path / "own")
     for seed in (0, 1):
         for run, extra in (("augment", "fedvln.speaker-init=x"), ("augment-control", "")):
             f = pipe / f"seed{seed}" / run
@@ -1324,7 +1324,7 @@ def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin
     ab._run(a, 0, "augment, perfect words")
     (run1, k1), (run0, k0), (_, kg) = launched
     assert kg["run_config"].endswith('speaker-init=x fedvln.route-words="grammar"')
-    assert k1["rounds"] == 90 and k1["seed"] == 1 and run1.parent == ab.OWN
+    assert k1["rounds"] == 90 and k1["seed"] == 1 and run1.parent == a.work
     assert k1["run_config"] == 'fedvln.stage="augment" fedvln.speaker-init=x fedvln.local-epochs=6'
     assert (
         k0["run_config"].endswith("fedvln.local-epochs=1.5") and "speaker" not in k0["run_config"]
@@ -1333,8 +1333,12 @@ def test_augment_budget_changes_only_tau_and_pairs_each_arm_with_its_update_twin
     capped = pipe / "seed1" / "augment" / "config.json"  # a step cap breaks the equal updates
     capped.write_text(json.dumps({"wall_s": 1, "fedvln.local-epochs": 3.0,
                                   "fedvln.max-local-steps": 4}))  # fmt: skip
-    with pytest.raises(SystemExit, match="max-local-steps"):
+    with pytest.raises(ValueError, match="grid.pipeline-work: .*max-local-steps"):
         ab._run(a, 1, "augment at control's updates")
+    got = ab.measure(0, "augment", str(pipe), tmp_path / "own")  # the pipeline's: read
+    assert [r["checkpoint"] for r in got] == ["best", "last"] and len(launched) == 3
+    with pytest.raises(ValueError, match="seed 2: run .*fedvln_pipeline.toml"):
+        ab.measure(2, "augment", str(pipe), tmp_path / "own")
 
     sr = {"augment": (28, 27), "control": (33, 30), "control at augment's updates": (29, 27),
           "augment at control's updates": (31, 31)}  # fmt: skip

@@ -1,8 +1,9 @@
 """Why does federated augmentation lose to its control? Its update budget, measured apart from
 its routes (issue 41: "a gain that does not appear is reported as measured, with what was
-tried").
+tried"). The analysis of a study file (one call of `measure` per seed and arm; it needs the
+pipeline's augment and augment-control runs):
 
-    python -m experiments.fedvln.augment_budget            # embedded houses, seeds 0 1 2
+    python -m experiments.study experiments/studies/fedvln_augment_budget.toml
 
 The pipeline's augment stage and its control restart from the same agent (`agent/best.pt`),
 with the same houses, patience and cap; the control has no speaker routes. They do not get
@@ -40,17 +41,17 @@ evaluation's binomial noise (`experiments.tables.binomial_sd`).
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
 from experiments.fedvln.runs import curve, pick
-from experiments.simulate import RESULTS, ROOT, in_parallel, simulate
+from experiments.simulate import RESULTS, ROOT, simulate
 from experiments.tables import gain_text, mean_sd, paired, pipe_table
 
-OWN = ROOT / "runs" / "fedvln-augment-budget"
+PIPELINE = "experiments/studies/fedvln_pipeline.toml"  # the study whose runs the arms copy
 # arm -> (the pipeline run it copies, factor on its tau, more run config); (run, 1, "") is the
 # pipeline's run itself
 GRAMMAR = 'fedvln.route-words="grammar"'
@@ -84,30 +85,17 @@ COMPARISONS = [
 ]
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time")
-    p.add_argument("--pipeline-out", default=str(ROOT / "runs" / "fedvln"))
-    p.add_argument("--tables-only", action="store_true", help="tabulate finished runs only")
-    p.add_argument("--results-dir", default=str(RESULTS))
-    a = p.parse_args(argv)
-    if a.jobs < 1:
-        p.error("--jobs must be at least 1")
-    return a
-
-
 def launch(a, seed: int, arm: str) -> tuple[list[str], dict] | None:
     """The pipeline run an arm copies: its `study.json` arguments and `config.json`; None when
     that run has not finished."""
     base = ARMS[arm][0]
-    run = Path(a.pipeline_out) / f"seed{seed}" / base
+    run = Path(a.pipeline_work) / f"seed{seed}" / base
     if curve(run.parent, run.name) is None or not (run / "study.json").is_file():
         return None
     cfg = json.loads((run / "config.json").read_text())
     if cfg.get("fedvln.max-local-steps", 0):
-        raise SystemExit(
-            f"fedvln_augment_budget: {run} caps local steps (fedvln.max-local-steps = "
+        raise ValueError(
+            f"grid.pipeline-work: {run} caps local steps (fedvln.max-local-steps = "
             f"{cfg['fedvln.max-local-steps']}): tau x2 / x0.5 then gives no equal updates"
         )
     return json.loads((run / "study.json").read_text())["args"], cfg
@@ -117,9 +105,9 @@ def run_dir(a, seed: int, arm: str) -> Path:
     """The pipeline's own run, or this study's folder for an arm the pipeline does not run."""
     base, factor, extra = ARMS[arm]
     if factor == 1.0 and not extra:
-        return Path(a.pipeline_out) / f"seed{seed}" / base
+        return Path(a.pipeline_work) / f"seed{seed}" / base
     name = arm.replace(" ", "-").replace(",", "").replace("'", "")
-    return OWN / f"{name}-s{seed}"
+    return Path(a.work) / f"{name}-s{seed}"
 
 
 def _run(a, seed: int, arm: str) -> Path:
@@ -198,34 +186,50 @@ def markdown(t: pd.DataFrame) -> str:
     return pipe_table(head, rows)
 
 
-def report(runs: pd.DataFrame, table: pd.DataFrame) -> str:
+def both_tables(runs: pd.DataFrame, table: pd.DataFrame) -> str:
     """The arms' table, then the paired comparisons (what the docs show)."""
     return f"{arms_table(runs)}\n\n{markdown(table)}"
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
-    ready = [s for s in a.seeds if all(launch(a, s, arm) for arm in ARMS)]
-    for s in sorted(set(a.seeds) - set(ready)):
-        print(
-            f"fedvln_augment_budget: seed {s} has no finished augment and augment-control in "
-            f"{a.pipeline_out}: run `python -m experiments.fedvln.pipeline --seeds {s}` first"
+def measure(seed: int, arm: str, pipeline_work: str, work: Path) -> list[dict]:
+    """One cell: an arm of one seed, read from the pipeline's run (`pipeline-work`) when it is
+    that run, else trained in WORK/<arm>-s<seed> from the pipeline's launch with tau scaled or
+    the routes' words changed; its best and last. A seed the pipeline has not finished stops
+    the study, naming the study to run."""
+    a = SimpleNamespace(pipeline_work=str(ROOT / pipeline_work), work=work)
+    if not all(launch(a, seed, base) for base in ("augment", "control")):
+        raise ValueError(
+            f"grid.pipeline-work: {pipeline_work} has no finished augment and augment-control "
+            f"for seed {seed}: run `python -m experiments.study {PIPELINE}` first"
         )
-    jobs = [(s, arm) for s in ready for arm, (_, f, x) in ARMS.items() if f != 1.0 or x]
-    if not a.tables_only:
-        in_parallel(lambda j: _run(a, *j), jobs, a.jobs, "fedvln_augment_budget")
-    runs = pd.DataFrame([r for s in ready for arm in ARMS for r in rows_of(a, s, arm)])
-    if runs.empty:
-        print("fedvln_augment_budget: no finished runs")
-        return 1
+    _, factor, extra = ARMS[arm]
+    if factor != 1.0 or extra:
+        _run(a, seed, arm)
+    rows = rows_of(a, seed, arm)
+    if not rows:
+        raise ValueError(f"{run_dir(a, seed, arm)}: the run did not finish")
+    return rows
+
+
+def check(cell: dict, where) -> None:
+    if cell["arm"] not in ARMS:
+        raise ValueError(f"{where}: grid.arm: one of {', '.join(ARMS)}")
+
+
+def outputs(study: dict) -> list[Path]:
+    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs")]
+
+
+def report(runs: pd.DataFrame, study: dict, command: str) -> str:
+    out_csv, runs_csv = outputs(study)
     table = comparisons(runs)
-    dest = Path(a.results_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    runs.round({"sr": 2}).to_csv(dest / "fedvln_augment_budget_runs.csv", index=False)
-    table.round(2).to_csv(dest / "fedvln_augment_budget.csv", index=False)
-    print(report(runs, table))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    runs.round({"sr": 2}).to_csv(runs_csv, index=False)
+    table.round(2).to_csv(out_csv, index=False)
+    return both_tables(runs, table)
+
+
+def replot(study: dict) -> int:
+    """`--plot-only`: the tables again from the committed runs CSV (no figure; nothing trains)."""
+    print(report(pd.read_csv(outputs(study)[1]), study, ""))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
