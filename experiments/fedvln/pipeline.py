@@ -945,6 +945,8 @@ CURVES = {
     **dict.fromkeys(("speaker", "central/speaker"), "val_unseen_bleu"),
     **{_pre_run(v): "val_unseen_sr" for v in PRE_RUNS},
     "start": "val_unseen_sr",  # where pre-exploration starts (start_curve)
+    "untrained": "val_unseen_sr",  # the floors: the untrained follower and speaker
+    "untrained/bleu": "val_unseen_bleu",
 }
 
 
@@ -952,7 +954,7 @@ def curves(out: Path, seed: int) -> list[dict]:
     """One seed's evaluations of every run the figure draws: (seed, run, steps, value)."""
     rows = []
     for run, col in CURVES.items():
-        c = start_curve(out) if run == "start" else curve(out, run)
+        c = start_curve(out) if run == "start" else curve(out, run.removesuffix("/bleu"))
         if c is not None and len(c) and col in c:
             rows += [
                 {"seed": seed, "run": run, "steps": float(x), "value": float(v)}
@@ -993,6 +995,13 @@ def plot(curves: pd.DataFrame, png: Path, command: str, stages=STAGES) -> None:
     figures.save(fig, png, command)
 
 
+def _floor(ax, curves: pd.DataFrame, run: str, label: str) -> None:
+    """The untrained model's score (mean over seeds), the floor a trained one must beat."""
+    v = curves.loc[curves["run"] == run, "value"]
+    if len(v):
+        ax.axhline(float(v.mean()), color="black", ls="-.", lw=0.8, label=label)
+
+
 def _plot_follower(ax, curves: pd.DataFrame) -> None:
     for run, label, style in (
         ("agent", "FedEnvdrop", "-"),
@@ -1003,6 +1012,7 @@ def _plot_follower(ax, curves: pd.DataFrame) -> None:
         ("central/augment-control", "Envdrop fine-tuned again", ":"),
     ):
         _band(ax, curves, run, label, style)
+    _floor(ax, curves, "untrained", "untrained follower (floor)")
     for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
         ax.axhline(
             PAPER_T2[(model, "val_unseen")][3],
@@ -1022,6 +1032,7 @@ def _plot_follower(ax, curves: pd.DataFrame) -> None:
 def _plot_speaker(ax, curves: pd.DataFrame) -> None:
     for run, label, style in (("speaker", "Fed", "-"), ("central/speaker", "Cent", "--")):
         _band(ax, curves, run, label, style)
+    _floor(ax, curves, "untrained/bleu", "untrained speaker (floor)")
     for name, ls in (("Cent", "--"), ("Fed", "-")):
         ax.axhline(PAPER_T4[name][1], color="grey", ls=ls, lw=0.8, label=f"paper {name}")
     ax.set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
