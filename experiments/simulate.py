@@ -345,12 +345,18 @@ def cached(path: Path, fingerprint: str, train, describe) -> list[dict]:
 def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) -> list:
     """`fn` over `items`, `jobs` at a time (threads, or processes for in-process training),
     with a bar of finished runs on stderr; results in the order of `items`. The first run
-    that fails stops the script with its error."""
+    that fails stops the script with its error once the runs under way finish (none queued
+    behind it starts)."""
     pool_of = ProcessPoolExecutor if processes else ThreadPoolExecutor
     with pool_of(max_workers=jobs) as pool:
         futures = [pool.submit(fn, x) for x in items]
-        for f in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="run"):
-            f.result()
+        try:
+            for f in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="run"):
+                f.result()
+        except BaseException:  # the queued runs do not start; the running ones finish
+            for f in futures:
+                f.cancel()
+            raise
         return [f.result() for f in futures]
 
 

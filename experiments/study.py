@@ -12,7 +12,9 @@ what is specific to a study: its analysis module's `outputs(study)`, `report(run
 command)` (returns the table as markdown) and `replot(study)` (the figure again from the
 committed CSVs, `--plot-only`). A run that finds its input missing or wrong (another study's
 runs it reads, a data folder) raises ValueError: the study stops in one line, exit 2, every
-finished run kept. A study that checks a claim (e.g. every engine gives the same
+finished run kept; an analysis's `needs(cell, file)` says so for every cell before anything
+trains (what `check` cannot: it reads other studies' folders, which a fresh checkout lacks).
+A study that checks a claim (e.g. every engine gives the same
 scores) names it in `failure`: the runner writes the results, then exits 1 with the reason.
 
 The file, keys in kebab-case:
@@ -192,6 +194,8 @@ def main(argv=None) -> int:
             if hasattr(analysis, "check"):
                 analysis.check(cell, study["file"])
         refuse_overwrite(analysis.outputs(study), a.force)
+        for cell in runs if hasattr(analysis, "needs") else ():
+            analysis.needs(cell, study["file"])
         jobs = kind.jobs(runs, Path(a.work) if a.work else None)
     except ValueError as e:
         print(f"study: {e}", file=sys.stderr)

@@ -1185,7 +1185,18 @@ def test_pipeline_starts_pre_exploration_from_given_models_and_scores_that_start
     ck.mkdir(parents=True)
     a = fp.settings(stages=["preexplore"], start_models=str(tmp_path / "models" / "s{seed}"))
     with pytest.raises(ValueError, match="grid.start-models: .*has no agent_best.pt, speaker.pt"):
-        fp.start_models(a, 0)
+        fp.start_folder(a, 0)
+    with pytest.raises(ValueError, match="f.toml: grid.start-models: .*has no agent_best.pt"):
+        fp.needs(pipeline_cell(stages=["preexplore"], **{"start-models": a.start_models}), "f.toml")
+    with pytest.raises(ValueError, match="grid.start-models: .*has no agent_best.pt"):
+        fp.measure(
+            **{
+                k.replace("-", "_"): v
+                for k, v in pipeline_cell().items()
+                if k not in ("run", "run-config")
+            }
+            | {"stages": ["preexplore"], "start_models": a.start_models, "work": tmp_path}
+        )
     cfg = merged(
         {**TINY, "fedvln.stage": "preexplore", "fedvln.agent-init": str(ck / "agent_best.pt")}
     )

@@ -318,3 +318,46 @@ def needs_a_folder(seed: int, folder: str) -> list[dict]:
     from envs.errors import DataError
 
     raise DataError(f"{folder}: no such folder")
+
+
+def test_a_study_missing_another_studys_runs_is_refused_before_anything_trains(tmp_path, capsys):
+    """`needs`: a study that reads another study's runs (here the augment-lr study, the
+    pipeline's agent stages) checks every cell's input before the first run starts, and says
+    in one line which field, which folder and which study makes it."""
+    from experiments import study
+
+    text = (ROOT / "experiments" / "studies" / "fedvln_finetune_lr.toml").read_text()
+    f = tmp_path / "s.toml"
+    f.write_text(
+        text.replace('name = "fedvln_finetune_lr"', 'name = "x_finetune_lr"').replace(
+            'pipeline-work = "runs/fedvln"', f'pipeline-work = "{tmp_path / "pipe"}"'
+        )
+    )
+    assert study.main([str(f), "--work", str(tmp_path / "work")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"study: {f}: grid.pipeline-work: {tmp_path / 'pipe'}")
+    assert "fedvln_pipeline.toml" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_first_failed_run_stops_the_runs_queued_behind_it():
+    """experiments.simulate.in_parallel: a run that fails stops the study once the runs under
+    way finish; none queued behind it starts (a missing input found by the first cell must not
+    wait for hours of other cells)."""
+    import time
+
+    from experiments.simulate import in_parallel
+
+    started = []
+
+    def run(k):
+        started.append(k)
+        if k == 0:
+            raise ValueError("no such folder")
+        time.sleep(0.05)
+        return k
+
+    with pytest.raises(ValueError, match="no such folder"):
+        in_parallel(run, list(range(20)), 2, "t")
+    assert len(started) <= 3, started
+    assert in_parallel(lambda k: k * 2, [1, 2, 3], 2, "t") == [2, 4, 6]

@@ -42,6 +42,7 @@ evaluation's binomial noise (`experiments.tables.binomial_sd`).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -197,11 +198,7 @@ def measure(seed: int, arm: str, pipeline_work: str, work: Path) -> list[dict]:
     the routes' words changed; its best and last. A seed the pipeline has not finished stops
     the study, naming the study to run."""
     a = SimpleNamespace(pipeline_work=str(ROOT / pipeline_work), work=work)
-    if not all(launch(a, seed, base) for base in ("augment", "control")):
-        raise ValueError(
-            f"grid.pipeline-work: {pipeline_work} has no finished augment and augment-control "
-            f"for seed {seed}: run `python -m experiments.study {PIPELINE}` first"
-        )
+    _needs_pipeline(a, pipeline_work, seed)
     _, factor, extra = ARMS[arm]
     if factor != 1.0 or extra:
         _run(a, seed, arm)
@@ -209,6 +206,24 @@ def measure(seed: int, arm: str, pipeline_work: str, work: Path) -> list[dict]:
     if not rows:
         raise ValueError(f"{run_dir(a, seed, arm)}: the run did not finish")
     return rows
+
+
+def _needs_pipeline(a, pipeline_work: str, seed: int) -> None:
+    """The pipeline's augment and augment-control of this seed, finished and uncapped."""
+    if not all(launch(a, seed, base) for base in ("augment", "control")):
+        raise ValueError(
+            f"grid.pipeline-work: {pipeline_work} has no finished augment and augment-control "
+            f"for seed {seed}: run `python -m experiments.study {PIPELINE}` first"
+        )
+
+
+def needs(cell: dict, where) -> None:
+    """What every arm of the cell's seed copies, before anything trains."""
+    a = SimpleNamespace(pipeline_work=str(ROOT / cell["pipeline-work"]))
+    try:
+        _needs_pipeline(a, cell["pipeline-work"], cell["seed"])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def check(cell: dict, where) -> None:
@@ -230,6 +245,12 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the tables again from the committed runs CSV (no figure; nothing trains)."""
-    print(report(pd.read_csv(outputs(study)[1]), study, ""))
+    """`--plot-only`: the tables again from the committed runs CSV, printed (no figure; nothing
+    trains, nothing is written)."""
+    runs_csv = outputs(study)[1]
+    if not runs_csv.is_file():
+        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
+        return 2
+    runs = pd.read_csv(runs_csv)
+    print(both_tables(runs, comparisons(runs)))
     return 0

@@ -18,6 +18,7 @@ optimizer steps (all houses) each took, and the paired difference of the best ov
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -139,16 +140,28 @@ def measure(
     pipeline's). A seed the pipeline has not run stops the study, naming the study to run."""
     a = SimpleNamespace(rounds=rounds, eval_every=eval_every, patience=patience, reuse=reuse,
                         pipeline_work=str(ROOT / pipeline_work), work=work)  # fmt: skip
-    if curve(Path(a.pipeline_work) / f"seed{seed}", "agent") is None:
-        raise ValueError(
-            f"grid.pipeline-work: {pipeline_work} has no finished agent stage for seed {seed}: "
-            f"run `python -m experiments.study {PIPELINE}` first"
-        )
+    _needs_pipeline(pipeline_work, seed)
     _run(a, seed, lr)
     row = rows_of(a, seed, lr)
     if row is None:
         raise ValueError(f"{run_dir(a, seed, lr)}: the run did not finish")
     return row
+
+
+def _needs_pipeline(pipeline_work: str, seed: int) -> None:
+    if curve(ROOT / pipeline_work / f"seed{seed}", "agent") is None:
+        raise ValueError(
+            f"grid.pipeline-work: {pipeline_work} has no finished agent stage for seed {seed}: "
+            f"run `python -m experiments.study {PIPELINE}` first"
+        )
+
+
+def needs(cell: dict, where) -> None:
+    """The pipeline's agent stage of the cell's seed, before anything trains."""
+    try:
+        _needs_pipeline(cell["pipeline-work"], cell["seed"])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def check(cell: dict, where) -> None:
@@ -174,6 +187,11 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the table again from the committed runs CSV (no figure; nothing trains)."""
-    print(report(pd.read_csv(outputs(study)[1]), study, ""))
+    """`--plot-only`: the table again from the committed runs CSV, printed (no figure; nothing
+    trains, nothing is written)."""
+    runs_csv = outputs(study)[1]
+    if not runs_csv.is_file():
+        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
+        return 2
+    print(markdown(summary(pd.read_csv(runs_csv))))
     return 0

@@ -166,13 +166,9 @@ def measure(
 def _centralized(a, seed: int) -> list[dict]:
     """The pipeline's centralized Envdrop of this seed, whole and cut at the federated best's
     sequential steps (a seed the pipeline has not run stops the study, naming what to run)."""
+    _needs_pipeline(a.pipeline_work, seed)
     df = curve(Path(a.pipeline_work) / f"seed{seed}", "central/agent")
     fed = curve(Path(a.pipeline_work) / f"seed{seed}", "agent")
-    if df is None or fed is None or not len(df) or not len(fed):
-        raise ValueError(
-            f"grid.pipeline-work: {a.pipeline_work} has no finished agent stage for seed "
-            f"{seed}: run `python -m experiments.study experiments/studies/fedvln_pipeline.toml`"
-        )
     cut = df[df["steps"] <= sequential_steps(fed)].reset_index(drop=True)
     return _rows(df, CENTRAL, seed, None) + _rows(cut, CENTRAL_CUT, seed, None)
 
@@ -184,6 +180,25 @@ def _rows(df: pd.DataFrame, label: str, seed: int, stopped: bool | None) -> list
         {"run": label, "seed": seed, "stopped_early": stopped, **r}
         for r in df.reindex(columns=cols).to_dict("records")
     ]
+
+
+def _needs_pipeline(pipeline_work: str, seed: int) -> None:
+    """The pipeline's federated and centralized agent stages of this seed, finished."""
+    runs = [curve(ROOT / pipeline_work / f"seed{seed}", r) for r in ("central/agent", "agent")]
+    if any(r is None or not len(r) for r in runs):
+        raise ValueError(
+            f"grid.pipeline-work: {pipeline_work} has no finished agent stage for seed "
+            f"{seed}: run `python -m experiments.study experiments/studies/fedvln_pipeline.toml`"
+        )
+
+
+def needs(cell: dict, where) -> None:
+    """The pipeline's runs the `centralized` variant reads, before anything trains."""
+    if cell["variant"] == "centralized":
+        try:
+            _needs_pipeline(cell["pipeline-work"], cell["seed"])
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
 
 
 def check(cell: dict, where) -> None:
@@ -203,6 +218,8 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     """Best and last of every run (the runs CSV), their mean ± sd (the table), every
     evaluation (the curves CSV) and the figure drawn from it."""
     out_csv, runs_csv, curves_csv, png = outputs(study)
+    central = runs["run"].isin([CENTRAL, CENTRAL_CUT])
+    runs = pd.concat([runs[~central], runs[central]])  # the centralized rows last, as before
     rows = []
     for (label, seed), g in runs.groupby(["run", "seed"], sort=False):
         stopped = g["stopped_early"].iloc[0]

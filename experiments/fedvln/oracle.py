@@ -58,6 +58,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -192,21 +193,35 @@ def _models(a, seed: int) -> Path:
     the speaker study `speaker-study` (trained there if missing on the embedded houses; on R2R
     its checkpoints are used as they are, never retrained here)."""
     spk = fedvln_speaker.settings(ROOT / a.speaker_study)
+    return _given_models(a, seed) or (fedvln_speaker.train(spk, seed) / "grounded" / "checkpoints")
+
+
+def _given_models(a, seed: int) -> Path | None:
+    """The folder of models this study uses as they are (`models`, or on R2R the speaker
+    study's), refused if it lacks one; None where the speaker study trains them."""
+    if not (a.data_dir or a.models):
+        return None
     if a.models:
         ck = ROOT / a.models.format(seed=seed)
+        field, how = "grid.models", "the study file's comment says how they are made"
     else:
+        spk = fedvln_speaker.settings(ROOT / a.speaker_study)
         ck = Path(spk.work) / f"seed{seed}" / "grounded" / "checkpoints"
-    if a.data_dir or a.models:
-        missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
-        if missing:
-            field, how = (
-                ("grid.models", "the study file's comment says how they are made")
-                if a.models
-                else ("grid.speaker-study", f"python -m experiments.study {a.speaker_study}")
-            )
-            raise ValueError(f"{field}: {ck} has no {', '.join(missing)}; train them first ({how})")
-        return ck
-    return fedvln_speaker.train(spk, seed) / "grounded" / "checkpoints"
+        field, how = "grid.speaker-study", f"python -m experiments.study {a.speaker_study}"
+    missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
+    if missing:
+        raise ValueError(f"{field}: {ck} has no {', '.join(missing)}; train them first ({how})")
+    return ck
+
+
+def needs(cell: dict, where) -> None:
+    """The models the cell's seed adapts from, when this study does not train them, before
+    anything runs."""
+    a = SimpleNamespace(**{k.replace("-", "_"): v for k, v in cell.items()})
+    try:
+        _given_models(a, cell["seed"])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def _embedded_houses(setup, a, seed: int):
@@ -361,6 +376,11 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the table again from the committed house rows (no figure; nothing adapts)."""
-    print(report(pd.read_csv(outputs(study)[1]), study, ""))
+    """`--plot-only`: the table again from the committed house rows, printed (this study
+    draws no figure; nothing adapts, nothing is written)."""
+    runs_csv = outputs(study)[1]
+    if not runs_csv.is_file():
+        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
+        return 2
+    print(markdown(summarize(pd.read_csv(runs_csv))))
     return 0

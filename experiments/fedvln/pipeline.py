@@ -198,7 +198,7 @@ def run_seed(a, out: Path, seed: int) -> None:
     agent = f'fedvln.agent-init="{out / "agent" / "best.pt"}"'
     pre_agent = out / "augment" / "best.pt"
     if a.start_models:
-        ck = start_models(a, seed)
+        ck = start_folder(a, seed)
         spk = f'fedvln.speaker-init="{ck / "speaker.pt"}"'
         pre_agent = ck / "agent_best.pt"
     if "augment" in a.stages:
@@ -239,7 +239,7 @@ def run_seed(a, out: Path, seed: int) -> None:
     floor(out, seed)
 
 
-def start_models(a, seed: int) -> Path:
+def start_folder(a, seed: int) -> Path:
     """The seed's folder of `start-models`, refused if it lacks the follower or speaker."""
     ck = (ROOT / a.start_models.format(seed=seed)).resolve()
     missing = [f for f in ("agent_best.pt", "speaker.pt") if not (ck / f).is_file()]
@@ -1129,7 +1129,7 @@ def measure(
     torch.set_num_threads(1)
     out = Path(work).resolve() / f"seed{seed}"  # checkpoints go to the stages by absolute path
     if a.start_models:
-        start_models(a, seed)
+        start_folder(a, seed)
     run_seed(a, out, seed)
     return [r | {"work": str(out.parent)} for r in curves(out, seed)]
 
@@ -1174,6 +1174,15 @@ def check(cell: dict, where) -> None:
             )
     if cell["data-dir"] and not (ROOT / cell["data-dir"]).is_dir():
         raise ValueError(f"{where}: grid.data-dir: {cell['data-dir']}: no such folder")
+
+
+def needs(cell: dict, where) -> None:
+    """The start models a study of pre-exploration alone starts from, before anything trains."""
+    if cell["start-models"]:
+        try:
+            start_folder(SimpleNamespace(start_models=cell["start-models"]), cell["seed"])
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
 
 
 def _suffix(study: dict) -> str:

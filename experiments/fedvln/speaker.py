@@ -353,12 +353,15 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the tables again from the committed runs CSV (this study draws no figure)."""
+    """`--plot-only`: the tables again from the committed runs CSV, printed (this study draws
+    no figure; nothing trains, nothing is written: the runs CSV keeps 3 decimals, so a ratio's
+    mean ± sd made from it may differ from the committed table's by 0.01)."""
     files = outputs(study)
     if not files[1].is_file():
         print(f"study: {files[1]}: no such file (run the study first)", file=sys.stderr)
         return 2
     runs = pd.read_csv(files[1], keep_default_na=False, na_values=[""])
     runs["checkpoint"] = runs["checkpoint"].fillna("")
-    print(report(runs, study, ""))
+    table, aug = summarize(runs)
+    print(f"{markdown(table)}\n\n{markdown_augment(aug)}")
     return 0
