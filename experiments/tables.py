@@ -174,6 +174,20 @@ def redraw_study(files: list[Path], draw) -> int:
     return redraw(files[0], from_runs)
 
 
+def print_from_runs(runs_csv: Path, tables) -> int:
+    """`--plot-only` for a study that draws no figure: `tables(runs)`, its tables made again
+    from the committed runs CSV, printed; nothing trains and nothing is written."""
+    import sys
+
+    import pandas as pd
+
+    if not Path(runs_csv).is_file():
+        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
+        return 2
+    print(tables(pd.read_csv(runs_csv)))
+    return 0
+
+
 def save_study(files: list[Path], runs, table, command: str, draw) -> None:
     """Write `study_files`: the runs, the summary with the command that made it, and the
     figure `draw(runs, png, command)` makes (`experiments.figures.save`)."""

@@ -42,7 +42,6 @@ evaluation's binomial noise (`experiments.tables.binomial_sd`).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -50,7 +49,7 @@ import pandas as pd
 
 from experiments.fedvln.runs import curve, pick
 from experiments.simulate import RESULTS, ROOT, simulate
-from experiments.tables import gain_text, mean_sd, paired, pipe_table
+from experiments.tables import gain_text, mean_sd, paired, pipe_table, print_from_runs, study_files
 
 PIPELINE = "experiments/studies/fedvln_pipeline.toml"  # the study whose runs the arms copy
 # arm -> (the pipeline run it copies, factor on its tau, more run config); (run, 1, "") is the
@@ -232,7 +231,7 @@ def check(cell: dict, where) -> None:
 
 
 def outputs(study: dict) -> list[Path]:
-    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs")]
+    return study_files(RESULTS, study["name"])[:2]  # the table and the runs; no figure
 
 
 def report(runs: pd.DataFrame, study: dict, command: str) -> str:
@@ -245,12 +244,4 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the tables again from the committed runs CSV, printed (no figure; nothing
-    trains, nothing is written)."""
-    runs_csv = outputs(study)[1]
-    if not runs_csv.is_file():
-        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
-        return 2
-    runs = pd.read_csv(runs_csv)
-    print(both_tables(runs, comparisons(runs)))
-    return 0
+    return print_from_runs(outputs(study)[1], lambda runs: both_tables(runs, comparisons(runs)))

@@ -18,7 +18,6 @@ optimizer steps (all houses) each took, and the paired difference of the best ov
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,7 +25,7 @@ import pandas as pd
 
 from experiments.fedvln.runs import curve, finished_twin, pick
 from experiments.simulate import RESULTS, ROOT, simulate
-from experiments.tables import mean_sd, paired_interval, pipe_table
+from experiments.tables import mean_sd, paired_interval, pipe_table, print_from_runs, study_files
 
 PIPELINE = "experiments/studies/fedvln_pipeline.toml"  # the study whose runs this one starts from
 
@@ -173,7 +172,7 @@ def check(cell: dict, where) -> None:
 
 
 def outputs(study: dict) -> list[Path]:
-    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs")]
+    return study_files(RESULTS, study["name"])[:2]  # the table and the runs; no figure
 
 
 def report(runs: pd.DataFrame, study: dict, command: str) -> str:
@@ -187,11 +186,4 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the table again from the committed runs CSV, printed (no figure; nothing
-    trains, nothing is written)."""
-    runs_csv = outputs(study)[1]
-    if not runs_csv.is_file():
-        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
-        return 2
-    print(markdown(summary(pd.read_csv(runs_csv))))
-    return 0
+    return print_from_runs(outputs(study)[1], lambda runs: markdown(summary(runs)))

@@ -58,7 +58,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -71,7 +70,7 @@ from envs.vln_appearance import LOOK_VERSION
 from envs.vln_houses import GENERATOR, HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
 from experiments.simulate import RESULTS, ROOT, path_digest
-from experiments.tables import gain_text, mean_sd, paired, pipe_table
+from experiments.tables import gain_text, mean_sd, paired, pipe_table, print_from_runs, study_files
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
@@ -362,7 +361,7 @@ def check(cell: dict, where) -> None:
 
 
 def outputs(study: dict) -> list[Path]:
-    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs")]
+    return study_files(RESULTS, study["name"])[:2]  # the table and the runs; no figure
 
 
 def report(runs: pd.DataFrame, study: dict, command: str) -> str:
@@ -376,11 +375,4 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
 
 
 def replot(study: dict) -> int:
-    """`--plot-only`: the table again from the committed house rows, printed (this study
-    draws no figure; nothing adapts, nothing is written)."""
-    runs_csv = outputs(study)[1]
-    if not runs_csv.is_file():
-        print(f"study: {runs_csv}: no such file (run the study first)", file=sys.stderr)
-        return 2
-    print(markdown(summarize(pd.read_csv(runs_csv))))
-    return 0
+    return print_from_runs(outputs(study)[1], lambda runs: markdown(summarize(runs)))

@@ -52,7 +52,7 @@ import torch
 
 from envs.vln_setup import open_vln
 from experiments.simulate import RESULTS, ROOT
-from experiments.tables import mean_sd, paired_interval, pipe_table
+from experiments.tables import mean_sd, paired_interval, pipe_table, print_from_runs, study_files
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
 from training import vln_speaker_quality as quality
@@ -338,7 +338,7 @@ def check(cell: dict, where) -> None:
 
 
 def outputs(study: dict) -> list[Path]:
-    return [RESULTS / f"{study['name']}{s}.csv" for s in ("", "_runs", "_augment")]
+    return [*study_files(RESULTS, study["name"])[:2], RESULTS / f"{study['name']}_augment.csv"]
 
 
 def report(runs: pd.DataFrame, study: dict, command: str) -> str:
@@ -356,12 +356,9 @@ def replot(study: dict) -> int:
     """`--plot-only`: the tables again from the committed runs CSV, printed (this study draws
     no figure; nothing trains, nothing is written: the runs CSV keeps 3 decimals, so a ratio's
     mean ± sd made from it may differ from the committed table's by 0.01)."""
-    files = outputs(study)
-    if not files[1].is_file():
-        print(f"study: {files[1]}: no such file (run the study first)", file=sys.stderr)
-        return 2
-    runs = pd.read_csv(files[1], keep_default_na=False, na_values=[""])
-    runs["checkpoint"] = runs["checkpoint"].fillna("")
-    table, aug = summarize(runs)
-    print(f"{markdown(table)}\n\n{markdown_augment(aug)}")
-    return 0
+
+    def tables(runs: pd.DataFrame) -> str:
+        table, aug = summarize(runs.fillna({"checkpoint": ""}))
+        return f"{markdown(table)}\n\n{markdown_augment(aug)}"
+
+    return print_from_runs(outputs(study)[1], tables)
