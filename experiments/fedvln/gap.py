@@ -74,6 +74,7 @@ VARIANTS = {  # run folder name: (row label, run config)
 }
 CENTRAL = "centralized Envdrop (pooled data; the pipeline's)"
 CENTRAL_CUT = "centralized, cut at the federated best's sequential steps"
+UNTRAINED = "untrained follower (floor)"  # drawn on the figure, not a row of the table
 
 
 def _config(a, name: str) -> str:
@@ -170,7 +171,9 @@ def _centralized(a, seed: int) -> list[dict]:
     df = curve(Path(a.pipeline_work) / f"seed{seed}", "central/agent")
     fed = curve(Path(a.pipeline_work) / f"seed{seed}", "agent")
     cut = df[df["steps"] <= sequential_steps(fed)].reset_index(drop=True)
-    return _rows(df, CENTRAL, seed, None) + _rows(cut, CENTRAL_CUT, seed, None)
+    floor = curve(Path(a.pipeline_work) / f"seed{seed}", "untrained")
+    floor = [] if floor is None else _rows(floor, UNTRAINED, seed, None)
+    return _rows(df, CENTRAL, seed, None) + _rows(cut, CENTRAL_CUT, seed, None) + floor
 
 
 def _rows(df: pd.DataFrame, label: str, seed: int, stopped: bool | None) -> list[dict]:
@@ -218,10 +221,10 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     """Best and last of every run (the runs CSV), their mean ± sd (the table), every
     evaluation (the curves CSV) and the figure drawn from it."""
     out_csv, runs_csv, curves_csv, png = outputs(study)
-    central = runs["run"].isin([CENTRAL, CENTRAL_CUT])
+    central = runs["run"].isin([CENTRAL, CENTRAL_CUT, UNTRAINED])
     runs = pd.concat([runs[~central], runs[central]])  # the centralized rows last, as before
     rows = []
-    for (label, seed), g in runs.groupby(["run", "seed"], sort=False):
+    for (label, seed), g in runs[runs["run"] != UNTRAINED].groupby(["run", "seed"], sort=False):
         stopped = g["stopped_early"].iloc[0]
         rows += rows_of(
             label, seed, g.reset_index(drop=True), None if pd.isna(stopped) else bool(stopped)
@@ -283,12 +286,15 @@ def markdown(table: pd.DataFrame) -> str:
 
 def plot(curves: pd.DataFrame, png: Path, grid: dict, command: str) -> None:
     """Mean val_unseen SR over seeds against optimizer steps (all houses), one line per run
-    (the centralized cut is the whole run's start); a seed that stopped early holds its last
-    value, so the mean is over every seed."""
+    (the centralized cut is the whole run's start), beside the untrained follower (the
+    floor); a seed that stopped early holds its last value, so the mean is over every seed."""
     fig, ax = figures.subplots(figsize=(8, 4.5))
-    for name, g in curves[curves["run"] != CENTRAL_CUT].groupby("run", sort=False):
+    for name, g in curves[~curves["run"].isin([CENTRAL_CUT, UNTRAINED])].groupby("run", sort=False):
         wide = g.pivot_table(index="steps", columns="seed", values="val_unseen_sr").ffill()
         ax.plot(wide.index, wide.mean(axis=1), ls="--" if name == CENTRAL else "-", label=name)
+    floor = curves.loc[curves["run"] == UNTRAINED, "val_unseen_sr"]
+    if len(floor):  # what a run must beat: the untrained follower, mean over seeds
+        ax.axhline(float(floor.mean()), color="black", ls="-.", lw=0.8, label=UNTRAINED)
     ax.set(
         xlabel="optimizer steps, all houses",
         ylabel="val_unseen SR (%), mean over seeds",
