@@ -7,6 +7,11 @@ import os
 import sys
 
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+# Only when no PATH entry is this folder under another name: a node whose venv is reached
+# through a link (checkout/.venv -> elsewhere) runs sys.executable's resolved folder, and putting
+# that first would put the venv's own flwr-clientapp ahead of the operator's gate
+# (deploy/supernode.sh puts deploy/gate first; found with a linked venv, where every app ran).
 _bin = os.path.dirname(sys.executable)
-if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+_path = os.environ.get("PATH", "").split(os.pathsep)
+if not any(os.path.realpath(p) == os.path.realpath(_bin) for p in _path if p):
     os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")

@@ -29,6 +29,26 @@ def test_sitecustomize_turns_off_runtime_installs_and_finds_the_venvs_commands(m
     assert os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "0"
 
 
+def test_sitecustomize_keeps_the_nodes_gate_first_when_the_venv_is_reached_through_a_link(
+    tmp_path, monkeypatch
+):
+    """A node's PATH is deploy/gate first, then the venv's bin. Reached through a link
+    (checkout/.venv -> elsewhere), the venv's bin on PATH is not sys.executable's resolved
+    folder by name; the venv's commands are there all the same, so nothing is put in front of
+    the gate (it was: the SuperExec then started the venv's own flwr-clientapp, and a node
+    ran any app a run submitted)."""
+    link = tmp_path / "venv-bin"
+    link.symlink_to(os.path.dirname(os.path.realpath(sys.executable)))
+    gate = str(ROOT / "deploy" / "gate")
+    monkeypatch.setattr(sys, "executable", os.path.realpath(sys.executable))
+    monkeypatch.setenv("PATH", f"{gate}{os.pathsep}{link}{os.pathsep}/usr/bin")
+    runpy.run_path(str(ROOT / "deploy" / "sitecustomize.py"))
+    assert os.environ["PATH"].split(os.pathsep)[0] == gate
+    monkeypatch.setenv("PATH", f"{gate}{os.pathsep}/usr/bin")  # the venv not on PATH at all
+    runpy.run_path(str(ROOT / "deploy" / "sitecustomize.py"))
+    assert os.environ["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+
+
 def test_plain_flwr_run_completes_without_installing_anything(tmp_path):
     home, out = tmp_path / "flwr-home", tmp_path / "out"
     env = {  # what the venv's sitecustomize gives every process, not activated, bare PATH
