@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +40,14 @@ def arguments(cell: dict) -> dict:
     """The call's keyword arguments: the cell without `run` (and the runner's run-config,
     which a function's own study does not have)."""
     return {k.replace("-", "_"): v for k, v in cell.items() if k not in ("run", "run-config")}
+
+
+def fields(study_file: Path | str) -> dict:
+    """A function study file's grid as its function's keyword arguments, less the crossed
+    fields (one value per call): how another study or a test reads this study's settings."""
+    grid = tomllib.loads(Path(study_file).read_text())["grid"]
+    skip = {"cross", "arms", *grid.get("cross", [])}
+    return arguments({k: v for k, v in grid.items() if k not in skip})
 
 
 def check(cell: dict, where) -> None:

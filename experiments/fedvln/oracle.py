@@ -69,6 +69,7 @@ from config.fedvln_recipe import CPU
 from envs.vln_appearance import LOOK_VERSION
 from envs.vln_houses import GENERATOR, HouseSpec, grammar_instruction, houses_of
 from experiments.fedvln import speaker as fedvln_speaker
+from experiments.function_runs import arguments
 from experiments.simulate import RESULTS, ROOT, path_digest
 from experiments.tables import gain_text, mean_sd, paired, pipe_table, print_from_runs, study_files
 from models import vln_checkpoint
@@ -216,7 +217,7 @@ def _given_models(a, seed: int) -> Path | None:
 def needs(cell: dict, where) -> None:
     """The models the cell's seed adapts from, when this study does not train them, before
     anything runs."""
-    a = SimpleNamespace(**{k.replace("-", "_"): v for k, v in cell.items()})
+    a = SimpleNamespace(**arguments(cell))
     try:
         _given_models(a, cell["seed"])
     except ValueError as e:

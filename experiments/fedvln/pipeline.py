@@ -73,7 +73,6 @@ import json
 import math
 import sys
 import time
-import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,6 +98,7 @@ from experiments.fedvln.runs import (
     summary,
 )
 from experiments.fedvln.teaching import teaching
+from experiments.function_runs import fields
 from experiments.simulate import (
     RESEARCH_POLICY,
     RESULTS,
@@ -1077,9 +1077,7 @@ STUDY = ROOT / "experiments" / "studies" / "fedvln_pipeline.toml"
 def settings(study: Path = STUDY, **over) -> SimpleNamespace:
     """A pipeline study file's settings as the stages read them (its grid but the seeds, the
     function and the folder; `over` replacing some): how tests and other studies see them."""
-    grid = tomllib.loads(Path(study).read_text())["grid"]
-    skip = ("run", "cross", "seed", "work")
-    got = {k.replace("-", "_"): v for k, v in grid.items() if k not in skip} | over
+    got = {k: v for k, v in fields(study).items() if k != "work"} | over
     got["aug_routes"] = got["aug_routes"] or None
     return SimpleNamespace(**got)
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,6 +50,7 @@ import pandas as pd
 import torch
 
 from envs.vln_setup import open_vln
+from experiments.function_runs import fields
 from experiments.simulate import RESULTS, ROOT
 from experiments.tables import mean_sd, paired_interval, pipe_table, print_from_runs, study_files
 from models import vln_checkpoint
@@ -118,9 +118,7 @@ def train(a, seed: int) -> Path:
 def settings(study: Path = STUDY, **over) -> SimpleNamespace:
     """A speaker study file's settings (its grid, but the seeds and the function), `over`
     replacing some: how other studies train or find this study's models with its defaults."""
-    grid = tomllib.loads(Path(study).read_text())["grid"]
-    got = {k.replace("-", "_"): v for k, v in grid.items() if k not in ("run", "cross", "seed")}
-    got = got | over
+    got = fields(study) | over
     got["work"] = str(ROOT / got["work"])
     return SimpleNamespace(**got)
 
