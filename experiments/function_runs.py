@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import tomllib
+import typing
 from pathlib import Path
 
 import pandas as pd
@@ -52,7 +53,8 @@ def fields(study_file: Path | str) -> dict:
 
 def check(cell: dict, where) -> None:
     """The cell names a function that takes exactly its fields (a misspelt or missing field is
-    named); values are checked by the analysis's own `check`."""
+    named), each of the type the function's parameter names; what a value may be beyond its
+    type is checked by the analysis's own `check`."""
     if "run" not in cell:
         raise ValueError(f"{where}: grid.run: the function each cell calls")
     if cell.get("run-config"):
@@ -64,6 +66,35 @@ def check(cell: dict, where) -> None:
         inspect.signature(fn).bind(**arguments(cell))
     except (ValueError, TypeError) as e:
         raise ValueError(f"{where}: {e}") from None
+    hints = typing.get_type_hints(fn)
+    for key, value in cell.items():
+        hint = hints.get(key.replace("-", "_"))
+        if hint is not None and not _is(value, hint):
+            raise ValueError(f"{where}: grid.{key} = {value!r}: {_named(hint)} expected")
+
+
+def _is(value, hint) -> bool:
+    """Whether a TOML value is of the type a function's parameter names (a wrong type would
+    otherwise fail inside a run, as a traceback, after others have trained)."""
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_is(v, item) for v in value)
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # TOML's true is not a number or a name
+        return False
+    if hint is float:
+        return isinstance(value, (int, float))
+    if hint is Path:
+        return isinstance(value, str)
+    return not isinstance(hint, type) or isinstance(value, hint)
+
+
+def _named(hint) -> str:
+    if typing.get_origin(hint) is list:
+        return f"a list of {_named(typing.get_args(hint)[0])}"
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+    return names.get(hint, "a path" if hint is Path else getattr(hint, "__name__", str(hint)))
 
 
 def jobs(cells: list[dict], work: Path | None) -> list[dict]:

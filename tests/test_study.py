@@ -124,6 +124,33 @@ def test_a_function_study_calls_its_function_once_per_crossed_cell(tmp_path, mon
         function_runs.check(cells[0] | {"run": "experiments.privacy.fedrl_attack.nope"}, "f.toml")
 
 
+def test_a_function_study_field_of_the_wrong_type_is_one_line_before_anything_runs(
+    tmp_path, capsys
+):
+    """A field is checked against the type its function names: a quoted number, a fraction
+    where a count goes, true for a number, text where a list goes were each a traceback
+    inside a run (after the runs before it had trained)."""
+    from experiments import study
+
+    text = (ROOT / "experiments" / "studies" / "fedvln_appearance.toml").read_text()
+    bad = tmp_path / "fedvln_appearance.toml"
+    for old, new, said in (
+        ("iters = 3000", 'iters = "3000"', "grid.iters = '3000': a whole number expected"),
+        ("patience = 6", "patience = 6.5", "grid.patience = 6.5: a whole number expected"),
+        ("strength = [0.0, 1.0]", "strength = [0.0, true]", "grid.strength = True: a number"),
+        ('work = "runs/fedvln-appearance"', "work = 1", "grid.work = 1: a path expected"),
+    ):
+        bad.write_text(text.replace(old, new))
+        assert study.main([str(bad), "--work", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err and said in err and err.count("\n") == 1, err
+    pipeline = (ROOT / "experiments" / "studies" / "fedvln_pipeline.toml").read_text()
+    bad.write_text(pipeline.replace('stages = ["agent"', 'stages = "agent" # ['))
+    assert study.main([str(bad)]) == 2
+    assert "grid.stages = 'agent': a list of text expected" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
 def test_a_sweep_whose_knob_is_not_what_its_arms_vary_is_refused_before_it_trains(tmp_path, capsys):
     """A review found a sweep study with a wrong or missing `[report] knob` trained every run
     and then failed (or grouped by a constant); and a misspelt map split was dropped silently."""
