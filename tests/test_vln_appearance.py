@@ -135,3 +135,49 @@ def test_the_gap_study_pairs_seen_and_unseen_by_seed_and_refuses_bad_fields(tmp_
         assert study.main([str(bad), "--work", str(work)]) == 2
         assert named in capsys.readouterr().err
     assert not work.exists()
+
+
+def test_the_gap_study_trains_a_speaker_beside_the_followers_its_speaker_strengths_name(
+    tmp_path, monkeypatch
+):
+    """The oracle's and Table 5's start models with a look are made by the gap study itself
+    (the speaker was a hand-typed command in a study file's comment): a speaker beside the
+    follower for the strengths in `speaker-strengths`, with the follower's seed, look,
+    evaluation and patience, in the same folder; none for the others."""
+    import subprocess
+    from pathlib import Path
+
+    import pandas as pd
+
+    from experiments import function_runs, study
+    from experiments.fedvln import appearance_gap as gap
+    from tests.conftest import ROOT
+
+    launched = []
+
+    def fake_run(cmd, **kw):
+        launched.append(cmd[3:])
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([{"iteration": 250, "val_seen_sr": 50.0, "val_unseen_sr": 40.0,
+                       "val_seen_n": 360, "val_unseen_n": 360}]).to_csv(out / "agent_log.csv")  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(gap.subprocess, "run", fake_run)
+    monkeypatch.setattr(gap, "untrained", lambda s, k: {"val_seen_sr": 0.0, "val_unseen_sr": 0.0,
+                                                        "val_seen_n": 360, "val_unseen_n": 360})  # fmt: skip
+    s = study.load(ROOT / "experiments" / "studies" / "fedvln_appearance.toml")
+    cells = [c for c in study.cells(s, function_runs.crossed(s)) if c["seed"] == 2]
+    function_runs.run_jobs(function_runs.jobs(cells, tmp_path), 1)
+    speakers = [c for c in launched if c[1] == "speaker"]
+    assert [c[1] for c in launched] == ["agent", "agent", "speaker"], launched
+    args = dict(zip(speakers[0][2::2], speakers[0][3::2]))
+    assert args == {"--seed": "2", "--appearance": "1.0", "--speaker-iters": "3000",
+                    "--eval-every": "250", "--patience": "6", "--out": str(tmp_path / "a1-s2"),
+                    "--results-dir": str(tmp_path / "a1-s2")}  # fmt: skip
+    # the folder the oracle and Table 5 read their models from is the one it trains in
+    for f, field in (("fedvln_oracle_appearance", "models"),
+                     ("fedvln_pipeline_appearance", "start_models")):  # fmt: skip
+        got = function_runs.fields(ROOT / "experiments" / "studies" / f"{f}.toml")[field]
+        assert got.format(seed=2) == "runs/fedvln-appearance/a1-s2/checkpoints"
+    assert s["grid"]["work"] == "runs/fedvln-appearance"

@@ -10,7 +10,9 @@ Envdrop (`experiments.fedvln.centralized --stages agent`: the speaker study's fo
 every val path scored every `eval-every` updates, stopped after `patience` evaluations
 without a better val_unseen SR, capped at `iters`) is trained per strength and seed in
 <work>/a<strength>-s<seed> (a finished run is reused), and the untrained follower of each seed
-and strength is scored as the floor.
+and strength is scored as the floor. For the strengths in `speaker-strengths` a grounded
+speaker is trained beside each follower: the start models of the oracle and of Table 5 with a
+look, so that the whole chain is study files (fedvln_oracle_appearance.toml says the order).
 
 Reported per strength, at the best checkpoint (chosen on val_unseen SR, Table 2's rule) and the
 last: val_seen SR, val_unseen SR and the gap seen - unseen, mean ± sd over seeds with the gap's
@@ -40,17 +42,29 @@ from training import vln_agent
 
 
 def one_run(
-    strength: float, seed: int, iters: int, eval_every: int, patience: int, work: Path
+    strength: float,
+    seed: int,
+    iters: int,
+    eval_every: int,
+    patience: int,
+    speaker_strengths: list[float],
+    speaker_iters: int,
+    work: Path,
 ) -> list[dict]:
     """One centralized follower (resumed by `experiments.fedvln.centralized` itself): its best
-    and last evaluations and the untrained floor, one row each."""
+    and last evaluations and the untrained floor, one row each. Where `strength` is one of
+    `speaker_strengths`, a grounded speaker is then trained beside the follower, at most
+    `speaker_iters` updates with the follower's evaluation and patience: the start models of
+    the oracle and the pipeline with a look (fedvln_oracle_appearance.toml,
+    fedvln_pipeline_appearance.toml); it adds no row here."""
     out = Path(work) / f"a{strength:g}-s{seed}"
-    cmd = [sys.executable, "-m", "experiments.fedvln.centralized", "--stages", "agent"]
-    cmd += ["--seed", str(seed), "--appearance", str(strength), "--iters", str(iters)]
-    cmd += ["--eval-every", str(eval_every), "--patience", str(patience)]
-    cmd += ["--out", str(out), "--results-dir", str(out)]
-    if subprocess.run(cmd, cwd=ROOT, check=False).returncode != 0:
-        raise RuntimeError(f"appearance_gap: the run in {out} failed")
+    common = ["--seed", str(seed), "--appearance", str(strength)]
+    common += ["--eval-every", str(eval_every), "--patience", str(patience)]
+    common += ["--out", str(out), "--results-dir", str(out)]
+    _centralized(["--stages", "agent", *common[:4], "--iters", str(iters), *common[4:]], out)
+    if strength in speaker_strengths:
+        _centralized(["--stages", "speaker", *common[:4], "--speaker-iters", str(speaker_iters),
+                      *common[4:]], out)  # fmt: skip
     picks = pick(pd.read_csv(out / "agent_log.csv"), "val_unseen_sr")
     picks["untrained (floor)"] = pd.Series({"iteration": 0, **untrained(strength, seed)})
     return [
@@ -61,12 +75,21 @@ def one_run(
     ]  # fmt: skip
 
 
+def _centralized(args: list[str], out: Path) -> None:
+    cmd = [sys.executable, "-m", "experiments.fedvln.centralized", *args]
+    if subprocess.run(cmd, cwd=ROOT, check=False).returncode != 0:
+        raise RuntimeError(f"appearance_gap: the run in {out} failed ({' '.join(args[:2])})")
+
+
 def check(cell: dict, where) -> None:
     """What a run of this study accepts (experiments/study.py)."""
     if not 0 <= cell.get("strength", -1) <= 100:
         raise ValueError(f"{where}: grid.strength: in [0, 100]")
-    if min(cell.get(k, 0) for k in ("iters", "eval-every")) <= 0 or cell.get("patience", -1) < 0:
-        raise ValueError(f"{where}: grid.iters and grid.eval-every > 0, grid.patience >= 0")
+    counts = ("iters", "eval-every", "speaker-iters")
+    if min(cell.get(k, 0) for k in counts) <= 0 or cell.get("patience", -1) < 0:
+        raise ValueError(
+            f"{where}: grid.iters, grid.eval-every and grid.speaker-iters > 0, grid.patience >= 0"
+        )
 
 
 def untrained(strength: float, seed: int) -> dict[str, float]:

@@ -49,8 +49,8 @@ true words; a route count is then what the house has (`routes` does not apply).
 
 With a house's own look (`appearance` S, envs/vln_appearance.py), where the embedded houses
 have a seen/unseen gap for adaptation to close (experiments/studies/fedvln_appearance.toml), the
-follower and speaker must have been trained with it; `models` names them (fedvln_oracle_appearance.toml
-says how they are made: the gap study's follower with a speaker trained beside it).
+follower and speaker must have been trained with it; `models` names them (fedvln_appearance.toml
+trains both: the gap study's follower and the speaker beside it).
 """
 
 from __future__ import annotations
