@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from launch.lifetime import stop_with_parent
 from launch.superlink import LocalSuperLink, wait_finished
 
 ROOT = Path(__file__).resolve().parent
@@ -558,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     # a launcher started in the background inherits SIGINT ignored (POSIX `&`); an explicit
     # `kill -INT` must still stop the run and clean up
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_with_parent()  # a study's run ends with the study (launch/lifetime.py)
     if args.no_plots:
         overrides["plots"] = False
     code = launch(args, overrides, out)

@@ -18,6 +18,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from config.schema import defaults, parse_overrides
+from launch.lifetime import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -105,13 +106,19 @@ def simulate(
     done_file.write_text(json.dumps({**launch, "finished": False}, indent=1, default=str))
     print("$", " ".join(cmd), flush=True)
     try:
-        subprocess.run(cmd, check=True, cwd=ROOT)
+        run_child(cmd, check=True)
     except subprocess.CalledProcessError:
         if extending:  # a failed raise of the cap: the finished shorter run still stands (a
             done_file.write_text(json.dumps(recorded, indent=1, default=str))  # rerun with
         raise  # its cap reads it, never deletes it as another launch's)
     done_file.write_text(json.dumps({**launch, "finished": True}, indent=1, default=str))
     return run_dir
+
+
+def run_child(cmd: list[str], check: bool = False) -> subprocess.CompletedProcess:
+    """A run's own process (simulation.py, the centralized trainer), in the project, that
+    stops when this study does, however it is stopped (launch/lifetime.py)."""
+    return subprocess.run(cmd, cwd=ROOT, env=child_env(), check=check)
 
 
 def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:

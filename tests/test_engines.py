@@ -144,6 +144,37 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
     shutil.rmtree(mine, ignore_errors=True)
 
 
+def test_a_study_killed_outright_takes_its_run_down_with_it(tmp_path):
+    """A study killed by SIGKILL (or the out-of-memory killer) cannot stop its runs: its
+    simulation.py trained on, orphaned, with the SuperLink and Ray, into the folder the rerun
+    resumes into. A run the study launched (experiments.simulate.run_child) now ends with it,
+    and leaves no process behind (launch/lifetime.py)."""
+    import signal
+    import time
+
+    token = f"test-{uuid.uuid4().hex}"
+    study = (
+        "import sys; from experiments.simulate import run_child; "
+        f"run_child([sys.executable, {str(ROOT / 'simulation.py')!r}, 'fedavg', '--rounds', "
+        f"'20000', '--num-clients', '2', '--out', {str(tmp_path / 'run')!r}, '--no-plots', "
+        f"'--run-config', {SMALL!r}])"
+    )
+    proc = subprocess.Popen(
+        [PYTHON, "-c", study], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token},
+    )  # fmt: skip
+    for line in proc.stdout:  # the run's lines, through the study's stdout
+        if line.startswith("round 2/"):
+            break
+    assert run_tokens_alive(token), "the run was not under way"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 90
+    while run_tokens_alive(token) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert run_tokens_alive(token) == []
+
+
 def test_simulation_engine_cdl_on_a_ring(tmp_path):
     out = tmp_path / "cdl"
     token = f"test-{uuid.uuid4().hex}"

@@ -155,7 +155,7 @@ def test_the_gap_study_trains_a_speaker_beside_the_followers_its_speaker_strengt
 
     launched = []
 
-    def fake_run(cmd, **kw):
+    def fake_run(cmd, check=False):
         launched.append(cmd[3:])
         out = Path(cmd[cmd.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,7 @@ def test_the_gap_study_trains_a_speaker_beside_the_followers_its_speaker_strengt
                        "val_seen_n": 360, "val_unseen_n": 360}]).to_csv(out / "agent_log.csv")  # fmt: skip
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(gap.subprocess, "run", fake_run)
+    monkeypatch.setattr(gap, "run_child", fake_run)
     monkeypatch.setattr(gap, "untrained", lambda s, k: {"val_seen_sr": 0.0, "val_unseen_sr": 0.0,
                                                         "val_seen_n": 360, "val_unseen_n": 360})  # fmt: skip
     s = study.load(ROOT / "experiments" / "studies" / "fedvln_appearance.toml")

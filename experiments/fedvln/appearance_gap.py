@@ -23,7 +23,6 @@ Results: experiments/results/fedvln_appearance{,_runs}.csv and the figure.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from envs.vln_setup import open_vln
 from experiments import figures
 from experiments.fedvln import centralized
 from experiments.fedvln.runs import pick
-from experiments.simulate import ROOT
+from experiments.simulate import run_child
 from experiments.tables import gain_text, mean_sd, paired, pipe_table
 from models.envdrop import Follower, FollowerSize
 from training import vln_agent
@@ -77,7 +76,7 @@ def one_run(
 
 def _centralized(args: list[str], out: Path) -> None:
     cmd = [sys.executable, "-m", "experiments.fedvln.centralized", *args]
-    if subprocess.run(cmd, cwd=ROOT, check=False).returncode != 0:
+    if run_child(cmd).returncode != 0:
         raise RuntimeError(f"appearance_gap: the run in {out} failed ({' '.join(args[:2])})")
 
 

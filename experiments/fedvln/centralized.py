@@ -40,6 +40,7 @@ from envs.vln_houses import HouseSpec
 from envs.vln_setup import open_vln
 from experiments import figures
 from experiments.simulate import RESULTS, ROOT, command_line
+from launch.lifetime import stop_with_parent
 from models import vln_checkpoint
 from models.envdrop import Follower, FollowerSize, parameter_share
 from models.speaker import Speaker, SpeakerSize
@@ -303,6 +304,7 @@ def converged(best: Patience, rows: list[dict], log: Path, stage: str) -> bool:
 
 
 def main(argv=None) -> int:
+    stop_with_parent()  # a study's run ends with the study (launch/lifetime.py)
     a = parse_args(argv)
     try:  # the command is not one of `a`'s settings: stage_settings keys the stages by those
         return run(a, command_line(__file__, argv))

@@ -39,7 +39,6 @@ committed runs CSV (nothing trains): what is computed from the runs' rows, the t
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,7 +50,7 @@ import torch
 
 from envs.vln_setup import open_vln
 from experiments.function_runs import fields
-from experiments.simulate import RESULTS, ROOT
+from experiments.simulate import RESULTS, ROOT, run_child
 from experiments.tables import mean_sd, paired_interval, pipe_table, print_from_runs, study_files
 from models import vln_checkpoint
 from training import vln_agent, vln_speaker
@@ -136,7 +135,7 @@ def follower(seed: int) -> Path:
 def _centralized(args: list[str]) -> int:
     """One `experiments.fedvln.centralized` run in its own process (so stages can overlap)."""
     cmd = [sys.executable, "-m", "experiments.fedvln.centralized", *args]
-    return subprocess.run(cmd, cwd=ROOT, check=False).returncode
+    return run_child(cmd).returncode
 
 
 def score_seed(a, seed: int) -> pd.DataFrame:

@@ -1,0 +1,66 @@
+"""A run a study launches ends with the study (launch/lifetime.py); a run launched any other
+way outlives its parent (a user's `nohup` must keep working)."""
+
+import os
+import signal
+import subprocess
+import time
+
+from tests.conftest import PYTHON, ROOT
+
+CHILD = (
+    "import os, sys, time; from launch.lifetime import stop_with_parent; stop_with_parent(); "
+    "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # an unreaped zombie is dead
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _child_of_killed_parent(tmp_path, launch: str) -> int:
+    """A parent that starts CHILD `launch`'s way, SIGKILLed once the child runs: the child's
+    pid, a few seconds after."""
+    marker = tmp_path / "child.pid"
+    code = f"import subprocess, sys; from experiments.simulate import run_child; {launch}"
+    parent = subprocess.Popen([PYTHON, "-c", code, CHILD, str(marker)], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not (marker.is_file() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int(marker.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    return pid
+
+
+def test_a_run_a_study_launched_ends_when_the_study_is_killed(tmp_path):
+    pid = _child_of_killed_parent(tmp_path, "run_child([sys.executable, '-c', *sys.argv[1:]])")
+    assert not _alive(pid)
+
+
+def test_a_run_launched_otherwise_outlives_its_parent(tmp_path):
+    pid = _child_of_killed_parent(tmp_path, "subprocess.run([sys.executable, '-c', *sys.argv[1:]])")
+    try:
+        assert _alive(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_whose_study_died_before_it_started_stops_at_once(tmp_path):
+    """The parent named in the environment is gone (it died between the launch and the run's
+    first line): the run stops instead of training orphaned."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    env = {**os.environ, "FEDEMBODIED_STOP_WITH_PARENT": str(gone.pid)}
+    code = "from launch.lifetime import stop_with_parent; stop_with_parent(); import time; time.sleep(60)"
+    res = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=env, timeout=30)
+    assert res.returncode == -signal.SIGTERM
