@@ -4,9 +4,11 @@ runs at once with a progress bar."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import operator
+import os
 import shlex
 import shutil
 import subprocess
@@ -18,7 +20,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from config.schema import defaults, parse_overrides
-from launch.lifetime import child_env
+from launch.lifetime import child_env, die_with
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -354,8 +356,11 @@ def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) 
     with a bar of finished runs on stderr; results in the order of `items`. The first run
     that fails stops the script with its error once the runs under way finish (none queued
     behind it starts)."""
-    pool_of = ProcessPoolExecutor if processes else ThreadPoolExecutor
-    with pool_of(max_workers=jobs) as pool:
+    if processes:  # a worker trains in-process: it ends with the study (launch/lifetime.py)
+        pool = ProcessPoolExecutor(jobs, initializer=functools.partial(die_with, os.getpid()))
+    else:
+        pool = ThreadPoolExecutor(jobs)
+    with pool:
         futures = [pool.submit(fn, x) for x in items]
         try:
             for f in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="run"):

@@ -30,11 +30,19 @@ def stop_with_parent() -> None:
     """Called first thing in a run's main: SIGTERM to this process when the study that launched
     it dies (at once if it already has). Not inherited by what this run starts in turn."""
     parent = os.environ.pop(PARENT, "")
-    if not parent or not sys.platform.startswith("linux"):
+    if parent:
+        die_with(int(parent))
+
+
+def die_with(parent: int) -> None:
+    """SIGTERM to this process when `parent`, the process that started it, dies; at once if it
+    already has. Also a study's worker processes' initializer (experiments.simulate.in_parallel),
+    for what they train in-process."""
+    if not sys.platform.startswith("linux"):
         return
     import ctypes
 
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != int(parent):  # it died before the line above
+    if os.getppid() != parent:  # it died before the line above
         os.kill(os.getpid(), signal.SIGTERM)

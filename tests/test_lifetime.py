@@ -64,3 +64,35 @@ def test_a_run_whose_study_died_before_it_started_stops_at_once(tmp_path):
     code = "from launch.lifetime import stop_with_parent; stop_with_parent(); import time; time.sleep(60)"
     res = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=env, timeout=30)
     assert res.returncode == -signal.SIGTERM
+
+
+def test_a_study_worker_that_trains_in_process_ends_when_the_study_is_killed(tmp_path):
+    """A function study's cells run in worker processes (experiments.simulate.in_parallel) that
+    may train for hours in-process (the pipeline's centralized stages, the oracle): they end
+    with the study too."""
+    code = (
+        "import os, sys, time\n"
+        "from experiments.simulate import in_parallel\n"
+        "def work(k):\n"
+        "    open(os.path.join(sys.argv[1], f'w{k}'), 'w').write(str(os.getpid()))\n"
+        "    time.sleep(120)\n"
+        "in_parallel(work, [0, 1], 2, 'test', processes=True)\n"
+    )
+    study = subprocess.Popen([PYTHON, "-c", code, str(tmp_path)], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while len([f for f in tmp_path.glob("w*") if f.read_text()]) < 2:
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.1)
+    pids = [int(f.read_text()) for f in tmp_path.glob("w*")]
+    study.send_signal(signal.SIGKILL)
+    study.wait(timeout=10)
+    for _ in range(50):
+        if not any(_alive(p) for p in pids):
+            break
+        time.sleep(0.1)
+    try:
+        assert not any(_alive(p) for p in pids)
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
