@@ -82,7 +82,11 @@ class LocalSuperLink:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:  # Ctrl-C or SIGTERM while it starts: its own session outlived us
+            self.stop()
+            raise
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

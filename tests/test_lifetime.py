@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from tests.conftest import PYTHON, ROOT
+from tests.conftest import PYTHON, ROOT, run_tokens_alive
 
 CHILD = (
     "import os, sys, time; from launch.lifetime import stop_with_parent; stop_with_parent(); "
@@ -96,3 +96,24 @@ def test_a_study_worker_that_trains_in_process_ends_when_the_study_is_killed(tmp
         for p in pids:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_a_run_stopped_while_its_superlink_starts_leaves_no_superlink(monkeypatch):
+    """SIGTERM (a study's end) or Ctrl-C in the seconds the SuperLink takes to listen: the
+    SuperLink, in its own session, outlived the launcher, since nothing had it to stop yet."""
+    import uuid
+
+    import pytest
+
+    from launch import superlink
+
+    def interrupted(self):
+        time.sleep(1)
+        raise KeyboardInterrupt
+
+    token = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("FEDEMBODIED_RUN_TOKEN", token)
+    monkeypatch.setattr(superlink.LocalSuperLink, "_wait_ready", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        superlink.LocalSuperLink()
+    assert run_tokens_alive(token) == []
