@@ -152,7 +152,7 @@ def cells(study: dict, crossed: dict[str, str]) -> list[dict]:
 
 def check_cell(cell: dict, where, fields: set[str], methods) -> None:
     """What every kind of run checks in a cell (ValueError naming the study file and field):
-    no field the kind does not take, a method it runs, run-config keys the app knows."""
+    no field the kind does not take, a method it runs, a seed, run-config keys the app knows."""
     from config.schema import merged
 
     unknown = set(cell) - fields
@@ -160,6 +160,9 @@ def check_cell(cell: dict, where, fields: set[str], methods) -> None:
         raise ValueError(f"{where}: grid: unknown field(s) {', '.join(sorted(unknown))}")
     if cell["method"] not in methods:
         raise ValueError(f"{where}: grid.methods: {cell['method']!r} is not one of {methods}")
+    seed = cell.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"{where}: grid.seeds: whole numbers of at least 0, got {seed!r}")
     unknown = [k for k in cell["run-config"] if k not in merged({})]
     if unknown:
         raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")

@@ -1,6 +1,7 @@
 """The study runner (experiments/study.py) and the committed study files."""
 
 import importlib
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -90,6 +91,13 @@ def test_a_study_mistake_is_one_line_naming_the_file_and_field(tmp_path, capsys)
         assert study.main([str(f)]) == 2
         err = capsys.readouterr().err
         assert str(f) in err and named in err and err.count("\n") == 1, err
+    for seeds in ('["0"]', "[0.5]", "[-1]"):  # each kind's cells: refused before a run starts
+        for kind in ("fedrl_table1", "fedrl_table2", "driving_fedavg_fedprox"):
+            text = (ROOT / "experiments" / "studies" / f"{kind}.toml").read_text()
+            f.write_text(re.sub(r"\nseeds = \[[0-9, ]*\]", f"\nseeds = {seeds}", text))
+            assert study.main([str(f)]) == 2
+            err = capsys.readouterr().err
+            assert f"{f}: grid.seeds: whole numbers" in err and err.count("\n") == 1, err
     assert study.main([str(tmp_path / "none.toml")]) == 2
     assert "none.toml" in capsys.readouterr().err
 
