@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from launch.lifetime import stop_with_parent
+from launch.lifetime import stop_with_parent, undisturbed
 from launch.superlink import LocalSuperLink, wait_finished
 
 ROOT = Path(__file__).resolve().parent
@@ -480,9 +480,10 @@ def launch(args, overrides: dict, out: Path) -> int:
         print("simulation.py: interrupted; stopping the run", file=sys.stderr)
         return 130
     finally:
-        if run_id is not None:
-            link.flwr("stop", str(run_id), "fedsim", timeout=60)
-        link.stop()
+        with undisturbed():
+            if run_id is not None:
+                link.flwr("stop", str(run_id), "fedsim", timeout=60)
+            link.stop()
 
 
 def default(key: str):
@@ -533,8 +534,8 @@ def show(line: str, verbose: bool) -> None:
 
 
 def _terminate(signum, frame):
-    """SIGTERM would end the launcher without its clean-up and leave the engine and Ray
-    running; turn it into the KeyboardInterrupt that launch() already handles."""
+    """SIGTERM (or SIGHUP) would end the launcher without its clean-up and leave the engine and
+    Ray running; turn it into the KeyboardInterrupt that launch() already handles."""
     raise KeyboardInterrupt
 
 
@@ -556,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simulation.py: error: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)  # `kill` cleans up like Ctrl-C does
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # a closed terminal too (not
+        signal.signal(signal.SIGHUP, _terminate)  # under nohup, which ignores it)
     # a launcher started in the background inherits SIGINT ignored (POSIX `&`); an explicit
     # `kill -INT` must still stop the run and clean up
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -11,16 +11,18 @@ import operator
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from multiprocessing import get_context
 from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from config.schema import defaults, parse_overrides
-from launch.lifetime import child_env, die_with
+from launch.lifetime import child_env, die_with, wait_stopping
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -117,10 +119,16 @@ def simulate(
     return run_dir
 
 
-def run_child(cmd: list[str], check: bool = False) -> subprocess.CompletedProcess:
+def run_child(cmd: list[str], check: bool = False, **popen) -> subprocess.CompletedProcess:
     """A run's own process (simulation.py, the centralized trainer), in the project, that
-    stops when this study does, however it is stopped (launch/lifetime.py)."""
-    return subprocess.run(cmd, cwd=ROOT, env=child_env(), check=check)
+    stops when this study does, killed or interrupted, after its clean-up (launch/lifetime.py).
+    `popen`: more of Popen's arguments (where its output goes; `env` adds to the run's)."""
+    env = child_env() | popen.pop("env", {})
+    with subprocess.Popen(cmd, cwd=ROOT, env=env, **popen) as proc:
+        code = wait_stopping(proc)
+    if check and code != 0:
+        raise subprocess.CalledProcessError(code, cmd)
+    return subprocess.CompletedProcess(cmd, code)
 
 
 def _raised_cap(recorded, launch: dict, run_config: str, run_dir: Path) -> str:
@@ -356,8 +364,10 @@ def in_parallel(fn, items: list, jobs: int, desc: str, processes: bool = False) 
     with a bar of finished runs on stderr; results in the order of `items`. The first run
     that fails stops the script with its error once the runs under way finish (none queued
     behind it starts)."""
-    if processes:  # a worker trains in-process: it ends with the study (launch/lifetime.py)
-        pool = ProcessPoolExecutor(jobs, initializer=functools.partial(die_with, os.getpid()))
+    if processes:  # a worker trains in-process: it ends with the study (launch/lifetime.py);
+        # forked, so that its parent is the study (not a fork server)
+        end = functools.partial(die_with, os.getpid(), signal.SIGKILL)
+        pool = ProcessPoolExecutor(jobs, mp_context=get_context("fork"), initializer=end)
     else:
         pool = ThreadPoolExecutor(jobs)
     with pool:

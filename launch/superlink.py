@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+from launch.lifetime import undisturbed
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -85,7 +87,8 @@ class LocalSuperLink:
         try:
             self._wait_ready()
         except BaseException:  # Ctrl-C or SIGTERM while it starts: its own session outlived us
-            self.stop()
+            with undisturbed():
+                self.stop()
             raise
 
     def _wait_ready(self, timeout: float = 60.0) -> None:

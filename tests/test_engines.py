@@ -144,11 +144,14 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
     shutil.rmtree(mine, ignore_errors=True)
 
 
-def test_a_study_killed_outright_takes_its_run_down_with_it(tmp_path):
+@pytest.mark.parametrize("how", ["SIGKILL to the study", "SIGTERM to its process group"])
+def test_a_study_killed_outright_takes_its_run_down_with_it(tmp_path, how):
     """A study killed by SIGKILL (or the out-of-memory killer) cannot stop its runs: its
     simulation.py trained on, orphaned, with the SuperLink and Ray, into the folder the rerun
     resumes into. A run the study launched (experiments.simulate.run_child) now ends with it,
-    and leaves no process behind (launch/lifetime.py)."""
+    and leaves no process behind (launch/lifetime.py). A group's SIGTERM (`timeout`, `kill --
+    -PGID`) reaches the run twice, from the group and from the dying study: the second cut its
+    clean-up short and left the SuperLink running, until the clean-up ignored it."""
     import signal
     import time
 
@@ -161,14 +164,17 @@ def test_a_study_killed_outright_takes_its_run_down_with_it(tmp_path):
     )
     proc = subprocess.Popen(
         [PYTHON, "-c", study], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        cwd=ROOT, env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token},
+        cwd=ROOT, env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token}, start_new_session=True,
     )  # fmt: skip
     for line in proc.stdout:  # the run's lines, through the study's stdout
         if line.startswith("round 2/"):
             break
     assert run_tokens_alive(token), "the run was not under way"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    if how.startswith("SIGKILL"):
+        proc.send_signal(signal.SIGKILL)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
     deadline = time.monotonic() + 90
     while run_tokens_alive(token) and time.monotonic() < deadline:
         time.sleep(1)

@@ -69,14 +69,17 @@ def test_a_run_whose_study_died_before_it_started_stops_at_once(tmp_path):
 def test_a_study_worker_that_trains_in_process_ends_when_the_study_is_killed(tmp_path):
     """A function study's cells run in worker processes (experiments.simulate.in_parallel) that
     may train for hours in-process (the pipeline's centralized stages, the oracle): they end
-    with the study too."""
+    with the study too, even a cell that turns SIGTERM into SystemExit (a review found such a
+    worker went on to the next queued cell, orphaned). Four cells on two workers: none of the
+    queued two starts."""
     code = (
-        "import os, sys, time\n"
+        "import os, signal, sys, time\n"
         "from experiments.simulate import in_parallel\n"
         "def work(k):\n"
+        "    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as loopback's cells do\n"
         "    open(os.path.join(sys.argv[1], f'w{k}'), 'w').write(str(os.getpid()))\n"
         "    time.sleep(120)\n"
-        "in_parallel(work, [0, 1], 2, 'test', processes=True)\n"
+        "in_parallel(work, [0, 1, 2, 3], 2, 'test', processes=True)\n"
     )
     study = subprocess.Popen([PYTHON, "-c", code, str(tmp_path)], cwd=ROOT)
     deadline = time.monotonic() + 60
@@ -90,8 +93,10 @@ def test_a_study_worker_that_trains_in_process_ends_when_the_study_is_killed(tmp
         if not any(_alive(p) for p in pids):
             break
         time.sleep(0.1)
+    time.sleep(1)
     try:
         assert not any(_alive(p) for p in pids)
+        assert sorted(f.name for f in tmp_path.glob("w*")) == ["w0", "w1"]
     finally:
         for p in pids:
             if _alive(p):
@@ -117,3 +122,45 @@ def test_a_run_stopped_while_its_superlink_starts_leaves_no_superlink(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         superlink.LocalSuperLink()
     assert run_tokens_alive(token) == []
+
+
+def test_an_interrupted_study_lets_its_run_finish_its_clean_up(tmp_path):
+    """Ctrl-C (or SIGINT/SIGTERM raised in the study while it waits): the run is told to stop
+    and given time to stop its SuperLink and Ray; subprocess.run gave it 0.25 s and then
+    SIGKILLed it in the middle of that."""
+    marker = tmp_path / "cleaned"
+    child = (
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        "    time.sleep(1.5)  # a clean-up that takes a while\n"
+        f"    open({str(marker)!r}, 'w').write('done')\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        f"open({str(tmp_path / 'up')!r}, 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    study = subprocess.Popen(
+        [PYTHON, "-c", "import sys; from experiments.simulate import run_child; "
+         "run_child([sys.executable, '-c', sys.argv[1]])", child],
+        cwd=ROOT, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "up").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    study.send_signal(signal.SIGINT)  # the study alone: it tells the run
+    study.wait(timeout=30)
+    assert marker.read_text() == "done"
+
+
+def test_a_clean_up_is_not_cut_by_a_second_signal():
+    """A process group's SIGTERM reaches simulation.py, then the dying study's (PR_SET_PDEATHSIG)
+    a moment later; the second interrupted the clean-up and left the SuperLink running."""
+    from launch.lifetime import STOP_SIGNALS, undisturbed
+
+    before = [signal.getsignal(s) for s in STOP_SIGNALS]
+    with undisturbed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    assert [signal.getsignal(s) for s in STOP_SIGNALS] == before

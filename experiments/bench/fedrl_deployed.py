@@ -37,7 +37,7 @@ from experiments.bench.message_cost import (
     sent_replies,
 )
 from experiments.fedrl.table1 import settings_of, split_of
-from experiments.simulate import RESULTS
+from experiments.simulate import RESULTS, run_child
 
 SCORES = [
     f"{pre}test-succ-rate-test_noise={noise}" for pre in ("", "best-") for noise in ("on", "off")
@@ -66,14 +66,12 @@ def simulated(rc: str, rounds: int, work: Path) -> tuple[Path, float]:
     out = work / "simulation"
     if (out / "rounds.csv").is_file() and len(pd.read_csv(out / "rounds.csv")) == rounds:
         return out, float((out / "wall_s").read_text())
-    import subprocess
-
     t0 = time.perf_counter()
-    subprocess.run(
+    run_child(
         [PYTHON, str(ROOT / "simulation.py"), "fedrl", "--rounds", str(rounds), "--out",
          str(out), "--no-plots", "--num-clients", "2", "--run-config", rc, "--policy",
          POLICY["fedrl"]],
-        cwd=ROOT, check=True,
+        check=True,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     (out / "wall_s").write_text(f"{wall:.1f}")

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from launch.lifetime import tie_to_me
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
@@ -67,6 +69,7 @@ class Federation:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=tie_to_me(),  # ends with the script or study (launch/lifetime.py)
             env={**ENV, "FLWR_HOME": str(self.tmp / name.split("#")[0]), **(env or {})},
         )
         self.procs[name] = p

@@ -71,6 +71,7 @@ from experiments.bench.loopback import (
     wait_for,
     wait_listening,
 )
+from experiments.simulate import run_child
 from experiments.tables import pipe_table
 
 T2A_DATA = ROOT.parent / "shared" / "data" / "text2action"
@@ -189,7 +190,7 @@ def simulated(method: str, rounds: int, work: Path) -> Path:
            "--out", str(out), "--no-plots", "--num-clients", str(nodes(method)), "--run-config",
            f"eval-every={rounds} {JOBS[method]}",
            *(["--policy", POLICY[method]] if method in POLICY else [])]  # fmt: skip
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    run_child(cmd, check=True)
     return out
 
 

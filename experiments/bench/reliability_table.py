@@ -40,6 +40,7 @@ from config import parse
 from config.schema import merged
 from experiments import figures
 from experiments.simulate import ROOT
+from launch.lifetime import child_env
 from launch.superlink import processes_with_token
 from strategies.floors import GLOBAL_RMSE, headline_rmse
 
@@ -71,7 +72,7 @@ def launch(spec: dict, out: Path, extra: str, kill_after: int = 0) -> dict:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "FEDEMBODIED_RUN_TOKEN": token},
+        env={**child_env(), "FEDEMBODIED_RUN_TOKEN": token},  # ends with the study
     )
     while kill_after and proc.poll() is None:
         done = len(pd.read_csv(out / "rounds.csv")) if (out / "rounds.csv").is_file() else 0
@@ -101,7 +102,7 @@ def resume(method: str, out: Path, rounds: int) -> dict:
         return {"code": 0}
     cmd = [sys.executable, str(ROOT / "simulation.py"), method, "--resume", str(out), "--no-plots"]
     print("$", " ".join(cmd), flush=True)
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=child_env())
     return {"code": res.returncode, "error": (res.stderr.strip().splitlines() or [""])[-1][:200]}
 
 

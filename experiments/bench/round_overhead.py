@@ -28,6 +28,7 @@ experiments/results/round_overhead.csv, every repeat in round_overhead_runs.csv,
 from __future__ import annotations
 
 import multiprocessing
+import os
 import shutil
 import tempfile
 import time
@@ -45,12 +46,18 @@ from experiments import figures
 from experiments.simulate import machine_label, simulate
 
 
-def _worker_start() -> None:
+def _worker_start(study: int) -> None:
     """A bare-loop worker process: one torch thread (as each of Flower's two ClientApps on 2
-    cores), allowed to build Messages (launch/in_process.task_identity)."""
+    cores), allowed to build Messages (launch/in_process.task_identity); it ends with the
+    study (launch/lifetime.py)."""
+    import signal
+
     import torch
 
     from launch.in_process import task_identity
+    from launch.lifetime import die_with
+
+    die_with(study, signal.SIGKILL)
 
     torch.set_num_threads(1)
     task_identity()
@@ -129,7 +136,10 @@ def bare_loop(cfg_over: dict, rounds: int, clients: int, out: Path) -> pd.DataFr
     )
     spawn = multiprocessing.get_context("spawn")
     grid = TwoWorkers(app, cfg, clients)
-    with ProcessPoolExecutor(2, mp_context=spawn, initializer=_worker_start) as grid.pool:
+    pool = ProcessPoolExecutor(
+        2, mp_context=spawn, initializer=_worker_start, initargs=(os.getpid(),)
+    )
+    with pool as grid.pool:
         driving_run.run(grid, parse(cfg), "fedavg")
     return pd.read_csv(out / "rounds.csv")
 

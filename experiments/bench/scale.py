@@ -38,6 +38,7 @@ import pandas as pd
 from experiments import figures
 from experiments.simulate import ROOT, machine_label
 from experiments.tables import ratio_within_repeat
+from launch.lifetime import child_env
 
 
 def tree_rss(root: int) -> int:
@@ -86,7 +87,9 @@ def run(n: int, participants: int, rounds: int, out: Path) -> dict:
     ]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )  # ends with the study (launch/lifetime.py)
     peak, done = [0], threading.Event()
 
     def watch():
