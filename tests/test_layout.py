@@ -308,7 +308,6 @@ UNSTAMPED_FIGURES = {
     "fedvln_gap.png",
     "fedvln_pipeline.png",
     "fedvln_pipeline_r2r-speaker.png",
-    "fedvln_pipeline_r2r.png",
 }
 
 
