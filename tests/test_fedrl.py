@@ -677,7 +677,7 @@ def _fake_simulations(monkeypatch, sim, also=None) -> list:
     returns the list of commands launched."""
     launched = []
 
-    def fake_run(cmd, check, cwd):
+    def fake_run(cmd, check=False):
         launched.append(cmd)
         out = Path(cmd[cmd.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
@@ -685,7 +685,7 @@ def _fake_simulations(monkeypatch, sim, also=None) -> list:
         if also:
             also(out)
 
-    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    monkeypatch.setattr(sim, "run_child", fake_run)
     return launched
 
 
@@ -782,7 +782,7 @@ def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path,
 
     launched = []
 
-    def fake_run(cmd, check, cwd):
+    def fake_run(cmd, check=False):
         launched.append(cmd)
         out = Path(cmd[cmd.index("--resume" if "--resume" in cmd else "--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
@@ -792,7 +792,7 @@ def test_a_finished_run_given_a_higher_cap_goes_on_unless_it_converged(tmp_path,
         conv = {"stopped_early": stop < cap}
         (out / "config.json").write_text(json.dumps({"convergence": conv, "eval-every": 2}))
 
-    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    monkeypatch.setattr(sim, "run_child", fake_run)
     run = tmp_path / "run"
     sim.simulate("fedavg", run, rounds=2, seed=0)
     (run / "kept.txt").write_text("not retrained")
@@ -828,7 +828,7 @@ def test_a_failed_raise_of_the_cap_keeps_the_finished_shorter_run(tmp_path, monk
 
     fail = []
 
-    def fake_run(cmd, check, cwd):
+    def fake_run(cmd, check=False):
         if fail:
             raise subprocess.CalledProcessError(1, cmd)
         out = Path(cmd[cmd.index("--out") + 1])
@@ -836,7 +836,7 @@ def test_a_failed_raise_of_the_cap_keeps_the_finished_shorter_run(tmp_path, monk
         (out / "rounds.csv").write_text("round\n1\n2\n")
         (out / "config.json").write_text(json.dumps({"convergence": {}, "eval-every": 2}))
 
-    monkeypatch.setattr(sim.subprocess, "run", fake_run)
+    monkeypatch.setattr(sim, "run_child", fake_run)
     run = tmp_path / "run"
     sim.simulate("fedavg", run, rounds=2, seed=0)
     (run / "kept.txt").write_text("finished")
@@ -899,23 +899,23 @@ def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finishe
 
     launched = []
 
-    def killed_after_round_1(cmd, check, cwd):
+    def killed_after_round_1(cmd, check=False):
         launched.append(cmd)
         out = Path(cmd[cmd.index("--out") + 1])
         (out / "rounds.csv").write_text("round\n1\n")
         raise sim.subprocess.CalledProcessError(1, cmd)
 
-    def finishes(cmd, check, cwd):
+    def finishes(cmd, check=False):
         launched.append(cmd)
         (Path(cmd[cmd.index("--resume") + 1]) / "rounds.csv").write_text("round\n1\n2\n3\n")
 
     run = tmp_path / "run"
-    monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
+    monkeypatch.setattr(sim, "run_child", killed_after_round_1)
     with pytest.raises(sim.subprocess.CalledProcessError):
         sim.simulate("fedavg", run, rounds=3, seed=0)
     with pytest.raises(SystemExit, match="unfinished"):  # another launch's leftovers
         sim.simulate("fedavg", run, rounds=3, seed=1)
-    monkeypatch.setattr(sim.subprocess, "run", finishes)
+    monkeypatch.setattr(sim, "run_child", finishes)
     sim.simulate("fedavg", run, rounds=3, seed=0)
     assert launched[-1][launched[-1].index("--resume") + 1] == str(run)
     sim.simulate("fedavg", run, rounds=3, seed=0)
@@ -924,7 +924,7 @@ def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finishe
     start, later = tmp_path / "best.pt", tmp_path / "later"
     start.write_bytes(b"speaker 1")
     rc = f'fedvln.stage="augment" fedvln.speaker-init="{start}"'
-    monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
+    monkeypatch.setattr(sim, "run_child", killed_after_round_1)
     with pytest.raises(sim.subprocess.CalledProcessError):
         sim.simulate("fedvln", later, rounds=3, seed=0, run_config=rc)
     start.write_bytes(b"speaker 2")
@@ -933,7 +933,7 @@ def test_an_interrupted_simulation_goes_on_and_a_converged_one_counts_as_finishe
     assert "--resume" not in launched[-1]  # started over, not refused, not resumed
 
     conv = tmp_path / "conv"
-    monkeypatch.setattr(sim.subprocess, "run", killed_after_round_1)
+    monkeypatch.setattr(sim, "run_child", killed_after_round_1)
     with pytest.raises(sim.subprocess.CalledProcessError):
         sim.simulate("fedvln", conv, rounds=9, seed=0)
     (conv / "rounds.csv").write_text("round\n1\n2\n")

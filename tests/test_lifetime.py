@@ -140,7 +140,9 @@ def test_an_interrupted_study_lets_its_run_finish_its_clean_up(tmp_path):
         "time.sleep(60)\n"
     )
     study = subprocess.Popen(
-        [PYTHON, "-c", "import sys; from experiments.simulate import run_child; "
+        # SIGINT re-armed: a test run from a background job inherits it ignored
+        [PYTHON, "-c", "import signal, sys; from experiments.simulate import run_child; "
+         "signal.signal(signal.SIGINT, signal.default_int_handler); "
          "run_child([sys.executable, '-c', sys.argv[1]])", child],
         cwd=ROOT, stderr=subprocess.DEVNULL,
     )  # fmt: skip
