@@ -248,6 +248,21 @@ def escalate(killed: dict[int, float], now: float) -> None:
             killed[pid] = math.inf
 
 
+def stop_orphans(children: dict, killed: dict, node: int | None, now: float) -> None:
+    """The messages still running once the node's SuperExec is gone serve nothing: each gets
+    SIGTERM, and SIGKILL after KILL_GRACE_S (`escalate`). Flower's own watch of `--parent-pid`
+    raises SIGINT in the ClientApp, which Python handles only between bytecodes: a child
+    blocked in a call to the dead SuperExec's API never saw it, and this parent, waiting for
+    its children, outlived the node with it (a SuperNode killed mid-message, 2026-12-05)."""
+    if _alive(node):
+        return
+    for pid in children:
+        if pid not in killed:
+            killed[pid] = now + KILL_GRACE_S
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+
 def _loop(server, lock, children: dict, killed: dict, node: int | None) -> None:
     """Fork a child per request, report each child's exit status to its gate, kill a child
     whose gate went away; until the node's SuperExec is gone or IDLE_EXIT_S without a message."""
@@ -288,6 +303,7 @@ def _loop(server, lock, children: dict, killed: dict, node: int | None) -> None:
                 killed[pid] = time.monotonic() + KILL_GRACE_S
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
+        stop_orphans(children, killed, node, time.monotonic())
         escalate(killed, time.monotonic())
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -164,6 +164,29 @@ def test_a_child_that_ignores_sigterm_gets_sigkill_after_its_grace():
     assert killed[stubborn.pid] == float("inf")  # not signalled again
 
 
+def test_a_message_still_running_when_its_node_is_gone_is_stopped():
+    """A SuperNode killed mid-message left its ClientApp blocked in a call to the dead
+    SuperExec (deaf to Flower's SIGINT), and the warm parent waiting for it, for good: the
+    parent now stops its children once the node is gone (SIGTERM, SIGKILL after the grace),
+    and leaves them alone while it is alive."""
+    stuck = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert stuck.stdout.readline()
+    node = subprocess.Popen(["sleep", "60"])
+    children, killed, now = {stuck.pid: None}, {}, time.monotonic()
+    warm_start.stop_orphans(children, killed, node.pid, now)  # the node is alive
+    assert killed == {}
+    node.kill()
+    node.wait()
+    warm_start.stop_orphans(children, killed, node.pid, now)
+    assert killed == {stuck.pid: now + warm_start.KILL_GRACE_S}
+    warm_start.escalate(killed, now + warm_start.KILL_GRACE_S)
+    assert stuck.wait(timeout=10) == -signal.SIGKILL
+
+
 @pytest.mark.parametrize(
     "handler", ["fedrl_client", "driving_client", "cdl_client", "fedvln_client"]
 )
