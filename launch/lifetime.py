@@ -93,4 +93,5 @@ def undisturbed():
         yield
     finally:
         for sig, handler in before.items():
-            signal.signal(sig, handler)
+            if handler is not None:  # None: a handler set outside Python, which we cannot restore
+                signal.signal(sig, handler)
