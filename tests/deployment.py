@@ -10,6 +10,7 @@ from experiments.bench.loopback import (  # noqa: F401 - the tests import these 
     ENV,
     Federation,
     free_port,
+    free_ports,
     rounds_done,
     wait_for,
     wait_listening,

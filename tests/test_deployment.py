@@ -14,6 +14,7 @@ from tests.deployment import (
     NEEDS_EDGE,
     Federation,
     free_port,
+    free_ports,
     rounds_done,
     wait_for,
     wait_listening,
@@ -28,7 +29,7 @@ SMALL = (
 
 
 def test_a_killed_supernode_rejoins_and_a_restarted_superlink_keeps_runs_and_nodes(tmp_path):
-    port, control = free_port(), free_port()
+    port, control = free_ports(2)
     fed = Federation(tmp_path)
     link = [
         str(ROOT / "deploy/superlink.sh"),
@@ -158,7 +159,7 @@ def test_the_edges_key_is_removed_when_superlink_sh_is_stopped_by_its_process_gr
         [str(ROOT / "deploy/make_certs.sh"), str(certs), "1"], check=True, capture_output=True
     )
     before = set(glob.glob("/tmp/fedembodied-edge.*"))
-    port, control = free_port(), free_port()
+    port, control = free_ports(2)
     fed = Federation(tmp_path)
     fed.start(
         "link",
@@ -189,7 +190,7 @@ def test_a_node_runs_the_app_it_was_installed_with_and_refuses_a_modified_one(tm
 
     from deploy.app_gate import fab_of
 
-    port, control = free_port(), free_port()
+    port, control = free_ports(2)
     modified = tmp_path / "fedembodied"
     with zipfile.ZipFile(io.BytesIO(fab_of(ROOT))) as z:
         z.extractall(modified)
@@ -232,7 +233,7 @@ def test_a_locked_superlink_database_and_a_killed_launcher_do_not_stop_the_feder
     import sqlite3
     import time
 
-    port, control = free_port(), free_port()
+    port, control = free_ports(2)
     db = tmp_path / "state.db"
     fed = Federation(tmp_path)
     try:

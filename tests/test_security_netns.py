@@ -19,6 +19,7 @@ from tests.deployment import (
     NEEDS_EDGE,
     Federation,
     free_port,
+    free_ports,
     rounds_done,
     wait_for,
     wait_listening,
@@ -75,7 +76,7 @@ def _tls_link(tmp_path, namespaces, keys: int, fed: Federation) -> tuple[Path, i
          f"IP:{LINK_IP2}"],
         check=True, capture_output=True,
     )  # fmt: skip
-    port, control = free_port(), free_port()
+    port, control = free_ports(2)
     fed.start(
         "link",
         [str(ROOT / "deploy/superlink.sh"), "--tls", str(certs), "--port", str(port),

@@ -4,6 +4,7 @@ and for the experiments that time deployed runs (experiments/bench/message_cost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,9 +24,18 @@ ENV = {**os.environ, "VENV": str(BIN.parent)}
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports, each socket held until all are picked: two free_port() calls
+    in a row returned one port twice (the lane's netns test, 2026-12-05: superlink.sh refused
+    a --control-port equal to --port)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def wait_listening(host: str, port: int, timeout: float = 60, prefix=()) -> None:

@@ -67,6 +67,7 @@ from experiments.bench.loopback import (
     ROOT,
     Federation,
     free_port,
+    free_ports,
     unwind_on_sigterm,
     wait_for,
     wait_listening,
@@ -235,7 +236,7 @@ class LoopbackFederation(Federation):
         self.env = dict(env or VARIANTS["warm"])
         subprocess.run([str(ROOT / "deploy/make_certs.sh"), str(self.certs), str(nodes(method))], check=True,
                        capture_output=True)  # fmt: skip
-        self.port, self.control = free_port(), free_port()
+        self.port, self.control = free_ports(2)
         self.start_link()
         self.connect("op", f"127.0.0.1:{self.control}", str(self.certs / "ca.crt"))
         for k in range(nodes(method)):
