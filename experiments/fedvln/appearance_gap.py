@@ -60,10 +60,9 @@ def one_run(
     common = ["--seed", str(seed), "--appearance", str(strength)]
     common += ["--eval-every", str(eval_every), "--patience", str(patience)]
     common += ["--out", str(out), "--results-dir", str(out)]
-    _centralized(["--stages", "agent", *common[:4], "--iters", str(iters), *common[4:]], out)
+    _centralized(["--stages", "agent", *common, "--iters", str(iters)], out)
     if strength in speaker_strengths:
-        _centralized(["--stages", "speaker", *common[:4], "--speaker-iters", str(speaker_iters),
-                      *common[4:]], out)  # fmt: skip
+        _centralized(["--stages", "speaker", *common, "--speaker-iters", str(speaker_iters)], out)
     picks = pick(pd.read_csv(out / "agent_log.csv"), "val_unseen_sr")
     picks["untrained (floor)"] = pd.Series({"iteration": 0, **untrained(strength, seed)})
     return [
