@@ -1584,6 +1584,46 @@ def test_table4_carries_what_each_speaker_teaches_beside_its_floors(tmp_path):
     )
 
 
+def test_the_speaker_panel_draws_the_constant_sentence_from_table4():
+    """Issue 66 item 4: a BLEU a constant sentence reaches says nothing of the route, so the
+    figure's speaker panel draws Table 4's constant-sentence floor (its best row, ours, not the
+    paper's), not only the untrained speaker's zero; without a Table 4 it draws no such line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.fedvln import pipeline as fp
+
+    curves = pd.DataFrame(
+        [{"seed": 0, "run": "central/speaker", "steps": 10.0 * k, "value": 5.0 * k} for k in (1, 2)]
+        + [{"seed": 0, "run": "untrained/bleu", "steps": 0.0, "value": 0.0}]
+    )
+    table4 = pd.DataFrame(
+        [
+            {"speaker": "constant sentence (floor)", "checkpoint": "best", "val_unseen_bleu": 18.0,
+             "source": "ours"},
+            {"speaker": "constant sentence (floor)", "checkpoint": "last", "val_unseen_bleu": 1.0,
+             "source": "ours"},
+            {"speaker": "other path's instruction (floor)", "checkpoint": "best",
+             "val_unseen_bleu": 10.6, "source": "ours"},
+        ]
+    )  # fmt: skip
+
+    def floors(table):
+        fig, ax = plt.subplots()
+        fp._plot_speaker(ax, curves, table)
+        lines = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines()}
+        plt.close(fig)
+        return {k: v for k, v in lines.items() if k.startswith(("constant", "other"))}
+
+    assert floors(table4) == {
+        "constant sentence (floor) 18.0": 18.0,
+        "other path's instruction (floor) 10.6": 10.6,
+    }
+    assert floors(None) == {}
+
+
 def test_table4_shows_a_removed_lenient_score_as_a_dash_and_keeps_the_unchanged_parts():
     """A Table 4 made before issue 64's strict fidelity has its lenient columns emptied (route
     fidelity, rooms on route, stop object): each shows '–', and goal room, whose rule did not

@@ -976,9 +976,14 @@ def _band(ax, curves: pd.DataFrame, run, label, style="-"):
     ax.fill_between(x, wide.min(axis=1), wide.max(axis=1), color=line.get_color(), alpha=0.15)
 
 
-def plot(curves: pd.DataFrame, png: Path, command: str, stages=STAGES) -> None:
+def plot(
+    curves: pd.DataFrame, png: Path, command: str, stages=STAGES, table4: pd.DataFrame = None
+) -> None:
     """One panel per table the study made (`stages`): Table 2's follower, Table 4's speaker,
-    Table 5's pre-exploration, each with the paper's R2R numbers drawn beside ours."""
+    Table 5's pre-exploration, each with the paper's R2R numbers drawn beside ours. The
+    speaker panel's floors beyond the untrained speaker (the constant sentence, another path's
+    instruction) are one evaluation each, not curves: they are read from `table4`, the study's
+    own Table 4 (its floor rows), when given."""
     panels = [
         draw
         for draw, wanted in (
@@ -990,7 +995,10 @@ def plot(curves: pd.DataFrame, png: Path, command: str, stages=STAGES) -> None:
     ]
     fig, axes = figures.subplots(1, len(panels), figsize=(16 * len(panels) / 3 + 1, 4.2))
     for draw, ax in zip(panels, np.atleast_1d(axes)):
-        draw(ax, curves)
+        if draw is _plot_speaker:
+            draw(ax, curves, table4)
+        else:
+            draw(ax, curves)
     fig.tight_layout()
     figures.save(fig, png, command)
 
@@ -1029,10 +1037,24 @@ def _plot_follower(ax, curves: pd.DataFrame) -> None:
     ax.legend(fontsize=7)
 
 
-def _plot_speaker(ax, curves: pd.DataFrame) -> None:
+# Table 4's floor rows drawn on the speaker panel, and their line styles
+SPEAKER_FLOORS = {"constant sentence (floor)": ":", "other path's instruction (floor)": (0, (1, 3))}
+
+
+def _plot_speaker(ax, curves: pd.DataFrame, table4: pd.DataFrame = None) -> None:
+    """Fed and Cent val_unseen BLEU against the untrained speaker and, from `table4`, the
+    constant sentence and another path's instruction: a BLEU a constant reaches says nothing
+    of the route, so the constant's line is the one a speaker must clear."""
     for run, label, style in (("speaker", "Fed", "-"), ("central/speaker", "Cent", "--")):
         _band(ax, curves, run, label, style)
     _floor(ax, curves, "untrained/bleu", "untrained speaker (floor)")
+    if table4 is not None and len(table4):
+        ours = table4[table4.get("source", "ours") == "ours"]
+        best = ours[ours["checkpoint"] == "best"].set_index("speaker")
+        for name, ls in SPEAKER_FLOORS.items():
+            if name in best.index and pd.notna(best.at[name, "val_unseen_bleu"]):
+                bleu = float(best.at[name, "val_unseen_bleu"])
+                ax.axhline(bleu, color="black", ls=ls, lw=0.9, label=f"{name} {bleu:.1f}")
     for name, ls in (("Cent", "--"), ("Fed", "-")):
         ax.axhline(PAPER_T4[name][1], color="grey", ls=ls, lw=0.8, label=f"paper {name}")
     ax.set(xlabel="optimizer steps", ylabel="val_unseen BLEU-4", title="Table 4: speaker")
@@ -1206,7 +1228,7 @@ def report(runs: pd.DataFrame, study: dict, command: str) -> str:
     result = tables(a, Path(runs["work"].iloc[0]), list(grid["seed"]), sfx)
     kept = runs.drop(columns="work")
     kept.round(4).to_csv(RESULTS / f"{study['name']}_runs.csv", index=False)
-    plot(kept, RESULTS / f"{study['name']}.png", command, a.stages)
+    plot(kept, RESULTS / f"{study['name']}.png", command, a.stages, result["table4"])
     return markdown(result) + "\n\n" + fedvln_gains.markdown(result["gains"])
 
 
@@ -1218,5 +1240,7 @@ def replot(study: dict) -> int:
     if not runs_csv.is_file() or command_of(png) is None:
         print(f"study: {runs_csv}: not made by this study yet (run it first)", file=sys.stderr)
         return 2
-    plot(pd.read_csv(runs_csv), png, command_of(png), study["grid"]["stages"])
+    table4 = RESULTS / f"fedvln_table4{_suffix(study)}.csv"
+    floors = pd.read_csv(table4) if table4.is_file() else None
+    plot(pd.read_csv(runs_csv), png, command_of(png), study["grid"]["stages"], floors)
     return 0
