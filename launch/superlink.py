@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,8 +40,7 @@ class LocalSuperLink:
     def __init__(self, ray_address: str | None = None, policy: Path | None = None):
         self.home = Path(tempfile.mkdtemp(prefix="fedembodied-flwr-"))
         self.port = free_port()
-        # every process of the run carries this token; a caller may choose it to track them
-        self.token = os.environ.get("FEDEMBODIED_RUN_TOKEN") or uuid.uuid4().hex
+        self.token = run_token()
         self.env = {
             **os.environ,
             "FLWR_HOME": str(self.home),
@@ -158,10 +158,21 @@ def _pids_where(test) -> list[int]:
     return found
 
 
+def run_token() -> str:
+    """The token every process of one run carries, so its clean-up finds them (Ray's daemons
+    leave our process group). A caller may set FEDEMBODIED_RUN_TOKEN to track its runs: each
+    run extends it with its own suffix, so a study's runs side by side (all inheriting the
+    caller's token) stay apart and one run's clean-up does not kill its siblings, while the
+    caller's token, a prefix of all of them, still finds every one."""
+    caller = os.environ.get("FEDEMBODIED_RUN_TOKEN")
+    own = uuid.uuid4().hex
+    return f"{caller}.{own}" if caller else own
+
+
 def processes_with_token(token: str) -> list[int]:
-    """Pids whose environment carries our run token (Ray's daemons leave our process group)."""
-    needle = f"FEDEMBODIED_RUN_TOKEN={token}".encode()
-    return _pids_where(lambda d: needle in (d / "environ").read_bytes())
+    """Pids whose environment carries `token` or a run token extending it (`run_token`)."""
+    entry = re.compile(rb"(?:^|\0)FEDEMBODIED_RUN_TOKEN=" + re.escape(token.encode()) + rb"[.\0]")
+    return _pids_where(lambda d: entry.search((d / "environ").read_bytes()) is not None)
 
 
 def processes_holding(folder: str) -> list[int]:

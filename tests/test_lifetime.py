@@ -166,3 +166,29 @@ def test_a_clean_up_is_not_cut_by_a_second_signal():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
     assert [signal.getsignal(s) for s in STOP_SIGNALS] == before
+
+
+def test_runs_side_by_side_under_one_callers_token_are_cleaned_up_apart(monkeypatch):
+    """A study started with FEDEMBODIED_RUN_TOKEN set hands it to every run: each run's own
+    token extends it, so one run's clean-up (`processes_with_token(its token)`) finds its own
+    processes and not its sibling's, while the caller's token still finds both; a token that
+    merely starts with the same letters is someone else's."""
+    import uuid
+
+    from launch.superlink import processes_with_token, run_token
+
+    caller = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("FEDEMBODIED_RUN_TOKEN", caller)
+    first, second = run_token(), run_token()
+    assert first != second and first.startswith(caller + ".")
+    procs = {
+        t: subprocess.Popen(["sleep", "60"], env={**os.environ, "FEDEMBODIED_RUN_TOKEN": t})
+        for t in (first, second, caller + "x")
+    }
+    try:
+        assert processes_with_token(first) == [procs[first].pid]
+        assert sorted(processes_with_token(caller)) == sorted([procs[first].pid, procs[second].pid])
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
