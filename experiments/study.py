@@ -152,7 +152,9 @@ def cells(study: dict, crossed: dict[str, str]) -> list[dict]:
 
 def check_cell(cell: dict, where, fields: set[str], methods) -> None:
     """What every kind of run checks in a cell (ValueError naming the study file and field):
-    no field the kind does not take, a method it runs, a seed, run-config keys the app knows."""
+    no field the kind does not take, a method it runs, a seed, run-config keys the app knows
+    with values it accepts."""
+    from config import ConfigError, parse
     from config.schema import merged
 
     unknown = set(cell) - fields
@@ -166,6 +168,10 @@ def check_cell(cell: dict, where, fields: set[str], methods) -> None:
     unknown = [k for k in cell["run-config"] if k not in merged({})]
     if unknown:
         raise ValueError(f"{where}: grid.run-config: unknown key(s) {', '.join(unknown)}")
+    try:  # each value's type and range, as the run would parse it, before any run starts
+        parse(cell["run-config"])
+    except ConfigError as e:
+        raise ValueError(f"{where}: grid.run-config: {e}") from None
 
 
 def parse_args(argv=None):

@@ -159,6 +159,30 @@ def test_a_function_study_field_of_the_wrong_type_is_one_line_before_anything_ru
     assert not (tmp_path / "w").exists()
 
 
+def test_a_run_config_value_of_the_wrong_type_is_one_line_before_anything_runs(tmp_path, capsys):
+    """A run-config value the app would refuse (text for a count, true for a rate) is named
+    with the study file before the first run starts, not when its own run reaches it (after
+    the runs before it trained): simulation and FedRL kinds alike."""
+    from experiments import study
+
+    studies = ROOT / "experiments" / "studies"
+    bad = tmp_path / "cdl_noniid.toml"
+    for name, old, new, said in (
+        ("cdl_noniid", '"driving.non-iid" = 0.5', '"driving.non-iid" = "half"', "driving.non-iid"),
+        ("cdl_noniid", '"driving.train-per-silo" = 150', '"driving.train-per-silo" = 1.5',
+         "driving.train-per-silo"),
+        ("fedrl_sweep_eps-decay", '"fedrl.envs" = 32', '"fedrl.envs" = true', "fedrl.envs"),
+    ):  # fmt: skip
+        text = (studies / f"{name}.toml").read_text()
+        assert old in text, (name, old)
+        bad = tmp_path / f"{name}.toml"
+        bad.write_text(text.replace(old, new))
+        assert study.main([str(bad), "--work", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert f"{bad}: grid.run-config:" in err and said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "w").exists()
+
+
 def test_a_sweep_whose_knob_is_not_what_its_arms_vary_is_refused_before_it_trains(tmp_path, capsys):
     """A review found a sweep study with a wrong or missing `[report] knob` trained every run
     and then failed (or grouped by a constant); and a misspelt map split was dropped silently."""
