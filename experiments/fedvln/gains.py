@@ -16,7 +16,7 @@ near 0 by chance, and a difference below one evaluation's noise is not a finding
   control only the speaker's routes differ;
 - federation's cost: FedEnvdrop − Envdrop, FedEnvdrop_aug − Envdrop_aug (step-matched);
 - pre-exploration (Table 5): each variant − its start, the augmented agent (FedEnvdrop_aug)
-  or the pipeline's `--start-models` follower (`start`), and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
+  or the follower a study's `start-models` names (`start`), and the paper's privacy claim, fed-lan − fed-full (sharing the language encoder only
   loses nothing) and fed-lan − env-based (what federating the encoder adds);
 - the held-out-house control (issue 64 item 4): each pre-exploration (centralized and the four
   variants) − `env-based@other` (each unseen house adapting as env-based does, on the next
@@ -55,7 +55,7 @@ MODELS = {
     "Envdrop_control": "central/augment-control",
     "centralized": "preexplore-centralized",
     **{v: f"preexplore-{v}" for v in (*VARIANTS, HOUSE_CONTROL, BUDGET_CONTROL)},
-    "start": "start",  # the pipeline's --start-models follower, scored once
+    "start": "start",  # the follower a study's `start-models` names, scored once
 }
 PRE = ("centralized", *VARIANTS, HOUSE_CONTROL, BUDGET_CONTROL)  # every pre-exploration run
 # (what it tests, a, b): the gain is a − b
@@ -75,7 +75,7 @@ COMPARISONS = [
     ("federation's cost, agent", "FedEnvdrop", "Envdrop"),
     ("federation's cost, augmented", "FedEnvdrop_aug", "Envdrop_aug"),
     *[(f"pre-exploration, {v}", v, "FedEnvdrop_aug") for v in PRE],
-    *[(f"pre-exploration, {v}, from --start-models", v, "start") for v in PRE],
+    *[(f"pre-exploration, {v}, from its start-models", v, "start") for v in PRE],
     *[
         (f"{v} vs the same adaptation in another house (held-out-house control)", v, HOUSE_CONTROL)
         for v in PRE
@@ -99,7 +99,7 @@ COMPARISONS = [
     ("sharing only the language encoder vs the whole model", "fed-lan", "fed-full"),
     ("federating the language encoder vs each house alone", "fed-lan", "env-based"),
 ]
-# every pre-exploration starts from the augmented agent's best checkpoint, or --start-models
+# every pre-exploration starts from the augmented agent's best checkpoint, or `start-models`
 STARTS_FROM = ("FedEnvdrop_aug", "start")
 
 
