@@ -485,3 +485,27 @@ def test_the_speaker_round_summary_keeps_houses_a_round_and_server_steps_apart()
     assert best.loc[(1, "avg"), "seeds_unseen_fidelity_ge_50"] == 1
     assert best.loc[(6, "avg"), "val_unseen_fidelity"].startswith("20.0")
     assert best.loc[(6, "adam"), "val_unseen_fidelity"].startswith("30.0")
+
+
+def test_a_fidelity_plot_draws_another_paths_words_between_the_constant_and_the_top():
+    """The speaker-round figures drew the constant sentence (14.8) and the true words only;
+    FedAvg's arms sit at 20-31, so the stronger floor, another path's true words (22.8 in
+    fedvln_speaker_floors.csv), is what they must be read against."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.fedvln.speaker_round import draw_floors, floor_table
+
+    fig, ax = plt.subplots()
+    draw_floors(ax)
+    drawn = {ln.get_label().rsplit(" ", 1)[0]: ln.get_ydata()[0] for ln in ax.get_lines()}
+    plt.close(fig)
+    table = floor_table()["fidelity"].map(lambda v: float(str(v).split(" ± ")[0]))
+    assert drawn == {
+        "constant sentence (floor)": table["constant"],
+        "another path's true words (floor)": table["other path"],
+        "true words (top)": table["true"],
+    }
+    assert table["constant"] < table["other path"] < table["true"]

@@ -202,16 +202,29 @@ def floor_table() -> pd.DataFrame:
     return t[(t["data"] == "embedded houses") & (t["split"] == "val_unseen")].set_index("floor")
 
 
+# the floors and the top drawn on a fidelity plot: fedvln_speaker_floors.csv's row, the
+# legend's words and the line style
+FLOOR_LINES = (
+    ("constant", "constant sentence (floor)", ":"),
+    ("other path", "another path's true words (floor)", "-."),
+    ("true", "true words (top)", "--"),
+)
+
+
 def floors() -> dict[str, float]:
-    """The constant sentence's and the true words' val_unseen fidelity (embedded houses)."""
+    """The constant sentence's, another path's and the true words' val_unseen fidelity
+    (embedded houses)."""
     t = floor_table()
-    return {f: float(str(t.loc[f, "fidelity"]).split(" ± ")[0]) for f in ("constant", "true")}
+    return {f: float(str(t.loc[f, "fidelity"]).split(" ± ")[0]) for f, _, _ in FLOOR_LINES}
 
 
 def draw_floors(ax) -> None:
-    """The constant sentence's and the true words' fidelity as lines on a fidelity plot."""
-    for name, style in (("constant", ":"), ("true", "--")):
-        ax.axhline(floors()[name], color="grey", ls=style, label=f"{name} words (floor / top)")
+    """The floors and the top as lines on a fidelity plot: a speaker that writes another
+    path's true words (fluent, in the house's style, about the wrong route) is the floor a
+    route-describing speaker must clear, above the constant sentence."""
+    values = floors()
+    for name, label, style in FLOOR_LINES:
+        ax.axhline(values[name], color="grey", ls=style, label=f"{label} {values[name]:.1f}")
 
 
 def arm_keys(curves: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
