@@ -1624,6 +1624,32 @@ def test_the_speaker_panel_draws_the_constant_sentence_from_table4():
     assert floors(None) == {}
 
 
+def test_the_follower_and_preexploration_panels_draw_their_paper_rows_and_floor():
+    """Table 2's panel draws the paper's R2R SR for each run it draws that the paper has
+    (the augmented rows too), and Table 5's panel the untrained follower, as Table 2's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.fedvln import pipeline as fp
+
+    runs = ["augment", "untrained", fp._pre_run("fed-lan")]
+    curves = pd.DataFrame(
+        [{"seed": 0, "run": r, "steps": 10.0 * k, "value": 2.0 + k} for r in runs for k in (1, 2)]
+    )
+    lines = {}
+    for draw in (fp._plot_follower, fp._plot_preexplore):
+        fig, ax = plt.subplots()
+        draw(ax, curves)
+        lines[draw] = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines()}
+        plt.close(fig)
+    follower = lines[fp._plot_follower]
+    assert follower["paper FedEnvdrop_aug 51.3"] == 51.3
+    assert not any("paper Envdrop" in k for k in follower)  # its run is not drawn
+    assert lines[fp._plot_preexplore]["untrained follower (floor)"] == 3.5
+
+
 def test_table4_shows_a_removed_lenient_score_as_a_dash_and_keeps_the_unchanged_parts():
     """A Table 4 made before issue 64's strict fidelity has its lenient columns emptied (route
     fidelity, rooms on route, stop object): each shows '–', and goal room, whose rule did not

@@ -965,15 +965,17 @@ def curves(out: Path, seed: int) -> list[dict]:
 
 def _band(ax, curves: pd.DataFrame, run, label, style="-"):
     """Mean over seeds (line) and min-max band of a run's curve against optimizer steps; runs
-    stopped by patience at different steps, so each point is over the seeds still running."""
+    stopped by patience at different steps, so each point is over the seeds still running.
+    The line's colour, or None where the run is not in `curves`."""
     d = curves[curves["run"] == run]
     if d.empty:
-        return
+        return None
     wide = d.pivot_table(index="steps", columns="seed", values="value").sort_index()
     x = wide.index.to_numpy()
     n = d["seed"].nunique()
     (line,) = ax.plot(x, wide.mean(axis=1), style, marker=".", ms=3, label=f"{label} (n={n})")
     ax.fill_between(x, wide.min(axis=1), wide.max(axis=1), color=line.get_color(), alpha=0.15)
+    return line.get_color()
 
 
 def plot(
@@ -1011,6 +1013,8 @@ def _floor(ax, curves: pd.DataFrame, run: str, label: str) -> None:
 
 
 def _plot_follower(ax, curves: pd.DataFrame) -> None:
+    """Table 2's runs, each with the paper's R2R val_unseen SR in its colour where the paper
+    has the row, and the untrained follower."""
     for run, label, style in (
         ("agent", "FedEnvdrop", "-"),
         ("central/agent", "Envdrop", "--"),
@@ -1019,22 +1023,19 @@ def _plot_follower(ax, curves: pd.DataFrame) -> None:
         ("augment-control", "FedEnvdrop fine-tuned again", ":"),
         ("central/augment-control", "Envdrop fine-tuned again", ":"),
     ):
-        _band(ax, curves, run, label, style)
+        colour = _band(ax, curves, run, label, style)
+        if colour is not None and (label, "val_unseen") in PAPER_T2:
+            sr = PAPER_T2[(label, "val_unseen")][3]
+            ax.axhline(sr, color=colour, ls=style, lw=0.8, alpha=0.7, label=f"paper {label} {sr}")
     _floor(ax, curves, "untrained", "untrained follower (floor)")
-    for model, ls in (("Envdrop", "--"), ("FedEnvdrop", "-")):
-        ax.axhline(
-            PAPER_T2[(model, "val_unseen")][3],
-            color="grey",
-            ls=ls,
-            lw=0.8,
-            label=f"paper {model} (R2R)",
-        )
     ax.set(
         xlabel="optimizer steps, all houses (augment: from its start)",
         ylabel="val_unseen SR (%)",
         title="Table 2: follower",
     )
-    ax.legend(fontsize=7)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.6 * (high - low))  # room above the paper's lines for the legend
+    ax.legend(fontsize=6, ncol=2, loc="upper center")
 
 
 # Table 4's floor rows drawn on the speaker panel, and their line styles
@@ -1070,6 +1071,7 @@ def _plot_preexplore(ax, curves: pd.DataFrame) -> None:
     for v in PRE_RUNS:
         controls = (HOUSE_CONTROL, BUDGET_CONTROL)
         _band(ax, curves, _pre_run(v), v, ":" if v in controls else "-")
+    _floor(ax, curves, "untrained", "untrained follower (floor)")
     starts = curves[curves["run"] == "start"].groupby("seed")["value"].max().tolist()
     if starts:  # where every pre-exploration starts
         ax.axhline(float(np.mean(starts)), color="black", ls=":", lw=1)
@@ -1088,7 +1090,10 @@ def _plot_preexplore(ax, curves: pd.DataFrame) -> None:
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(
         handles,
-        [f"{lab}; paper {_paper_cell(lab.split(' (')[0])}" for lab in labels],
+        [
+            f"{lab}; paper {_paper_cell(lab.split(' (')[0])}" if "floor" not in lab else lab
+            for lab in labels
+        ],
         fontsize=7,
     )
 
