@@ -121,7 +121,7 @@ def test_fedrl_deployed_study_says_when_the_engines_disagree(tmp_path):
     is refused by field before anything starts; the figure keeps its command."""
     import pandas as pd
 
-    from experiments.bench.fedrl_deployed import SCORES, check, plot, summarize
+    from experiments.bench.fedrl_deployed import SCORES, check, plot, references, summarize
     from experiments.figures import command_of
 
     runs = pd.DataFrame([{"engine": e, "wall_s": w, **dict.fromkeys(SCORES, 0.93)}
@@ -135,5 +135,10 @@ def test_fedrl_deployed_study_says_when_the_engines_disagree(tmp_path):
         check(cell | {"map-dir": str(tmp_path)}, "f.toml")
     with pytest.raises(ValueError, match="grid.rounds"):
         check(cell | {"rounds": 0}, "f.toml")
-    plot(runs, tmp_path / "d.png", "python -m experiments.study x.toml")
-    assert command_of(tmp_path / "d.png") == "python -m experiments.study x.toml"
+    command = "python -m experiments.study experiments/studies/fedrl_deployed.toml --jobs 1"
+    plot(runs, tmp_path / "d.png", command)
+    assert command_of(tmp_path / "d.png") == command
+    # the SuccRates are drawn against the random policy on the same maps and seed (Table 1's
+    # run, 8x8 paper rules, seed 0, as the study file says) and the paper's FedRL-1 / -2
+    floor, paper = references(command)
+    assert 0.5 < floor < 0.9 and paper == pytest.approx({"on": 0.9252, "off": 0.9506})

@@ -22,6 +22,7 @@ one is refused (remove it). Results: experiments/results/fedrl_deployed{,_runs}.
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -183,8 +184,31 @@ def failure(table: pd.DataFrame) -> str | None:
     return None
 
 
+def references(command: str) -> tuple[float | None, dict[str, float]]:
+    """What the SuccRates are read against: the random policy's test SuccRate (random α and
+    β) on the same maps, rules, size and seed (Table 1's own run, fedrl_table1_runs.csv; None
+    where it has none), and the paper's FedRL-1 (test noise on) and FedRL-2 (off) at the size.
+    The size and seed are the study file's that `command` ran."""
+    from config.papers import FEDRL_TABLE1, FEDRL_TABLE1_SIZES
+    from experiments.study import load
+
+    study = next(w for w in shlex.split(command) if w.endswith(".toml"))
+    grid = load(ROOT / study)["grid"]
+    runs = pd.read_csv(RESULTS / "fedrl_table1_runs.csv")
+    floor = runs[
+        (runs.method == "random-both") & (runs.rules == "paper") & (runs["size"] == grid["size"])
+        & (runs.seed == grid["seed"]) & (runs.checkpoint == "best") & (runs.split == "test")
+    ]["succ_rate"]  # fmt: skip
+    k = FEDRL_TABLE1_SIZES.index(grid["size"])
+    paper = {
+        n: FEDRL_TABLE1[(v, "succ")][k] / 100 for n, v in (("on", "fedrl-1"), ("off", "fedrl-2"))
+    }
+    return (float(floor.mean()) if len(floor) else None), paper
+
+
 def plot(runs: pd.DataFrame, png, command: str) -> None:
-    """Wall time of the run per engine, and the test SuccRates each gave."""
+    """Wall time of the run per engine, and the test SuccRates each gave, against the random
+    policy and the paper's (`references`)."""
     fig, (wall, succ) = figures.subplots(1, 2, figsize=(11, 4))
     hours = runs["wall_s"] / 3600
     bars = wall.bar(range(len(runs)), hours, color=[f"C{k}" for k in range(len(runs))])
@@ -197,6 +221,15 @@ def plot(runs: pd.DataFrame, png, command: str) -> None:
     for k, (_, r) in enumerate(runs.iterrows()):
         succ.bar(x + (k - (len(runs) - 1) / 2) * w, r[SCORES].astype(float), w, label=r.engine,
                  color=f"C{k}")  # fmt: skip
+    floor, paper = references(command)
+    if floor is not None:
+        succ.axhline(floor, color="black", ls="-.", lw=0.8,
+                     label=f"random α and β, same maps and seed (floor) {floor:.2f}")  # fmt: skip
+    for k, score in enumerate(SCORES):
+        noise = score.rsplit("=", 1)[1]
+        succ.hlines(paper[noise], k - 0.45, k + 0.45, color="grey", ls="--", lw=1,
+                    label=f"paper FedRL-1 / -2 (noise on / off) {paper['on']:.3f} / "
+                    f"{paper['off']:.3f}" if k == 0 else None)  # fmt: skip
     ticks = [s.replace("test-succ-rate-test_noise=", "noise ") for s in SCORES]
     succ.set_xticks(x, ticks, fontsize=8)
     succ.set(ylim=(0, 1.3), yticks=np.linspace(0, 1, 6), ylabel="test SuccRate",
