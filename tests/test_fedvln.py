@@ -1431,7 +1431,7 @@ def test_gains_are_paired_by_seed_and_pre_exploration_is_compared_with_its_start
 
 
 def test_pre_exploration_from_given_models_is_compared_with_that_start(tmp_path):
-    """With --start-models there is no augmented agent: each variant's best and last are
+    """With `start-models` there is no augmented agent: each variant's best and last are
     paired with the given follower's one evaluation (`start/log.csv`), and no augmentation row
     appears."""
     from experiments.fedvln.gains import gains
@@ -1445,9 +1445,9 @@ def test_pre_exploration_from_given_models_is_compared_with_that_start(tmp_path)
             [{"round": 0, "steps": 0, "val_unseen_sr": start, "val_unseen_n": 360}]
         ).to_csv(out / "start" / "log.csv", index=False)
     t = gains(seed_dirs(tmp_path, [0, 1])).set_index(["comparison", "checkpoint"])
-    best = t.loc[("pre-exploration, env-based, from --start-models", "best")]
+    best = t.loc[("pre-exploration, env-based, from its start-models", "best")]
     assert best["by_seed"] == "+6.0 / +5.0" and best["n_seeds"] == 2
-    last = t.loc[("pre-exploration, env-based, from --start-models", "last")]
+    last = t.loc[("pre-exploration, env-based, from its start-models", "last")]
     assert last["b_checkpoint"] == "best" and last["by_seed"] == "+5.0 / +4.0"
     assert not any("augmentation" in c for c, _ in t.index)
 
