@@ -239,6 +239,13 @@ def serve(path: Path, node: int | None = None) -> int:
     return 0
 
 
+def terminate(pid: int, killed: dict[int, float], now: float) -> None:
+    """SIGTERM a child now, and SIGKILL it after KILL_GRACE_S (`escalate`)."""
+    killed[pid] = now + KILL_GRACE_S
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+
+
 def escalate(killed: dict[int, float], now: float) -> None:
     """SIGKILL every child in `killed` whose grace after SIGTERM is over (once each)."""
     for pid, due in list(killed.items()):
@@ -258,9 +265,7 @@ def stop_orphans(children: dict, killed: dict, node: int | None, now: float) -> 
         return
     for pid in children:
         if pid not in killed:
-            killed[pid] = now + KILL_GRACE_S
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+            terminate(pid, killed, now)
 
 
 def _loop(server, lock, children: dict, killed: dict, node: int | None) -> None:
@@ -299,10 +304,7 @@ def _loop(server, lock, children: dict, killed: dict, node: int | None) -> None:
                     conn.sendall(b"S")
                 children[pid] = conn
             else:  # a gate's connection closed before its child ended: the gate was killed
-                pid = next(p for p, c in children.items() if c is r)
-                killed[pid] = time.monotonic() + KILL_GRACE_S
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
+                terminate(next(p for p, c in children.items() if c is r), killed, time.monotonic())
         stop_orphans(children, killed, node, time.monotonic())
         escalate(killed, time.monotonic())
         while children:

@@ -73,6 +73,7 @@ import json
 import math
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -990,17 +991,14 @@ def plot(
         draw
         for draw, wanted in (
             (_plot_follower, {"agent", "augment"}),
-            (_plot_speaker, {"speaker"}),
+            (partial(_plot_speaker, table4=table4), {"speaker"}),
             (_plot_preexplore, {"preexplore"}),
         )
         if wanted & set(stages)
     ]
     fig, axes = figures.subplots(1, len(panels), figsize=(16 * len(panels) / 3 + 1, 4.2))
     for draw, ax in zip(panels, np.atleast_1d(axes)):
-        if draw is _plot_speaker:
-            draw(ax, curves, table4)
-        else:
-            draw(ax, curves)
+        draw(ax, curves)
     fig.tight_layout()
     figures.save(fig, png, command)
 
